@@ -1,0 +1,337 @@
+"""GPU measurements for the planner, one command per device lease.
+
+    python benchmarks/gpu_bench.py probe   --out DIR   # calibration, per-layer times, flag sweep
+    python benchmarks/gpu_bench.py compare --out DIR   # planner vs stock policies across budgets
+    python benchmarks/gpu_bench.py worker  JOB.json    # one measurement in a fresh process
+
+Every measurement that needs a clean allocator (peak bytes, a memory cap) runs in a fresh
+worker process: XLA_PYTHON_CLIENT_MEM_FRACTION caps the allocator at the budget so that
+"fits" means the step really ran inside it, and memory_stats()["peak_bytes_in_use"] is the
+peak of that one program. Results are JSON lines in DIR/results.jsonl; the driver stops
+starting new jobs when its time is nearly up, so a partial run still reports.
+
+Model: examples/llama.py H200_BENCH (d_model 4096, ffn 14336, 32 heads, 8 KV heads, 8 layers,
+batch 8 x seq 4096 = 32k tokens, bf16), the configuration of ../shared/measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+HBM_BYTES_H200 = 143771 * 2**20  # nvidia-smi on our H200 (KINDS.md): 143771 MiB
+
+
+def _flags_to_options(flags: str) -> dict:
+    """'--a=true --b=X' -> {'a': True, 'b': 'X'} for compile(compiler_options=...)."""
+    out = {}
+    for tok in flags.split():
+        name, _, value = tok.lstrip("-").partition("=")
+        low = value.lower()
+        out[name] = True if low == "true" else False if low == "false" else value
+    return out
+
+
+def _policy_from_spec(spec: dict):
+    """A checkpoint policy from a job spec: a stock name, or a plan's decisions."""
+    from planner.baselines import STOCK
+    from planner.cost import Assignment
+    from planner.emit import emit
+
+    if spec["kind"] == "stock":
+        return STOCK[spec["name"]][0]()
+    if spec["kind"] == "names":
+        from jax.ad_checkpoint import checkpoint_policies as cp
+        return cp.save_and_offload_only_these_names(
+            names_which_can_be_saved=spec["save"], names_which_can_be_offloaded=spec["offload"],
+            offload_src="device", offload_dst="pinned_host")
+    if spec["kind"] == "plan":
+        a = Assignment.of(dict(spec["decisions"]))
+        return emit(a, {k: v for k, v in spec["names"].items()}, "h200").policy
+    raise ValueError(spec)
+
+
+def _hlo_counts(text: str) -> dict:
+    lines = text.splitlines()
+    s5 = [ln for ln in lines if "S(5)" in ln]
+    return {
+        "s5_lines": len(s5),
+        "s5_async_starts": sum(1 for ln in s5 if "-start" in ln),
+        "copy_start": sum(1 for ln in lines if "copy-start" in ln),
+        "while_loops": sum(1 for ln in lines if " while(" in ln),
+    }
+
+
+def run_worker(job: dict) -> dict:
+    """Compile and time one (config, policy, flags) in this process."""
+    import jax
+    import numpy as np
+
+    from examples import llama
+
+    cfg = dataclasses.replace(llama.LlamaConfig(**job["config"]),
+                              remat_policy=_policy_from_spec(job["policy"]))
+    step, args = llama.make_train_step(cfg, concrete=True)
+    opts = _flags_to_options(job.get("flags", ""))
+    t0 = time.perf_counter()
+    lowered = jax.jit(step, donate_argnums=(0,)).lower(*args)
+    compiled = lowered.compile(compiler_options=opts) if opts else lowered.compile()
+    compile_s = time.perf_counter() - t0
+    m = compiled.memory_analysis()
+    res = {
+        "compile_s": compile_s,
+        "argument_bytes": m.argument_size_in_bytes, "output_bytes": m.output_size_in_bytes,
+        "alias_bytes": m.alias_size_in_bytes, "temp_bytes": m.temp_size_in_bytes,
+        "host_temp_bytes": getattr(m, "host_temp_size_in_bytes", 0),
+        **_hlo_counts(compiled.as_text()),
+    }
+    state, batch = args
+    times = []
+    for i in range(job.get("warmup", 1) + job.get("steps", 10)):
+        t = time.perf_counter()
+        state, loss = compiled(state, batch)
+        loss.block_until_ready()
+        if i >= job.get("warmup", 1):
+            times.append(time.perf_counter() - t)
+    stats = jax.devices()[0].memory_stats() or {}
+    tokens = cfg.batch * cfg.seq
+    res.update({
+        "step_ms_median": 1e3 * statistics.median(times), "step_ms_all": [1e3 * t for t in times],
+        "tokens_per_s": tokens / statistics.median(times),
+        "peak_bytes_in_use": stats.get("peak_bytes_in_use"),
+        "bytes_limit": stats.get("bytes_limit"),
+        "loss": float(np.asarray(loss)),
+    })
+    return res
+
+
+def run_layer_worker(job: dict) -> dict:
+    """One decoder layer: measured forward and forward+backward time beside the prediction."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    from examples import llama
+    from planner.cost import assignment_from_policy, build_cost_model, evaluate
+    from planner.graph import build_graph
+    from planner.trace import trace_step
+
+    cfg = llama.LlamaConfig(**job["config"])
+    policy = _policy_from_spec(job["policy"])
+    params = llama.init_params(dataclasses.replace(cfg, n_layers=1), jax.random.key(0))
+    layer_w = jax.tree.map(lambda w: w[0], params["layers"])
+    x = jax.random.normal(jax.random.key(1), (cfg.batch, cfg.seq, cfg.d_model), jnp.dtype(cfg.dtype))
+    pos = jnp.broadcast_to(jnp.arange(cfg.seq), (cfg.batch, cfg.seq))
+    body = functools.partial(llama.decoder_layer, cfg)
+
+    def loss(x, w, policy):
+        y = jax.checkpoint(body, policy=policy)(x, w, pos)
+        return jnp.sum(y.astype(jnp.float32))
+
+    fwd = jax.jit(lambda x, w: body(x, w, pos))
+    both = jax.jit(jax.grad(functools.partial(loss, policy=policy), argnums=(0, 1)))
+
+    def timeit(f, n=job.get("steps", 10)):
+        jax.block_until_ready(f(x, layer_w))
+        ts = []
+        for _ in range(n):
+            t = time.perf_counter()
+            jax.block_until_ready(f(x, layer_w))
+            ts.append(time.perf_counter() - t)
+        return 1e3 * statistics.median(ts)
+
+    res = {"fwd_ms": timeit(fwd), "fwd_bwd_ms": timeit(both)}
+    # Prediction: the planner's trace of this one-layer step and the cost model.
+    tr = trace_step(lambda x, w: jax.grad(functools.partial(loss, policy=None), argnums=(0, 1))(x, w),
+                    (x, layer_w))
+    g = build_graph(tr)
+    hw = job.get("hardware", "h200")
+    cmod = build_cost_model(tr, g, hw, allow_offload=True)
+    pred = evaluate(cmod, g, assignment_from_policy(g, policy))
+    rc = cmod.regions[0]
+    res.update({"pred_fwd_ms": 1e3 * rc.fwd_s,
+                "pred_fwd_bwd_ms": 1e3 * (rc.fwd_s + rc.bwd_s + pred.recompute_s
+                                          + pred.exposed_transfer_s),
+                "pred_recompute_ms": 1e3 * pred.recompute_s,
+                "pred_exposed_ms": 1e3 * pred.exposed_transfer_s,
+                "unknown_primitives": list(cmod.unknown_primitives)})
+    return res
+
+
+def spawn(job: dict, out_dir: Path, timeout: float) -> dict:
+    path = out_dir / f"job-{job['id']}.json"
+    path.write_text(json.dumps(job))
+    env = dict(os.environ)
+    env.pop("XLA_PYTHON_CLIENT_PREALLOCATE", None)  # the driver's setting, not the workers'
+    env.update(job.get("env", {}))
+    if job.get("mem_fraction"):
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{job['mem_fraction']:.4f}"
+    t = time.perf_counter()
+    try:
+        p = subprocess.run([sys.executable, __file__, "worker", str(path)], env=env,
+                           capture_output=True, text=True, timeout=timeout)
+        ok = p.returncode == 0
+        tail = (p.stdout + p.stderr)[-1500:]
+        result = json.loads(p.stdout.strip().splitlines()[-1]) if ok else None
+    except subprocess.TimeoutExpired:
+        ok, tail, result = False, "timeout", None
+    except (json.JSONDecodeError, IndexError):
+        ok, result = False, None
+    return {"job": job, "ok": ok, "wall_s": time.perf_counter() - t, "result": result,
+            "tail": None if ok else tail}
+
+
+class Driver:
+    def __init__(self, out: Path, budget_s: float):
+        self.out = out
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.deadline = time.perf_counter() + budget_s
+        self.log = (out / "results.jsonl").open("a")
+        self.n = 0
+
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def record(self, kind: str, payload: dict):
+        self.log.write(json.dumps({"kind": kind, **payload}, default=str) + "\n")
+        self.log.flush()
+        print(kind, json.dumps(payload, default=str)[:600], flush=True)
+
+    def job(self, job: dict, *, need_s: float = 60.0):
+        if self.left() < need_s:
+            self.record("skipped", {"job": job, "why": "out of time"})
+            return None
+        self.n += 1
+        job = {"id": self.n, **job}
+        r = spawn(job, self.out, timeout=max(30.0, self.left() - 5))
+        self.record("job", r)
+        return r
+
+
+BENCH = dict(vocab=32000, d_model=4096, n_heads=32, n_kv_heads=8, d_ff=14336, n_layers=8,
+             batch=8, seq=4096, dtype="bfloat16")
+if os.environ.get("GPU_BENCH_DRY_RUN"):  # a CPU dry run of the whole script, tiny model
+    BENCH = dict(n_layers=2)
+DOTS = ["query_proj", "key_proj", "value_proj", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo"]
+
+
+def probe(args):
+    d = Driver(Path(args.out), args.budget_s)
+    import jax
+    d.record("env", {"jax": jax.__version__, "device": str(jax.devices()[0]),
+                     "kind": jax.devices()[0].device_kind, "date": time.strftime("%Y-%m-%d")})
+    # 1. Calibration of the live device (matrix rate, HBM, link both ways, overlap).
+    try:
+        import cost_models as cm
+        t = time.perf_counter()
+        prof = cm.calibrate(out_path=str(Path(args.out) / "h200-calibrated.json"), base="h200")
+        d.record("calibration", {"profile": prof.to_json(), "wall_s": time.perf_counter() - t})
+    except Exception as e:  # keep going: the other measurements matter as much
+        d.record("calibration_failed", {"error": repr(e)[:2000]})
+    # 2. One layer: measured vs predicted forward and forward+backward, per policy.
+    hw = str(Path(args.out) / "h200-calibrated.json")
+    hw = hw if Path(hw).exists() else "h200"
+    for pname, pol in (("full_remat", {"kind": "stock", "name": "nothing_saveable"}),
+                       ("save_dots", {"kind": "names", "save": DOTS, "offload": []}),
+                       ("offload_wi0", {"kind": "names", "offload": ["mlpwi_0"],
+                                        "save": [n for n in DOTS if n != "mlpwi_0"]})):
+        d.job({"type": "layer", "name": f"layer:{pname}", "config": BENCH, "policy": pol,
+               "hardware": hw, "steps": 10})
+    # 3. Flag sweep on offload policies, and the save-dots reference.
+    sets = json.loads((ROOT / "benchmarks" / "flag_sets.json").read_text())
+    chosen = [s for s in sets if s["name"] in args.flag_sets.split(",")]
+    save_dots = {"kind": "names", "save": DOTS, "offload": []}
+    off_wi0 = {"kind": "names", "save": [n for n in DOTS if n != "mlpwi_0"], "offload": ["mlpwi_0"]}
+    off_dots = {"kind": "names", "save": [], "offload": DOTS}
+    full = {"kind": "stock", "name": "nothing_saveable"}
+    d.job({"name": "full_remat", "config": BENCH, "policy": full, "steps": 5})
+    d.job({"name": "save_dots", "config": BENCH, "policy": save_dots, "steps": 5})
+    for fs in chosen:
+        for pname, pol in (("offload_wi0", off_wi0), ("offload_dots", off_dots)):
+            d.job({"name": f"{pname}@{fs['name']}", "config": BENCH, "policy": pol,
+                   "flags": fs["xla_flags"], "env": fs.get("env", {}), "steps": 5})
+
+
+def compare(args):
+    """Planner vs stock at several budgets; plan on this device with the given flags."""
+    d = Driver(Path(args.out), args.budget_s)
+    import jax
+
+    import planner
+    from examples import llama
+    from planner.baselines import STOCK
+
+    cfg = llama.LlamaConfig(**BENCH)
+    step, ex = llama.make_train_step(cfg)
+    budgets = [float(b) for b in args.budgets.split(",")]
+    plans = {}
+    for b in budgets:
+        t = time.perf_counter()
+        try:
+            p = planner.solve(step, *ex, hbm_gb=b, hardware=args.hardware,
+                              solver_time_limit_s=20)
+        except planner.PlannerError as e:
+            d.record("plan_failed", {"budget_gb": b, "error": str(e)[:1500]})
+            continue
+        plans[b] = p
+        d.record("plan", {"budget_gb": b, "wall_s": time.perf_counter() - t,
+                          "decisions": p.decisions(), "policy": p.emitted.policy_source,
+                          "flags": p.xla_flags, "predicted_peak": p.prediction.peak_bytes,
+                          "predicted_step_ms": p.prediction.step_s * 1e3,
+                          "compiled_device_bytes": p.verification.compiled_device_bytes,
+                          "baselines": {x.name: [x.prediction.peak_bytes, x.prediction.step_s * 1e3]
+                                        for x in p.baselines}})
+    for b, p in plans.items():
+        spec = {"kind": "plan", "decisions": [list(x) for x in p.assignment.decisions],
+                "names": {c.key: c.name for c in p.graph.classes}}
+        d.job({"name": f"plan@{b}", "config": BENCH, "policy": spec, "flags": p.xla_flags,
+               "mem_fraction": min(0.99, b * 1e9 / HBM_BYTES_H200), "steps": 10})
+    for name in args.stock.split(","):
+        d.job({"name": f"stock:{name}", "config": BENCH, "policy": {"kind": "stock", "name": name},
+               "steps": 10})
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("probe")
+    p.add_argument("--out", required=True)
+    p.add_argument("--budget-s", type=float, default=540)
+    p.add_argument("--flag-sets", default="baseline,pipelined_host_offload,pipelined_host_offload_lhs")
+    c = sub.add_parser("compare")
+    c.add_argument("--out", required=True)
+    c.add_argument("--budget-s", type=float, default=540)
+    c.add_argument("--budgets", default="20,24,28,33,40")
+    c.add_argument("--hardware", default="h200")
+    c.add_argument("--stock", default=",".join(
+        ["nothing_saveable", "dots_with_no_batch_dims_saveable", "dots_saveable",
+         "offload_dot_with_no_batch_dims", "maxtext:save_qkv_proj", "maxtext:save_dot_except_mlp",
+         "maxtext:qkv_proj_offloaded", "maxtext:minimal_offloaded"]))
+    w = sub.add_parser("worker")
+    w.add_argument("job")
+    a = ap.parse_args()
+    if a.cmd != "worker":
+        # The driver calibrates and compiles; it must not take the GPU memory workers need.
+        os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    if a.cmd == "worker":
+        job = json.loads(Path(a.job).read_text())
+        print(json.dumps((run_layer_worker if job.get("type") == "layer" else run_worker)(job)))
+    elif a.cmd == "probe":
+        probe(a)
+    else:
+        compare(a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""Cost models for jax-offload-planner: hardware profiles, per-primitive roofline costs,
+host-link transfer times, XLA flags, and calibration on a live device.
+
+    import cost_models as cm
+    hw = cm.load_profile("h200")
+    cost = cm.jaxpr_cost(jax.make_jaxpr(step)(*args))
+    cost.seconds(hw), cm.transfer_seconds(cost_bytes, hw, "d2h")
+"""
+
+from . import _rules  # noqa: F401  (registers the cost rules)
+from ._calibrate import (
+    CalibrationError,
+    OverlapMeasurement,
+    calibrate,
+    calibrate_overlap_with_flags,
+    measure_overlap,
+)
+from ._cost import (
+    Cost,
+    aval_bytes,
+    eqn_cost,
+    jaxpr_cost,
+    register_rule,
+    registered_primitives,
+)
+from ._flags import XlaFlag, format_xla_flags, xla_flags_for
+from ._profiles import (
+    HardwareProfile,
+    LinkProfile,
+    ProfileError,
+    list_profiles,
+    load_profile,
+)
+from ._transfer import exposed_seconds, transfer_seconds
+
+__all__ = [
+    "CalibrationError",
+    "Cost",
+    "HardwareProfile",
+    "LinkProfile",
+    "OverlapMeasurement",
+    "ProfileError",
+    "XlaFlag",
+    "aval_bytes",
+    "calibrate",
+    "calibrate_overlap_with_flags",
+    "eqn_cost",
+    "exposed_seconds",
+    "format_xla_flags",
+    "jaxpr_cost",
+    "list_profiles",
+    "load_profile",
+    "measure_overlap",
+    "register_rule",
+    "registered_primitives",
+    "transfer_seconds",
+    "xla_flags_for",
+]

@@ -1,0 +1,178 @@
+"""A Llama-style decoder and its full train step: the bundled example model.
+
+Written the way users write JAX models today, with nothing planner-specific in it:
+
+* RMSNorm, grouped-query attention through ``jax.nn.dot_product_attention``, rotary
+  position embeddings, a SwiGLU MLP;
+* the decoder layers stacked on a leading axis and run under ``jax.lax.scan``, each layer
+  wrapped in ``jax.checkpoint`` (with a default policy the planner overrides while it plans);
+* the tensors carry MaxText's ``checkpoint_name``s (decoder_layer_input, query_proj,
+  key_proj, value_proj, attention_out, out_proj, mlpwi_0, mlpwi_1, mlpwo), so a plan made
+  for this model reads like a MaxText ``remat_policy: custom`` block;
+* a full train step: cross-entropy loss, gradient, and an SGD-with-momentum update.
+
+``make_train_step(config)`` returns ``(step_fn, example_args)``; the example arguments are
+``jax.ShapeDtypeStruct``s unless ``concrete=True``, so large configurations can be planned
+without allocating them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LlamaConfig:
+    """Sizes of the decoder. The defaults are the small CPU configuration used by the tests."""
+
+    vocab: int = 512
+    d_model: int = 256
+    n_heads: int = 8
+    n_kv_heads: int = 2
+    d_ff: int = 768
+    n_layers: int = 4
+    batch: int = 2
+    seq: int = 128
+    dtype: str = "float32"
+    # "scan": layers under lax.scan (the form MaxText uses with scan_layers=True);
+    # "loop": a Python loop over layers (unrolled in the program).
+    layer_loop: str = "scan"
+    remat_policy: Callable[..., Any] | None = None  # what the user wrote; the planner overrides it
+    prevent_cse: bool = False  # MaxText passes prevent_cse=not scan_layers
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+# The configuration of the H200 measurements (../shared/measurements and benchmarks/).
+H200_BENCH = LlamaConfig(
+    vocab=32000, d_model=4096, n_heads=32, n_kv_heads=8, d_ff=14336, n_layers=8,
+    batch=8, seq=4096, dtype="bfloat16",
+)
+
+# A medium CPU configuration for the quickstart: big enough that decisions matter.
+QUICKSTART = LlamaConfig(
+    vocab=1024, d_model=512, n_heads=8, n_kv_heads=2, d_ff=1536, n_layers=4, batch=4, seq=256,
+)
+
+
+def _rms_norm(x, scale, eps=1e-6):
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return (y * scale).astype(x.dtype)
+
+
+def _rope(x, positions):
+    # x: [batch, seq, heads, head_dim]; rotary embedding on pairs of channels.
+    half = x.shape[-1] // 2
+    freq = 1.0 / (10000.0 ** (jnp.arange(half, dtype=jnp.float32) / half))
+    angle = positions[:, :, None, None].astype(jnp.float32) * freq
+    sin, cos = jnp.sin(angle), jnp.cos(angle)
+    x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+def decoder_layer(cfg: LlamaConfig, x, layer, positions):
+    """One pre-norm decoder layer. ``layer`` holds this layer's weights."""
+    b, s, _ = x.shape
+    x = checkpoint_name(x, "decoder_layer_input")
+    h = _rms_norm(x, layer["attn_norm"])
+    q = checkpoint_name(h @ layer["wq"], "query_proj")
+    k = checkpoint_name(h @ layer["wk"], "key_proj")
+    v = checkpoint_name(h @ layer["wv"], "value_proj")
+    q = _rope(q.reshape(b, s, cfg.n_heads, cfg.head_dim), positions)
+    k = _rope(k.reshape(b, s, cfg.n_kv_heads, cfg.head_dim), positions)
+    v = v.reshape(b, s, cfg.n_kv_heads, cfg.head_dim)
+    attn = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+    attn = checkpoint_name(attn.reshape(b, s, cfg.d_model), "attention_out")
+    x = x + checkpoint_name(attn @ layer["wo"], "out_proj")
+    h = _rms_norm(x, layer["mlp_norm"])
+    gate = checkpoint_name(h @ layer["w1"], "mlpwi_0")
+    up = checkpoint_name(h @ layer["w3"], "mlpwi_1")
+    y = checkpoint_name((jax.nn.silu(gate) * up) @ layer["w2"], "mlpwo")
+    return x + y
+
+
+def init_params(cfg: LlamaConfig, key) -> dict:
+    dt = jnp.dtype(cfg.dtype)
+    kv = cfg.n_kv_heads * cfg.head_dim
+    L, D, F = cfg.n_layers, cfg.d_model, cfg.d_ff
+    shapes = {
+        "wq": (L, D, D), "wk": (L, D, kv), "wv": (L, D, kv), "wo": (L, D, D),
+        "w1": (L, D, F), "w3": (L, D, F), "w2": (L, F, D),
+    }
+    keys = jax.random.split(key, len(shapes) + 2)
+    layers = {
+        n: (jax.random.normal(k, s, jnp.float32) * s[-2] ** -0.5).astype(dt)
+        for k, (n, s) in zip(keys, shapes.items())
+    }
+    layers["attn_norm"] = jnp.ones((L, D), dt)
+    layers["mlp_norm"] = jnp.ones((L, D), dt)
+    return {
+        "embed": (jax.random.normal(keys[-2], (cfg.vocab, D), jnp.float32) * 0.02).astype(dt),
+        "layers": layers,
+        "final_norm": jnp.ones((D,), dt),
+        "unembed": (jax.random.normal(keys[-1], (D, cfg.vocab), jnp.float32) * D**-0.5).astype(dt),
+    }
+
+
+def forward(cfg: LlamaConfig, params, tokens):
+    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+    x = params["embed"][tokens]
+    layer_fn = jax.checkpoint(
+        functools.partial(decoder_layer, cfg), policy=cfg.remat_policy,
+        prevent_cse=cfg.prevent_cse,
+    )
+    if cfg.layer_loop == "scan":
+        def body(x, layer):
+            return layer_fn(x, layer, positions), None
+        x, _ = jax.lax.scan(body, x, params["layers"])
+    elif cfg.layer_loop == "loop":
+        for i in range(cfg.n_layers):
+            x = layer_fn(x, jax.tree.map(lambda w: w[i], params["layers"]), positions)
+    else:
+        raise ValueError(f"layer_loop must be 'scan' or 'loop', got {cfg.layer_loop!r}")
+    x = _rms_norm(x, params["final_norm"])
+    return (x @ params["unembed"]).astype(jnp.float32)
+
+
+def loss_fn(cfg: LlamaConfig, params, batch):
+    logits = forward(cfg, params, batch["tokens"])
+    logp = jax.nn.log_softmax(logits)
+    nll = -jnp.take_along_axis(logp, batch["targets"][..., None], axis=-1)
+    return jnp.mean(nll)
+
+
+def make_train_step(cfg: LlamaConfig = LlamaConfig(), *, concrete: bool = False, lr: float = 1e-3,
+                    momentum: float = 0.9):
+    """Returns ``(train_step, (state, batch))`` for ``cfg``.
+
+    ``train_step(state, batch) -> (state, loss)`` with ``state = {"params", "momentum"}``.
+    With ``concrete=False`` the example arguments are ``jax.ShapeDtypeStruct``s.
+    """
+
+    def train_step(state, batch):
+        loss, grads = jax.value_and_grad(functools.partial(loss_fn, cfg))(state["params"], batch)
+        mom = jax.tree.map(lambda m, g: momentum * m + g.astype(m.dtype), state["momentum"], grads)
+        params = jax.tree.map(lambda p, m: (p - lr * m).astype(p.dtype), state["params"], mom)
+        return {"params": params, "momentum": mom}, loss
+
+    def make_args():
+        params = init_params(cfg, jax.random.key(0))
+        state = {"params": params, "momentum": jax.tree.map(jnp.zeros_like, params)}
+        tokens = jax.random.randint(jax.random.key(1), (cfg.batch, cfg.seq), 0, cfg.vocab)
+        batch = {"tokens": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
+        return state, batch
+
+    if concrete:
+        args = make_args()
+    else:
+        args = jax.eval_shape(make_args)
+    return train_step, args

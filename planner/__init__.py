@@ -1,0 +1,27 @@
+"""jax-offload-planner: choose save / remat / offload for every activation of a JAX train step.
+
+    import planner
+    plan = planner.solve(train_step, state, batch, hbm_gb=80, hardware="h200")
+    print(plan.report())
+    layer = jax.checkpoint(layer, policy=plan.policy)
+"""
+
+from planner.cost import Assignment, Prediction
+from planner.emit import PlannerPolicy
+from planner.errors import (
+    InfeasibleBudgetError,
+    InvalidArgumentError,
+    NoCheckpointRegionError,
+    PlanFileError,
+    PlannerError,
+    SolverError,
+    TraceError,
+    UnsupportedError,
+)
+from planner.plan import Plan, PlanWarning, solve
+
+__all__ = [
+    "Assignment", "InfeasibleBudgetError", "InvalidArgumentError", "NoCheckpointRegionError",
+    "Plan", "PlanFileError", "PlanWarning", "PlannerError", "PlannerPolicy", "Prediction",
+    "SolverError", "TraceError", "UnsupportedError", "solve",
+]

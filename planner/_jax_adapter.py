@@ -1,0 +1,342 @@
+"""The one place that touches JAX internals.
+
+Everything the planner needs from JAX's private modules goes through this file, so that a
+JAX upgrade breaks one small, tested adapter and nothing else. It provides:
+
+* :func:`controlled_policies`: a context manager under which every ``jax.checkpoint`` /
+  ``jax.remat`` region the user's code binds gets the planner's policy instead of its own
+  (Flax's ``nn.remat`` and ``nnx.remat`` call ``jax.checkpoint`` and are covered too). It
+  works by wrapping ``remat_p.bind``: the user's code fixes the policy at trace time by
+  passing it as a parameter of the checkpoint primitive, and this is the point where that
+  parameter can be replaced without editing the user's code.
+* :func:`replay_partial_eval`: JAX's own residual selection (``partial_eval_jaxpr_custom``
+  on the JVP of a region body), replayed on a region so the planner knows, per equation,
+  what the backward pass needs.
+* :func:`signature_key`: the identity a policy can see of an equation. A policy is called as
+  ``policy(prim, *avals, **params)`` and has no other handle on a tensor, so equations with
+  the same signature necessarily share a decision.
+
+Pitfall handled here: ``jax.jit`` and ``lax.scan`` cache traces keyed on the function and
+the argument types, not on the policy. Tracing the same step under a second policy would
+silently return the first program. :func:`controlled_policies` therefore clears JAX's
+caches on entry and on exit, so neither the planner nor the user ever sees a program traced
+under somebody else's policy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from typing import Any, Callable, Iterator, Sequence
+
+import jax
+import numpy as np
+from jax._src import ad_checkpoint as _adc
+from jax._src import core as _core
+from jax._src import source_info_util as _siu
+from jax._src.interpreters import ad as _ad
+from jax._src.interpreters import partial_eval as _pe
+
+remat_p = _adc.remat_p
+
+# Source lines reported to users should point at their code, not at this adapter.
+_siu.register_exclusion(__file__.rsplit("/", 1)[0])
+Var = _core.Var
+name_p = _adc.name_p
+Saveable = _pe.Saveable
+Recompute = _pe.Recompute
+Offloadable = _pe.Offloadable
+
+# Memory kinds used by JAX for host offloading (jax.ad_checkpoint docs, `offload_dst`).
+DEVICE_KIND = "device"
+HOST_KIND = "pinned_host"
+
+
+# --------------------------------------------------------------------------- signatures
+
+def _param_repr(value: Any) -> str | None:
+    """A stable text for a policy-visible parameter, or None for values a key must skip.
+
+    Jaxprs and callables have no stable text across traces (their reprs carry addresses),
+    so they are left out of the key; the primitive name and the avals still separate them.
+    """
+    if isinstance(value, (_core.Jaxpr, _core.ClosedJaxpr)) or callable(value):
+        return None
+    if isinstance(value, (tuple, list)):
+        parts = [_param_repr(v) for v in value]
+        if any(p is None for p in parts):
+            return None
+        return "(" + ",".join(parts) + ")"
+    if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
+        return np.dtype(value).name
+    text = repr(value)
+    if " at 0x" in text:  # an object without a value repr: unstable across runs
+        return None
+    return text
+
+
+def aval_text(aval: Any) -> str:
+    """``bf16[8,4096,14336]``-style text of an abstract value, with host memory marked."""
+    short = aval.str_short(short_dtypes=True) if hasattr(aval, "str_short") else str(aval)
+    return short
+
+
+def signature_key(prim: Any, *avals: Any, **params: Any) -> str:
+    """The text a policy can compute for an equation: primitive, operand types, parameters.
+
+    Two equations with the same key are indistinguishable to a checkpoint policy. For
+    ``checkpoint_name`` equations the name alone is the key, as in JAX's name-based policies.
+    """
+    if prim is name_p:
+        return f"name:{params['name']}"
+    ops = ",".join(aval_text(a) for a in avals)
+    ps = []
+    for k in sorted(params):
+        r = _param_repr(params[k])
+        if r is not None:
+            ps.append(f"{k}={r}")
+    return f"{prim.name}({ops})" + (("{" + ";".join(ps) + "}") if ps else "")
+
+
+# ------------------------------------------------------------------ policy substitution
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RegionPolicy:
+    """The policy the planner installs in region ``region_id`` while it traces.
+
+    ``decide(prim, *avals, **params)`` returns JAX's Saveable / Recompute / Offloadable.
+    Hashing is by identity so each region's policy is distinct in JAX's caches.
+    """
+
+    region_id: int
+    decide: Callable[..., Any]
+
+    def __call__(self, prim, *avals, **params):
+        return self.decide(prim, *avals, **params)
+
+
+@dataclasses.dataclass
+class BoundRegion:
+    """What the adapter saw when the user's code bound a checkpoint region."""
+
+    region_id: int
+    jaxpr: Any  # core.Jaxpr of the region body, consts converted to leading invars
+    user_policy: Any
+    prevent_cse: Any
+    source: str
+    in_nonzeros: tuple[bool, ...] | None = None  # which inputs had tangents (from the JVP)
+
+
+_state = threading.local()
+
+
+def _active() -> "_Controller | None":
+    return getattr(_state, "controller", None)
+
+
+class _Controller:
+    def __init__(self, make_policy: Callable[[int, BoundRegion], Callable[..., Any]]):
+        self.make_policy = make_policy
+        self.regions: list[BoundRegion] = []
+        self.by_policy: dict[int, BoundRegion] = {}
+
+
+_orig_bind = remat_p.bind
+_orig_jvp = _ad.primitive_jvps[remat_p]
+
+
+def _patched_bind(*args, jaxpr, prevent_cse, differentiated, policy):
+    ctl = _active()
+    if ctl is not None and not isinstance(policy, RegionPolicy):
+        # A region bound by the user's code (or a library it calls): take control of it.
+        rid = len(ctl.regions)
+        region = BoundRegion(
+            region_id=rid, jaxpr=jaxpr, user_policy=policy, prevent_cse=prevent_cse,
+            source=_siu.summarize(_siu.current()),
+        )
+        ctl.regions.append(region)
+        policy = RegionPolicy(rid, ctl.make_policy(rid, region))
+        ctl.by_policy[id(policy)] = region
+    return _orig_bind(*args, jaxpr=jaxpr, prevent_cse=prevent_cse,
+                      differentiated=differentiated, policy=policy)
+
+
+def _patched_jvp(primals, tangents, jaxpr, prevent_cse, differentiated, policy):
+    ctl = _active()
+    if ctl is not None and isinstance(policy, RegionPolicy) and not differentiated:
+        region = ctl.regions[policy.region_id] if policy.region_id < len(ctl.regions) else None
+        if (region is not None and region.in_nonzeros is None
+                and len(tangents) == len(region.jaxpr.invars)):
+            region.in_nonzeros = tuple(not isinstance(t, _ad.Zero) for t in tangents)
+    return _orig_jvp(primals, tangents, jaxpr, prevent_cse, differentiated, policy)
+
+
+_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def controlled_policies(
+    make_policy: Callable[[int, BoundRegion], Callable[..., Any]],
+) -> Iterator[list[BoundRegion]]:
+    """Trace with the planner's policies in every checkpoint region the code binds.
+
+    ``make_policy(region_id, bound_region)`` returns the decision function for a region.
+    Yields the list of regions seen, filled in as tracing proceeds.
+    """
+    with _lock:
+        if _active() is not None:
+            raise RuntimeError("controlled_policies is not re-entrant")
+        ctl = _Controller(make_policy)
+        _state.controller = ctl
+        remat_p.bind = _patched_bind
+        _ad.primitive_jvps[remat_p] = _patched_jvp
+        jax.clear_caches()
+        try:
+            yield ctl.regions
+        finally:
+            remat_p.bind = _orig_bind
+            _ad.primitive_jvps[remat_p] = _orig_jvp
+            _state.controller = None
+            # Programs traced under the planner's policies must not leak to the user.
+            jax.clear_caches()
+
+
+# ---------------------------------------------------------------- replay of partial eval
+
+@dataclasses.dataclass(frozen=True)
+class Replay:
+    """JAX's residual selection replayed on one region under one policy."""
+
+    jvp_jaxpr: Any          # core.Jaxpr: consts+primals+nonzero tangents -> primal+tangent outs
+    n_primal_in: int
+    known_eqns: tuple       # equations of jvp_jaxpr run in the forward pass
+    staged_jaxpr: Any       # what the backward pass runs (recompute + tangent equations)
+    residuals: tuple        # vars of jvp_jaxpr the backward pass receives
+
+
+def region_jvp(region: BoundRegion):
+    """The JVP jaxpr JAX builds for a region (``remat_jvp`` in jax/_src/ad_checkpoint.py)."""
+    jaxpr = region.jaxpr
+    nonzeros = region.in_nonzeros
+    if nonzeros is None:  # never differentiated in the trace: assume every float input is
+        nonzeros = tuple(jax.numpy.issubdtype(v.aval.dtype, jax.numpy.inexact)
+                         for v in jaxpr.invars)
+    jvp_closed, _ = _ad.jvp_jaxpr(_pe.close_jaxpr(jaxpr), list(nonzeros), False)
+    jvp = _pe.convert_constvars_jaxpr(jvp_closed.jaxpr)
+    n_primal = len(jvp_closed.consts) + len(jaxpr.invars)
+    inlined, n_new_consts = inline_calls(jvp)
+    # make_jaxpr may hoist constants to new leading invars: they are known, like primals.
+    return inlined, n_new_consts + n_primal
+
+
+_INLINED = ("pjit", "jit", "closed_call", "core_call")
+
+
+def inline_calls(jaxpr, n_consts: int = 0):
+    """``jaxpr`` with nested jit / closed_call equations inlined, source lines kept.
+
+    JAX's partial evaluation recurses into nested jit calls with the same policy (their
+    ``partial_eval_jaxpr_custom_rules``), so the policy decides on the inner equations.
+    Inlining makes those inner equations the planner's candidates, as the policy sees them.
+    """
+    def run(jx, args):
+        env: dict[Any, Any] = {}
+        read = lambda v: v.val if isinstance(v, _core.Literal) else env[v]
+        for v, a in zip(jx.invars, args):
+            env[v] = a
+        for eqn in jx.eqns:
+            if eqn.primitive.name in _INLINED:
+                inner = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
+                closed = inner if isinstance(inner, _core.ClosedJaxpr) else _pe.close_jaxpr(inner)
+                outs = run_closed(closed, [read(v) for v in eqn.invars])
+            else:
+                params = eqn.primitive.get_bind_params(eqn.params)
+                with _siu.user_context(eqn.source_info.traceback,
+                                       name_stack=eqn.source_info.name_stack), eqn.ctx.manager:
+                    outs = eqn.primitive.bind(*[read(v) for v in eqn.invars], **params)
+                if not eqn.primitive.multiple_results:
+                    outs = [outs]
+            for v, o in zip(eqn.outvars, outs):
+                env[v] = o
+        return [read(v) for v in jx.outvars]
+
+    def run_closed(closed, args):
+        consts = list(closed.consts)
+        inner = _pe.convert_constvars_jaxpr(closed.jaxpr)
+        return run(inner, consts + list(args))
+
+    avals = [v.aval for v in jaxpr.invars]
+    flat = jax.make_jaxpr(lambda *a: run(jaxpr, a))(*avals)
+    return _pe.convert_constvars_jaxpr(flat.jaxpr), len(flat.consts)
+
+
+def replay_partial_eval(jvp_jaxpr, n_primal_in: int, policy: Callable[..., Any]) -> Replay:
+    """Split ``jvp_jaxpr`` into forward and backward parts exactly as JAX's remat rule does."""
+    n_in = len(jvp_jaxpr.invars)
+    in_unknowns = [False] * n_primal_in + [True] * (n_in - n_primal_in)
+    known, staged, out_unknowns, out_inst, num_res = _pe.partial_eval_jaxpr_custom(
+        jvp_jaxpr, in_unknowns, [True] * n_in, False, False, policy)
+    # As remat_partial_eval does (jax/_src/ad_checkpoint.py): keep only the staged work that
+    # computes unknown (tangent) outputs, and only the residuals that work reads.
+    keep = [u for u, i in zip(out_unknowns, out_inst) if i]  # staged outputs are the instantiated ones
+    staged_dce, used = _pe.dce_jaxpr(staged, keep)
+    res_all = known.outvars[len(known.outvars) - num_res:]
+    residuals = tuple(v for v, u in zip(res_all, used[:num_res]) if u)
+    return Replay(jvp_jaxpr=jvp_jaxpr, n_primal_in=n_primal_in, known_eqns=tuple(known.eqns),
+                  staged_jaxpr=staged_dce, residuals=residuals)
+
+
+def eqn_source(eqn) -> str:
+    return _siu.summarize(eqn.source_info)
+
+
+def is_differentiated_remat(eqn) -> bool:
+    return eqn.primitive is remat_p and bool(eqn.params.get("differentiated"))
+
+
+def everything_saveable(*_, **__):
+    return Saveable
+
+
+def memory_space_is_host(aval) -> bool:
+    space = getattr(aval, "memory_space", None)
+    return space is not None and "host" in str(space).lower()
+
+
+def subjaxprs(eqn) -> Iterator[tuple[Any, int]]:
+    """(jaxpr, trip count) for each jaxpr nested in ``eqn``'s parameters."""
+    trips = int(eqn.params["length"]) if eqn.primitive.name == "scan" else 1
+    for value in eqn.params.values():
+        for v in (value if isinstance(value, (tuple, list)) else (value,)):
+            if isinstance(v, _core.ClosedJaxpr):
+                yield v.jaxpr, trips
+            elif isinstance(v, _core.Jaxpr):
+                yield v, trips
+
+
+def to_jax_decision(decision: str):
+    """Planner decision text -> the value a JAX policy returns."""
+    if decision == "save":
+        return Saveable
+    if decision == "remat":
+        return Recompute
+    if decision == "offload":
+        return Offloadable(src=DEVICE_KIND, dst=HOST_KIND)
+    raise ValueError(f"unknown decision {decision!r}; expected save, remat or offload")
+
+
+def outvars_of(eqns: Sequence[Any]):
+    return [v for e in eqns for v in e.outvars]
+
+
+def decision_text(result) -> str:
+    """What a JAX policy returned, as the planner's decision text."""
+    if result is True or isinstance(result, _pe.SaveableType):
+        return "save"
+    if result is False or result is None or isinstance(result, _pe.RecomputeType):
+        return "remat"
+    if isinstance(result, _pe.Offloadable):
+        return "offload"
+    raise ValueError(f"a checkpoint policy returned {result!r}; expected a bool, "
+                     "Saveable, Recompute or Offloadable")

@@ -1,0 +1,271 @@
+"""Stage 3, cost: time and bytes of every decision, and the model that predicts a plan.
+
+The prediction for an assignment ``a`` (class -> save / remat / offload) is, with ``L_r`` the
+multiplicity of region ``r`` and sums over the region's candidates ``v``:
+
+* ``need_v``: the backward pass reads ``v``, or ``v`` feeds the recompute of a needed
+  rematerialized value (JAX's partial evaluation stages exactly that closure).
+* device residuals ``R_r = sum bytes_v [need_v and a(v) = save]`` over values made anew each
+  trip, and ``I_r``, the same sum over loop-invariant values (JAX hoists those out of the
+  scan and keeps one copy);
+  host residuals ``H_r = sum bytes_v [need_v and a(v) = offload]``;
+  recompute ``C_r = sum t_v [need_v and a(v) = remat]`` with ``t_v`` the roofline time of
+  ``v``'s equation (cost_models); working set of one backward trip
+  ``W_r = sum bytes_v [need_v and a(v) in {remat, offload}]`` (recomputed and reloaded
+  tensors, assumed live together: an upper bound).
+* ``peak = F + sum_r (L_r R_r + I_r) + max_r W_r``, where the fixed bytes ``F`` (parameters,
+  optimizer state, batch, outputs, activations outside regions, the compiler's own buffers)
+  are measured: the step compiled with every region fully rematerialized (the trace stage's
+  anchor) minus the model's working set of that program, plus any correction the verify
+  stage measured.
+* ``host = sum_r L_r H_r`` must fit the hardware's pinned host memory.
+* ``time = T0 + sum_r L_r (C_r + X^fwd_r + X^bwd_r)`` where ``T0`` is the roofline time of
+  the whole step with nothing recomputed, and ``X`` is the copy time one trip cannot hide.
+  Under ``lax.scan`` XLA starts a device->host copy once its tensor exists and finishes it
+  by the end of the same trip; it reads offloaded tensors back at the start of the backward
+  trip and waits for each before its first use (../shared/measurements). The copies share
+  one link, which moves data at a fraction ``eta`` (the profile's overlap efficiency) of its
+  speed while compute runs and at full speed when compute waits. For such a queue the
+  exposed time is the worst tail:
+  ``X^fwd_r = max(0, max_u sum_{v >= u} d2h_v [v offloaded] - eta * after_u)`` with ``after_u``
+  the forward compute after ``u`` is made, and, since the backward trip uses tensors in the
+  reverse order, ``X^bwd_r = max(0, max_u sum_{v >= u} h2d_v [v offloaded] - eta * before_u)``
+  with ``before_u`` the backward compute ahead of ``u``'s first use.
+
+The solver (solve.py) encodes these formulas as constraints; :func:`evaluate` computes them
+directly for any assignment, which is how stock policies are compared on equal terms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+import cost_models as cm
+
+from planner.graph import LivenessGraph
+from planner.trace import Trace
+
+DECISIONS = ("save", "remat", "offload")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Assignment:
+    """A decision per class key. Keys not present default to ``remat`` (JAX's default)."""
+
+    decisions: tuple[tuple[str, str], ...]
+
+    @staticmethod
+    def of(mapping: Mapping[str, str]) -> "Assignment":
+        for k, d in mapping.items():
+            if d not in DECISIONS:
+                raise ValueError(f"decision for {k!r} is {d!r}; expected one of {DECISIONS}")
+        return Assignment(decisions=tuple(sorted(mapping.items())))
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.decisions)
+
+    def get(self, key: str) -> str:
+        return self.as_dict().get(key, "remat")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RegionCost:
+    region_id: int
+    multiplicity: int
+    recompute_s: tuple[float, ...]       # per candidate: its equation's roofline time
+    d2h_s: tuple[float, ...]             # per candidate: device->host copy of its outputs
+    h2d_s: tuple[float, ...]             # per candidate: host->device copy back
+    fwd_after_s: tuple[float, ...]       # forward compute after the candidate is made
+    bwd_before_s: tuple[float, ...]      # backward compute before its first use
+    fwd_s: float                         # one forward trip of the region
+    bwd_s: float                         # one backward trip (without recompute)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CostModel:
+    hardware: Any                        # cost_models.HardwareProfile
+    regions: tuple[RegionCost, ...]
+    base_step_s: float                   # T0: the step with nothing recomputed
+    fixed_bytes: int                     # F
+    anchor_device_bytes: int             # compiled device bytes of the full-remat program
+    correction_bytes: int                # added by verify after a compile exceeded the model
+    host_cap_bytes: float
+    overlap_efficiency: float
+    allow_offload: bool
+    unknown_primitives: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RegionPrediction:
+    region_id: int
+    device_residual_bytes: int           # R_r, one trip, stacked per trip
+    invariant_residual_bytes: int        # I_r: loop-invariant residuals, stored once
+    host_residual_bytes: int             # H_r, one trip
+    working_set_bytes: int               # W_r
+    recompute_s: float                   # C_r, one trip
+    d2h_s: float
+    h2d_s: float
+    exposed_fwd_s: float
+    exposed_bwd_s: float
+    needed: tuple[bool, ...]             # need_v per candidate
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Prediction:
+    peak_bytes: int
+    host_bytes: int
+    step_s: float
+    base_step_s: float
+    recompute_s: float                   # whole step
+    transfer_s: float                    # whole step, both directions
+    exposed_transfer_s: float            # whole step
+    fixed_bytes: int
+    residual_bytes: int                  # sum_r L_r R_r
+    working_set_bytes: int               # max_r W_r
+    regions: tuple[RegionPrediction, ...]
+
+
+def _seconds(cost, hw) -> float:
+    return float(cost.seconds(hw))
+
+
+def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offload: bool,
+                     correction_bytes: int = 0) -> CostModel:
+    """Cost every candidate on ``hardware`` and measure the fixed bytes from the anchor."""
+    hw = cm.load_profile(hardware)
+    unknown: set[str] = set()
+    regions = []
+    for rg in graph.regions:
+        r = rg.region
+        rec = []
+        for c in r.candidates:
+            cost = cm.eqn_cost(c.eqn)
+            unknown.update(cost.unknown_primitives)
+            rec.append(_seconds(cost, hw))
+        bwd_cost = cm.Cost.zeros()
+        for e in r.backward_eqns:
+            bwd_cost = bwd_cost + cm.eqn_cost(e)
+        unknown.update(bwd_cost.unknown_primitives)
+        fwd_s = sum(rec)
+        bwd_s = _seconds(bwd_cost, hw)
+        after, acc = [], 0.0
+        for t in reversed(rec):
+            after.append(acc)
+            acc += t
+        after.reverse()
+        # The backward trip runs the layer in reverse: the compute that precedes the first
+        # use of v is, in proportion, the forward compute that followed v.
+        before = [bwd_s * (a / fwd_s) if fwd_s > 0 else 0.0 for a in after]
+        d2h = [cm.transfer_seconds(c.nbytes, hw, "d2h") if c.nbytes else 0.0 for c in r.candidates]
+        h2d = [cm.transfer_seconds(c.nbytes, hw, "h2d") if c.nbytes else 0.0 for c in r.candidates]
+        regions.append(RegionCost(
+            region_id=r.id, multiplicity=r.multiplicity, recompute_s=tuple(rec),
+            d2h_s=tuple(d2h), h2d_s=tuple(h2d), fwd_after_s=tuple(after),
+            bwd_before_s=tuple(before), fwd_s=fwd_s, bwd_s=bwd_s,
+        ))
+    step_cost = cm.jaxpr_cost(trace.step_jaxpr)
+    unknown.update(step_cost.unknown_primitives)
+    link = hw.link
+    model = CostModel(
+        hardware=hw, regions=tuple(regions), base_step_s=_seconds(step_cost, hw),
+        fixed_bytes=0, anchor_device_bytes=trace.anchor.device_bytes,
+        correction_bytes=correction_bytes,
+        host_cap_bytes=float(link.host_pinned_bytes),
+        overlap_efficiency=float(hw.overlap_efficiency),
+        allow_offload=bool(allow_offload and link.kind != "none"),
+        unknown_primitives=tuple(sorted(unknown)),
+    )
+    # F = anchor - W(full remat) + correction: the anchor program keeps no candidate.
+    full_remat = evaluate(model, graph, Assignment.of({}), _fixed=0)
+    fixed = trace.anchor.device_bytes - full_remat.working_set_bytes + correction_bytes
+    return dataclasses.replace(model, fixed_bytes=int(fixed))
+
+
+def decisions_per_candidate(graph: LivenessGraph, assignment: Assignment):
+    """Per region, the decision of each candidate (effectful equations always run forward)."""
+    d = assignment.as_dict()
+    out = []
+    for rg in graph.regions:
+        out.append(tuple("save" if c.effectful else d.get(c.signature, "remat")
+                         for c in rg.region.candidates))
+    return out
+
+
+def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
+             *, _fixed: int | None = None) -> Prediction:
+    """The model's prediction for ``assignment`` (the formulas in this module's docstring)."""
+    eta = model.overlap_efficiency
+    per_cand = decisions_per_candidate(graph, assignment)
+    preds = []
+    for rg, rc, dec in zip(graph.regions, model.regions, per_cand):
+        cands = rg.region.candidates
+        need = [c.needed for c in cands]
+        for c in reversed(cands):  # inputs come earlier in the forward order
+            if need[c.index] and dec[c.index] == "remat":
+                for u in c.inputs:
+                    need[u] = True
+        R = I = H = W = 0
+        C = d2h = h2d = 0.0
+        off = [c.index for c in cands if need[c.index] and dec[c.index] == "offload"]
+        for c in cands:
+            i = c.index
+            if not need[i]:
+                continue
+            if dec[i] == "save":
+                if c.loop_invariant:
+                    I += c.nbytes
+                else:
+                    R += c.nbytes
+            elif dec[i] == "offload":
+                H += c.nbytes
+                W += c.nbytes
+                d2h += rc.d2h_s[i]
+                h2d += rc.h2d_s[i]
+            else:
+                W += c.nbytes
+                C += rc.recompute_s[i]
+        xf = xb = 0.0
+        tail_d = tail_h = 0.0
+        for i in reversed(off):  # tails of the copy queues, in production order
+            tail_d += rc.d2h_s[i]
+            tail_h += rc.h2d_s[i]
+            xf = max(xf, tail_d - eta * rc.fwd_after_s[i])
+            xb = max(xb, tail_h - eta * rc.bwd_before_s[i])
+        preds.append(RegionPrediction(
+            region_id=rc.region_id, device_residual_bytes=R, invariant_residual_bytes=I,
+            host_residual_bytes=H,
+            working_set_bytes=W, recompute_s=C, d2h_s=d2h, h2d_s=h2d,
+            exposed_fwd_s=xf, exposed_bwd_s=xb, needed=tuple(need),
+        ))
+    fixed = model.fixed_bytes if _fixed is None else _fixed
+    residual = sum(rc.multiplicity * p.device_residual_bytes + p.invariant_residual_bytes
+                   for rc, p in zip(model.regions, preds))
+    ws = max((p.working_set_bytes for p in preds), default=0)
+    host = sum(rc.multiplicity * p.host_residual_bytes for rc, p in zip(model.regions, preds))
+    recompute = sum(rc.multiplicity * p.recompute_s for rc, p in zip(model.regions, preds))
+    transfer = sum(rc.multiplicity * (p.d2h_s + p.h2d_s) for rc, p in zip(model.regions, preds))
+    exposed = sum(rc.multiplicity * (p.exposed_fwd_s + p.exposed_bwd_s)
+                  for rc, p in zip(model.regions, preds))
+    return Prediction(
+        peak_bytes=int(fixed + residual + ws), host_bytes=int(host),
+        step_s=model.base_step_s + recompute + exposed, base_step_s=model.base_step_s,
+        recompute_s=recompute, transfer_s=transfer, exposed_transfer_s=exposed,
+        fixed_bytes=int(fixed), residual_bytes=int(residual), working_set_bytes=int(ws),
+        regions=tuple(preds),
+    )
+
+
+def assignment_from_policy(graph: LivenessGraph, policy: Callable[..., Any]) -> Assignment:
+    """What a JAX checkpoint policy decides for each class (stock policies, user policies)."""
+    from planner import _jax_adapter as adapter
+
+    out: dict[str, str] = {}
+    for rg in graph.regions:
+        for c in rg.region.candidates:
+            if c.signature in out:
+                continue
+            e = c.eqn
+            r = policy(e.primitive, *[v.aval for v in e.invars], **e.params)
+            out[c.signature] = adapter.decision_text(r)
+    return Assignment.of(out)

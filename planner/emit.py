@@ -1,0 +1,99 @@
+"""Stage 5, emit: what the user pastes. The checkpoint policy, the XLA flags, MaxText YAML.
+
+Where every kept tensor of the plan carries a ``checkpoint_name``, the policy is JAX's own
+``save_only_these_names`` / ``save_and_offload_only_these_names`` and its source line can be
+pasted as plain JAX. Otherwise it is a :class:`PlannerPolicy`, a hashable policy that
+matches equations by the same signature the solver decided on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import cost_models as cm
+from jax.ad_checkpoint import checkpoint_policies as cp
+
+from planner import _jax_adapter as adapter
+from planner.cost import Assignment
+
+# MaxText's `remat_policy: custom` keys and values (MaxText configs/base.yml, decoder_layer
+# remat options): each named tensor is 'remat', 'device' (saved in HBM) or 'offload'.
+_MAXTEXT_VALUE = {"save": "device", "remat": "remat", "offload": "offload"}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlannerPolicy:
+    """A checkpoint policy deciding by equation signature. Unknown signatures: recompute.
+
+    Hashable and comparable by value, so JAX's caches treat two equal plans as one policy.
+    """
+
+    decisions: tuple[tuple[str, str], ...]
+
+    def __call__(self, prim, *avals, **params):
+        key = adapter.signature_key(prim, *avals, **params)
+        return adapter.to_jax_decision(dict(self.decisions).get(key, "remat"))
+
+    def __repr__(self) -> str:
+        kept = [(k, d) for k, d in self.decisions if d != "remat"]
+        return f"PlannerPolicy({len(kept)} kept classes)"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Emitted:
+    policy: Any                       # pass to jax.checkpoint(..., policy=...)
+    policy_source: str                # Python text of the policy
+    names_only: bool                  # policy is JAX's own name-based policy
+    xla_flags: str                    # value for the XLA_FLAGS environment variable
+    xla_flag_notes: tuple[tuple[str, str, str], ...]  # (flag, why, source)
+    maxtext_yaml: str
+
+
+def _name_lists(assignment: Assignment, named: dict[str, str]):
+    saved, offloaded = [], []
+    for key, d in assignment.decisions:
+        if d == "save":
+            saved.append(named[key])
+        elif d == "offload":
+            offloaded.append(named[key])
+    return sorted(saved), sorted(offloaded)
+
+
+def emit(assignment: Assignment, class_names: dict[str, str | None], hardware) -> Emitted:
+    """``class_names`` maps class key -> checkpoint name (None for unnamed classes)."""
+    kept = {k: d for k, d in assignment.decisions if d != "remat"}
+    names_only = all(class_names.get(k) for k in kept)
+    if names_only:
+        named = {k: class_names[k] for k in kept}
+        saved, offloaded = _name_lists(Assignment.of(kept), named)
+        if offloaded:
+            policy = cp.save_and_offload_only_these_names(
+                names_which_can_be_saved=saved, names_which_can_be_offloaded=offloaded,
+                offload_src=adapter.DEVICE_KIND, offload_dst=adapter.HOST_KIND)
+            source = ("jax.checkpoint_policies.save_and_offload_only_these_names(\n"
+                      f"    names_which_can_be_saved={saved!r},\n"
+                      f"    names_which_can_be_offloaded={offloaded!r},\n"
+                      f"    offload_src={adapter.DEVICE_KIND!r}, offload_dst={adapter.HOST_KIND!r})")
+        else:
+            policy = cp.save_only_these_names(*saved)
+            source = f"jax.checkpoint_policies.save_only_these_names(*{saved!r})"
+    else:
+        policy = PlannerPolicy(tuple(sorted(kept.items())))
+        source = ("plan.policy  # a planner.PlannerPolicy over "
+                  f"{len(kept)} tensor classes; load it with planner.Plan.load(path).policy")
+    offloading = any(d == "offload" for d in kept.values())
+    hw = cm.load_profile(hardware)
+    flags = cm.xla_flags_for(hw, offloading=offloading)
+    all_names = sorted({n for n in class_names.values() if n})
+    decided = {class_names[k]: d for k, d in assignment.decisions if class_names.get(k)}
+    lines = ["remat_policy: custom"]
+    for n in all_names:
+        lines.append(f"{n}: {_MAXTEXT_VALUE[decided.get(n, 'remat')]}")
+    return Emitted(
+        policy=policy, policy_source=source, names_only=names_only,
+        xla_flags=cm.format_xla_flags(flags),
+        xla_flag_notes=tuple((f"--{f.name}={f.value}" if not f.name.startswith("--") else
+                              f"{f.name}={f.value}", f.why, f.source) for f in flags),
+        maxtext_yaml="\n".join(lines) + "\n",
+    )

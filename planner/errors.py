@@ -1,0 +1,43 @@
+"""The planner's errors. Each says what happened, why, and what to do about it."""
+
+from __future__ import annotations
+
+
+class PlannerError(Exception):
+    """Base class of every error the planner raises on purpose."""
+
+
+class InvalidArgumentError(PlannerError, ValueError):
+    """An argument to the planner is malformed (budget, hardware, options, example args)."""
+
+
+class TraceError(PlannerError):
+    """The train step could not be traced or differentiated with the example arguments."""
+
+
+class NoCheckpointRegionError(PlannerError):
+    """The train step has no ``jax.checkpoint`` region whose residuals the planner can choose."""
+
+
+class InfeasibleBudgetError(PlannerError):
+    """No assignment of save / remat / offload fits the budget.
+
+    ``min_feasible_bytes`` is the smallest budget the model says any plan can reach.
+    """
+
+    def __init__(self, message: str, *, budget_bytes: float, min_feasible_bytes: float):
+        super().__init__(message)
+        self.budget_bytes = budget_bytes
+        self.min_feasible_bytes = min_feasible_bytes
+
+
+class SolverError(PlannerError):
+    """CP-SAT returned no usable answer (time limit before any solution, or model invalid)."""
+
+
+class PlanFileError(PlannerError, ValueError):
+    """A plan file is corrupt, of another version, or was made for a different step."""
+
+
+class UnsupportedError(PlannerError):
+    """The program uses a feature the planner cannot plan for yet (message says which)."""

@@ -1,0 +1,220 @@
+"""The planner's entry point: ``solve(step_fn, *example_args, hbm_gb=...) -> Plan``.
+
+It runs the pipeline trace -> graph -> cost -> solve -> emit -> verify -> report, and
+re-solves with a corrected memory model when the compiled program exceeds the budget
+(bounded rounds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import warnings
+from typing import Any, Callable
+
+import cost_models as cm
+import jax
+
+from planner import _jax_adapter as adapter
+from planner.baselines import Baseline, evaluate_baselines
+from planner.cost import Assignment, CostModel, Prediction, build_cost_model, evaluate
+from planner.emit import Emitted, emit
+from planner.errors import InvalidArgumentError, UnsupportedError
+from planner.graph import LivenessGraph, build_graph
+from planner.solve import Solution, SolverOptions, check_solution, solve_assignment
+from planner.trace import Trace, trace_step
+from planner.verify import Verification, verify
+
+GB = 1e9  # budgets are in GB = 10^9 bytes, the unit of GPU datasheets (H200: 141 GB)
+
+
+class PlanWarning(UserWarning):
+    """The plan was returned but its compiled program does not meet the budget."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Round:
+    """One solve-and-compile round of the verify loop."""
+
+    correction_bytes: int
+    predicted_peak_bytes: int
+    compiled_device_bytes: int | None
+    status: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    budget_bytes: int
+    hardware: Any                    # cost_models.HardwareProfile
+    trace: Trace = dataclasses.field(repr=False)
+    graph: LivenessGraph = dataclasses.field(repr=False)
+    cost: CostModel = dataclasses.field(repr=False)
+    solution: Solution
+    prediction: Prediction
+    baselines: tuple[Baseline, ...]
+    emitted: Emitted
+    verification: Verification
+    rounds: tuple[Round, ...]
+    timings: tuple[tuple[str, float], ...]
+
+    @property
+    def policy(self):
+        """Pass to ``jax.checkpoint(fn, policy=plan.policy)`` in your code."""
+        return self.emitted.policy
+
+    @property
+    def xla_flags(self) -> str:
+        """Set ``os.environ["XLA_FLAGS"] = plan.xla_flags`` before JAX starts."""
+        return self.emitted.xla_flags
+
+    @property
+    def maxtext_yaml(self) -> str:
+        return self.emitted.maxtext_yaml
+
+    @property
+    def assignment(self) -> Assignment:
+        return self.solution.assignment
+
+    def decisions(self) -> dict[str, str]:
+        """Decision per tensor label for the classes the backward pass reads."""
+        from planner.report import build_report
+        return {row.label: row.decision for row in build_report(self).rows}
+
+    def report(self, fmt: str = "text") -> str:
+        """The report: ``text`` (rich console), ``markdown`` or ``json``."""
+        from planner.report import build_report, render
+        return render(build_report(self), fmt)
+
+
+def _validate(step_fn, example_args, hbm_gb, hardware, time_limit_s, max_rounds):
+    if not callable(step_fn):
+        raise InvalidArgumentError(
+            f"step_fn must be a callable train step, got {type(step_fn).__name__}.\n"
+            "Fix: pass the function itself, e.g. planner.solve(train_step, state, batch, hbm_gb=80).")
+    if not example_args:
+        raise InvalidArgumentError(
+            "No example arguments were given.\nWhy: the planner traces step_fn(*example_args) "
+            "to see the shapes of every activation.\nFix: pass the arguments the step takes, "
+            "as arrays or jax.ShapeDtypeStruct: planner.solve(step, state, batch, hbm_gb=...).")
+    if isinstance(hbm_gb, bool) or not isinstance(hbm_gb, (int, float)):
+        raise InvalidArgumentError(
+            f"hbm_gb must be a number of gigabytes (10^9 bytes), got {hbm_gb!r}.\n"
+            "Fix: e.g. hbm_gb=141 for a whole H200, or less to leave room for other buffers.")
+    if not math.isfinite(hbm_gb) or hbm_gb <= 0:
+        raise InvalidArgumentError(
+            f"hbm_gb must be a positive, finite number of gigabytes, got {hbm_gb!r}.\n"
+            "Fix: pass the device memory the step may use, e.g. hbm_gb=80.")
+    if hbm_gb > 100_000:
+        raise InvalidArgumentError(
+            f"hbm_gb={hbm_gb!r} is over 100 TB for one device: the budget is per device, in GB "
+            "(10^9 bytes), not in bytes or MB.\nFix: e.g. hbm_gb=141 for an H200.")
+    if not isinstance(time_limit_s, (int, float)) or not time_limit_s > 0:
+        raise InvalidArgumentError(f"solver_time_limit_s must be > 0 seconds, got {time_limit_s!r}.")
+    if not isinstance(max_rounds, int) or max_rounds < 1:
+        raise InvalidArgumentError(f"max_rounds must be an int >= 1, got {max_rounds!r}.")
+    try:
+        return cm.load_profile(hardware)
+    except cm.ProfileError as e:
+        raise InvalidArgumentError(str(e)) from e
+
+
+def _host_memory_available() -> bool:
+    try:
+        kinds = {m.kind for m in jax.devices()[0].addressable_memories()}
+    except Exception:  # backends without the memories API
+        return False
+    return adapter.HOST_KIND in kinds
+
+
+def _normalize(graph: LivenessGraph, cost: CostModel, a: Assignment) -> Assignment:
+    """Drop decisions that change nothing (classes the backward pass never reads)."""
+    p = evaluate(cost, graph, a)
+    relevant = set()
+    for rg, rp in zip(graph.regions, p.regions):
+        for c in rg.region.candidates:
+            if rp.needed[c.index]:
+                relevant.add(c.signature)
+    return Assignment.of({k: d for k, d in a.decisions if k in relevant and d != "remat"})
+
+
+def solve(step_fn: Callable, *example_args, hbm_gb: float, hardware="h200",
+          allow_offload: bool | None = None, solver_time_limit_s: float = 30.0,
+          verify_compile: bool = True, max_rounds: int = 3) -> Plan:
+    """Plan what the backward pass of ``step_fn(*example_args)`` keeps, under ``hbm_gb``.
+
+    Args:
+      step_fn: the train step (loss, gradient and update), unmodified. Its
+        ``jax.checkpoint`` / ``jax.remat`` / Flax remat regions are what the planner decides.
+      example_args: arrays or ``jax.ShapeDtypeStruct``s, as the step takes them.
+      hbm_gb: device memory budget per device, GB (10^9 bytes).
+      hardware: a profile name (``cost_models.list_profiles()``), a JSON file, or a profile.
+      allow_offload: None (default) offloads when the local backend has a ``pinned_host``
+        memory kind and the hardware has a host link; False never offloads.
+      solver_time_limit_s: CP-SAT time limit per solve; the gap is reported.
+      verify_compile: compile the step with the emitted policy and check it (recommended).
+      max_rounds: solve / compile rounds when the compiled program exceeds the budget.
+    """
+    hw = _validate(step_fn, example_args, hbm_gb, hardware, solver_time_limit_s, max_rounds)
+    host_ok = _host_memory_available()
+    if allow_offload and not host_ok:
+        raise UnsupportedError(
+            f"allow_offload=True, but the {jax.default_backend()} backend here has no "
+            f"'{adapter.HOST_KIND}' memory kind, so JAX cannot place residuals in host memory.\n"
+            "Fix: run on a GPU/TPU or CPU backend with host memory kinds (JAX >= 0.4.31), "
+            "or pass allow_offload=False.")
+    offload = host_ok if allow_offload is None else bool(allow_offload)
+    budget = int(hbm_gb * GB)
+    opts = SolverOptions(time_limit_s=float(solver_time_limit_s))
+    timings = []
+
+    t = time.perf_counter()
+    tr = trace_step(step_fn, example_args)
+    timings.append(("trace + anchor compile", time.perf_counter() - t))
+    t = time.perf_counter()
+    graph = build_graph(tr)
+    timings.append(("graph", time.perf_counter() - t))
+
+    correction = 0
+    rounds = []
+    for round_no in range(max_rounds):
+        t = time.perf_counter()
+        cost = build_cost_model(tr, graph, hw, allow_offload=offload, correction_bytes=correction)
+        timings.append((f"cost (round {round_no + 1})", time.perf_counter() - t))
+        t = time.perf_counter()
+        sol = solve_assignment(graph, cost, budget, opts)
+        check_solution(graph, cost, sol)
+        assignment = _normalize(graph, cost, sol.assignment)
+        sol = dataclasses.replace(sol, assignment=assignment)
+        pred = evaluate(cost, graph, assignment)
+        timings.append((f"solve (round {round_no + 1})", time.perf_counter() - t))
+        class_names = {c.key: c.name for c in graph.classes}
+        emitted = emit(assignment, class_names, hw)
+        t = time.perf_counter()
+        ver = verify(step_fn, example_args, tr, graph, assignment, emitted.policy, pred, budget,
+                     compile=verify_compile)
+        timings.append((f"verify (round {round_no + 1})", time.perf_counter() - t))
+        rounds.append(Round(correction_bytes=correction, predicted_peak_bytes=pred.peak_bytes,
+                            compiled_device_bytes=ver.compiled_device_bytes, status=ver.status))
+        if ver.compiled_device_bytes is None or ver.compiled_device_bytes <= budget:
+            break
+        # The compiler needs more than the model said: learn the error and solve again.
+        correction += max(1, ver.compiled_device_bytes - pred.peak_bytes)
+
+    baselines = evaluate_baselines(graph, cost, budget)
+    plan = Plan(
+        budget_bytes=budget, hardware=hw, trace=tr, graph=graph, cost=cost, solution=sol,
+        prediction=pred, baselines=baselines, emitted=emitted, verification=ver,
+        rounds=tuple(rounds), timings=tuple(timings),
+    )
+    if ver.compiled_device_bytes is not None and ver.compiled_device_bytes > budget:
+        warnings.warn(
+            f"After {len(rounds)} rounds the compiled step still needs "
+            f"{ver.compiled_device_bytes / GB:.3f} GB against a budget of {budget / GB:.3f} GB. "
+            "The plan is returned for inspection; do not run it at this budget. "
+            "Raise hbm_gb or max_rounds.", PlanWarning, stacklevel=2)
+    failed = [c for c in ver.checks if not c.ok]
+    if failed:
+        warnings.warn("Verification checks failed: " + "; ".join(c.detail for c in failed),
+                      PlanWarning, stacklevel=2)
+    return plan

@@ -1,0 +1,279 @@
+"""Stage 7, report: a data model of the plan and its renderers (rich text, Markdown, JSON).
+
+``build_report(plan)`` gathers every figure once; ``render(report, fmt)`` only formats.
+Every number comes from the cost model (formulas in cost.py, hardware figures cited in the
+profile), the compiler (memory_analysis of the verify compile), or the solver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+
+from planner.cost import evaluate
+
+MB = 1e6
+GB = 1e9
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Row:
+    label: str
+    decision: str                 # save / remat / offload
+    nbytes_per_step: int          # all members, all trips, that the backward pass reads
+    members: int
+    recompute_ms: float           # per step, if rematerialized
+    transfer_ms: float            # per step, both directions, if offloaded
+    source: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyLine:
+    name: str
+    peak_gb: float
+    host_gb: float
+    step_ms: float
+    fits: bool
+    applicable: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    status: str
+    checks: tuple[tuple[str, bool, str], ...]
+    hardware: str
+    backend: str
+    budget_gb: float
+    predicted_peak_gb: float
+    compiled_gb: float | None
+    host_gb: float
+    step_ms: float
+    base_ms: float
+    recompute_ms: float
+    transfer_ms: float
+    exposed_ms: float
+    fixed_gb: float
+    residual_gb: float
+    working_set_gb: float
+    solver: str
+    regions: tuple[str, ...]
+    rows: tuple[Row, ...]
+    small_rows: tuple[int, int]   # (count, bytes) of classes too small to list
+    policies: tuple[PolicyLine, ...]
+    policy_source: str
+    xla_flags: str
+    flag_notes: tuple[tuple[str, str, str], ...]
+    maxtext_yaml: str
+    notes: tuple[str, ...]
+    rounds: tuple[tuple[int, int, int | None, str], ...]
+
+
+def _reason(d: str, rec_ms: float, xfer_ms: float, nbytes: int, plan) -> str:
+    eta = plan.cost.overlap_efficiency
+    if d == "save":
+        return (f"kept in HBM: recomputing would add {rec_ms:.3f} ms per step"
+                + (f", offloading would expose up to {xfer_ms:.3f} ms" if plan.cost.allow_offload else ""))
+    if d == "remat":
+        cheaper = "" if not plan.cost.allow_offload else (
+            f"; cheaper than offloading ({xfer_ms:.3f} ms of copies, {eta:.0%} hideable)")
+        return f"recomputed for {rec_ms:.3f} ms per step, frees {nbytes / MB:,.1f} MB{cheaper}"
+    return (f"offloaded: {xfer_ms:.3f} ms of copies ({eta:.0%} hideable) cost less than "
+            f"recomputing ({rec_ms:.3f} ms), frees {nbytes / MB:,.1f} MB of HBM")
+
+
+def build_report(plan) -> Report:
+    graph, cost, pred = plan.graph, plan.cost, plan.prediction
+    a = plan.assignment
+    rows = []
+    by_region = {rg.region.id: (rg, rc, rp) for rg, rc, rp in
+                 zip(graph.regions, cost.regions, pred.regions)}
+    # A class is listed when the backward pass reads it in the plan or in full-remat form.
+    everything = evaluate(cost, graph, type(a).of({c.key: "save" for c in graph.classes}))
+    read_any = {rg.region.id: rp.needed for rg, rp in zip(graph.regions, everything.regions)}
+    total = 0
+    entries = []
+    for cls in graph.classes:
+        nbytes = rec = xfer = 0
+        members = 0
+        source = ""
+        for rid, i in cls.members:
+            rg, rc, rp = by_region[rid]
+            if not (rp.needed[i] or read_any[rid][i]):
+                continue
+            c = rg.region.candidates[i]
+            L = rc.multiplicity
+            nbytes += L * c.nbytes
+            rec += L * rc.recompute_s[i]
+            xfer += L * (rc.d2h_s[i] + rc.h2d_s[i])
+            members += 1
+            source = source or c.source
+        if not members:
+            continue
+        total += nbytes
+        entries.append((cls, nbytes, rec, xfer, members, source))
+    threshold = 0.001 * total
+    small = [0, 0]
+    for cls, nbytes, rec, xfer, members, source in sorted(entries, key=lambda e: -e[1]):
+        d = a.get(cls.key)
+        if nbytes < threshold and d == "remat":
+            small[0] += 1
+            small[1] += nbytes
+            continue
+        rows.append(Row(label=cls.label, decision=d, nbytes_per_step=nbytes, members=members,
+                        recompute_ms=rec * 1e3, transfer_ms=xfer * 1e3, source=source,
+                        reason=_reason(d, rec * 1e3, xfer * 1e3, nbytes, plan)))
+
+    policies = [PolicyLine(name="planner", peak_gb=pred.peak_bytes / GB, host_gb=pred.host_bytes / GB,
+                           step_ms=pred.step_s * 1e3, fits=True, applicable=True)]
+    for b in plan.baselines:
+        policies.append(PolicyLine(name=b.name, peak_gb=b.prediction.peak_bytes / GB,
+                                   host_gb=b.prediction.host_bytes / GB,
+                                   step_ms=b.prediction.step_s * 1e3, fits=b.fits,
+                                   applicable=b.applicable))
+    ver = plan.verification
+    sol = plan.solution
+    notes = []
+    if ver.note:
+        notes.append(ver.note)
+    if cost.unknown_primitives:
+        notes.append("No cost rule for: " + ", ".join(cost.unknown_primitives)
+                     + " (costed by their bytes only; see cost_models).")
+    merged = [c for c in graph.classes if len(c.members) > 1 and not c.name]
+    if merged:
+        notes.append(f"{len(merged)} unnamed classes merge several tensors of the same signature "
+                     "(a policy cannot tell them apart); name tensors with checkpoint_name to "
+                     "decide them separately.")
+    if plan.trace.undifferentiated_regions:
+        notes.append(f"{plan.trace.undifferentiated_regions} checkpoint region(s) are never "
+                     "differentiated and were ignored.")
+    for rg in graph.regions:
+        if not rg.region.in_scan and cost.allow_offload:
+            notes.append(f"Region {rg.region.id} is not under lax.scan: on GPU, XLA dropped "
+                         "offloads of unrolled layers in our measurements; check the compiled "
+                         "program (verification) before trusting offloads there.")
+    regions = tuple(
+        f"region {rg.region.id} at {rg.region.source}: {rg.region.multiplicity} trips"
+        f"{' under lax.scan' if rg.region.in_scan else ''}, {len(rg.region.candidates)} "
+        f"forward equations, user policy {rg.region.user_policy}"
+        for rg in graph.regions)
+    return Report(
+        status=ver.status if ver.ok or ver.status != "compiled, within budget"
+        else "compiled, within budget, but a check failed",
+        checks=tuple((c.name, c.ok, c.detail) for c in ver.checks),
+        hardware=plan.hardware.name, backend=ver.backend,
+        budget_gb=plan.budget_bytes / GB, predicted_peak_gb=pred.peak_bytes / GB,
+        compiled_gb=None if ver.compiled_device_bytes is None else ver.compiled_device_bytes / GB,
+        host_gb=pred.host_bytes / GB, step_ms=pred.step_s * 1e3, base_ms=pred.base_step_s * 1e3,
+        recompute_ms=pred.recompute_s * 1e3, transfer_ms=pred.transfer_s * 1e3,
+        exposed_ms=pred.exposed_transfer_s * 1e3, fixed_gb=pred.fixed_bytes / GB,
+        residual_gb=pred.residual_bytes / GB, working_set_gb=pred.working_set_bytes / GB,
+        solver=(f"CP-SAT {sol.status}, gap {sol.gap:.2%}, {sol.num_classes} classes, "
+                f"{sol.num_variables} variables, {sol.wall_s:.2f} s"),
+        regions=regions, rows=tuple(rows), small_rows=(small[0], small[1]),
+        policies=tuple(policies), policy_source=plan.emitted.policy_source,
+        xla_flags=plan.emitted.xla_flags, flag_notes=plan.emitted.xla_flag_notes,
+        maxtext_yaml=plan.emitted.maxtext_yaml, notes=tuple(notes),
+        rounds=tuple((i + 1, r.correction_bytes, r.compiled_device_bytes, r.status)
+                     for i, r in enumerate(plan.rounds)),
+    )
+
+
+# ------------------------------------------------------------------------------ renderers
+
+def _md(r: Report) -> str:
+    out = [f"# Plan: {r.status}", ""]
+    for name, ok, detail in r.checks:
+        out.append(f"- [{'x' if ok else ' '}] {name}: {detail}")
+    comp = "not compiled" if r.compiled_gb is None else f"{r.compiled_gb:.3f} GB"
+    out += ["", f"Hardware **{r.hardware}**, budget **{r.budget_gb:.3f} GB**; predicted peak "
+            f"**{r.predicted_peak_gb:.3f} GB** (fixed {r.fixed_gb:.3f} + residuals "
+            f"{r.residual_gb:.3f} + backward working set {r.working_set_gb:.3f}); compiler "
+            f"({r.backend}): {comp}; host {r.host_gb:.3f} GB.",
+            f"Predicted step **{r.step_ms:.2f} ms** = base {r.base_ms:.2f} + recompute "
+            f"{r.recompute_ms:.2f} + exposed copies {r.exposed_ms:.2f} (of {r.transfer_ms:.2f}).",
+            f"Solver: {r.solver}.", ""]
+    out += [f"- {x}" for x in r.regions] + [""]
+    out += ["| tensor | decision | MB/step | recompute ms | copies ms | why | source |",
+            "|---|---|---|---|---|---|---|"]
+    for row in r.rows:
+        out.append(f"| {row.label} | {row.decision} | {row.nbytes_per_step / MB:,.1f} | "
+                   f"{row.recompute_ms:.3f} | {row.transfer_ms:.3f} | {row.reason} | {row.source} |")
+    if r.small_rows[0]:
+        out.append(f"| {r.small_rows[0]} smaller classes | remat | {r.small_rows[1] / MB:,.2f} | | | "
+                   "under 0.1% of the bytes each | |")
+    out += ["", "| policy | peak GB | host GB | step ms | fits |", "|---|---|---|---|---|"]
+    for p in r.policies:
+        fits = "yes" if p.fits else ("n/a" if not p.applicable else "no")
+        out.append(f"| {p.name} | {p.peak_gb:.3f} | {p.host_gb:.3f} | {p.step_ms:.2f} | {fits} |")
+    out += ["", "Policy:", "```python", r.policy_source, "```",
+            "XLA flags:", "```", r.xla_flags or "(none needed)", "```"]
+    for flag, why, src in r.flag_notes:
+        out.append(f"- `{flag}`: {why} ({src})")
+    out += ["", "MaxText:", "```yaml", r.maxtext_yaml.rstrip(), "```"]
+    if r.rounds and len(r.rounds) > 1:
+        out += ["", "Verify rounds:"] + [
+            f"- round {n}: correction {c:,} bytes, compiled {b if b is None else f'{b:,}'} bytes, {s}"
+            for n, c, b, s in r.rounds]
+    if r.notes:
+        out += ["", "Notes:"] + [f"- {n}" for n in r.notes]
+    return "\n".join(out) + "\n"
+
+
+def _text(r: Report) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    buf = io.StringIO()
+    con = Console(file=buf, width=140, force_terminal=False, color_system=None)
+    con.print(f"PLAN STATUS: {r.status.upper()}")
+    for name, ok, detail in r.checks:
+        con.print(f"  [{'ok' if ok else 'FAILED'}] {name}: {detail}", highlight=False)
+    comp = "not compiled" if r.compiled_gb is None else f"{r.compiled_gb:.3f} GB"
+    con.print(f"hardware {r.hardware} | budget {r.budget_gb:.3f} GB | predicted peak "
+              f"{r.predicted_peak_gb:.3f} GB (fixed {r.fixed_gb:.3f} + residuals {r.residual_gb:.3f} "
+              f"+ working set {r.working_set_gb:.3f}) | compiler ({r.backend}) {comp} | host "
+              f"{r.host_gb:.3f} GB", highlight=False)
+    con.print(f"predicted step {r.step_ms:.2f} ms = base {r.base_ms:.2f} + recompute "
+              f"{r.recompute_ms:.2f} + exposed copies {r.exposed_ms:.2f} (of {r.transfer_ms:.2f})",
+              highlight=False)
+    con.print(f"solver: {r.solver}", highlight=False)
+    for x in r.regions:
+        con.print(f"  {x}", highlight=False)
+    t = Table(title="Decisions (per step, all trips)")
+    for col in ("tensor", "decision", "MB", "recompute ms", "copies ms", "why", "source"):
+        t.add_column(col, overflow="fold")
+    for row in r.rows:
+        t.add_row(row.label, row.decision, f"{row.nbytes_per_step / MB:,.1f}",
+                  f"{row.recompute_ms:.3f}", f"{row.transfer_ms:.3f}", row.reason,
+                  row.source.rsplit("/", 1)[-1])
+    if r.small_rows[0]:
+        t.add_row(f"{r.small_rows[0]} smaller", "remat", f"{r.small_rows[1] / MB:,.2f}", "", "",
+                  "each under 0.1% of the bytes", "")
+    con.print(t)
+    p = Table(title="Same model, stock policies")
+    for col in ("policy", "peak GB", "host GB", "step ms", "fits"):
+        p.add_column(col)
+    for x in r.policies:
+        p.add_row(x.name, f"{x.peak_gb:.3f}", f"{x.host_gb:.3f}", f"{x.step_ms:.2f}",
+                  "yes" if x.fits else ("n/a" if not x.applicable else "no"))
+    con.print(p)
+    con.print("policy = " + r.policy_source, highlight=False)
+    con.print("XLA_FLAGS = " + repr(r.xla_flags), highlight=False)
+    for flag, why, src in r.flag_notes:
+        con.print(f"  {flag}: {why} ({src})", highlight=False)
+    con.print("MaxText:\n" + r.maxtext_yaml, highlight=False)
+    for n in r.notes:
+        con.print(f"note: {n}", highlight=False)
+    return buf.getvalue()
+
+
+def render(report: Report, fmt: str = "text") -> str:
+    if fmt == "text":
+        return _text(report)
+    if fmt == "markdown":
+        return _md(report)
+    if fmt == "json":
+        return json.dumps(dataclasses.asdict(report), indent=2, sort_keys=True)
+    raise ValueError(f"unknown report format {fmt!r}; expected 'text', 'markdown' or 'json'")

@@ -1,0 +1,172 @@
+"""An independent simulator: replays a plan step by step and checks it.
+
+The solver is never its own judge. This module shares no code with ``cost.evaluate`` or the
+CP-SAT model: it executes one training step as a sequence of events (every region's forward
+trips, then the backward trips in reverse), allocates and frees device and host bytes as
+they happen, recomputes on demand by walking the dependency graph, runs the host copies as a
+queue on one link, and raises :class:`PlanViolation` when a plan reads a value that is
+neither kept nor recomputable, runs past the HBM budget or the host cap, or overrides an
+equation JAX always keeps.
+
+It follows the same accounting conventions as the cost model (documented in ``cost.py``):
+the fixed bytes are resident throughout, a backward trip holds its recomputed and reloaded
+tensors until it ends, and copies move at ``eta`` of the link speed while compute runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from planner.cost import Assignment, CostModel
+from planner.graph import LivenessGraph
+
+
+class PlanViolation(AssertionError):
+    """A replayed plan broke memory, a dependency, or a rule of JAX's partial evaluation."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SimulationResult:
+    peak_bytes: int
+    host_peak_bytes: int
+    step_s: float
+    recomputed: int          # equations recomputed in one step
+    events: int
+
+
+def _copy_queue_exposure(jobs, eta: float, compute_s: float) -> float:
+    """Run copies (ready_time, duration) through one link; return time past ``compute_s``.
+
+    While compute runs (t < compute_s) the link progresses at rate ``eta``, after it at 1.
+    """
+    t = 0.0
+    for ready, dur in sorted(jobs):
+        t = max(t, ready)
+        remaining = dur
+        if t < compute_s and eta > 0:
+            can = (compute_s - t) * eta
+            if can >= remaining:
+                t += remaining / eta
+                remaining = 0.0
+            else:
+                remaining -= can
+                t = compute_s
+        t = max(t, compute_s) + remaining if remaining > 0 else t
+    return max(0.0, t - compute_s)
+
+
+def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
+             budget_bytes: float | None = None) -> SimulationResult:
+    decisions = assignment.as_dict()
+    eta = cost.overlap_efficiency
+    device = cost.fixed_bytes
+    peak = device
+    host = 0
+    host_peak = 0
+    time_s = cost.base_step_s
+    events = 0
+    recomputed = 0
+
+    def alloc(n):
+        nonlocal device, peak, events
+        device += n
+        peak = max(peak, device)
+        events += 1
+        if budget_bytes is not None and device > budget_bytes:
+            raise PlanViolation(f"device memory {device} bytes exceeds the budget {budget_bytes}")
+
+    def decision(c):
+        d = decisions.get(c.signature, "remat")
+        if d == "offload" and not cost.allow_offload:
+            raise PlanViolation(f"{c.signature} is offloaded but offloading is not allowed")
+        if c.effectful and d != "save":
+            # JAX keeps effectful equations in the forward pass whatever the policy says.
+            return "save"
+        return d
+
+    # What each region's backward trip reads: the candidates marked needed by the trace.
+    plans = []
+    for rg, rc in zip(graph.regions, cost.regions):
+        cands = rg.region.candidates
+        kept: dict[int, str] = {}          # forward: values kept as residuals, and where
+        order: list[int] = []              # recompute order of one backward trip
+
+        def ensure(i, stack=()):
+            """Make value i available in the backward trip; return False if impossible."""
+            if i in kept or i in done:
+                return
+            if i in stack:
+                raise PlanViolation(f"region {rg.region.id}: cyclic recompute at {i}")
+            c = cands[i]
+            d = decision(c)
+            if d in ("save", "offload"):
+                kept[i] = d
+                return
+            for u in c.inputs:
+                ensure(u, stack + (i,))
+            done.add(i)
+            order.append(i)
+
+        done: set[int] = set()
+        for c in cands:
+            if c.needed:
+                ensure(c.index)
+        # Check every recomputed equation has its inputs: kept, recomputed, or region inputs.
+        for i in order:
+            for u in cands[i].inputs:
+                if u not in kept and u not in done:
+                    raise PlanViolation(f"region {rg.region.id}: recompute of {i} lacks input {u}")
+        plans.append((rg, rc, kept, order))
+
+    # Forward: every trip of every region stores its residuals; loop-invariant ones are
+    # computed before the loop and stored once.
+    for rg, rc, kept, _ in plans:
+        cands = rg.region.candidates
+        alloc(sum(cands[i].nbytes for i, d in kept.items()
+                  if d == "save" and cands[i].loop_invariant))
+        dev_b = sum(cands[i].nbytes for i, d in kept.items()
+                    if d == "save" and not cands[i].loop_invariant)
+        host_b = sum(cands[i].nbytes for i, d in kept.items() if d == "offload")
+        jobs = [(sum(rc.recompute_s[:i + 1]), rc.d2h_s[i]) for i, d in kept.items() if d == "offload"]
+        exposure = _copy_queue_exposure(jobs, eta, rc.fwd_s)
+        for _ in range(rc.multiplicity):
+            alloc(dev_b)
+            host += host_b
+            host_peak = max(host_peak, host)
+            if host > cost.host_cap_bytes and host_b:
+                raise PlanViolation(f"host memory {host} bytes exceeds the cap {cost.host_cap_bytes}")
+            time_s += exposure
+
+    # Backward: trips in reverse; each reloads, recomputes, runs, then frees.
+    for rg, rc, kept, order in reversed(plans):
+        cands = rg.region.candidates
+        dev_b = sum(cands[i].nbytes for i, d in kept.items()
+                    if d == "save" and not cands[i].loop_invariant)
+        host_b = sum(cands[i].nbytes for i, d in kept.items() if d == "offload")
+        reload_b = host_b
+        rec_b = sum(cands[i].nbytes for i in order)
+        rec_s = sum(rc.recompute_s[i] for i in order)
+        # Reloads are issued at the trip start in first-use order (latest produced first);
+        # the deadline of each is the backward compute ahead of its first use.
+        reloads = sorted(((i, rc.h2d_s[i]) for i, d in kept.items() if d == "offload"),
+                         key=lambda p: -p[0])
+        stall, link_t = 0.0, 0.0
+        for i, dur in reloads:
+            deadline = rc.bwd_before_s[i] + stall  # compute is late by the stalls so far
+            remaining = dur
+            if link_t < deadline and eta > 0:  # the link runs at eta while compute runs
+                used = min((deadline - link_t) * eta, remaining)
+                link_t += used / eta
+                remaining -= used
+            if remaining > 0:  # compute waits for the copy: full link speed
+                link_t = max(link_t, deadline) + remaining
+            stall += max(0.0, link_t - deadline)
+        for _ in range(rc.multiplicity):
+            alloc(reload_b + rec_b)
+            recomputed += len(order)
+            time_s += rec_s + stall
+            device -= reload_b + rec_b + dev_b
+            host -= host_b
+            events += 1
+    return SimulationResult(peak_bytes=int(peak), host_peak_bytes=int(host_peak), step_s=time_s,
+                            recomputed=recomputed, events=events)

@@ -1,0 +1,259 @@
+"""Stage 4, solve: one CP-SAT model choosing save / remat / offload per class.
+
+The model encodes exactly the formulas of ``cost.py`` (read its docstring first); every
+variable family and constraint family below says what it stands for. Two lexicographic
+phases: first the fastest predicted step under the budget, then, at that step time, the
+smallest peak. Deterministic: one search worker and a fixed seed, so the same inputs give
+the same plan.
+
+Integer scaling: bytes are counted in KiB rounded *up* for what a plan uses and *down* for
+the budget, so rounding can only make a plan more conservative; times are in nanoseconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+from ortools.sat.python import cp_model
+
+from planner.cost import Assignment, CostModel, evaluate
+from planner.errors import InfeasibleBudgetError, SolverError
+from planner.graph import LivenessGraph
+
+KIB = 1024
+NS = 1e9  # nanoseconds per second
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SolverOptions:
+    time_limit_s: float = 30.0
+    workers: int = 1          # 1 keeps the search deterministic (CP-SAT's parallel portfolio is not)
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Solution:
+    assignment: Assignment
+    status: str               # OPTIMAL or FEASIBLE (time limit hit: see gap)
+    objective_s: float        # predicted step time as the solver scored it
+    bound_s: float            # best lower bound CP-SAT proved
+    gap: float                # (objective - bound) / objective
+    wall_s: float
+    num_classes: int
+    num_variables: int
+    budget_bytes: int
+
+
+def _kib_up(b: float) -> int:
+    return int(math.ceil(b / KIB))
+
+
+def _ns(t: float) -> int:
+    return int(round(t * NS))
+
+
+class _Model:
+    """The CP-SAT model for one (graph, cost model, budget)."""
+
+    def __init__(self, graph: LivenessGraph, cost: CostModel, budget_bytes: float | None):
+        m = self.m = cp_model.CpModel()
+        decisions = ("save", "remat", "offload") if cost.allow_offload else ("save", "remat")
+        self.decisions = decisions
+        # x[k, d]: class k takes decision d. One decision per class.
+        self.x = {}
+        for cls in graph.classes:
+            for d in decisions:
+                self.x[cls.key, d] = m.NewBoolVar(f"x[{cls.label}|{d}]")
+            m.AddExactlyOne(self.x[cls.key, d] for d in decisions)
+
+        residual_terms, host_terms, time_terms = [], [], []
+        self.ws = m.NewIntVar(0, 1 << 50, "working_set_kib")  # max over regions of W_r
+        for rg, rc in zip(graph.regions, cost.regions):
+            cands = rg.region.candidates
+            L = rc.multiplicity
+            # Which candidates can ever be needed: the needed ones and their ancestors.
+            possible = set()
+            for c in cands:
+                if c.needed:
+                    possible.add(c.index)
+            for c in reversed(cands):
+                if c.index in possible:
+                    possible.update(c.inputs)
+
+            def dec(c, d):
+                if c.effectful:  # JAX always runs effectful equations forward and keeps them
+                    return 1 if d == "save" else 0
+                return self.x[c.signature, d] if d in decisions else 0
+
+            # need[v]: the backward pass reads v, or v feeds a needed recomputed value.
+            need = {}
+            for c in cands:
+                if c.index in possible:
+                    need[c.index] = 1 if c.needed else m.NewBoolVar(f"need[{rg.region.id},{c.index}]")
+            # Remat dependency: need[u] >= need[v] AND remat[v] for each input u of v.
+            for c in cands:
+                if c.index not in need:
+                    continue
+                r = dec(c, "remat")
+                for u in c.inputs:
+                    if isinstance(need[u], int):
+                        continue
+                    if isinstance(need[c.index], int):
+                        if not isinstance(r, int):
+                            m.Add(need[u] >= r)
+                        elif r:
+                            m.Add(need[u] == 1)
+                    else:
+                        m.Add(need[u] >= need[c.index] + r - 1)
+
+            # y[v, d] >= need[v] AND decision d: v is a residual (save/offload) or recomputed.
+            def both(c, d):
+                n, x = need[c.index], dec(c, d)
+                if isinstance(x, int) and isinstance(n, int):
+                    return n * x
+                if isinstance(x, int):
+                    return n if x else 0
+                if isinstance(n, int):
+                    return x if n else 0
+                y = m.NewBoolVar(f"y[{rg.region.id},{c.index},{d}]")
+                m.Add(y >= n + x - 1)
+                return y
+
+            R, I, W, C, offl = [], [], [], [], []
+            xf = m.NewIntVar(0, 1 << 50, f"exposed_fwd_ns[{rg.region.id}]")
+            xb = m.NewIntVar(0, 1 << 50, f"exposed_bwd_ns[{rg.region.id}]")
+            eta = cost.overlap_efficiency
+            for c in cands:
+                if c.index not in need:
+                    continue
+                i = c.index
+                kib = _kib_up(c.nbytes)
+                s = both(c, "save")
+                r = both(c, "remat")
+                # A loop-invariant residual is stored once, the others once per trip.
+                (I if c.loop_invariant else R).append(kib * s)
+                W.append(kib * r)
+                C.append(_ns(rc.recompute_s[i]) * r)
+                if "offload" in decisions:
+                    o = both(c, "offload")
+                    W.append(kib * o)
+                    host_terms.append(L * kib * o)
+                    if not isinstance(o, int) or o:
+                        offl.append((i, o))
+            # Exposed copy time of one trip: the copies queue on one link and hide behind
+            # eta times the compute that runs meanwhile; the worst tail of the queue is
+            # exposed (cost.py). With eta = 0 only the whole queue matters.
+            starts = offl if eta > 0 else offl[:1]
+            for k, (u, _) in enumerate(starts):
+                tail = offl[k:] if eta > 0 else offl
+                m.Add(xf >= sum(_ns(rc.d2h_s[v]) * o for v, o in tail)
+                      - _ns(eta * rc.fwd_after_s[u]))
+                m.Add(xb >= sum(_ns(rc.h2d_s[v]) * o for v, o in tail)
+                      - _ns(eta * rc.bwd_before_s[u]))
+            # Working set of one backward trip; the peak takes the largest over regions.
+            m.Add(self.ws >= sum(W))
+            residual_terms.append(L * sum(R) + sum(I))
+            time_terms.append(L * (sum(C) + xf + xb))
+
+        # Peak HBM: fixed bytes + stacked device residuals + the worst backward working set.
+        self.peak_kib = _kib_up(max(cost.fixed_bytes, 0)) + sum(residual_terms) + self.ws
+        if budget_bytes is not None:
+            m.Add(self.peak_kib <= int(budget_bytes // KIB))
+        # Host memory: every offloaded residual of every trip at once.
+        if host_terms:
+            m.Add(sum(host_terms) <= int(cost.host_cap_bytes // KIB))
+        # Step time beyond the base: recompute + exposed transfers.
+        self.extra_ns = sum(time_terms)
+        self.base_ns = _ns(cost.base_step_s)
+        self.num_variables = len(m.Proto().variables)
+
+    def hint_all_remat(self):
+        for (k, d), v in self.x.items():
+            self.m.AddHint(v, 1 if d == "remat" else 0)
+
+    def run(self, objective, opts: SolverOptions, time_limit: float):
+        self.m.Minimize(objective)
+        s = cp_model.CpSolver()
+        s.parameters.max_time_in_seconds = max(0.1, time_limit)
+        s.parameters.num_workers = opts.workers
+        s.parameters.random_seed = opts.seed
+        status = s.Solve(self.m)
+        return s, status
+
+    def assignment(self, solver) -> Assignment:
+        out = {}
+        for (k, d), v in self.x.items():
+            if solver.Value(v):
+                out[k] = d
+        return Assignment.of(out)
+
+
+def min_feasible_bytes(graph: LivenessGraph, cost: CostModel, opts: SolverOptions) -> float:
+    """The smallest peak any assignment reaches under the model (host cap respected)."""
+    mod = _Model(graph, cost, None)
+    mod.hint_all_remat()
+    s, status = mod.run(mod.peak_kib, opts, opts.time_limit_s)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        raise SolverError("CP-SAT found no assignment at all, even without a budget: "
+                          f"status {s.StatusName(status)}. This is a planner bug; please report it.")
+    # The proved lower bound is the honest "no plan goes below this" figure.
+    return float(s.BestObjectiveBound() * KIB)
+
+
+def solve_assignment(graph: LivenessGraph, cost: CostModel, budget_bytes: float,
+                     opts: SolverOptions = SolverOptions()) -> Solution:
+    """Fastest predicted assignment within ``budget_bytes``; raises if none fits."""
+    t0 = time.perf_counter()
+    mod = _Model(graph, cost, budget_bytes)
+    mod.hint_all_remat()
+    s, status = mod.run(mod.extra_ns, opts, opts.time_limit_s)
+    if status == cp_model.INFEASIBLE:
+        need = min_feasible_bytes(graph, cost, opts)
+        raise InfeasibleBudgetError(
+            f"No plan fits {budget_bytes / 1e9:.3f} GB: the smallest peak any combination of "
+            f"save / remat / offload reaches is {need / 1e9:.3f} GB.\n"
+            f"Why: {cost.fixed_bytes / 1e9:.3f} GB do not depend on the plan (parameters, "
+            "optimizer state, batch, outputs, activations outside checkpoint regions, "
+            "compiler buffers), and the backward pass of one layer needs its working set.\n"
+            f"Fix: pass hbm_gb >= {math.ceil(need / 1e6) / 1000:.3f}, or shrink what is fixed "
+            "(smaller batch per device, shard parameters and optimizer state, donate the "
+            "train state with donate_argnums).",
+            budget_bytes=budget_bytes, min_feasible_bytes=need)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        raise SolverError(
+            f"CP-SAT stopped with status {s.StatusName(status)} before finding any plan in "
+            f"{opts.time_limit_s:.0f} s.\nFix: raise solver_time_limit_s, or give fewer "
+            "classes (name the tensors that matter with checkpoint_name).")
+    first = s.ObjectiveValue()
+    bound = s.BestObjectiveBound()
+    phase1_status = status
+    # Phase 2: at that step time, the smallest peak (keeps spare memory for the user).
+    used = time.perf_counter() - t0
+    mod.m.Add(mod.extra_ns <= int(first))
+    mod.m.ClearHints()
+    for (k, d), v in mod.x.items():
+        mod.m.AddHint(v, s.Value(v))
+    s2, status2 = mod.run(mod.peak_kib, opts, max(0.1, opts.time_limit_s - used))
+    final = s2 if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE) else s
+    assignment = mod.assignment(final)
+    obj_s = (mod.base_ns + first) / NS
+    bound_s = (mod.base_ns + bound) / NS
+    return Solution(
+        assignment=assignment,
+        status="OPTIMAL" if phase1_status == cp_model.OPTIMAL else "FEASIBLE",
+        objective_s=obj_s, bound_s=bound_s,
+        gap=0.0 if obj_s <= 0 else max(0.0, (obj_s - bound_s) / obj_s),
+        wall_s=time.perf_counter() - t0, num_classes=len(graph.classes),
+        num_variables=mod.num_variables, budget_bytes=int(budget_bytes),
+    )
+
+
+def check_solution(graph: LivenessGraph, cost: CostModel, sol: Solution) -> None:
+    """The solver is never its own judge: re-evaluate its answer with the direct formulas."""
+    p = evaluate(cost, graph, sol.assignment)
+    slack = KIB * (1 + sum(len(r.region.candidates) for r in graph.regions))
+    if p.peak_bytes > sol.budget_bytes + slack:
+        raise SolverError(f"internal check failed: solver plan peaks at {p.peak_bytes} bytes "
+                          f"over its budget {sol.budget_bytes}; please report this bug")

@@ -1,0 +1,393 @@
+"""Stage 1, trace: find the checkpointed regions of a train step and every tensor in them
+that the backward pass could keep.
+
+``trace_step(step_fn, args)`` traces the step once with the planner in control of every
+checkpoint region's policy (see ``_jax_adapter.controlled_policies``), then replays JAX's own
+residual selection on each region body to list its candidates: each equation the forward
+pass runs inside the region, with its bytes, dtype, producer, ``checkpoint_name``, source
+line, policy signature, and multiplicity (how many times the region runs per step: the
+product of the trip counts of the scans around it, summed over identical regions).
+
+It also compiles the step once with every region fully rematerialized (JAX's default
+``nothing_saveable``), the *anchor*: the compiler's memory figures for the smallest-residual
+program, which the cost stage uses for the bytes that do not depend on the policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from planner import _jax_adapter as adapter
+from planner.errors import NoCheckpointRegionError, TraceError
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate:
+    """One equation of a region's forward pass whose outputs the backward pass could keep."""
+
+    index: int                     # position in the region's forward equations
+    signature: str                 # what a policy sees: equations with equal signatures share a decision
+    primitive: str
+    name: str | None               # checkpoint_name, if the equation is one
+    shape: tuple[int, ...]         # of the (first) output
+    dtype: str
+    nbytes: int                    # all outputs, per device, one trip of the region
+    source: str                    # file:line of the user's code
+    inputs: tuple[int, ...]        # indices of candidates whose outputs this equation reads
+    reads_region_input: bool       # reads a region input (always available to the backward)
+    needed: bool                   # the backward pass reads an output (residual when all is saved)
+    effectful: bool                # JAX always runs effectful equations forward; never recomputed
+    loop_invariant: bool           # depends only on loop constants: JAX hoists it out of the scan,
+                                   # so as a residual it is stored once, not once per trip
+    eqn: Any = dataclasses.field(repr=False, compare=False)  # the JAX equation, for the cost stage
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Region:
+    """A checkpointed region (one ``jax.checkpoint`` call site, or several identical ones)."""
+
+    id: int
+    source: str
+    multiplicity: int              # executions per step
+    call_sites: int                # identical regions merged into this one
+    candidates: tuple[Candidate, ...]
+    input_bytes: int               # region inputs (kept by the enclosing program in any plan)
+    user_policy: str               # the policy the user's code passed (overridden while planning)
+    prevent_cse: bool
+    in_scan: bool                  # runs inside lax.scan (the loop form matters, see DESIGN.md)
+    backward_eqns: tuple = dataclasses.field(repr=False, compare=False, default=())
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CompiledFigures:
+    """``compiled.memory_analysis()`` of one compile, plus what the HLO says about host memory."""
+
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int
+    temp_bytes: int
+    host_temp_bytes: int
+    host_buffers_in_hlo: int       # instructions with a host memory space S(5) in the HLO
+    async_host_copies_in_hlo: int  # copy-start / async fusions touching host memory
+    jaxpr_host_bytes: int          # bytes the traced program places in pinned_host (all trips)
+    stacked_device_bytes: int      # arrays forward scans stack for backward scans, in HBM
+    stacked_host_bytes: int        # ... and in pinned_host
+    stacked_host_arrays: int
+    backend: str
+
+    @property
+    def device_bytes(self) -> int:
+        """Device memory the program needs: arguments + outputs - aliased + temporaries."""
+        return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Trace:
+    """Everything stage 1 learned about the step."""
+
+    regions: tuple[Region, ...]
+    step_jaxpr: Any = dataclasses.field(repr=False, compare=False)  # under everything_saveable
+    anchor: CompiledFigures        # the step compiled with every region fully rematerialized
+    argument_bytes: int
+    backend: str
+    fingerprint: str               # of the step's program, to detect stale plans
+    undifferentiated_regions: int  # checkpoint regions the gradient never reached
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _nbytes(aval) -> int:
+    shape = getattr(aval, "shape", ())
+    dtype = getattr(aval, "dtype", None)
+    if dtype is None:
+        return 0
+    return int(math.prod(shape)) * np.dtype(dtype).itemsize
+
+
+def _short_dtype(dtype) -> str:
+    return np.dtype(dtype).name
+
+
+def _find_differentiated(jaxpr, mult: int, out: dict[int, int], seen_policy_ids: dict) -> None:
+    """Sum, per region id, the trip counts of the differentiated remat equations."""
+    for eqn in jaxpr.eqns:
+        if adapter.is_differentiated_remat(eqn):
+            pol = eqn.params["policy"]
+            if isinstance(pol, adapter.RegionPolicy):
+                # The backward remat equation of a region: runs once per enclosing trip.
+                out[pol.region_id] = out.get(pol.region_id, 0) + mult
+                continue
+        for sub, trips in adapter.subjaxprs(eqn):
+            _find_differentiated(sub, mult * trips, out, seen_policy_ids)
+
+
+def _region_structure_key(jaxpr) -> str:
+    # Two call sites with the same body text are the same region for the planner
+    # (an unrolled Python loop over identical layers binds one region per layer).
+    return str(jaxpr)
+
+
+def _in_scan(jaxpr, rid: int, inside: bool = False) -> bool | None:
+    for eqn in jaxpr.eqns:
+        if adapter.is_differentiated_remat(eqn):
+            pol = eqn.params["policy"]
+            if isinstance(pol, adapter.RegionPolicy) and pol.region_id == rid:
+                return inside
+        for sub, _ in adapter.subjaxprs(eqn):
+            r = _in_scan(sub, rid, inside or eqn.primitive.name == "scan")
+            if r is not None:
+                return r
+    return None
+
+
+def _observe_invariant(step_jaxpr, rid: int, n_res: int) -> list[bool] | None:
+    """Which residuals of region ``rid`` the traced step passes as loop constants.
+
+    JAX's scan partial evaluation hoists loop-invariant residuals out of the loop and hands
+    them to the backward scan as constants (``_scan_partial_eval`` in
+    jax/_src/lax/control_flow/loops.py); the rest are stacked per trip. The backward remat
+    equation's first ``n_res`` operands are the residuals, in the order of the replay.
+    """
+    def walk(jx, scan):
+        for e in jx.eqns:
+            pol = e.params.get("policy") if e.primitive is adapter.remat_p else None
+            if (adapter.is_differentiated_remat(e) and isinstance(pol, adapter.RegionPolicy)
+                    and pol.region_id == rid):
+                if scan is None:
+                    return [False] * n_res
+                body = scan.params["jaxpr"].jaxpr
+                pos = {v: i for i, v in enumerate(body.invars)}
+                nc = scan.params["num_consts"]
+                return [pos.get(v, nc) < nc for v in e.invars[:n_res]]
+            for sub, _ in adapter.subjaxprs(e):
+                found = walk(sub, e if e.primitive.name == "scan" else scan)
+                if found is not None:
+                    return found
+        return None
+    return walk(step_jaxpr.jaxpr, None)
+
+
+def _candidates(region: adapter.BoundRegion, step_jaxpr) -> tuple[tuple[Candidate, ...], int, tuple]:
+    jvp, n_primal = adapter.region_jvp(region)
+    replay = adapter.replay_partial_eval(jvp, n_primal, adapter.everything_saveable)
+    region_inputs = set(jvp.invars[:n_primal])
+    needed_vars = set(replay.residuals)
+    # Loop invariance: observed for the residuals of the everything-saveable trace, then
+    # spread backwards (what an invariant value reads is invariant) and forwards (what
+    # reads only invariant values is invariant).
+    observed = _observe_invariant(step_jaxpr, region.region_id, len(replay.residuals)) or []
+    invariant = {v for v, inv in zip(replay.residuals, observed) if inv}
+    eqns = replay.known_eqns
+    for eqn in reversed(eqns):
+        if any(v in invariant for v in eqn.outvars):
+            invariant.update(v for v in eqn.invars if isinstance(v, adapter.Var))
+    for eqn in eqns:
+        ins = [v for v in eqn.invars if isinstance(v, adapter.Var)]
+        if all(v in invariant for v in ins) and (ins or not eqn.effects):
+            invariant.update(eqn.outvars)
+    producer: dict[Any, int] = {}
+    cands: list[Candidate] = []
+    for i, eqn in enumerate(eqns):
+        outs = [v for v in eqn.outvars]
+        first = outs[0].aval if outs else None
+        in_vars = [v for v in eqn.invars if isinstance(v, adapter.Var)]
+        ins = tuple(sorted({producer[v] for v in in_vars if v in producer}))
+        cands.append(Candidate(
+            index=i,
+            signature=adapter.signature_key(eqn.primitive, *[v.aval for v in eqn.invars],
+                                            **eqn.params),
+            primitive=eqn.primitive.name,
+            name=eqn.params.get("name") if eqn.primitive is adapter.name_p else None,
+            shape=tuple(getattr(first, "shape", ())),
+            dtype=_short_dtype(first.dtype) if first is not None and hasattr(first, "dtype") else "",
+            nbytes=sum(_nbytes(v.aval) for v in outs),
+            source=adapter.eqn_source(eqn),
+            inputs=ins,
+            reads_region_input=any(v in region_inputs for v in in_vars),
+            needed=any(v in needed_vars for v in outs),
+            effectful=bool(eqn.effects),
+            loop_invariant=bool(outs) and all(v in invariant for v in outs),
+            eqn=eqn,
+        ))
+        for v in outs:
+            producer[v] = i
+    input_bytes = sum(_nbytes(v.aval) for v in jvp.invars[:n_primal])
+    return tuple(cands), input_bytes, tuple(replay.staged_jaxpr.eqns)
+
+
+def _policy_text(policy) -> str:
+    if policy is None:
+        return "nothing_saveable (default)"
+    name = getattr(policy, "__qualname__", None) or type(policy).__name__
+    return repr(policy) if dataclasses.is_dataclass(policy) else name
+
+
+def _lower(step_fn: Callable, args: Sequence[Any]):
+    fn = step_fn if hasattr(step_fn, "lower") else jax.jit(step_fn)
+    return fn.lower(*args)
+
+
+def compiled_figures(compiled, step_jaxpr=None) -> CompiledFigures:
+    """Read the compiler's memory figures and host-memory markers from a compiled step."""
+    m = compiled.memory_analysis()
+    text = compiled.as_text() or ""
+    host_lines = [ln for ln in text.splitlines() if "S(5)" in ln]
+    async_host = [ln for ln in host_lines
+                  if "copy-start" in ln or "fusion-start" in ln or "-start" in ln]
+    stacks = stacked_residuals(step_jaxpr.jaxpr) if step_jaxpr is not None else (0, 0, 0, 0)
+    return CompiledFigures(
+        stacked_device_bytes=stacks[0], stacked_host_bytes=stacks[1], stacked_host_arrays=stacks[3],
+        argument_bytes=int(m.argument_size_in_bytes),
+        output_bytes=int(m.output_size_in_bytes),
+        alias_bytes=int(m.alias_size_in_bytes),
+        temp_bytes=int(m.temp_size_in_bytes),
+        host_temp_bytes=int(getattr(m, "host_temp_size_in_bytes", 0) or 0),
+        host_buffers_in_hlo=len(host_lines),
+        async_host_copies_in_hlo=len(async_host),
+        jaxpr_host_bytes=host_bytes_in_jaxpr(step_jaxpr.jaxpr) if step_jaxpr is not None else 0,
+        backend=jax.default_backend(),
+    )
+
+
+def host_bytes_in_jaxpr(jaxpr, mult: int = 1) -> int:
+    """Bytes of values placed in host memory by top-level or scan-stacked outputs.
+
+    Counts the outputs of equations whose abstract value lives in a host memory space,
+    once per trip of enclosing loops for values made inside them and not stacked. Values
+    that leave a scan as stacked outputs are counted once at their full stacked size.
+    """
+    total = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "scan":
+            n_carry = eqn.params["num_carry"]
+            total += sum(_nbytes(v.aval) for v in eqn.outvars[n_carry:]
+                         if adapter.memory_space_is_host(v.aval))
+            continue
+        for sub, trips in adapter.subjaxprs(eqn):
+            total += host_bytes_in_jaxpr(sub, mult * trips)
+        if not list(adapter.subjaxprs(eqn)):
+            total += mult * sum(_nbytes(v.aval) for v in eqn.outvars
+                                if adapter.memory_space_is_host(v.aval))
+    return total
+
+
+def stacked_residuals(jaxpr) -> tuple[int, int, int, int]:
+    """(device bytes, host bytes, device count, host count) of arrays one scan stacks for another.
+
+    These are the residuals a scanned region hands from its forward loop to its backward
+    loop: extensive outputs of a scan that a later scan in the same jaxpr reads.
+    """
+    dev_b = host_b = dev_n = host_n = 0
+
+    def walk(jx):
+        nonlocal dev_b, host_b, dev_n, host_n
+        scan_reads = {v for e in jx.eqns if e.primitive.name == "scan"
+                      for v in e.invars if isinstance(v, adapter.Var)}
+        for e in jx.eqns:
+            if e.primitive.name == "scan":
+                for v in e.outvars[e.params["num_carry"]:]:
+                    if v not in scan_reads:
+                        continue
+                    if adapter.memory_space_is_host(v.aval):
+                        host_b, host_n = host_b + _nbytes(v.aval), host_n + 1
+                    else:
+                        dev_b, dev_n = dev_b + _nbytes(v.aval), dev_n + 1
+            for sub, _ in adapter.subjaxprs(e):
+                walk(sub)
+
+    walk(jaxpr)
+    return dev_b, host_b, dev_n, host_n
+
+
+def _fingerprint(step_jaxpr) -> str:
+    import hashlib
+    return hashlib.sha256(str(step_jaxpr.jaxpr).encode()).hexdigest()[:16]
+
+
+def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
+    """Trace ``step_fn(*args)`` and list the candidates of every checkpointed region."""
+    try:
+        with adapter.controlled_policies(lambda rid, r: adapter.everything_saveable) as bound:
+            step_jaxpr = jax.make_jaxpr(step_fn)(*args)
+            bound = list(bound)
+    except Exception as e:  # the user's code failed to trace: say so, keep the cause
+        raise TraceError(
+            f"Tracing the train step failed with {type(e).__name__}: {e}\n"
+            "Why: the planner traces step_fn(*example_args) with jax.make_jaxpr; the step "
+            "must be traceable by jax.jit with these arguments.\n"
+            "Fix: check that `jax.jit(step_fn).lower(*example_args)` works on its own, and "
+            "pass arrays or jax.ShapeDtypeStruct with the shapes the step expects."
+        ) from e
+
+    mult: dict[int, int] = {}
+    _find_differentiated(step_jaxpr.jaxpr, 1, mult, {})
+    if not bound or not mult:
+        why = ("it binds no jax.checkpoint / jax.remat region" if not bound else
+               f"its {len(bound)} checkpoint region(s) are never differentiated "
+               "(no gradient flows through them)")
+        raise NoCheckpointRegionError(
+            f"The train step has nothing to plan: {why}.\n"
+            "Why: the planner chooses what the backward pass keeps from inside "
+            "jax.checkpoint regions; other activations are kept by JAX's autodiff as they are.\n"
+            "Fix: wrap each repeated layer in jax.checkpoint (or flax.linen.remat / nnx.remat), "
+            "e.g. `layer = jax.checkpoint(layer)` before `jax.lax.scan`, and take the gradient "
+            "inside the step (jax.grad / jax.value_and_grad)."
+        )
+
+    merged: dict[str, Region] = {}
+    for br in bound:
+        if br.region_id not in mult:
+            continue
+        key = _region_structure_key(br.jaxpr)
+        if key in merged:
+            r = merged[key]
+            merged[key] = dataclasses.replace(
+                r, multiplicity=r.multiplicity + mult[br.region_id], call_sites=r.call_sites + 1)
+            continue
+        cands, input_bytes, bwd = _candidates(br, step_jaxpr)
+        merged[key] = Region(
+            id=len(merged), source=br.source, multiplicity=mult[br.region_id], call_sites=1,
+            candidates=cands, input_bytes=input_bytes, user_policy=_policy_text(br.user_policy),
+            prevent_cse=bool(br.prevent_cse) if isinstance(br.prevent_cse, bool) else True,
+            in_scan=bool(_in_scan(step_jaxpr.jaxpr, br.region_id)), backward_eqns=bwd,
+        )
+
+    # The anchor: every region fully rematerialized, compiled.
+    from jax.ad_checkpoint import checkpoint_policies as cp
+    anchor_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: cp.nothing_saveable)
+    anchor = compiled_figures(compiled, anchor_jaxpr)
+    arg_bytes = sum(_nbytes(x) for x in jax.tree.leaves(args))
+    return Trace(
+        regions=tuple(merged.values()), step_jaxpr=step_jaxpr, anchor=anchor,
+        argument_bytes=arg_bytes, backend=jax.default_backend(),
+        fingerprint=_fingerprint(step_jaxpr),
+        undifferentiated_regions=sum(1 for br in bound if br.region_id not in mult),
+    )
+
+
+def compile_with(step_fn: Callable, args: Sequence[Any], make_policy):
+    """Trace and compile the step with ``make_policy(rid, region)`` in every region.
+
+    Returns ``(step_jaxpr, compiled)``. Caches are cleared around it (see the adapter).
+    """
+    def wrap(rid, r):
+        pol = make_policy(rid, r)
+        return lambda prim, *a, **p: _as_enum(pol(prim, *a, **p))
+    with adapter.controlled_policies(wrap):
+        step_jaxpr = jax.make_jaxpr(step_fn)(*args)
+    with adapter.controlled_policies(wrap):
+        compiled = _lower(step_fn, args).compile()
+    return step_jaxpr, compiled
+
+
+def _as_enum(decision):
+    if decision is True:
+        return adapter.Saveable
+    if decision is False:
+        return adapter.Recompute
+    return decision

@@ -1,0 +1,154 @@
+"""Stage 6, verify: compile the step with the emitted policy and hold the plan to it.
+
+Three levels, as JAX's own memories tests do:
+
+1. the policy: JAX's partial evaluation, replayed on every region with the *emitted* policy
+   object, keeps exactly the tensors the plan keeps, where the plan keeps them;
+2. the traced step: the arrays the forward scans stack for the backward scans grow, relative
+   to the full-remat anchor, by exactly the plan's device bytes, and its host-memory arrays
+   are the plan's offloaded bytes;
+3. the compiled step: ``memory_analysis()`` against the predicted peak and the budget, and
+   the HLO's host-memory markers (``S(5)``) when the plan offloads on a backend that places
+   buffers in host memory. We saw XLA drop offloads silently (../shared/measurements):
+   that is reported as a failed check, never as success.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import jax
+
+from planner import _jax_adapter as adapter
+from planner.cost import Assignment, Prediction
+from planner.graph import LivenessGraph
+from planner.trace import CompiledFigures, Trace, compile_with, compiled_figures
+
+# Backends whose compiler keeps pinned_host buffers apart from device memory in
+# memory_analysis (host_temp_size_in_bytes). On the CPU backend both kinds are the same
+# RAM and the compiler counts host-placed arrays in temp_size_in_bytes.
+_SEPARATE_HOST_MEMORY = ("gpu", "cuda", "rocm", "tpu")
+
+STATUS_OK = "compiled, within budget"
+STATUS_OVER = "compiled, over budget"
+STATUS_NOT_COMPILED = "not compiled"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Verification:
+    status: str
+    compiled: CompiledFigures | None
+    compiled_device_bytes: int | None     # what counts against the budget on this backend
+    predicted_peak_bytes: int
+    budget_bytes: int
+    checks: tuple[Check, ...]
+    backend: str
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == STATUS_OK and all(c.ok for c in self.checks)
+
+    @property
+    def error_bytes(self) -> int | None:
+        if self.compiled_device_bytes is None:
+            return None
+        return self.compiled_device_bytes - self.predicted_peak_bytes
+
+
+def _policy_checks(graph: LivenessGraph, assignment: Assignment, policy, prediction: Prediction):
+    """Level 1: replay JAX's residual choice with the emitted policy on every region."""
+    checks = []
+    for rg, rp in zip(graph.regions, prediction.regions):
+        r = rg.region
+        cands = r.candidates
+        want = {}
+        for c in cands:
+            if rp.needed[c.index]:
+                d = "save" if c.effectful else assignment.get(c.signature)
+                if d in ("save", "offload"):
+                    want[c.index] = d
+        # Replay on the region's forward equations in the order the trace recorded them.
+        got = {}
+        for c in cands:
+            e = c.eqn
+            d = adapter.decision_text(policy(e.primitive, *[v.aval for v in e.invars], **e.params))
+            if c.effectful:
+                d = "save"
+            if rp.needed[c.index] and d in ("save", "offload"):
+                got[c.index] = d
+        missing = {i: d for i, d in want.items() if got.get(i) != d}
+        extra = {i: d for i, d in got.items() if i not in want}
+        label = lambda i: cands[i].name or f"{cands[i].primitive}{list(cands[i].shape)}"
+        ok = not missing and not extra
+        detail = (f"region {r.id}: the emitted policy keeps the {len(want)} planned residuals"
+                  if ok else
+                  f"region {r.id}: emitted policy differs from the plan; planned but not kept: "
+                  f"{[label(i) for i in missing]}, kept but not planned: {[label(i) for i in extra]}")
+        checks.append(Check(name="policy keeps the planned tensors", ok=ok, detail=detail))
+    return checks
+
+
+def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: LivenessGraph,
+           assignment: Assignment, policy, prediction: Prediction, budget_bytes: int,
+           *, compile: bool = True) -> Verification:
+    checks = list(_policy_checks(graph, assignment, policy, prediction))
+    backend = jax.default_backend()
+    if not compile:
+        return Verification(status=STATUS_NOT_COMPILED, compiled=None, compiled_device_bytes=None,
+                            predicted_peak_bytes=prediction.peak_bytes, budget_bytes=budget_bytes,
+                            checks=tuple(checks), backend=backend,
+                            note="compilation skipped (verify=False)")
+    step_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: policy)
+    figs = compiled_figures(compiled, step_jaxpr)
+
+    # Level 2: stacked residuals of the traced step against the full-remat anchor.
+    scanned = [(rg, rp) for rg, rp in zip(graph.regions, prediction.regions) if rg.region.in_scan]
+    if scanned:
+        want_dev = sum(rg.region.multiplicity * rp.device_residual_bytes for rg, rp in scanned)
+        want_host = sum(rg.region.multiplicity * rp.host_residual_bytes for rg, rp in scanned)
+        grown = figs.stacked_device_bytes - trace.anchor.stacked_device_bytes
+        checks.append(Check(
+            name="traced step stacks the planned device residuals",
+            ok=grown == want_dev,
+            detail=f"forward scans stack {grown:,} more device bytes than under full remat; "
+                   f"the plan keeps {want_dev:,} per-trip bytes (loop-invariant ones are "
+                   "hoisted, not stacked)"))
+        checks.append(Check(
+            name="offloaded residuals live in host memory",
+            ok=figs.stacked_host_bytes == want_host,
+            detail=f"{figs.stacked_host_arrays} stacked arrays, {figs.stacked_host_bytes:,} bytes "
+                   f"in {adapter.HOST_KIND}; the plan offloads {want_host:,} bytes"))
+
+    # Level 3: the compiled program.
+    separate_host = backend in _SEPARATE_HOST_MEMORY
+    device_bytes = figs.device_bytes
+    note = ""
+    if not separate_host and figs.jaxpr_host_bytes:
+        # Same RAM for both memory kinds: the compiler counts host arrays in temp.
+        device_bytes -= figs.jaxpr_host_bytes
+        note = (f"The {backend} backend keeps {adapter.HOST_KIND} arrays in the same memory as "
+                f"device arrays; {figs.jaxpr_host_bytes:,} host-placed bytes (from the traced "
+                "program) were subtracted from the compiler's temp size.")
+    planned_host = prediction.host_bytes > 0
+    if planned_host and separate_host:
+        checks.append(Check(
+            name="compiled program places offloads in host memory",
+            ok=figs.host_buffers_in_hlo > 0 and figs.host_temp_bytes > 0,
+            detail=f"{figs.host_buffers_in_hlo} HLO instructions in host memory space S(5), "
+                   f"host temp {figs.host_temp_bytes:,} bytes; an offload the compiler dropped "
+                   "shows as 0 here"))
+    status = STATUS_OK if device_bytes <= budget_bytes else STATUS_OVER
+    return Verification(
+        status=status, compiled=figs, compiled_device_bytes=int(device_bytes),
+        predicted_peak_bytes=prediction.peak_bytes, budget_bytes=budget_bytes,
+        checks=tuple(checks), backend=backend, note=note,
+    )
