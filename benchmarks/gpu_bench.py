@@ -170,7 +170,8 @@ def run_layer_worker(job: dict) -> dict:
 
 
 def spawn(job: dict, out_dir: Path, timeout: float) -> dict:
-    path = out_dir / f"job-{job['id']}.json"
+    import tempfile
+    path = Path(tempfile.gettempdir()) / f"gpu-bench-job-{os.getpid()}-{job['id']}.json"
     path.write_text(json.dumps(job))
     env = dict(os.environ)
     env.pop("XLA_PYTHON_CLIENT_PREALLOCATE", None)  # the driver's setting, not the workers'
