@@ -23,6 +23,7 @@ from ._cost import (
     register_rule,
     registered_primitives,
 )
+from ._fusion import FUSIBLE, fused_costs, fused_eqn_costs, fused_jaxpr_cost, fused_seconds
 from ._flags import XlaFlag, format_xla_flags, xla_flags_for
 from ._profiles import (
     HardwareProfile,
@@ -47,6 +48,11 @@ __all__ = [
     "eqn_cost",
     "exposed_seconds",
     "format_xla_flags",
+    "FUSIBLE",
+    "fused_costs",
+    "fused_eqn_costs",
+    "fused_jaxpr_cost",
+    "fused_seconds",
     "jaxpr_cost",
     "list_profiles",
     "load_profile",

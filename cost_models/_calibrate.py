@@ -1,6 +1,6 @@
 """Measure the live device's figures, and how much a host copy hides behind compute.
 
-Every timing is the median of `repeats` runs after one warm-up run (which also compiles), each
+Every timing is the median of `repeats` timed runs, after a compiling call and a warm-up, each
 ended by `jax.block_until_ready`.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -59,24 +60,46 @@ _GPU_ONLY_CASES = ("tf32",)
 # so the chain is compute-bound. The coefficients only keep values bounded (|a| < 1).
 _VECTOR_FMAS = 256
 _FMA_A, _FMA_B = 0.999, 0.001
-# Kernel launch overhead: a chain of dependent 8x8 matmuls (XLA does not fuse dots with each
-# other), timed at two lengths so that the per-call dispatch cost cancels.
+# Kernel launch overhead and transfer latency: chains of dependent tiny operations (XLA does not
+# fuse dots with each other), timed at two lengths so that the per-call dispatch cost cancels.
 _LAUNCH_CHAIN = 64
 _LAUNCH_N = 8
-# Link latency probe: 4 KiB takes < 0.1 us of bandwidth time at 50 GB/s, so its time is latency.
+# Size of the arrays moved in the transfer-latency chain: 4 KiB take < 0.1 us of bandwidth time
+# at 50 GB/s, so what the chain measures is the fixed cost per transfer.
 _LATENCY_PROBE_BYTES = 4096
 # Longest matmul chain the overlap probe builds to match the copy time.
 _MAX_OVERLAP_MATMULS = 256
+# GPUs idle at low clocks (KINDS.md: SM 345 MHz idle, 1980 MHz just after a matmul burst) and
+# need sustained work to reach boost clocks: 0.2 s of back-to-back calls before timing.
+_WARMUP_S = 0.2
+# A batched repeat runs the call back to back for at least 20 ms and waits once, so that Python
+# dispatch and the final sync (tens of microseconds) stay under a percent of the time measured.
+_REPEAT_S = 0.02
+_MAX_CALLS_PER_REPEAT = 64
 _MIB = 2**20
 
 
-def _median_seconds(fn: Callable[..., Any], *args: Any, repeats: int) -> float:
-    jax.block_until_ready(fn(*args))  # warm-up (and compile)
+def _median_seconds(step: Callable[[], Any], *, repeats: int, batched: bool = False) -> float:
+    """Median seconds per `step()` call.
+
+    `batched`: each repeat runs enough calls back to back to last _REPEAT_S and waits once (for
+    throughput measurements, where dispatch would otherwise count). Unbatched: one call per repeat
+    (for transfers, which could overlap across calls, and for the differential chains).
+    """
+    jax.block_until_ready(step())  # compiles
+    calls, start = 0, time.perf_counter()
+    while calls == 0 or time.perf_counter() - start < _WARMUP_S:
+        jax.block_until_ready(step())
+        calls += 1
+    per_call = (time.perf_counter() - start) / calls
+    batch = min(_MAX_CALLS_PER_REPEAT, math.ceil(_REPEAT_S / per_call)) if batched else 1
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
+        for _ in range(batch):
+            out = step()
+        jax.block_until_ready(out)
+        times.append((time.perf_counter() - start) / batch)
     return statistics.median(times)
 
 
@@ -97,51 +120,78 @@ def _random(device: Any, shape: tuple[int, ...], dtype: Any, seed: int = 0) -> j
 def _matmul_seconds(device: Any, n: int, dtype: Any, precision: Any, repeats: int) -> float:
     a, b = _random(device, (n, n), dtype, 0), _random(device, (n, n), dtype, 1)
     product = jax.jit(lambda a, b: lax.dot(a, b, precision=precision))
-    return _median_seconds(product, a, b, repeats=repeats)
+    return _median_seconds(lambda: product(a, b), repeats=repeats, batched=True)
+
+
+def _in_place_seconds(
+    device: Any, nbytes: int, fn: Callable[[jax.Array], jax.Array], repeats: int
+) -> float:
+    """Seconds per call of `fn` applied in place (donated) to `nbytes` of fp32, call after call."""
+    state = {"x": _random(device, (nbytes // 4,), jnp.float32)}
+    update = jax.jit(fn, donate_argnums=0)
+
+    def step() -> jax.Array:
+        state["x"] = update(state["x"])
+        return state["x"]
+
+    return _median_seconds(step, repeats=repeats, batched=True)
 
 
 def _vector_rate(device: Any, nbytes: int, repeats: int) -> float:
-    x = _random(device, (nbytes // 4,), jnp.float32)
-
     def chain(x: jax.Array) -> jax.Array:
         for _ in range(_VECTOR_FMAS):
             x = x * _FMA_A + _FMA_B
         return x
 
-    seconds = _median_seconds(jax.jit(chain), x, repeats=repeats)
-    return 2 * _VECTOR_FMAS * x.size / seconds
+    return 2 * _VECTOR_FMAS * (nbytes // 4) / _in_place_seconds(device, nbytes, chain, repeats)
 
 
 def _hbm_rate(device: Any, nbytes: int, repeats: int) -> float:
     """Bytes read plus bytes written per second by an elementwise pass over `nbytes`."""
-    x = _random(device, (nbytes // 4,), jnp.float32)
-    seconds = _median_seconds(jax.jit(lambda x: x * 2), x, repeats=repeats)
-    return 2 * x.nbytes / seconds
+    return 2 * (nbytes // 4 * 4) / _in_place_seconds(device, nbytes, jnp.negative, repeats)
+
+
+def _chain_seconds(link: Callable[[jax.Array], jax.Array], x: jax.Array, repeats: int) -> float:
+    """Per-link seconds of a jitted chain of `link`: (t(_LAUNCH_CHAIN links) - t(1)) / (n - 1)."""
+
+    def timed(length: int) -> float:
+        def run(x: jax.Array) -> jax.Array:
+            for _ in range(length):
+                x = link(x)
+            return x
+
+        program = jax.jit(run)
+        return _median_seconds(lambda: program(x), repeats=repeats)
+
+    return max(0.0, (timed(_LAUNCH_CHAIN) - timed(1)) / (_LAUNCH_CHAIN - 1))
 
 
 def _launch_seconds(device: Any, repeats: int) -> float:
+    """Fixed time per kernel: a chain of dependent tiny matmuls, per matmul."""
     w = _random(device, (_LAUNCH_N, _LAUNCH_N), jnp.float32)
+    return _chain_seconds(lambda x: x @ w, w, repeats)
 
-    def chain(length: int) -> Callable[[jax.Array], jax.Array]:
-        def run(x: jax.Array) -> jax.Array:
-            for _ in range(length):
-                x = x @ w
-            return x
 
-        return jax.jit(run)
-
-    long = _median_seconds(chain(_LAUNCH_CHAIN), w, repeats=repeats)
-    short = _median_seconds(chain(1), w, repeats=repeats)
-    return max(0.0, (long - short) / (_LAUNCH_CHAIN - 1))
+def _transfer_latency(device: Any, repeats: int) -> float:
+    """Fixed time per host transfer inside a compiled program: a chain of dependent round trips
+    of 4 KiB (device -> pinned_host -> device, then +1 so no trip is a no-op), less the same
+    chain without the trips, per transfer."""
+    to_host = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
+    to_device = jax.sharding.SingleDeviceSharding(device, memory_kind="device")
+    x = _random(device, (_LATENCY_PROBE_BYTES // 4,), jnp.float32)
+    round_trip = _chain_seconds(
+        lambda x: jax.device_put(jax.device_put(x, to_host), to_device) + 1, x, repeats
+    )
+    add_only = _chain_seconds(lambda x: x + 1, x, repeats)
+    return max(0.0, (round_trip - add_only) / 2)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LinkMeasurement:
-    """Host link figures: per-direction bandwidth at the largest size, latency of a tiny copy."""
+    """Host link bandwidth per direction, from jax.device_put of the largest size."""
 
     d2h_bytes_per_s: float
     h2d_bytes_per_s: float
-    latency_s: float
     detail: str  # per-size rates, for the source citation
 
 
@@ -150,7 +200,7 @@ def _measure_link(device: Any, sizes_bytes: Sequence[int], repeats: int) -> Link
     to_device = jax.sharding.SingleDeviceSharding(device, memory_kind="device")
 
     def times(nbytes: int) -> tuple[float, float]:
-        x = _random(device, (max(nbytes // 4, 1),), jnp.float32)
+        x = _random(device, (nbytes // 4,), jnp.float32)
         on_host = jax.device_put(x, to_host)
         d2h = _median_seconds(lambda: jax.device_put(x, to_host), repeats=repeats)
         h2d = _median_seconds(lambda: jax.device_put(on_host, to_device), repeats=repeats)
@@ -158,21 +208,14 @@ def _measure_link(device: Any, sizes_bytes: Sequence[int], repeats: int) -> Link
 
     rates = {n: times(n) for n in sorted(sizes_bytes)}
     largest = max(rates)
-    d2h_rate, h2d_rate = largest / rates[largest][0], largest / rates[largest][1]
-    tiny_d2h, tiny_h2d = times(_LATENCY_PROBE_BYTES)
-    latency = max(
-        0.0,
-        min(
-            tiny_d2h - _LATENCY_PROBE_BYTES / d2h_rate,
-            tiny_h2d - _LATENCY_PROBE_BYTES / h2d_rate,
-        ),
-    )
     detail = "; ".join(
         f"{n / _MIB:g} MiB: d2h {n / d / 1e9:.1f} GB/s, h2d {n / h / 1e9:.1f} GB/s"
         for n, (d, h) in rates.items()
     )
     return LinkMeasurement(
-        d2h_bytes_per_s=d2h_rate, h2d_bytes_per_s=h2d_rate, latency_s=latency, detail=detail
+        d2h_bytes_per_s=largest / rates[largest][0],
+        h2d_bytes_per_s=largest / rates[largest][1],
+        detail=detail,
     )
 
 
@@ -220,8 +263,10 @@ def measure_overlap(
     a = _random(device, (n, n), jnp.bfloat16, 1)
     w = _random(device, (n, n), jnp.bfloat16, 2) * n**-0.5  # keeps the chain's values bounded
 
-    copy_s = _median_seconds(jax.jit(lambda x: jax.device_put(x, to_host)), x, repeats=repeats)
-    one_s = _median_seconds(jax.jit(lambda a, w: a @ w), a, w, repeats=repeats)
+    copy = jax.jit(lambda x: jax.device_put(x, to_host))
+    copy_s = _median_seconds(lambda: copy(x), repeats=repeats)
+    one = jax.jit(lambda a, w: a @ w)
+    one_s = _median_seconds(lambda: one(a, w), repeats=repeats)
     matmuls = min(_MAX_OVERLAP_MATMULS, max(1, round(copy_s / one_s)))
 
     def chain(a: jax.Array, w: jax.Array) -> jax.Array:
@@ -229,9 +274,10 @@ def measure_overlap(
             a = a @ w
         return a
 
-    matmul_s = _median_seconds(jax.jit(chain), a, w, repeats=repeats)
+    matmuls_only = jax.jit(chain)
+    matmul_s = _median_seconds(lambda: matmuls_only(a, w), repeats=repeats)
     both = jax.jit(lambda a, w, x: (chain(a, w), jax.device_put(x, to_host)))
-    both_s = _median_seconds(both, a, w, x, repeats=repeats)
+    both_s = _median_seconds(lambda: both(a, w, x), repeats=repeats)
     return OverlapMeasurement(
         matmul_s=matmul_s, copy_s=copy_s, both_s=both_s, matmuls=matmuls, copy_bytes=x.nbytes
     )
@@ -308,7 +354,7 @@ def calibrate(
         f"{stamp}: chain of {_VECTOR_FMAS} fp32 FMAs per element over {largest / _MIB:g} MiB"
     )
     sources["hbm_bytes_per_s"] = (
-        f"{stamp}: x * 2 over {largest / _MIB:g} MiB fp32, bytes read plus bytes written"
+        f"{stamp}: in-place negation of {largest / _MIB:g} MiB fp32, bytes read plus written"
     )
     sources["kernel_launch_s"] = (
         f"{stamp}: chain of {_LAUNCH_CHAIN} dependent {_LAUNCH_N}x{_LAUNCH_N} matmuls minus a "
@@ -326,15 +372,15 @@ def calibrate(
             link,
             d2h_bytes_per_s=measured.d2h_bytes_per_s,
             h2d_bytes_per_s=measured.h2d_bytes_per_s,
-            latency_s=measured.latency_s,
+            latency_s=_transfer_latency(device, repeats),
         )
         sources["link.d2h_bytes_per_s"] = sources["link.h2d_bytes_per_s"] = (
             f"{stamp}: jax.device_put between 'device' and 'pinned_host', median of {repeats}; "
             f"{measured.detail}"
         )
         sources["link.latency_s"] = (
-            f"{stamp}: {_LATENCY_PROBE_BYTES} B jax.device_put (either direction, less its "
-            "bandwidth time), including Python dispatch"
+            f"{stamp}: jitted chain of {_LAUNCH_CHAIN} dependent {_LATENCY_PROBE_BYTES} B round "
+            "trips device -> pinned_host -> device (+1), less the chain without them, per transfer"
         )
         overlap = measure_overlap(size_mb=max(sizes_mb), repeats=repeats, matmul_n=matmul_n)
         changes["overlap_efficiency"] = overlap.overlap
@@ -390,8 +436,14 @@ def calibrate_overlap_with_flags(
             p for p in (str(_PACKAGE_PARENT), os.environ.get("PYTHONPATH", "")) if p
         )
         command = [
-            sys.executable, "-m", "cost_models", "overlap-probe",
-            "--size-mb", str(size_mb), "--repeats", str(repeats),
+            sys.executable,
+            "-m",
+            "cost_models",
+            "overlap-probe",
+            "--size-mb",
+            str(size_mb),
+            "--repeats",
+            str(repeats),
         ]
         if matmul_n:
             command += ["--matmul-n", str(matmul_n)]

@@ -12,6 +12,7 @@ import contextlib
 import contextvars
 import dataclasses
 import math
+import types
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ import numpy as np
 from ._profiles import HardwareProfile
 from ._transfer import transfer_seconds
 
-try:  # public home of the jaxpr types since JAX 0.4.30
+try:  # the public home of the jaxpr types
     from jax.extend.core import ClosedJaxpr, Jaxpr
 except ImportError:  # pragma: no cover - guard for JAX versions that move them again
     from jax.core import ClosedJaxpr, Jaxpr  # type: ignore[no-redef,attr-defined]
@@ -80,7 +81,7 @@ class Cost:
         )
 
     def breakdown(self, hw: HardwareProfile, dtype: str = "bfloat16") -> dict[str, float]:
-        """Seconds per term of `seconds` (compute, memory, collectives, host_link, launch, total)."""
+        """Seconds per term of `seconds`: compute, memory, collectives, host_link, launch, total."""
         parts = {
             "compute": self.matmul_flops / hw.matmul_rate(dtype)
             + self.vector_flops / hw.vector_flops_per_s,
@@ -120,7 +121,7 @@ _NUMERIC: tuple[str, ...] = tuple(
 
 
 def _link_seconds(nbytes: float, hw: HardwareProfile, direction: str) -> float:
-    """Bandwidth time of `nbytes` over the host link; per-transfer latency is `transfer_seconds`'."""
+    """Bandwidth time of `nbytes` over the host link (`transfer_seconds` less its latency)."""
     if nbytes == 0:
         return 0.0
     return transfer_seconds(nbytes, hw, direction) - hw.link.latency_s
@@ -161,7 +162,7 @@ def registered_primitives() -> tuple[str, ...]:
 # Sizes of named mesh axes, for collectives whose params carry only the axis names. Set by
 # `jaxpr_cost(axis_sizes=...)` and extended by the shard_map / pmap rules for their bodies.
 _AXIS_SIZES: contextvars.ContextVar[Mapping[str, int]] = contextvars.ContextVar(
-    "cost_models_axis_sizes", default={}
+    "cost_models_axis_sizes", default=types.MappingProxyType({})
 )
 
 

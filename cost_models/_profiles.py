@@ -21,7 +21,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._units import BANDWIDTH, BYTES, FLOP_RATE, TIME, Kind, UnitError, format_quantity, parse_quantity
+from ._units import (
+    BANDWIDTH,
+    BYTES,
+    FLOP_RATE,
+    TIME,
+    Kind,
+    UnitError,
+    format_quantity,
+    parse_quantity,
+)
 
 
 class ProfileError(ValueError):
@@ -34,7 +43,7 @@ LINK_KINDS: Mapping[str, str] = {
     "pcie4": "PCIe Gen4 x16 between the GPU and the host CPU",
     "pcie5": "PCIe Gen5 x16 between the GPU and the host CPU",
     "nvlink-c2c": "NVLink chip-to-chip between a Grace CPU and the GPU",
-    "host-memory": "no physical link: the device's memory is host DRAM (JAX CPU), a copy is a memcpy",
+    "host-memory": "no physical link: device memory is host DRAM (JAX CPU); a copy is a memcpy",
     "none": "no host memory to offload to",
 }
 PLATFORMS: tuple[str, ...] = ("gpu", "cpu", "tpu")
@@ -190,11 +199,14 @@ class HardwareProfile:
     description: str = ""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "matmul_flops_per_s", tuple(sorted(dict(self.matmul_flops_per_s).items())))
+        object.__setattr__(
+            self, "matmul_flops_per_s", tuple(sorted(dict(self.matmul_flops_per_s).items()))
+        )
         object.__setattr__(self, "sources", tuple(sorted(dict(self.sources).items())))
         if self.platform not in PLATFORMS:
             raise ProfileError(
-                f"profile {self.name!r}: platform {self.platform!r} is unknown; use one of {PLATFORMS}."
+                f"profile {self.name!r}: platform {self.platform!r} is unknown; use one of "
+                f"{PLATFORMS}."
             )
         for figure in _FIGURES:
             _check_value(figure, getattr(self, figure.key), figure.key, self.name)
@@ -209,11 +221,14 @@ class HardwareProfile:
         missing_rates = [d for d in _REQUIRED_MATMUL_DTYPES if d not in rates]
         if missing_rates:
             raise ProfileError(
-                f"profile {self.name!r}: matmul_flops_per_s needs {missing_rates}; other dtypes fall "
-                f"back to bf16. Example: {{'bf16': {{'value': '989 TFLOP/s', 'source': ...}}}}."
+                f"profile {self.name!r}: matmul_flops_per_s needs {missing_rates}; other dtypes "
+                "fall back to bf16. Example: "
+                "{'bf16': {'value': '989 TFLOP/s', 'source': '<where the figure comes from>'}}."
             )
         if not isinstance(self.link, LinkProfile):
-            raise ProfileError(f"profile {self.name!r}: link must be a LinkProfile, got {self.link!r}.")
+            raise ProfileError(
+                f"profile {self.name!r}: link must be a LinkProfile, got {self.link!r}."
+            )
         missing = sorted(set(_figure_keys(rates)) - set(dict(self.sources)))
         if missing:
             raise ProfileError(
@@ -302,8 +317,7 @@ class HardwareProfile:
             top,
             where,
             "the profile",
-            required=("name", "platform", "matmul_flops_per_s", "link")
-            + tuple(f.key for f in _FIGURES),
+            required=("name", "platform", "matmul_flops_per_s", "link", *(f.key for f in _FIGURES)),
             optional=("description",),
         )
         values = {
@@ -323,11 +337,11 @@ class HardwareProfile:
             for dtype, raw in rates_json.items()
         }
         link_json = _expect_mapping(top["link"], where, "link")
-        _check_keys(
-            link_json, where, "link", required=("kind",) + tuple(f.key for f in _LINK_FIGURES)
-        )
+        _check_keys(link_json, where, "link", required=("kind", *(f.key for f in _LINK_FIGURES)))
         link_values = {
-            figure.key: _parse_figure(figure, link_json[figure.key], f"link.{figure.key}", where, sources)
+            figure.key: _parse_figure(
+                figure, link_json[figure.key], f"link.{figure.key}", where, sources
+            )
             for figure in _LINK_FIGURES
         }
         try:
@@ -357,7 +371,9 @@ def _figure_values(fields: Mapping[str, object]) -> dict[str, object]:
     """Every figure in `fields` (a profile's field values by name) under its source key."""
     link = fields["link"]
     values = {f.key: fields[f.key] for f in _FIGURES}
-    values.update({f"matmul_flops_per_s.{d}": r for d, r in dict(fields["matmul_flops_per_s"]).items()})  # type: ignore[call-overload]
+    values.update(
+        {f"matmul_flops_per_s.{d}": r for d, r in dict(fields["matmul_flops_per_s"]).items()}
+    )  # type: ignore[call-overload]
     values.update({f"link.{f.key}": getattr(link, f.key) for f in _LINK_FIGURES})
     return values
 
@@ -391,7 +407,9 @@ def _check_keys(
         if key not in obj:
             figure = next((f for f in _FIGURES + _LINK_FIGURES if f.key == key), None)
             if figure is not None:
-                how = f'Add it as "{key}": {{"value": {figure.example}, "source": "{_SOURCE_HINT}"}}.'
+                how = (
+                    f'Add it as "{key}": {{"value": {figure.example}, "source": "{_SOURCE_HINT}"}}.'
+                )
             elif what == "matmul_flops_per_s":
                 how = f'Add it as "{key}": {{"value": "989 TFLOP/s", "source": "{_SOURCE_HINT}"}}.'
             else:
@@ -442,7 +460,11 @@ def _profiles_dir() -> importlib.resources.abc.Traversable:
 def list_profiles() -> tuple[str, ...]:
     """Names of the profiles shipped in cost_models/profiles/, sorted."""
     return tuple(
-        sorted(p.name.removesuffix(".json") for p in _profiles_dir().iterdir() if p.name.endswith(".json"))
+        sorted(
+            p.name.removesuffix(".json")
+            for p in _profiles_dir().iterdir()
+            if p.name.endswith(".json")
+        )
     )
 
 
@@ -451,8 +473,8 @@ def _load_file(path: Path, display: str) -> HardwareProfile:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ProfileError(
-            f"{display}: cannot read the profile file ({err.strerror}). Pass the path of an existing "
-            f"JSON file, or a shipped profile name: {', '.join(list_profiles())}."
+            f"{display}: cannot read the profile file ({err.strerror}). Pass the path of an "
+            f"existing JSON file, or a shipped profile name: {', '.join(list_profiles())}."
         ) from None
     try:
         data = json.loads(text)
@@ -474,7 +496,9 @@ def load_profile(name_or_path: str | os.PathLike[str] | HardwareProfile) -> Hard
             return _load_file(Path(path), f"{name_or_path}.json")
     if isinstance(name_or_path, os.PathLike) or (
         isinstance(name_or_path, str)
-        and (name_or_path.endswith(".json") or os.sep in name_or_path or Path(name_or_path).is_file())
+        and (
+            name_or_path.endswith(".json") or os.sep in name_or_path or Path(name_or_path).is_file()
+        )
     ):
         return _load_file(Path(name_or_path), os.fspath(name_or_path))
     if not isinstance(name_or_path, str):

@@ -43,8 +43,9 @@ THREEFRY_OPS_PER_WORD = (2 + 20 * 5 + 5 * 3) / 2
 CAUSAL_FRACTION = 0.5
 
 
-def _register(names: Iterable[str], rule: Callable[[Any], Cost]) -> None:
-    for name in names:
+def _register(names: str, rule: Callable[[Any], Cost]) -> None:
+    """Register `rule` for each primitive in the whitespace-separated `names`."""
+    for name in names.split():
         register_rule(name)(rule)
 
 
@@ -62,27 +63,12 @@ def _free(eqn: Any) -> Cost:
 
 
 _register(
-    (
-        "name",  # checkpoint_name
-        "pvary",
-        "optimization_barrier",
-        "stop_gradient",
-        "sharding_constraint",
-        "layout_constraint",
-        "axis_index",
-        "create_token",
-        "after_all",
-        "random_wrap",
-        "random_unwrap",
-        "random_clone",
-        "platform_index",
-        "dce_sink",
-        # Row-major reshapes are bitcasts in XLA: no bytes move.
-        "reshape",
-        "squeeze",
-        "expand_dims",
-        "bitcast_convert_type",
-    ),
+    # checkpoint_name is "name"; row-major reshapes (the last four) are bitcasts in XLA.
+    """
+    name pvary optimization_barrier stop_gradient sharding_constraint layout_constraint
+    axis_index create_token after_all random_wrap random_unwrap random_clone platform_index
+    dce_sink shard_alike reshape squeeze expand_dims bitcast_convert_type
+    """,
     _free,
 )
 
@@ -102,26 +88,24 @@ def _elementwise(flops_per_element: float) -> Callable[[Any], Cost]:
 
 
 _register(
-    (
-        "neg", "abs", "sign", "floor", "ceil", "round", "is_finite", "not", "real", "imag",
-        "conj", "square", "reduce_precision", "population_count", "clz",
-        "add", "add_any", "sub", "mul", "div", "rem", "max", "min", "and", "or", "xor", "eq",
-        "ne", "lt", "le", "gt", "ge", "shift_left", "shift_right_arithmetic",
-        "shift_right_logical", "nextafter", "complex", "mulhi",
-    ),
+    """
+    neg abs sign floor ceil round is_finite not real imag conj square reduce_precision
+    population_count clz add add_any sub mul div rem max min and or xor eq ne lt le gt ge
+    shift_left shift_right_arithmetic shift_right_logical nextafter complex mulhi
+    """,
     _elementwise(1),
 )
 _register(
-    (
-        "exp", "exp2", "expm1", "log", "log1p", "tanh", "logistic", "sin", "cos", "tan", "asin",
-        "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "atan2", "sqrt", "rsqrt",
-        "cbrt", "pow", "erf", "erfc", "erf_inv", "lgamma", "digamma", "igamma", "igammac",
-        "igamma_grad_a", "random_gamma_grad", "polygamma", "zeta", "bessel_i0e", "bessel_i1e",
-        "regularized_incomplete_beta",
-    ),
+    """
+    exp exp2 expm1 log log1p tanh logistic sin cos tan asin acos atan sinh cosh asinh acosh
+    atanh atan2 sqrt rsqrt cbrt pow erf erfc erf_inv lgamma digamma igamma igammac
+    igamma_grad_a random_gamma_grad polygamma zeta bessel_i0e bessel_i1e
+    regularized_incomplete_beta
+    """,
     _elementwise(TRANSCENDENTAL_FLOPS),
 )
 register_rule("clamp")(_elementwise(2))  # a max and a min per element
+register_rule("one_minus_square")(_elementwise(2))  # 1 - x*x (tanh's derivative, JAX >= 0.11)
 
 
 @register_rule("integer_pow")
@@ -144,10 +128,9 @@ def _moves(eqn: Any) -> Cost:
 
 
 _register(
-    (
-        "convert_element_type", "broadcast_in_dim", "transpose", "rev", "pad", "concatenate",
-        "select_n", "split", "tile",
-    ),
+    """
+    convert_element_type broadcast_in_dim transpose rev pad concatenate select_n split tile
+    """,
     _moves,
 )
 
@@ -177,7 +160,7 @@ def _slice(eqn: Any) -> Cost:
 @register_rule("dynamic_update_slice")
 def _dynamic_update_slice(eqn: Any) -> Cost:
     """In place (the operand buffer is reused): reads the update, writes it into the operand."""
-    operand, update, *indices = _avals_in(eqn)
+    _, update, *indices = _avals_in(eqn)
     return Cost(hbm_bytes=2 * aval_bytes(update) + _index_bytes(indices))
 
 
@@ -203,8 +186,7 @@ def _scatter(combines: bool) -> Callable[[Any], Cost]:
 
 
 register_rule("scatter")(_scatter(combines=False))
-_register(("scatter-add", "scatter-mul", "scatter-min", "scatter-max", "scatter-sub"),
-          _scatter(combines=True))
+_register("scatter-add scatter-mul scatter-min scatter-max scatter-sub", _scatter(combines=True))
 
 
 def _memory_space(aval: Any) -> str | None:
@@ -250,8 +232,10 @@ def _reduction(ops_per_combine: float) -> Callable[[Any], Cost]:
 
 
 _register(
-    ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
-     "reduce_xor", "argmax", "argmin"),
+    """
+    reduce_sum reduce_max reduce_min reduce_prod reduce_and reduce_or reduce_xor
+    argmax argmin
+    """,
     _reduction(1),
 )
 
@@ -275,7 +259,7 @@ def _cumulative(ops_per_element: float) -> Callable[[Any], Cost]:
     return rule
 
 
-_register(("cumsum", "cumprod", "cummax", "cummin"), _cumulative(1))
+_register("cumsum cumprod cummax cummin", _cumulative(1))
 # logaddexp per element: exp and log1p (transcendentals) plus max, sub and add.
 register_rule("cumlogsumexp")(_cumulative(2 * TRANSCENDENTAL_FLOPS + 3))
 
@@ -293,8 +277,10 @@ def _windowed(eqn: Any) -> Cost:
 
 
 _register(
-    ("reduce_window_sum", "reduce_window_max", "reduce_window_min", "reduce_window",
-     "select_and_gather_add", "select_and_scatter_add", "select_and_scatter"),
+    """
+    reduce_window_sum reduce_window_max reduce_window_min reduce_window
+    select_and_gather_add select_and_scatter_add select_and_scatter
+    """,
     _windowed,
 )
 
@@ -350,9 +336,9 @@ def _key_derivation(eqn: Any) -> Cost:
     return _threefry_words(out_bytes(eqn) / 4) + _moves(eqn)
 
 
-_register(("random_seed", "random_split", "random_fold_in"), _key_derivation)
+_register("random_seed random_split random_fold_in", _key_derivation)
 # XLA's counter-based generators (Philox on GPU and CPU): memory-bound, costed by bytes written.
-_register(("rng_bit_generator", "rng_uniform"), _moves)
+_register("rng_bit_generator rng_uniform", _moves)
 
 
 # --------------------------------------------------------------------------------------------
@@ -360,6 +346,7 @@ _register(("rng_bit_generator", "rng_uniform"), _moves)
 
 
 @register_rule("dot_general")
+@register_rule("scaled_dot")  # block-scaled (fp8 / mx) dot: lhs, rhs, then their scales
 def _dot_general(eqn: Any) -> Cost:
     """2 * (output elements) * (contracted size) = 2 * batch * M * N * K."""
     (lhs_contract, _), _ = eqn.params["dimension_numbers"]
@@ -462,13 +449,17 @@ def _attention_bwd(eqn: Any) -> Cost:
 
 
 _register(
-    ("dot_product_attention_fwd", "dot_product_attention_fwd_wrapper",
-     "dot_product_attention_fp8_fwd", "dot_product_attention_fp8_fwd_wrapper"),
+    """
+    dot_product_attention_fwd dot_product_attention_fwd_wrapper
+    dot_product_attention_fp8_fwd dot_product_attention_fp8_fwd_wrapper
+    """,
     _attention_fwd,
 )
 _register(
-    ("dot_product_attention_bwd", "dot_product_attention_bwd_wrapper",
-     "dot_product_attention_fp8_bwd", "dot_product_attention_fp8_bwd_wrapper"),
+    """
+    dot_product_attention_bwd dot_product_attention_bwd_wrapper
+    dot_product_attention_fp8_bwd dot_product_attention_fp8_bwd_wrapper
+    """,
     _attention_bwd,
 )
 
@@ -535,11 +526,12 @@ def _collective(payload: Callable[[Any], float], passes: int) -> Callable[[Any],
 # All-reduce on a ring = reduce-scatter + all-gather: 2 (n-1)/n of the buffer (NCCL's
 # PERFORMANCE.md "bus bandwidth" factors: allreduce 2(n-1)/n, allgather and reducescatter
 # (n-1)/n, alltoall (n-1)/n).
-_register(("psum", "psum_invariant", "pmax", "pmin", "unreduced_psum"), _collective(in_bytes, 2))
+_register("psum psum_invariant pmax pmin unreduced_psum", _collective(in_bytes, 2))
 # All-gather: each device receives (n-1)/n of the gathered (output) buffer.
-_register(("all_gather", "all_gather_invariant"), _collective(out_bytes, 1))
-_register(("reduce_scatter", "psum_scatter", "unreduced_reduce_scatter"), _collective(in_bytes, 1))
-_register(("all_to_all", "ragged_all_to_all"), _collective(lambda eqn: aval_bytes(eqn.invars[0].aval), 1))
+_register("all_gather all_gather_invariant", _collective(out_bytes, 1))
+_register("reduce_scatter psum_scatter unreduced_reduce_scatter", _collective(in_bytes, 1))
+# All-to-all: each device keeps 1/n of its buffer and sends the rest (ragged: the operand).
+_register("all_to_all ragged_all_to_all", _collective(lambda e: aval_bytes(e.invars[0].aval), 1))
 
 
 @register_rule("ppermute")
@@ -560,9 +552,9 @@ def _pbroadcast(eqn: Any) -> Cost:
 
 
 def _call(eqn: Any) -> Cost:
-    """A call runs its body once. The body is params['jaxpr'] (jit, named pjit in older JAX,
-    remat2 = jax.checkpoint), params['call_jaxpr'] (call, closed_call, custom_jvp_call,
-    custom_vjp_call) or params['fun_jaxpr'] (custom_jvp_call_jaxpr)."""
+    """A call runs its body once. The body is params['jaxpr'] (jit, named pjit in older JAX;
+    remat2, which is jax.checkpoint; xla_metadata_call), params['call_jaxpr'] (call, closed_call,
+    custom_jvp_call, custom_vjp_call) or params['fun_jaxpr'] (custom_jvp_call_jaxpr)."""
     for key in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
         if key in eqn.params:
             return jaxpr_cost(eqn.params[key])
@@ -573,8 +565,10 @@ def _call(eqn: Any) -> Cost:
 
 
 _register(
-    ("jit", "pjit", "closed_call", "call", "remat2", "custom_jvp_call", "custom_vjp_call",
-     "custom_jvp_call_jaxpr"),
+    """
+    jit pjit closed_call call remat2 custom_jvp_call custom_vjp_call custom_jvp_call_jaxpr
+    xla_metadata_call
+    """,
     _call,
 )
 

@@ -87,7 +87,9 @@ TIME = Kind(
     write_units=("s", "ms", "us", "ns"),
 )
 
-_QUANTITY = re.compile(r"^\s*(?P<number>[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?)\s*(?P<unit>\S*)\s*$")
+_QUANTITY = re.compile(
+    r"^\s*(?P<number>[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?)\s*(?P<unit>\S*)\s*$"
+)
 
 
 class UnitError(ValueError):

@@ -18,10 +18,10 @@ from planner.errors import (
     TraceError,
     UnsupportedError,
 )
-from planner.plan import Plan, PlanWarning, solve
+from planner.plan import Plan, PlanWarning, pareto, solve
 
 __all__ = [
     "Assignment", "InfeasibleBudgetError", "InvalidArgumentError", "NoCheckpointRegionError",
     "Plan", "PlanFileError", "PlanWarning", "PlannerError", "PlannerPolicy", "Prediction",
-    "SolverError", "TraceError", "UnsupportedError", "solve",
+    "SolverError", "TraceError", "UnsupportedError", "pareto", "solve",
 ]

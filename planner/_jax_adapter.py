@@ -68,6 +68,12 @@ def _param_repr(value: Any) -> str | None:
         if any(p is None for p in parts):
             return None
         return "(" + ",".join(parts) + ")"
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))  # np.int64(1) and 1 are the same parameter
+    if isinstance(value, (float, np.floating)):
+        return repr(float(value))
     if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
         return np.dtype(value).name
     text = repr(value)

@@ -138,17 +138,19 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
     regions = []
     for rg in graph.regions:
         r = rg.region
+        # Fusion-aware roofline (cost_models._fusion): values the backward pass reads are
+        # materialized; the rest of a fusible chain stays in registers.
+        escaping = [v for c in r.candidates if c.needed for v in c.eqn.outvars]
+        fwd_costs = cm.fused_costs([c.eqn for c in r.candidates], escaping)
         rec = []
-        for c in r.candidates:
-            cost = cm.eqn_cost(c.eqn)
+        for cost in fwd_costs:
             unknown.update(cost.unknown_primitives)
             rec.append(_seconds(cost, hw))
-        bwd_cost = cm.Cost.zeros()
-        for e in r.backward_eqns:
-            bwd_cost = bwd_cost + cm.eqn_cost(e)
-        unknown.update(bwd_cost.unknown_primitives)
+        bwd_costs = cm.fused_costs(list(r.backward_eqns), [])
+        for cost in bwd_costs:
+            unknown.update(cost.unknown_primitives)
+        bwd_s = sum(_seconds(cost, hw) for cost in bwd_costs)
         fwd_s = sum(rec)
-        bwd_s = _seconds(bwd_cost, hw)
         after, acc = [], 0.0
         for t in reversed(rec):
             after.append(acc)
@@ -164,11 +166,11 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
             d2h_s=tuple(d2h), h2d_s=tuple(h2d), fwd_after_s=tuple(after),
             bwd_before_s=tuple(before), fwd_s=fwd_s, bwd_s=bwd_s,
         ))
-    step_cost = cm.jaxpr_cost(trace.step_jaxpr)
+    step_cost = cm.fused_jaxpr_cost(trace.step_jaxpr)
     unknown.update(step_cost.unknown_primitives)
     link = hw.link
     model = CostModel(
-        hardware=hw, regions=tuple(regions), base_step_s=_seconds(step_cost, hw),
+        hardware=hw, regions=tuple(regions), base_step_s=cm.fused_seconds(trace.step_jaxpr, hw),
         fixed_bytes=0, anchor_device_bytes=trace.anchor.device_bytes,
         correction_bytes=correction_bytes,
         host_cap_bytes=float(link.host_pinned_bytes),

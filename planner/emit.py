@@ -22,7 +22,7 @@ from planner.cost import Assignment
 _MAXTEXT_VALUE = {"save": "device", "remat": "remat", "offload": "offload"}
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True)  # no slots: JAX keeps weak references to policies
 class PlannerPolicy:
     """A checkpoint policy deciding by equation signature. Unknown signatures: recompute.
 

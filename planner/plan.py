@@ -20,7 +20,7 @@ from planner import _jax_adapter as adapter
 from planner.baselines import Baseline, evaluate_baselines
 from planner.cost import Assignment, CostModel, Prediction, build_cost_model, evaluate
 from planner.emit import Emitted, emit
-from planner.errors import InvalidArgumentError, UnsupportedError
+from planner.errors import InvalidArgumentError, PlannerError, UnsupportedError
 from planner.graph import LivenessGraph, build_graph
 from planner.solve import Solution, SolverOptions, check_solution, solve_assignment
 from planner.trace import Trace, trace_step
@@ -155,7 +155,25 @@ def solve(step_fn: Callable, *example_args, hbm_gb: float, hardware="h200",
       verify_compile: compile the step with the emitted policy and check it (recommended).
       max_rounds: solve / compile rounds when the compiled program exceeds the budget.
     """
-    hw = _validate(step_fn, example_args, hbm_gb, hardware, solver_time_limit_s, max_rounds)
+    return pareto(step_fn, *example_args, hbm_gb=[hbm_gb], hardware=hardware,
+                  allow_offload=allow_offload, solver_time_limit_s=solver_time_limit_s,
+                  verify_compile=verify_compile, max_rounds=max_rounds, _raise=True)[0]
+
+
+def pareto(step_fn: Callable, *example_args, hbm_gb, hardware="h200",
+           allow_offload: bool | None = None, solver_time_limit_s: float = 30.0,
+           verify_compile: bool = False, max_rounds: int = 3, _raise: bool = False):
+    """Plans for several budgets from one trace: ``[Plan or PlannerError per budget]``.
+
+    The step is traced (and the anchor compiled) once; each budget is solved, emitted and,
+    with ``verify_compile``, compiled. A budget no plan reaches gives its
+    ``InfeasibleBudgetError`` in the list instead of a plan.
+    """
+    budgets = list(hbm_gb) if isinstance(hbm_gb, (list, tuple)) else [hbm_gb]
+    if not budgets:
+        raise InvalidArgumentError("hbm_gb is an empty list; give at least one budget in GB.")
+    for b in budgets:
+        hw = _validate(step_fn, example_args, b, hardware, solver_time_limit_s, max_rounds)
     host_ok = _host_memory_available()
     if allow_offload and not host_ok:
         raise UnsupportedError(
@@ -164,17 +182,28 @@ def solve(step_fn: Callable, *example_args, hbm_gb: float, hardware="h200",
             "Fix: run on a GPU/TPU or CPU backend with host memory kinds (JAX >= 0.4.31), "
             "or pass allow_offload=False.")
     offload = host_ok if allow_offload is None else bool(allow_offload)
-    budget = int(hbm_gb * GB)
     opts = SolverOptions(time_limit_s=float(solver_time_limit_s))
     timings = []
-
     t = time.perf_counter()
     tr = trace_step(step_fn, example_args)
     timings.append(("trace + anchor compile", time.perf_counter() - t))
     t = time.perf_counter()
     graph = build_graph(tr)
     timings.append(("graph", time.perf_counter() - t))
+    out = []
+    for b in budgets:
+        try:
+            out.append(_plan_one(step_fn, example_args, tr, graph, hw, offload, int(b * GB), opts,
+                                 verify_compile, max_rounds, list(timings)))
+        except PlannerError as e:
+            if _raise:
+                raise
+            out.append(e)
+    return out
 
+
+def _plan_one(step_fn, example_args, tr, graph, hw, offload, budget, opts, verify_compile,
+              max_rounds, timings) -> Plan:
     correction = 0
     rounds = []
     for round_no in range(max_rounds):
@@ -212,9 +241,9 @@ def solve(step_fn: Callable, *example_args, hbm_gb: float, hardware="h200",
             f"After {len(rounds)} rounds the compiled step still needs "
             f"{ver.compiled_device_bytes / GB:.3f} GB against a budget of {budget / GB:.3f} GB. "
             "The plan is returned for inspection; do not run it at this budget. "
-            "Raise hbm_gb or max_rounds.", PlanWarning, stacklevel=2)
+            "Raise hbm_gb or max_rounds.", PlanWarning, stacklevel=3)
     failed = [c for c in ver.checks if not c.ok]
     if failed:
         warnings.warn("Verification checks failed: " + "; ".join(c.detail for c in failed),
-                      PlanWarning, stacklevel=2)
+                      PlanWarning, stacklevel=3)
     return plan

@@ -1,4 +1,4 @@
-"""Tests of cost_models: rules against hand counts, profiles, transfers, flags, calibration (CPU)."""
+"""Tests of cost_models: rules against hand counts, profiles, transfers, flags, calibration."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def test_zero_cost_annotations():
 # Collectives
 
 
-MESH = AbstractMesh((4,), ("x",))
+MESH = AbstractMesh((4,), ("x",), axis_types=(AxisType.Explicit,))
 
 
 def _collectives(a):
@@ -180,7 +180,8 @@ def _collectives_jaxpr():
     mapped = jax.shard_map(
         _collectives, mesh=MESH, in_specs=P("x"), out_specs=(P(),) * 5, check_vma=False
     )
-    return jax.make_jaxpr(mapped)(jax.ShapeDtypeStruct((16, 8), jnp.float32))
+    sharded = NamedSharding(MESH, P("x"))
+    return jax.make_jaxpr(mapped)(jax.ShapeDtypeStruct((16, 8), jnp.float32, sharding=sharded))
 
 
 @pytest.mark.parametrize(
@@ -211,8 +212,11 @@ def test_shard_map_rule_supplies_axis_sizes():
 
 
 def test_collective_with_unknown_axis_size_assumes_large_n_and_says_so():
-    psum = next(e for e in only_eqn(_collectives_jaxpr(), "shard_map").params["jaxpr"].eqns
-                if e.primitive.name == "psum")
+    psum = next(
+        e
+        for e in only_eqn(_collectives_jaxpr(), "shard_map").params["jaxpr"].eqns
+        if e.primitive.name == "psum"
+    )
     guessed = cm.eqn_cost(psum)
     assert guessed.collective_bytes == 2 * 32 * F32
     assert any("unknown" in note and "axis_sizes" in note for note in guessed.notes)
@@ -329,9 +333,13 @@ def test_cudnn_attention_primitives(causal):
     q, k = jnp.ones((b, t, n, h), jnp.bfloat16), jnp.ones((b, s, n, h), jnp.bfloat16)
     empty = jnp.zeros(0, jnp.bfloat16)
     params = dict(
-        scale=1.0, seed=0, dropout_rate=0.0, variadic_args=(False, False),
+        scale=1.0,
+        seed=0,
+        dropout_rate=0.0,
+        variadic_args=(False, False),
         mask_type=fa.MaskType.CAUSAL if causal else fa.MaskType.NO_MASK,
-        layout=fa.AttentionLayout.BTNH.value, sliding_window_length=None,
+        layout=fa.AttentionLayout.BTNH.value,
+        sliding_window_length=None,
     )
 
     def fwd(q, k):
@@ -387,7 +395,7 @@ def test_unknown_primitive_falls_back_and_is_listed():
 
 
 def test_register_rule_refuses_duplicates_unless_replacing():
-    with pytest.raises(ValueError, match="already registered.*replace=True"):
+    with pytest.raises(ValueError, match=r"already registered.*replace=True"):
         cm.register_rule("dot_general")(lambda eqn: cm.Cost())
     prim = _mystery_primitive()
     try:
@@ -405,8 +413,12 @@ def test_cost_arithmetic_and_roofline_formula():
     b = cm.Cost(vector_flops=3, kernel_launches=1, unknown_primitives=("a", "b"), notes=("n",))
     total = a + b
     assert total == cm.Cost(
-        matmul_flops=2, vector_flops=3, hbm_bytes=4, kernel_launches=1,
-        unknown_primitives=("a", "b"), notes=("n",),
+        matmul_flops=2,
+        vector_flops=3,
+        hbm_bytes=4,
+        kernel_launches=1,
+        unknown_primitives=("a", "b"),
+        notes=("n",),
     )
     assert total.scale(3).matmul_flops == 6 and total.scale(3).unknown_primitives == ("a", "b")
     assert cm.Cost.zeros() + a == a
@@ -481,7 +493,9 @@ def test_load_profile_from_path_and_passthrough(tmp_path):
 def test_profile_error_missing_field(tmp_path):
     data = _profile_json()
     del data["hbm_bytes_per_s"]
-    with pytest.raises(cm.ProfileError, match=r"mine\.json: missing field 'hbm_bytes_per_s'.*4\.8 TB/s"):
+    with pytest.raises(
+        cm.ProfileError, match=r"mine\.json: missing field 'hbm_bytes_per_s'.*4\.8 TB/s"
+    ):
         cm.load_profile(_write(tmp_path, data))
 
 
@@ -516,7 +530,9 @@ def test_profile_error_negative(tmp_path):
 def test_profile_error_unknown_field_suggests_the_right_one(tmp_path):
     data = _profile_json()
     data["hbm_bytes_per_sec"] = data.pop("hbm_bytes_per_s")
-    with pytest.raises(cm.ProfileError, match=r"unknown field 'hbm_bytes_per_sec'.*Did you mean 'hbm_bytes_per_s'"):
+    with pytest.raises(
+        cm.ProfileError, match=r"unknown field 'hbm_bytes_per_sec'.*Did you mean 'hbm_bytes_per_s'"
+    ):
         cm.load_profile(_write(tmp_path, data))
 
 
@@ -528,7 +544,9 @@ def test_profile_error_missing_source(tmp_path):
 
 
 def test_profile_error_unknown_name():
-    with pytest.raises(cm.ProfileError, match=r"unknown hardware profile 'h201'.*Did you mean 'h200'.*path"):
+    with pytest.raises(
+        cm.ProfileError, match=r"unknown hardware profile 'h201'.*Did you mean 'h200'.*path"
+    ):
         cm.load_profile("h201")
 
 
@@ -574,7 +592,11 @@ def test_transfer_seconds():
         cm.transfer_seconds(1, HW, "up")
     no_link = HW.replace(
         link=cm.LinkProfile(
-            kind="none", d2h_bytes_per_s=0, h2d_bytes_per_s=0, latency_s=0, copy_engines=0,
+            kind="none",
+            d2h_bytes_per_s=0,
+            h2d_bytes_per_s=0,
+            latency_s=0,
+            copy_engines=0,
             host_pinned_bytes=0,
         )
     )

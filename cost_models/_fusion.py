@@ -1,0 +1,142 @@
+"""Fusion-aware memory traffic: what XLA's fusion passes leave of the unfused byte counts.
+
+The per-primitive rules (``_rules.py``) count every equation as reading its inputs from and
+writing its outputs to HBM. XLA fuses chains of elementwise and layout operations, and a
+reduction with the elementwise work that feeds it, into one kernel; values inside a fusion
+never touch HBM. Counting them anyway overstates a transformer layer's memory time several
+times over (on our H200, one Llama layer's forward: 386 GB unfused against about 60 GB once
+fused; benchmarks/results/h200-2026-11-30-probe).
+
+The model here is XLA's basic rule (xla/service/gpu/transforms/*fusion*, "producer-consumer
+fusion of elementwise ops"): a *fusible* equation's input costs HBM bytes only when its
+producer is not fusible (a matmul, a custom call, a collective, a loop, or the jaxpr's own
+inputs), and its output only when a non-fusible equation or the jaxpr's outputs read it.
+Non-fusible equations keep their rule's cost. FLOPs are unchanged; a fused chain launches one
+kernel, which ``_rules`` already reflects by giving fusible operations no launch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
+
+from ._cost import Cost, aval_bytes, eqn_cost
+
+# Elementwise arithmetic, comparisons, casts, layout changes and reductions: the operations
+# XLA's GPU and CPU backends fuse (loop and input fusions).
+FUSIBLE: frozenset[str] = frozenset({
+    "abs", "acos", "acosh", "add", "and", "asin", "asinh", "atan", "atan2", "atanh",
+    "broadcast_in_dim", "cbrt", "ceil", "clamp", "concatenate", "convert_element_type", "copy",
+    "copy_p", "cos", "cosh", "div", "eq", "erf", "erf_inv", "erfc", "exp", "exp2", "expm1",
+    "expand_dims", "floor", "ge", "gt", "imag", "integer_pow", "iota", "is_finite", "le",
+    "lgamma", "digamma", "log", "log1p", "logistic", "lt", "max", "min", "mul", "ne", "neg",
+    "nextafter", "not", "or", "pad", "pow", "real", "reduce_and", "reduce_max", "reduce_min",
+    "reduce_or", "reduce_precision", "reduce_prod", "reduce_sum", "reduce_xor", "rem", "reshape",
+    "rev", "round", "rsqrt", "select_n", "shift_left", "shift_right_arithmetic",
+    "shift_right_logical", "sign", "sin", "sinh", "slice", "sqrt", "square", "squeeze",
+    "stop_gradient", "sub", "tan", "tanh", "transpose", "xor", "name", "pvary", "argmax",
+    "argmin", "optimization_barrier",
+})
+
+_CALLS = ("pjit", "jit", "closed_call", "core_call", "remat2", "checkpoint", "custom_jvp_call",
+          "custom_vjp_call", "custom_vjp_call_jaxpr", "shard_map")
+
+
+def _inner(j) -> Jaxpr:
+    return j.jaxpr if isinstance(j, ClosedJaxpr) else j
+
+
+def _subjaxprs(eqn) -> list[Jaxpr]:
+    out = []
+    for v in eqn.params.values():
+        for x in v if isinstance(v, (tuple, list)) else (v,):
+            if isinstance(x, (Jaxpr, ClosedJaxpr)):
+                out.append(_inner(x))
+    return out
+
+
+def fused_eqn_costs(jaxpr: Any) -> list[Cost]:
+    """Per equation of ``jaxpr``, its cost with HBM bytes counted at fusion boundaries."""
+    jx = _inner(jaxpr)
+    return fused_costs(jx.eqns, [v for v in jx.outvars if not isinstance(v, Literal)])
+
+
+def fused_costs(eqns, escaping) -> list[Cost]:
+    """Per equation, fusion-aware cost; ``escaping`` are values read after these equations."""
+    producer_fusible: dict[Any, bool] = {}
+    consumers: dict[Any, list[bool]] = {}
+    for e in eqns:
+        fus = e.primitive.name in FUSIBLE
+        for v in e.invars:
+            if not isinstance(v, Literal):
+                consumers.setdefault(v, []).append(fus)
+        for v in e.outvars:
+            producer_fusible[v] = fus
+    escaping = set(escaping)
+    costs = []
+    for e in eqns:
+        if e.primitive.name not in FUSIBLE:
+            costs.append(fused_call_cost(e))
+            continue
+        base = eqn_cost(e)
+        read = sum(aval_bytes(v.aval) for v in e.invars
+                   if not isinstance(v, Literal) and not producer_fusible.get(v, False))
+        written = sum(aval_bytes(v.aval) for v in e.outvars
+                      if v in escaping or not all(consumers.get(v, [True])))
+        costs.append(dataclasses.replace(base, hbm_bytes=float(read + written)))
+    return costs
+
+
+def fused_call_cost(eqn) -> Cost:
+    """A non-fusible equation; calls and loops are costed from their fused bodies."""
+    name = eqn.primitive.name
+    subs = _subjaxprs(eqn)
+    if not subs or name not in _CALLS + ("scan", "while", "cond"):
+        return eqn_cost(eqn)
+    if name == "cond":
+        costs = [fused_jaxpr_cost(s) for s in subs]
+        out = costs[0]
+        for c in costs[1:]:
+            out = out.elementwise_max(c)
+        return out
+    if name == "scan":
+        return fused_jaxpr_cost(subs[0]).scale(int(eqn.params["length"]))
+    if name == "while":  # trip count unknown statically: one trip, as the unfused rule does
+        total = Cost()
+        for s in subs:
+            total = total + fused_jaxpr_cost(s)
+        return dataclasses.replace(total, notes=total.notes + ("while loop counted once",))
+    total = Cost()
+    for s in subs[:1]:
+        total = total + fused_jaxpr_cost(s)
+    return total
+
+
+def fused_jaxpr_cost(jaxpr: Any) -> Cost:
+    """``jaxpr_cost`` with fusion-aware memory traffic (see the module docstring)."""
+    total = Cost()
+    for c in fused_eqn_costs(jaxpr):
+        total = total + c
+    return total
+
+
+def fused_seconds(jaxpr: Any, hw, dtype: str = "bfloat16") -> float:
+    """Time of ``jaxpr`` on ``hw`` as a sequence of kernels: the sum of each equation's
+    roofline time (compute and memory overlap inside a kernel, not across kernels), with
+    calls and loops summed over their bodies and trips."""
+    jx = _inner(jaxpr)
+    total = 0.0
+    for e, c in zip(jx.eqns, fused_eqn_costs(jx)):
+        name = e.primitive.name
+        subs = _subjaxprs(e)
+        if subs and name == "scan":
+            total += int(e.params["length"]) * fused_seconds(subs[0], hw, dtype)
+        elif subs and name == "cond":
+            total += max(fused_seconds(s, hw, dtype) for s in subs)
+        elif subs and name in _CALLS + ("while",):
+            total += sum(fused_seconds(s, hw, dtype) for s in (subs if name == "while" else subs[:1]))
+        else:
+            total += c.seconds(hw, dtype)
+    return total

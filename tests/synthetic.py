@@ -1,0 +1,76 @@
+"""Random region graphs with hand-set costs, for solver and simulator tests (no JAX tracing)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import cost_models as cm
+
+from planner.cost import DECISIONS, Assignment, CostModel, RegionCost, evaluate
+from planner.graph import LivenessGraph, build_graph
+from planner.trace import Candidate, CompiledFigures, Region, Trace
+
+
+def random_problem(seed: int, *, n_nodes: int = 7, n_regions: int = 1, n_classes: int = 4,
+                   eta: float | None = None, allow_offload: bool = True):
+    """A random DAG per region, candidates spread over ``n_classes`` shared signatures."""
+    rnd = random.Random(seed)
+    regions = []
+    for rid in range(n_regions):
+        cands = []
+        for i in range(n_nodes):
+            k = rnd.randrange(n_classes)
+            inputs = tuple(sorted(rnd.sample(range(i), k=min(i, rnd.randint(0, 2)))))
+            cands.append(Candidate(
+                index=i, signature=f"sig{k}", primitive=f"p{k}", name=f"t{k}" if k % 2 else None,
+                shape=(rnd.randint(1, 8),), dtype="float32", nbytes=rnd.choice([1, 2, 4, 8]) * 1024 * 64,
+                source="synthetic", inputs=inputs, reads_region_input=not inputs,
+                needed=rnd.random() < 0.5, effectful=False,
+                loop_invariant=rnd.random() < 0.1 and not inputs, eqn=None))
+        regions.append(Region(id=rid, source="synthetic", multiplicity=rnd.randint(1, 4),
+                              call_sites=1, candidates=tuple(cands), input_bytes=0,
+                              user_policy="none", prevent_cse=False, in_scan=True))
+    figs = CompiledFigures(argument_bytes=0, output_bytes=0, alias_bytes=0, temp_bytes=0,
+                           host_temp_bytes=0, host_buffers_in_hlo=0, async_host_copies_in_hlo=0,
+                           jaxpr_host_bytes=0, stacked_device_bytes=0, stacked_host_bytes=0,
+                           stacked_host_arrays=0, backend="cpu")
+    trace = Trace(regions=tuple(regions), step_jaxpr=None, anchor=figs, argument_bytes=0,
+                  backend="cpu", fingerprint="synthetic", undifferentiated_regions=0)
+    graph = build_graph(trace)
+    hw = cm.load_profile("cpu")
+    rcs = []
+    for r in regions:
+        n = len(r.candidates)
+        rec = [rnd.uniform(1e-4, 5e-3) for _ in range(n)]
+        d2h = [c.nbytes / 1e9 * rnd.uniform(5, 20) for c in r.candidates]
+        after = [sum(rec[i + 1:]) for i in range(n)]
+        bwd = 2 * sum(rec)
+        rcs.append(RegionCost(region_id=r.id, multiplicity=r.multiplicity, recompute_s=tuple(rec),
+                              d2h_s=tuple(d2h), h2d_s=tuple(d2h), fwd_after_s=tuple(after),
+                              bwd_before_s=tuple(bwd * a / sum(rec) for a in after),
+                              fwd_s=sum(rec), bwd_s=bwd))
+    cost = CostModel(hardware=hw, regions=tuple(rcs), base_step_s=0.1, fixed_bytes=1 << 20,
+                     anchor_device_bytes=0, correction_bytes=0,
+                     host_cap_bytes=rnd.choice([1e12, 2 * 1024 * 64 * 8]),
+                     overlap_efficiency=rnd.choice([0.0, 0.5, 1.0]) if eta is None else eta,
+                     allow_offload=allow_offload, unknown_primitives=())
+    return graph, cost
+
+
+def all_assignments(graph: LivenessGraph, cost: CostModel):
+    keys = [c.key for c in graph.classes]
+    choices = DECISIONS if cost.allow_offload else ("save", "remat")
+    for combo in itertools.product(choices, repeat=len(keys)):
+        yield Assignment.of(dict(zip(keys, combo)))
+
+
+def brute_force(graph: LivenessGraph, cost: CostModel, budget: float):
+    """The fastest predicted assignment within the budget, by enumeration (None if none)."""
+    best = None
+    for a in all_assignments(graph, cost):
+        p = evaluate(cost, graph, a)
+        if p.peak_bytes <= budget and p.host_bytes <= cost.host_cap_bytes:
+            if best is None or p.step_s < best[1].step_s - 1e-12:
+                best = (a, p)
+    return best
