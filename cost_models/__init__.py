@@ -23,8 +23,8 @@ from ._cost import (
     register_rule,
     registered_primitives,
 )
-from ._fusion import FUSIBLE, fused_costs, fused_eqn_costs, fused_jaxpr_cost, fused_seconds
 from ._flags import XlaFlag, format_xla_flags, xla_flags_for
+from ._fusion import FUSIBLE, fused_costs, fused_eqn_costs, fused_jaxpr_cost, fused_seconds
 from ._profiles import (
     HardwareProfile,
     LinkProfile,
@@ -35,6 +35,7 @@ from ._profiles import (
 from ._transfer import exposed_seconds, transfer_seconds
 
 __all__ = [
+    "FUSIBLE",
     "CalibrationError",
     "Cost",
     "HardwareProfile",
@@ -48,7 +49,6 @@ __all__ = [
     "eqn_cost",
     "exposed_seconds",
     "format_xla_flags",
-    "FUSIBLE",
     "fused_costs",
     "fused_eqn_costs",
     "fused_jaxpr_cost",

@@ -60,13 +60,10 @@ _GPU_ONLY_CASES = ("tf32",)
 # so the chain is compute-bound. The coefficients only keep values bounded (|a| < 1).
 _VECTOR_FMAS = 256
 _FMA_A, _FMA_B = 0.999, 0.001
-# Kernel launch overhead and transfer latency: chains of dependent tiny operations (XLA does not
-# fuse dots with each other), timed at two lengths so that the per-call dispatch cost cancels.
+# Kernel launch overhead: a chain of dependent tiny matmuls (XLA does not fuse dots with each
+# other), timed at two lengths so that the per-call dispatch cost cancels.
 _LAUNCH_CHAIN = 64
 _LAUNCH_N = 8
-# Size of the arrays moved in the transfer-latency chain: 4 KiB take < 0.1 us of bandwidth time
-# at 50 GB/s, so what the chain measures is the fixed cost per transfer.
-_LATENCY_PROBE_BYTES = 4096
 # Longest matmul chain the overlap probe builds to match the copy time.
 _MAX_OVERLAP_MATMULS = 256
 # GPUs idle at low clocks (KINDS.md: SM 345 MHz idle, 1980 MHz just after a matmul burst) and
@@ -151,39 +148,20 @@ def _hbm_rate(device: Any, nbytes: int, repeats: int) -> float:
     return 2 * (nbytes // 4 * 4) / _in_place_seconds(device, nbytes, jnp.negative, repeats)
 
 
-def _chain_seconds(link: Callable[[jax.Array], jax.Array], x: jax.Array, repeats: int) -> float:
-    """Per-link seconds of a jitted chain of `link`: (t(_LAUNCH_CHAIN links) - t(1)) / (n - 1)."""
+def _launch_seconds(device: Any, repeats: int) -> float:
+    """Fixed time per kernel: (t(chain of _LAUNCH_CHAIN tiny matmuls) - t(chain of 1)) / (n - 1)."""
+    w = _random(device, (_LAUNCH_N, _LAUNCH_N), jnp.float32)
 
     def timed(length: int) -> float:
         def run(x: jax.Array) -> jax.Array:
             for _ in range(length):
-                x = link(x)
+                x = x @ w
             return x
 
         program = jax.jit(run)
-        return _median_seconds(lambda: program(x), repeats=repeats)
+        return _median_seconds(lambda: program(w), repeats=repeats)
 
     return max(0.0, (timed(_LAUNCH_CHAIN) - timed(1)) / (_LAUNCH_CHAIN - 1))
-
-
-def _launch_seconds(device: Any, repeats: int) -> float:
-    """Fixed time per kernel: a chain of dependent tiny matmuls, per matmul."""
-    w = _random(device, (_LAUNCH_N, _LAUNCH_N), jnp.float32)
-    return _chain_seconds(lambda x: x @ w, w, repeats)
-
-
-def _transfer_latency(device: Any, repeats: int) -> float:
-    """Fixed time per host transfer inside a compiled program: a chain of dependent round trips
-    of 4 KiB (device -> pinned_host -> device, then +1 so no trip is a no-op), less the same
-    chain without the trips, per transfer."""
-    to_host = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
-    to_device = jax.sharding.SingleDeviceSharding(device, memory_kind="device")
-    x = _random(device, (_LATENCY_PROBE_BYTES // 4,), jnp.float32)
-    round_trip = _chain_seconds(
-        lambda x: jax.device_put(jax.device_put(x, to_host), to_device) + 1, x, repeats
-    )
-    add_only = _chain_seconds(lambda x: x + 1, x, repeats)
-    return max(0.0, (round_trip - add_only) / 2)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -317,7 +295,10 @@ def calibrate(
     Measured: matmul rates (bf16, fp16, fp32, and tf32 on GPU) on `matmul_n`^3 products (8192 on
     accelerators, 512 on CPU), the vector rate, HBM bandwidth (read + write of the largest size),
     kernel launch overhead, the host link both ways at each of `sizes_mb` (MiB; bandwidth from
-    the largest) and its latency, and the overlap of a host copy with matmuls. HBM size, the
+    the largest), and the overlap of a host copy with matmuls. The link's per-transfer latency
+    is set to the kernel launch time: inside a compiled program XLA moves offloaded tensors with
+    kernels on pinned host memory, and a device-to-host-to-device round trip inside jit is
+    optimised away, so it cannot be timed on its own. HBM size, the
     device-to-device bandwidth, copy engines and the fp8 rate stay as in `base` (default: the
     shipped profile matching the device kind); the pinned host cap becomes at most this host's
     RAM per local device. Without a 'pinned_host' memory kind, link and overlap stay as in
@@ -372,15 +353,16 @@ def calibrate(
             link,
             d2h_bytes_per_s=measured.d2h_bytes_per_s,
             h2d_bytes_per_s=measured.h2d_bytes_per_s,
-            latency_s=_transfer_latency(device, repeats),
+            latency_s=changes["kernel_launch_s"],
         )
         sources["link.d2h_bytes_per_s"] = sources["link.h2d_bytes_per_s"] = (
             f"{stamp}: jax.device_put between 'device' and 'pinned_host', median of {repeats}; "
             f"{measured.detail}"
         )
         sources["link.latency_s"] = (
-            f"{stamp}: jitted chain of {_LAUNCH_CHAIN} dependent {_LATENCY_PROBE_BYTES} B round "
-            "trips device -> pinned_host -> device (+1), less the chain without them, per transfer"
+            f"{stamp}: the kernel launch time, since XLA moves offloaded activations with kernels "
+            "(async dynamic-(update-)slice fusions on pinned host memory, "
+            "shared/measurements/h200-probe-2026-11-30.md)"
         )
         overlap = measure_overlap(size_mb=max(sizes_mb), repeats=repeats, matmul_n=matmul_n)
         changes["overlap_efficiency"] = overlap.overlap

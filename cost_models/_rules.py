@@ -38,8 +38,8 @@ TRANSCENDENTAL_FLOPS = 1
 # rotate = 2 shifts + or, xor: 5 ops) and 5 key injections of 3 adds; two words per pair.
 THREEFRY_OPS_PER_WORD = (2 + 20 * 5 + 5 * 3) / 2
 # Fraction of the score matrix a causal mask keeps: (s + 1) / (2 s) of the s x s pairs, about
-# one half, the factor FlashAttention-2's benchmark `flops()` divides by for causal attention
-# (Dao 2023, benchmarks/benchmark_flash_attention.py).
+# one half, the factor by which Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py
+# `flops()` divides for causal attention (its backward is 2.5x the forward).
 CAUSAL_FRACTION = 0.5
 
 
@@ -190,7 +190,7 @@ _register("scatter-add scatter-mul scatter-min scatter-max scatter-sub", _scatte
 
 
 def _memory_space(aval: Any) -> str | None:
-    """'host' or 'device' from the aval's memory space (JAX >= 0.6 records it), else None."""
+    """'host' or 'device' from the aval's memory space (JAX records it on avals), else None."""
     space = getattr(aval, "memory_space", None)
     name = str(getattr(space, "name", space)).lower()
     return "host" if "host" in name else "device" if "device" in name else None
@@ -467,7 +467,8 @@ _register(
 @register_rule("pallas_call")
 def _pallas_call(eqn: Any) -> Cost:
     """A Pallas kernel's own `cost_estimate` (flops counted as matrix work, transcendentals as
-    vector work); without one, the fallback for unknown primitives."""
+    vector work); without one, its bytes, listed as unknown. Its kernel jaxpr works on refs and
+    is not costed (the generic fallback would sum it)."""
     estimate = eqn.params.get("cost_estimate")
     if estimate is None:
         return Cost(

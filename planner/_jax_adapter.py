@@ -219,6 +219,7 @@ class Replay:
     known_eqns: tuple       # equations of jvp_jaxpr run in the forward pass
     staged_jaxpr: Any       # what the backward pass runs (recompute + tangent equations)
     residuals: tuple        # vars of jvp_jaxpr the backward pass receives
+    staged_inputs_used: tuple  # per jvp input: the backward pass reads it (primal inputs: kept)
 
 
 def region_jvp(region: BoundRegion):
@@ -289,8 +290,10 @@ def replay_partial_eval(jvp_jaxpr, n_primal_in: int, policy: Callable[..., Any])
     staged_dce, used = _pe.dce_jaxpr(staged, keep)
     res_all = known.outvars[len(known.outvars) - num_res:]
     residuals = tuple(v for v, u in zip(res_all, used[:num_res]) if u)
+    # The staged jaxpr also reads the inputs themselves (all instantiated), after the residuals.
     return Replay(jvp_jaxpr=jvp_jaxpr, n_primal_in=n_primal_in, known_eqns=tuple(known.eqns),
-                  staged_jaxpr=staged_dce, residuals=residuals)
+                  staged_jaxpr=staged_dce, residuals=residuals,
+                  staged_inputs_used=tuple(bool(u) for u in used[num_res:]))
 
 
 def eqn_source(eqn) -> str:
@@ -346,3 +349,23 @@ def decision_text(result) -> str:
         return "offload"
     raise ValueError(f"a checkpoint policy returned {result!r}; expected a bool, "
                      "Saveable, Recompute or Offloadable")
+
+
+def scan_layout(eqn) -> tuple[int, int]:
+    """(number of constants, number of carries) of a ``scan`` equation.
+
+    JAX <= 0.10 stores them as ``num_consts`` / ``num_carry``; JAX 0.11 packs the operands
+    as a flat tree ``ft_in = (consts, carry, xs)`` (jax/_src/lax/control_flow/loops.py).
+    """
+    p = eqn.params
+    if "num_consts" in p:
+        return int(p["num_consts"]), int(p["num_carry"])
+    consts, carry, _ = p["ft_in"].unpack()
+    return len(consts), len(carry)
+
+
+def open_jaxpr(j):
+    """The open ``Jaxpr`` of a ClosedJaxpr (JAX <= 0.10), or ``j`` itself where JAX 0.11
+    merged the two classes."""
+    inner = getattr(j, "jaxpr", j)
+    return inner if hasattr(inner, "eqns") else j

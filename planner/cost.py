@@ -5,6 +5,9 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
 
 * ``need_v``: the backward pass reads ``v``, or ``v`` feeds the recompute of a needed
   rematerialized value (JAX's partial evaluation stages exactly that closure).
+* region inputs: the backward pass keeps an input when it reads it or a needed recompute
+  does; ``S_r`` is the bytes of such inputs that a scan stacks per trip (the layer's input
+  activation; the anchor compile shows which), other inputs (weights) are there anyway.
 * device residuals ``R_r = sum bytes_v [need_v and a(v) = save]`` over values made anew each
   trip, and ``I_r``, the same sum over loop-invariant values (JAX hoists those out of the
   scan and keeps one copy);
@@ -13,7 +16,7 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   ``v``'s equation (cost_models); working set of one backward trip
   ``W_r = sum bytes_v [need_v and a(v) in {remat, offload}]`` (recomputed and reloaded
   tensors, assumed live together: an upper bound).
-* ``peak = F + sum_r (L_r R_r + I_r) + max_r W_r``, where the fixed bytes ``F`` (parameters,
+* ``peak = F + sum_r (L_r (R_r + S_r) + I_r) + max_r W_r``, where the fixed bytes ``F`` (parameters,
   optimizer state, batch, outputs, activations outside regions, the compiler's own buffers)
   are measured: the step compiled with every region fully rematerialized (the trace stage's
   anchor) minus the model's working set of that program, plus any correction the verify
@@ -101,6 +104,7 @@ class RegionPrediction:
     region_id: int
     device_residual_bytes: int           # R_r, one trip, stacked per trip
     invariant_residual_bytes: int        # I_r: loop-invariant residuals, stored once
+    input_residual_bytes: int            # S_r: region inputs a scan stacks for the backward pass
     host_residual_bytes: int             # H_r, one trip
     working_set_bytes: int               # W_r
     recompute_s: float                   # C_r, one trip
@@ -178,9 +182,9 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
         allow_offload=bool(allow_offload and link.kind != "none"),
         unknown_primitives=tuple(sorted(unknown)),
     )
-    # F = anchor - W(full remat) + correction: the anchor program keeps no candidate.
+    # F = anchor - (stacked inputs + W)(full remat) + correction: the anchor keeps no candidate.
     full_remat = evaluate(model, graph, Assignment.of({}), _fixed=0)
-    fixed = trace.anchor.device_bytes - full_remat.working_set_bytes + correction_bytes
+    fixed = trace.anchor.device_bytes - full_remat.peak_bytes + correction_bytes
     return dataclasses.replace(model, fixed_bytes=int(fixed))
 
 
@@ -210,6 +214,11 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
         R = I = H = W = 0
         C = d2h = h2d = 0.0
         off = [c.index for c in cands if need[c.index] and dec[c.index] == "offload"]
+        need_in = {i.index for i in rg.region.inputs if i.needed}
+        for c in cands:
+            if need[c.index] and dec[c.index] == "remat":
+                need_in.update(c.input_reads)
+        S = sum(i.nbytes for i in rg.region.inputs if i.stacked and i.index in need_in)
         for c in cands:
             i = c.index
             if not need[i]:
@@ -236,13 +245,14 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
             xb = max(xb, tail_h - eta * rc.bwd_before_s[i])
         preds.append(RegionPrediction(
             region_id=rc.region_id, device_residual_bytes=R, invariant_residual_bytes=I,
+            input_residual_bytes=S,
             host_residual_bytes=H,
             working_set_bytes=W, recompute_s=C, d2h_s=d2h, h2d_s=h2d,
             exposed_fwd_s=xf, exposed_bwd_s=xb, needed=tuple(need),
         ))
     fixed = model.fixed_bytes if _fixed is None else _fixed
-    residual = sum(rc.multiplicity * p.device_residual_bytes + p.invariant_residual_bytes
-                   for rc, p in zip(model.regions, preds))
+    residual = sum(rc.multiplicity * (p.device_residual_bytes + p.input_residual_bytes)
+                   + p.invariant_residual_bytes for rc, p in zip(model.regions, preds))
     ws = max((p.working_set_bytes for p in preds), default=0)
     host = sum(rc.multiplicity * p.host_residual_bytes for rc, p in zip(model.regions, preds))
     recompute = sum(rc.multiplicity * p.recompute_s for rc, p in zip(model.regions, preds))

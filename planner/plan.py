@@ -220,7 +220,7 @@ def _plan_one(step_fn, example_args, tr, graph, hw, offload, budget, opts, verif
         class_names = {c.key: c.name for c in graph.classes}
         emitted = emit(assignment, class_names, hw)
         t = time.perf_counter()
-        ver = verify(step_fn, example_args, tr, graph, assignment, emitted.policy, pred, budget,
+        ver = verify(step_fn, example_args, tr, graph, cost, assignment, emitted.policy, pred, budget,
                      compile=verify_compile)
         timings.append((f"verify (round {round_no + 1})", time.perf_counter() - t))
         rounds.append(Round(correction_bytes=correction, predicted_peak_bytes=pred.peak_bytes,

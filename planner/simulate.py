@@ -111,21 +111,27 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
         for c in cands:
             if c.needed:
                 ensure(c.index)
+        # Region inputs the backward trip reads: directly, or to recompute something.
+        inputs_read = {i.index for i in rg.region.inputs if i.needed}
+        for i in order:
+            inputs_read.update(cands[i].input_reads)
+        stacked_inputs = sum(i.nbytes for i in rg.region.inputs
+                             if i.stacked and i.index in inputs_read)
         # Check every recomputed equation has its inputs: kept, recomputed, or region inputs.
         for i in order:
             for u in cands[i].inputs:
                 if u not in kept and u not in done:
                     raise PlanViolation(f"region {rg.region.id}: recompute of {i} lacks input {u}")
-        plans.append((rg, rc, kept, order))
+        plans.append((rg, rc, kept, order, stacked_inputs))
 
     # Forward: every trip of every region stores its residuals; loop-invariant ones are
     # computed before the loop and stored once.
-    for rg, rc, kept, _ in plans:
+    for rg, rc, kept, _, stacked_inputs in plans:
         cands = rg.region.candidates
         alloc(sum(cands[i].nbytes for i, d in kept.items()
                   if d == "save" and cands[i].loop_invariant))
-        dev_b = sum(cands[i].nbytes for i, d in kept.items()
-                    if d == "save" and not cands[i].loop_invariant)
+        dev_b = stacked_inputs + sum(cands[i].nbytes for i, d in kept.items()
+                                     if d == "save" and not cands[i].loop_invariant)
         host_b = sum(cands[i].nbytes for i, d in kept.items() if d == "offload")
         jobs = [(sum(rc.recompute_s[:i + 1]), rc.d2h_s[i]) for i, d in kept.items() if d == "offload"]
         exposure = _copy_queue_exposure(jobs, eta, rc.fwd_s)
@@ -138,10 +144,10 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
             time_s += exposure
 
     # Backward: trips in reverse; each reloads, recomputes, runs, then frees.
-    for rg, rc, kept, order in reversed(plans):
+    for rg, rc, kept, order, stacked_inputs in reversed(plans):
         cands = rg.region.candidates
-        dev_b = sum(cands[i].nbytes for i, d in kept.items()
-                    if d == "save" and not cands[i].loop_invariant)
+        dev_b = stacked_inputs + sum(cands[i].nbytes for i, d in kept.items()
+                                     if d == "save" and not cands[i].loop_invariant)
         host_b = sum(cands[i].nbytes for i, d in kept.items() if d == "offload")
         reload_b = host_b
         rec_b = sum(cands[i].nbytes for i in order)

@@ -152,6 +152,23 @@ class _Model:
                       - _ns(eta * rc.fwd_after_s[u]))
                 m.Add(xb >= sum(_ns(rc.h2d_s[v]) * o for v, o in tail)
                       - _ns(eta * rc.bwd_before_s[u]))
+            # need_in[u]: a region input the scan stacks is kept when the backward pass reads
+            # it or a needed recompute does.
+            S = []
+            for inp in rg.region.inputs:
+                if not inp.stacked:
+                    continue
+                if inp.needed:
+                    S.append(_kib_up(inp.nbytes))
+                    continue
+                readers = [c for c in cands if inp.index in c.input_reads and c.index in need]
+                if not readers:
+                    continue
+                n_in = m.NewBoolVar(f"need_in[{rg.region.id},{inp.index}]")
+                for c in readers:
+                    m.Add(n_in >= both(c, "remat"))
+                S.append(_kib_up(inp.nbytes) * n_in)
+            R.extend(S)
             # Working set of one backward trip; the peak takes the largest over regions.
             m.Add(self.ws >= sum(W))
             residual_terms.append(L * sum(R) + sum(I))

@@ -39,12 +39,24 @@ class Candidate:
     nbytes: int                    # all outputs, per device, one trip of the region
     source: str                    # file:line of the user's code
     inputs: tuple[int, ...]        # indices of candidates whose outputs this equation reads
-    reads_region_input: bool       # reads a region input (always available to the backward)
+    reads_region_input: bool       # reads a region input
     needed: bool                   # the backward pass reads an output (residual when all is saved)
     effectful: bool                # JAX always runs effectful equations forward; never recomputed
     loop_invariant: bool           # depends only on loop constants: JAX hoists it out of the scan,
                                    # so as a residual it is stored once, not once per trip
     eqn: Any = dataclasses.field(repr=False, compare=False)  # the JAX equation, for the cost stage
+    input_reads: tuple[int, ...] = ()  # indices of the region inputs this equation reads
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RegionInput:
+    """An input of the region. The backward pass keeps it when it or a recompute reads it."""
+
+    index: int
+    nbytes: int
+    stacked: bool      # kept per trip (a scan stacks it: the layer's input activation); else
+                       # the program holds it anyway (weights, loop constants): no extra bytes
+    needed: bool       # the backward pass reads it directly when everything is saved
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,6 +72,7 @@ class Region:
     user_policy: str               # the policy the user's code passed (overridden while planning)
     prevent_cse: bool
     in_scan: bool                  # runs inside lax.scan (the loop form matters, see DESIGN.md)
+    inputs: tuple[RegionInput, ...] = ()
     backward_eqns: tuple = dataclasses.field(repr=False, compare=False, default=())
 
 
@@ -145,34 +158,50 @@ def _in_scan(jaxpr, rid: int, inside: bool = False) -> bool | None:
     return None
 
 
-def _observe_invariant(step_jaxpr, rid: int, n_res: int) -> list[bool] | None:
-    """Which residuals of region ``rid`` the traced step passes as loop constants.
+def _observe_residual_sources(step_jaxpr, rid: int, n_res: int | None = None) -> list[str] | None:
+    """Where the traced step keeps each residual of region ``rid``: per residual, one of
+    ``const`` (a loop constant of the backward scan: hoisted out of the loop, stored once),
+    ``stacked`` (an array a forward scan stacks, one slice per trip), ``forwarded`` (an array
+    the program had anyway, such as the scanned weights), or ``unscanned`` (no scan around).
 
-    JAX's scan partial evaluation hoists loop-invariant residuals out of the loop and hands
-    them to the backward scan as constants (``_scan_partial_eval`` in
-    jax/_src/lax/control_flow/loops.py); the rest are stacked per trip. The backward remat
-    equation's first ``n_res`` operands are the residuals, in the order of the replay.
+    JAX's scan partial evaluation hoists loop-invariant residuals and forwards residuals that
+    are loop inputs (``_scan_partial_eval`` in jax/_src/lax/control_flow/loops.py); the
+    backward remat equation's first ``n_res`` operands are the residuals, in replay order.
     """
-    def walk(jx, scan):
+    def walk(jx, scan, parent):
         for e in jx.eqns:
             pol = e.params.get("policy") if e.primitive is adapter.remat_p else None
             if (adapter.is_differentiated_remat(e) and isinstance(pol, adapter.RegionPolicy)
                     and pol.region_id == rid):
+                operands = e.invars if n_res is None else e.invars[:n_res]
                 if scan is None:
-                    return [False] * n_res
-                body = scan.params["jaxpr"].jaxpr
+                    return ["unscanned"] * len(operands)
+                body = adapter.open_jaxpr(scan.params["jaxpr"])
                 pos = {v: i for i, v in enumerate(body.invars)}
-                nc = scan.params["num_consts"]
-                return [pos.get(v, nc) < nc for v in e.invars[:n_res]]
+                nc = adapter.scan_layout(scan)[0]
+                scan_outs = {v for pe in parent.eqns if pe.primitive.name == "scan"
+                             for v in pe.outvars}
+                out = []
+                for v in operands:
+                    i = pos.get(v)
+                    if i is None:
+                        out.append("stacked")  # made inside the loop body: per trip
+                    elif i < nc:
+                        out.append("const")
+                    else:
+                        outer = scan.invars[i]
+                        out.append("stacked" if outer in scan_outs else "forwarded")
+                return out
             for sub, _ in adapter.subjaxprs(e):
-                found = walk(sub, e if e.primitive.name == "scan" else scan)
+                found = walk(sub, e if e.primitive.name == "scan" else scan,
+                             jx if e.primitive.name == "scan" else parent)
                 if found is not None:
                     return found
         return None
-    return walk(step_jaxpr.jaxpr, None)
+    return walk(adapter.open_jaxpr(step_jaxpr), None, None)
 
 
-def _candidates(region: adapter.BoundRegion, step_jaxpr) -> tuple[tuple[Candidate, ...], int, tuple]:
+def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_region: int):
     jvp, n_primal = adapter.region_jvp(region)
     replay = adapter.replay_partial_eval(jvp, n_primal, adapter.everything_saveable)
     region_inputs = set(jvp.invars[:n_primal])
@@ -180,8 +209,8 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr) -> tuple[tuple[Candidat
     # Loop invariance: observed for the residuals of the everything-saveable trace, then
     # spread backwards (what an invariant value reads is invariant) and forwards (what
     # reads only invariant values is invariant).
-    observed = _observe_invariant(step_jaxpr, region.region_id, len(replay.residuals)) or []
-    invariant = {v for v, inv in zip(replay.residuals, observed) if inv}
+    observed = _observe_residual_sources(step_jaxpr, region.region_id, len(replay.residuals)) or []
+    invariant = {v for v, src in zip(replay.residuals, observed) if src == "const"}
     eqns = replay.known_eqns
     for eqn in reversed(eqns):
         if any(v in invariant for v in eqn.outvars):
@@ -217,7 +246,24 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr) -> tuple[tuple[Candidat
         for v in outs:
             producer[v] = i
     input_bytes = sum(_nbytes(v.aval) for v in jvp.invars[:n_primal])
-    return tuple(cands), input_bytes, tuple(replay.staged_jaxpr.eqns)
+    # Region inputs: under full remat every input the backward pass reads is a residual;
+    # the anchor program shows which of them a scan stacks per trip (the layer's input
+    # activation) and which it had anyway (weights, loop constants).
+    # The backward remat equation reads [*residuals, *inputs it uses] (remat_partial_eval).
+    full = adapter.replay_partial_eval(jvp, n_primal, lambda *_, **__: adapter.Recompute)
+    src = _observe_residual_sources(anchor_jaxpr, anchor_region) or []
+    used_idx = [k for k, u in enumerate(full.staged_inputs_used) if u]
+    in_src = dict(zip(used_idx, src[len(full.residuals):]))
+    inputs = tuple(
+        RegionInput(index=k, nbytes=_nbytes(v.aval),
+                    stacked=in_src.get(k) in ("stacked", "unscanned"),
+                    needed=k < len(replay.staged_inputs_used) and replay.staged_inputs_used[k])
+        for k, v in enumerate(jvp.invars[:n_primal]))
+    in_pos = {v: k for k, v in enumerate(jvp.invars[:n_primal])}
+    cands = [dataclasses.replace(c, input_reads=tuple(sorted(
+        {in_pos[v] for v in c.eqn.invars if isinstance(v, adapter.Var) and v in in_pos})))
+        for c in cands]
+    return tuple(cands), input_bytes, tuple(replay.staged_jaxpr.eqns), inputs
 
 
 def _policy_text(policy) -> str:
@@ -239,7 +285,7 @@ def compiled_figures(compiled, step_jaxpr=None) -> CompiledFigures:
     host_lines = [ln for ln in text.splitlines() if "S(5)" in ln]
     async_host = [ln for ln in host_lines
                   if "copy-start" in ln or "fusion-start" in ln or "-start" in ln]
-    stacks = stacked_residuals(step_jaxpr.jaxpr) if step_jaxpr is not None else (0, 0, 0, 0)
+    stacks = stacked_residuals(adapter.open_jaxpr(step_jaxpr)) if step_jaxpr is not None else (0, 0, 0, 0)
     return CompiledFigures(
         stacked_device_bytes=stacks[0], stacked_host_bytes=stacks[1], stacked_host_arrays=stacks[3],
         argument_bytes=int(m.argument_size_in_bytes),
@@ -249,7 +295,7 @@ def compiled_figures(compiled, step_jaxpr=None) -> CompiledFigures:
         host_temp_bytes=int(getattr(m, "host_temp_size_in_bytes", 0) or 0),
         host_buffers_in_hlo=len(host_lines),
         async_host_copies_in_hlo=len(async_host),
-        jaxpr_host_bytes=host_bytes_in_jaxpr(step_jaxpr.jaxpr) if step_jaxpr is not None else 0,
+        jaxpr_host_bytes=host_bytes_in_jaxpr(adapter.open_jaxpr(step_jaxpr)) if step_jaxpr is not None else 0,
         backend=jax.default_backend(),
     )
 
@@ -264,7 +310,7 @@ def host_bytes_in_jaxpr(jaxpr, mult: int = 1) -> int:
     total = 0
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "scan":
-            n_carry = eqn.params["num_carry"]
+            n_carry = adapter.scan_layout(eqn)[1]
             total += sum(_nbytes(v.aval) for v in eqn.outvars[n_carry:]
                          if adapter.memory_space_is_host(v.aval))
             continue
@@ -290,7 +336,7 @@ def stacked_residuals(jaxpr) -> tuple[int, int, int, int]:
                       for v in e.invars if isinstance(v, adapter.Var)}
         for e in jx.eqns:
             if e.primitive.name == "scan":
-                for v in e.outvars[e.params["num_carry"]:]:
+                for v in e.outvars[adapter.scan_layout(e)[1]:]:
                     if v not in scan_reads:
                         continue
                     if adapter.memory_space_is_host(v.aval):
@@ -306,7 +352,7 @@ def stacked_residuals(jaxpr) -> tuple[int, int, int, int]:
 
 def _fingerprint(step_jaxpr) -> str:
     import hashlib
-    return hashlib.sha256(str(step_jaxpr.jaxpr).encode()).hexdigest()[:16]
+    return hashlib.sha256(str(adapter.open_jaxpr(step_jaxpr)).encode()).hexdigest()[:16]
 
 
 def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
@@ -325,7 +371,7 @@ def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
         ) from e
 
     mult: dict[int, int] = {}
-    _find_differentiated(step_jaxpr.jaxpr, 1, mult, {})
+    _find_differentiated(adapter.open_jaxpr(step_jaxpr), 1, mult, {})
     if not bound or not mult:
         why = ("it binds no jax.checkpoint / jax.remat region" if not bound else
                f"its {len(bound)} checkpoint region(s) are never differentiated "
@@ -339,6 +385,12 @@ def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
             "inside the step (jax.grad / jax.value_and_grad)."
         )
 
+    # The anchor: every region fully rematerialized, compiled. Region ids follow bind order,
+    # so the anchor trace's ids match this trace's.
+    from jax.ad_checkpoint import checkpoint_policies as cp
+    anchor_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: cp.nothing_saveable)
+    anchor = compiled_figures(compiled, anchor_jaxpr)
+
     merged: dict[str, Region] = {}
     for br in bound:
         if br.region_id not in mult:
@@ -349,18 +401,14 @@ def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
             merged[key] = dataclasses.replace(
                 r, multiplicity=r.multiplicity + mult[br.region_id], call_sites=r.call_sites + 1)
             continue
-        cands, input_bytes, bwd = _candidates(br, step_jaxpr)
+        cands, input_bytes, bwd, inputs = _candidates(br, step_jaxpr, anchor_jaxpr, br.region_id)
         merged[key] = Region(
             id=len(merged), source=br.source, multiplicity=mult[br.region_id], call_sites=1,
             candidates=cands, input_bytes=input_bytes, user_policy=_policy_text(br.user_policy),
             prevent_cse=bool(br.prevent_cse) if isinstance(br.prevent_cse, bool) else True,
-            in_scan=bool(_in_scan(step_jaxpr.jaxpr, br.region_id)), backward_eqns=bwd,
+            in_scan=bool(_in_scan(adapter.open_jaxpr(step_jaxpr), br.region_id)), backward_eqns=bwd,
+            inputs=inputs,
         )
-
-    # The anchor: every region fully rematerialized, compiled.
-    from jax.ad_checkpoint import checkpoint_policies as cp
-    anchor_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: cp.nothing_saveable)
-    anchor = compiled_figures(compiled, anchor_jaxpr)
     arg_bytes = sum(_nbytes(x) for x in jax.tree.leaves(args))
     return Trace(
         regions=tuple(merged.values()), step_jaxpr=step_jaxpr, anchor=anchor,

@@ -98,7 +98,7 @@ def _policy_checks(graph: LivenessGraph, assignment: Assignment, policy, predict
 
 
 def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: LivenessGraph,
-           assignment: Assignment, policy, prediction: Prediction, budget_bytes: int,
+           cost, assignment: Assignment, policy, prediction: Prediction, budget_bytes: int,
            *, compile: bool = True) -> Verification:
     checks = list(_policy_checks(graph, assignment, policy, prediction))
     backend = jax.default_backend()
@@ -113,7 +113,11 @@ def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: Liveness
     # Level 2: stacked residuals of the traced step against the full-remat anchor.
     scanned = [(rg, rp) for rg, rp in zip(graph.regions, prediction.regions) if rg.region.in_scan]
     if scanned:
-        want_dev = sum(rg.region.multiplicity * rp.device_residual_bytes for rg, rp in scanned)
+        from planner.cost import Assignment, evaluate
+        full = {p.region_id: p for p in evaluate(cost, graph, Assignment.of({})).regions}
+        want_dev = sum(rg.region.multiplicity * (rp.device_residual_bytes + rp.input_residual_bytes
+                                                 - full[rg.region.id].input_residual_bytes)
+                       for rg, rp in scanned)
         want_host = sum(rg.region.multiplicity * rp.host_residual_bytes for rg, rp in scanned)
         grown = figs.stacked_device_bytes - trace.anchor.stacked_device_bytes
         checks.append(Check(

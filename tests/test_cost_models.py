@@ -6,6 +6,7 @@ import json
 import math
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import hypothesis
 import hypothesis.strategies as st
@@ -392,6 +393,23 @@ def test_unknown_primitive_falls_back_and_is_listed():
     assert cost.unknown_primitives == ("mystery_op",)
     mystery = cm.eqn_cost(only_eqn(jp, "mystery_op"))
     assert mystery.hbm_bytes == (8 + 16) * F32 and mystery.matmul_flops == 0
+
+
+def test_rules_accept_eqn_like_objects():
+    """A rule needs only .primitive.name, .params, .invars and .outvars (with .aval)."""
+    x = SimpleNamespace(aval=jax.core.ShapedArray((256,), jnp.float32))
+    estimate = SimpleNamespace(flops=1e6, transcendentals=10, bytes_accessed=4096)
+    eqn = SimpleNamespace(
+        primitive=SimpleNamespace(name="pallas_call"),
+        params={"cost_estimate": estimate},
+        invars=[x],
+        outvars=[x],
+    )
+    assert cm.eqn_cost(eqn) == cm.Cost(
+        matmul_flops=1e6, vector_flops=10, hbm_bytes=4096, kernel_launches=1
+    )
+    bare = cm.eqn_cost(SimpleNamespace(**{**vars(eqn), "params": {"cost_estimate": None}}))
+    assert bare.unknown_primitives == ("pallas_call",) and bare.hbm_bytes == 2 * 256 * F32
 
 
 def test_register_rule_refuses_duplicates_unless_replacing():

@@ -1,0 +1,128 @@
+"""The planner end to end on the bundled example: compile the emitted policy and check it."""
+
+import dataclasses
+import warnings
+
+import jax
+import pytest
+from jax.ad_checkpoint import checkpoint_policies as cp
+
+import planner
+from examples import llama
+from planner.cost import Assignment, evaluate
+from planner.trace import compiled_figures, stacked_residuals
+
+CFG = llama.LlamaConfig(n_layers=4)
+
+
+def _user_compile(policy):
+    """Compile the step the way a user would after pasting the policy into their model."""
+    step, args = llama.make_train_step(dataclasses.replace(CFG, remat_policy=policy))
+    jaxpr = jax.make_jaxpr(step)(*args)
+    compiled = jax.jit(step).lower(*args).compile()
+    return jaxpr, compiled_figures(compiled, jaxpr)
+
+
+@pytest.fixture(scope="module")
+def peaks():
+    lo = _user_compile(cp.nothing_saveable)[1]
+    hi = _user_compile(cp.everything_saveable)[1]
+    return lo.device_bytes, hi.device_bytes
+
+
+@pytest.fixture(scope="module")
+def plans(peaks):
+    lo, hi = peaks
+    budgets = [(lo + f * (hi - lo)) / 1e9 for f in (0.2, 0.5, 0.8)]
+    step, args = llama.make_train_step(CFG)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", planner.PlanWarning)
+        out = planner.pareto(step, *args, hbm_gb=budgets, hardware="cpu", verify_compile=True)
+    assert all(isinstance(p, planner.Plan) for p in out), out
+    return out
+
+
+def test_budgets_lie_between_full_remat_and_save_everything(peaks):
+    lo, hi = peaks
+    assert hi > 1.2 * lo  # the example is sized so that the decisions matter
+
+
+def test_every_plan_compiles_within_budget_with_all_checks(plans):
+    for p in plans:
+        v = p.verification
+        assert v.status == "compiled, within budget", v
+        assert v.compiled_device_bytes <= p.budget_bytes
+        assert v.checks and all(c.ok for c in v.checks), [c.detail for c in v.checks]
+
+
+def test_pasted_policy_keeps_exactly_the_planned_residuals(plans):
+    anchor_jaxpr, _ = _user_compile(cp.nothing_saveable)
+    base_dev, base_host, _, _ = stacked_residuals(anchor_jaxpr.jaxpr)
+    for p in plans:
+        jaxpr, figs = _user_compile(p.policy)
+        dev, host, _, _ = stacked_residuals(jaxpr.jaxpr)
+        region = p.graph.regions[0].region
+        rp = p.prediction.regions[0]
+        full = evaluate(p.cost, p.graph, Assignment.of({})).regions[0]
+        # Planned residuals, plus the layer inputs the plan keeps, less those full remat keeps.
+        assert dev - base_dev == region.multiplicity * (
+            rp.device_residual_bytes + rp.input_residual_bytes - full.input_residual_bytes)
+        assert host == region.multiplicity * rp.host_residual_bytes
+        # Offloaded residuals are typed with the host memory kind in the user's own program.
+        assert (host > 0) == any(d == "offload" for _, d in p.assignment.decisions)
+        # Memory as the compiler sees it, host-placed bytes set apart (same RAM on CPU).
+        assert figs.device_bytes - figs.jaxpr_host_bytes <= p.budget_bytes
+
+
+def test_saved_names_are_saved_and_remat_names_absent(plans):
+    # The emitted policy, called as JAX calls it on each checkpoint_name equation, decides
+    # exactly what the plan decided for that name.
+    from planner import _jax_adapter as adapter
+    for p in plans:
+        seen = 0
+        for rg in p.graph.regions:
+            for c in rg.region.candidates:
+                if c.name is None:
+                    continue
+                e = c.eqn
+                got = adapter.decision_text(
+                    p.policy(e.primitive, *[v.aval for v in e.invars], **e.params))
+                assert got == p.assignment.get(c.signature), c.name
+                seen += 1
+        assert seen >= 9  # the example's MaxText names
+
+
+def test_tighter_budget_never_predicts_a_faster_step(plans):
+    times = [p.prediction.step_s for p in plans]
+    assert times == sorted(times, reverse=True) or all(
+        a >= b - 1e-12 for a, b in zip(times, times[1:]))
+
+
+def test_plan_beats_or_ties_every_stock_policy_that_fits(plans):
+    for p in plans:
+        for b in p.baselines:
+            if b.fits:
+                assert p.prediction.step_s <= b.prediction.step_s + 1e-9, b.name
+
+
+def test_report_renders_in_every_format(plans):
+    import json
+    p = plans[1]
+    text = p.report()
+    assert "PLAN STATUS: COMPILED, WITHIN BUDGET" in text
+    md = p.report("markdown")
+    assert md.startswith("# Plan: compiled, within budget")
+    data = json.loads(p.report("json"))
+    assert data["status"] == "compiled, within budget"
+    assert {r["decision"] for r in data["rows"]} <= {"save", "remat", "offload"}
+    with pytest.raises(ValueError, match="unknown report format"):
+        p.report("html")
+
+
+def test_planning_leaves_the_users_program_alone(peaks):
+    # After planning, the user's own policy (nothing_saveable) still compiles to the same program.
+    lo, _ = peaks
+    assert _user_compile(cp.nothing_saveable)[1].device_bytes == lo
+    from jax._src import ad_checkpoint
+    from planner import _jax_adapter
+    assert ad_checkpoint.remat_p.bind is _jax_adapter._orig_bind
