@@ -16,7 +16,9 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   ``v``'s equation (cost_models); working set of one backward trip
   ``W_r = sum bytes_v [need_v and a(v) in {remat, offload}]`` (recomputed and reloaded
   tensors, assumed live together: an upper bound).
-* ``peak = F + sum_r (L_r (R_r + S_r) + I_r) + max_r W_r``, where the fixed bytes ``F`` (parameters,
+* ``peak = F + max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r) + W_k)`` over the regions in
+  forward order (while region ``k`` runs backward, later regions have freed their
+  residuals), where the fixed bytes ``F`` (parameters,
   optimizer state, batch, outputs, activations outside regions, the compiler's own buffers)
   are measured: the step compiled with every region fully rematerialized (the trace stage's
   anchor) minus the model's working set of that program, plus any correction the verify
@@ -126,7 +128,7 @@ class Prediction:
     exposed_transfer_s: float            # whole step
     fixed_bytes: int
     residual_bytes: int                  # sum_r L_r R_r
-    working_set_bytes: int               # max_r W_r
+    working_set_bytes: int               # W_k of the region where the peak falls
     regions: tuple[RegionPrediction, ...]
 
 
@@ -251,16 +253,24 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
             exposed_fwd_s=xf, exposed_bwd_s=xb, needed=tuple(need),
         ))
     fixed = model.fixed_bytes if _fixed is None else _fixed
-    residual = sum(rc.multiplicity * (p.device_residual_bytes + p.input_residual_bytes)
-                   + p.invariant_residual_bytes for rc, p in zip(model.regions, preds))
-    ws = max((p.working_set_bytes for p in preds), default=0)
+    # Regions run forward in order and backward in reverse: while region k runs backward,
+    # the residuals of regions 1..k are still held and those after k are already freed.
+    kept = [rc.multiplicity * (p.device_residual_bytes + p.input_residual_bytes)
+            + p.invariant_residual_bytes for rc, p in zip(model.regions, preds)]
+    residual = sum(kept)
+    peak_var, ws = 0, 0
+    prefix = 0
+    for k, p in zip(kept, preds):
+        prefix += k
+        if prefix + p.working_set_bytes >= peak_var:
+            peak_var, ws = prefix + p.working_set_bytes, p.working_set_bytes
     host = sum(rc.multiplicity * p.host_residual_bytes for rc, p in zip(model.regions, preds))
     recompute = sum(rc.multiplicity * p.recompute_s for rc, p in zip(model.regions, preds))
     transfer = sum(rc.multiplicity * (p.d2h_s + p.h2d_s) for rc, p in zip(model.regions, preds))
     exposed = sum(rc.multiplicity * (p.exposed_fwd_s + p.exposed_bwd_s)
                   for rc, p in zip(model.regions, preds))
     return Prediction(
-        peak_bytes=int(fixed + residual + ws), host_bytes=int(host),
+        peak_bytes=int(fixed + peak_var), host_bytes=int(host),
         step_s=model.base_step_s + recompute + exposed, base_step_s=model.base_step_s,
         recompute_s=recompute, transfer_s=transfer, exposed_transfer_s=exposed,
         fixed_bytes=int(fixed), residual_bytes=int(residual), working_set_bytes=int(ws),

@@ -68,8 +68,7 @@ class _Model:
                 self.x[cls.key, d] = m.NewBoolVar(f"x[{cls.label}|{d}]")
             m.AddExactlyOne(self.x[cls.key, d] for d in decisions)
 
-        residual_terms, host_terms, time_terms = [], [], []
-        self.ws = m.NewIntVar(0, 1 << 50, "working_set_kib")  # max over regions of W_r
+        residual_terms, host_terms, time_terms, ws_terms = [], [], [], []
         for rg, rc in zip(graph.regions, cost.regions):
             cands = rg.region.candidates
             L = rc.multiplicity
@@ -169,13 +168,17 @@ class _Model:
                     m.Add(n_in >= both(c, "remat"))
                 S.append(_kib_up(inp.nbytes) * n_in)
             R.extend(S)
-            # Working set of one backward trip; the peak takes the largest over regions.
-            m.Add(self.ws >= sum(W))
+            # Working set of one backward trip of this region.
+            ws_terms.append(sum(W))
             residual_terms.append(L * sum(R) + sum(I))
             time_terms.append(L * (sum(C) + xf + xb))
 
-        # Peak HBM: fixed bytes + stacked device residuals + the worst backward working set.
-        self.peak_kib = _kib_up(max(cost.fixed_bytes, 0)) + sum(residual_terms) + self.ws
+        # Peak HBM: fixed bytes + the residuals still held while region k runs backward (its
+        # own and those of the regions before it) + region k's working set, worst k.
+        self.peak_kib = m.NewIntVar(0, 1 << 50, "peak_kib")
+        fixed = _kib_up(max(cost.fixed_bytes, 0))
+        for k in range(len(ws_terms)):
+            m.Add(self.peak_kib >= fixed + sum(residual_terms[:k + 1]) + ws_terms[k])
         if budget_bytes is not None:
             m.Add(self.peak_kib <= int(budget_bytes // KIB))
         # Host memory: every offloaded residual of every trip at once.

@@ -9,7 +9,7 @@ import cost_models as cm
 
 from planner.cost import DECISIONS, Assignment, CostModel, RegionCost, evaluate
 from planner.graph import LivenessGraph, build_graph
-from planner.trace import Candidate, CompiledFigures, Region, Trace
+from planner.trace import Candidate, CompiledFigures, Region, RegionInput, Trace
 
 
 def random_problem(seed: int, *, n_nodes: int = 7, n_regions: int = 1, n_classes: int = 4,
@@ -19,18 +19,25 @@ def random_problem(seed: int, *, n_nodes: int = 7, n_regions: int = 1, n_classes
     regions = []
     for rid in range(n_regions):
         cands = []
+        n_inputs = 2
         for i in range(n_nodes):
             k = rnd.randrange(n_classes)
             inputs = tuple(sorted(rnd.sample(range(i), k=min(i, rnd.randint(0, 2)))))
+            reads = tuple(sorted(rnd.sample(range(n_inputs), k=rnd.randint(0, 1)))) if i < 3 else ()
             cands.append(Candidate(
                 index=i, signature=f"sig{k}", primitive=f"p{k}", name=f"t{k}" if k % 2 else None,
                 shape=(rnd.randint(1, 8),), dtype="float32", nbytes=rnd.choice([1, 2, 4, 8]) * 1024 * 64,
                 source="synthetic", inputs=inputs, reads_region_input=not inputs,
                 needed=rnd.random() < 0.5, effectful=False,
-                loop_invariant=rnd.random() < 0.1 and not inputs, eqn=None))
+                loop_invariant=rnd.random() < 0.1 and not inputs and not reads, eqn=None,
+                input_reads=reads))
+        region_inputs = tuple(RegionInput(index=j, nbytes=1024 * 64 * rnd.choice([1, 4]),
+                                          stacked=j == 0, needed=rnd.random() < 0.3)
+                              for j in range(n_inputs))
         regions.append(Region(id=rid, source="synthetic", multiplicity=rnd.randint(1, 4),
                               call_sites=1, candidates=tuple(cands), input_bytes=0,
-                              user_policy="none", prevent_cse=False, in_scan=True))
+                              user_policy="none", prevent_cse=False, in_scan=True,
+                              inputs=region_inputs))
     figs = CompiledFigures(argument_bytes=0, output_bytes=0, alias_bytes=0, temp_bytes=0,
                            host_temp_bytes=0, host_buffers_in_hlo=0, async_host_copies_in_hlo=0,
                            jaxpr_host_bytes=0, stacked_device_bytes=0, stacked_host_bytes=0,

@@ -1,0 +1,82 @@
+"""The CP-SAT model against brute force, and every solver plan replayed by the simulator."""
+
+import pytest
+from synthetic import all_assignments, brute_force, random_problem
+
+from planner.cost import Assignment, evaluate
+from planner.errors import InfeasibleBudgetError
+from planner.simulate import PlanViolation, simulate
+from planner.solve import SolverOptions, min_feasible_bytes, solve_assignment
+
+OPTS = SolverOptions(time_limit_s=20)
+SEEDS = range(60)
+
+
+def _budgets(graph, cost):
+    peaks = sorted(evaluate(cost, graph, a).peak_bytes for a in all_assignments(graph, cost))
+    return [peaks[0], peaks[len(peaks) // 3], peaks[len(peaks) // 2], peaks[-1]]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_cp_sat_equals_brute_force_and_simulator_agrees(seed):
+    graph, cost = random_problem(seed, n_nodes=8, n_regions=1 + seed % 2, n_classes=4)
+    for budget in _budgets(graph, cost):
+        best = brute_force(graph, cost, budget)
+        if best is None:
+            with pytest.raises(InfeasibleBudgetError):
+                solve_assignment(graph, cost, budget, OPTS)
+            continue
+        sol = solve_assignment(graph, cost, budget, OPTS)
+        assert sol.status == "OPTIMAL"
+        pred = evaluate(cost, graph, sol.assignment)
+        assert pred.step_s == pytest.approx(best[1].step_s, rel=1e-6, abs=1e-8)
+        assert pred.peak_bytes <= budget
+        # The independent replay: dependencies hold, memory matches, time matches.
+        sim = simulate(graph, cost, sol.assignment, budget_bytes=budget)
+        assert sim.peak_bytes == pred.peak_bytes
+        assert sim.step_s == pytest.approx(pred.step_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_min_feasible_budget_is_the_smallest_peak(seed):
+    graph, cost = random_problem(seed, n_nodes=7, n_classes=3)
+    feasible = [evaluate(cost, graph, a) for a in all_assignments(graph, cost)]
+    lowest = min(p.peak_bytes for p in feasible if p.host_bytes <= cost.host_cap_bytes)
+    got = min_feasible_bytes(graph, cost, OPTS)
+    assert lowest - 1024 * 8 <= got <= lowest  # KiB rounding, never above the true minimum
+    with pytest.raises(InfeasibleBudgetError, match="smallest peak") as e:
+        solve_assignment(graph, cost, lowest - 1024 * 64, OPTS)
+    assert e.value.min_feasible_bytes == pytest.approx(got)
+
+
+def test_same_inputs_give_the_same_plan():
+    graph, cost = random_problem(3, n_nodes=9, n_classes=5)
+    budget = _budgets(graph, cost)[1]
+    a = solve_assignment(graph, cost, budget, OPTS).assignment
+    b = solve_assignment(graph, cost, budget, OPTS).assignment
+    assert a == b
+
+
+def test_simulator_rejects_a_plan_over_budget_and_a_missing_dependency():
+    graph, cost = random_problem(5, n_nodes=8, n_classes=4)
+    save_all = Assignment.of({c.key: "save" for c in graph.classes})
+    peak = evaluate(cost, graph, save_all).peak_bytes
+    with pytest.raises(PlanViolation, match="exceeds the budget"):
+        simulate(graph, cost, save_all, budget_bytes=peak - 1)
+    no_offload = graph, cost.__class__(**{**{f: getattr(cost, f) for f in cost.__dataclass_fields__},
+                                          "allow_offload": False})
+    off = Assignment.of({c.key: "offload" for c in graph.classes})
+    with pytest.raises(PlanViolation, match="not allowed"):
+        simulate(no_offload[0], no_offload[1], off)
+
+
+def test_eta_one_hides_copies_behind_compute():
+    graph, cost = random_problem(11, n_nodes=8, n_classes=4, eta=1.0)
+    off = Assignment.of({c.key: "offload" for c in graph.classes})
+    hidden = evaluate(cost, graph, off)
+    exposed = evaluate(cost, graph, off).__class__  # same type, for clarity below
+    import dataclasses
+    serial = evaluate(dataclasses.replace(cost, overlap_efficiency=0.0), graph, off)
+    assert hidden.exposed_transfer_s <= serial.exposed_transfer_s
+    assert serial.exposed_transfer_s == pytest.approx(serial.transfer_s)
+    assert exposed is type(serial)
