@@ -176,3 +176,8 @@ def make_train_step(cfg: LlamaConfig = LlamaConfig(), *, concrete: bool = False,
     else:
         args = jax.eval_shape(make_args)
     return train_step, args
+
+
+def quickstart():
+    """The README's example: ``python -m planner solve examples.llama:quickstart ...``."""
+    return make_train_step(QUICKSTART)

@@ -20,9 +20,20 @@ from planner import _jax_adapter as adapter
 from planner.baselines import Baseline, evaluate_baselines
 from planner.cost import Assignment, CostModel, Prediction, build_cost_model, evaluate
 from planner.emit import Emitted, emit
-from planner.errors import InvalidArgumentError, PlannerError, UnsupportedError
+from planner.errors import (
+    InfeasibleBudgetError,
+    InvalidArgumentError,
+    PlannerError,
+    UnsupportedError,
+)
 from planner.graph import LivenessGraph, build_graph
-from planner.solve import Solution, SolverOptions, check_solution, solve_assignment
+from planner.solve import (
+    Solution,
+    SolverOptions,
+    check_solution,
+    min_peak_assignment,
+    solve_assignment,
+)
 from planner.trace import Trace, trace_step
 from planner.verify import Verification, verify
 
@@ -138,6 +149,29 @@ def _normalize(graph: LivenessGraph, cost: CostModel, a: Assignment) -> Assignme
     return Assignment.of({k: d for k, d in a.decisions if k in relevant and d != "remat"})
 
 
+def _smallest_plan(graph, cost, opts, budget, attempt, error):
+    """The smallest-peak assignment, compiled; returned if it fits, else a teaching error."""
+    a, _ = min_peak_assignment(graph, cost, opts)
+    assignment, pred, emitted, ver = attempt(cost, a)
+    compiled = ver.compiled_device_bytes
+    if compiled is not None and compiled <= budget:
+        sol = Solution(assignment=assignment, status="FEASIBLE", objective_s=pred.step_s,
+                       bound_s=pred.step_s, gap=0.0, wall_s=0.0, num_classes=len(graph.classes),
+                       num_variables=0, budget_bytes=budget)
+        return sol, pred, emitted, ver
+    need = float(compiled if compiled is not None else error.min_feasible_bytes)
+    raise InfeasibleBudgetError(
+        f"No plan fits {budget / GB:.3f} GB: the plan with the smallest memory compiles to "
+        f"{need / GB:.3f} GB on this backend (the model's lower bound for any plan: "
+        f"{error.min_feasible_bytes / GB:.3f} GB).\nWhy: {cost.fixed_bytes / GB:.3f} GB do not "
+        "depend on the plan (parameters, optimizer state, batch, outputs, activations outside "
+        "checkpoint regions, compiler buffers), and the backward pass of a layer needs its "
+        "working set.\n"
+        f"Fix: pass hbm_gb >= {math.ceil(need / 1e6) / 1000:.3f}, or shrink what is fixed "
+        "(smaller batch per device, sharded parameters and optimizer state, donated state).",
+        budget_bytes=budget, min_feasible_bytes=need)
+
+
 def solve(step_fn: Callable, *example_args, hbm_gb: float, hardware="h200",
           allow_offload: bool | None = None, solver_time_limit_s: float = 30.0,
           verify_compile: bool = True, max_rounds: int = 3) -> Plan:
@@ -206,25 +240,38 @@ def _plan_one(step_fn, example_args, tr, graph, hw, offload, budget, opts, verif
               max_rounds, timings) -> Plan:
     correction = 0
     rounds = []
+    class_names = {c.key: c.name for c in graph.classes}
+
+    def attempt(cost, assignment):
+        assignment = _normalize(graph, cost, assignment)
+        pred = evaluate(cost, graph, assignment)
+        emitted = emit(assignment, class_names, hw)
+        t = time.perf_counter()
+        ver = verify(step_fn, example_args, tr, graph, cost, assignment, emitted.policy, pred,
+                     budget, compile=verify_compile)
+        timings.append((f"verify (round {len(rounds) + 1})", time.perf_counter() - t))
+        rounds.append(Round(correction_bytes=correction, predicted_peak_bytes=pred.peak_bytes,
+                            compiled_device_bytes=ver.compiled_device_bytes, status=ver.status))
+        return assignment, pred, emitted, ver
+
     for round_no in range(max_rounds):
         t = time.perf_counter()
         cost = build_cost_model(tr, graph, hw, allow_offload=offload, correction_bytes=correction)
         timings.append((f"cost (round {round_no + 1})", time.perf_counter() - t))
         t = time.perf_counter()
-        sol = solve_assignment(graph, cost, budget, opts)
+        try:
+            sol = solve_assignment(graph, cost, budget, opts)
+        except InfeasibleBudgetError as e:
+            if not verify_compile:
+                raise
+            # The model fits nothing: the smallest-memory plan as it really compiles either
+            # fits after all (the model is conservative) or names the budget that works.
+            sol, pred, emitted, ver = _smallest_plan(graph, cost, opts, budget, attempt, e)
+            break
         check_solution(graph, cost, sol)
-        assignment = _normalize(graph, cost, sol.assignment)
-        sol = dataclasses.replace(sol, assignment=assignment)
-        pred = evaluate(cost, graph, assignment)
         timings.append((f"solve (round {round_no + 1})", time.perf_counter() - t))
-        class_names = {c.key: c.name for c in graph.classes}
-        emitted = emit(assignment, class_names, hw)
-        t = time.perf_counter()
-        ver = verify(step_fn, example_args, tr, graph, cost, assignment, emitted.policy, pred, budget,
-                     compile=verify_compile)
-        timings.append((f"verify (round {round_no + 1})", time.perf_counter() - t))
-        rounds.append(Round(correction_bytes=correction, predicted_peak_bytes=pred.peak_bytes,
-                            compiled_device_bytes=ver.compiled_device_bytes, status=ver.status))
+        assignment, pred, emitted, ver = attempt(cost, sol.assignment)
+        sol = dataclasses.replace(sol, assignment=assignment)
         if ver.compiled_device_bytes is None or ver.compiled_device_bytes <= budget:
             break
         # The compiler needs more than the model said: learn the error and solve again.

@@ -210,8 +210,9 @@ class _Model:
         return Assignment.of(out)
 
 
-def min_feasible_bytes(graph: LivenessGraph, cost: CostModel, opts: SolverOptions) -> float:
-    """The smallest peak any assignment reaches under the model (host cap respected)."""
+def min_peak_assignment(graph: LivenessGraph, cost: CostModel,
+                        opts: SolverOptions) -> tuple[Assignment, float]:
+    """The assignment with the smallest predicted peak, and the proved lower bound on any peak."""
     mod = _Model(graph, cost, None)
     mod.hint_all_remat()
     s, status = mod.run(mod.peak_kib, opts, opts.time_limit_s)
@@ -219,7 +220,12 @@ def min_feasible_bytes(graph: LivenessGraph, cost: CostModel, opts: SolverOption
         raise SolverError("CP-SAT found no assignment at all, even without a budget: "
                           f"status {s.StatusName(status)}. This is a planner bug; please report it.")
     # The proved lower bound is the honest "no plan goes below this" figure.
-    return float(s.BestObjectiveBound() * KIB)
+    return mod.assignment(s), float(s.BestObjectiveBound() * KIB)
+
+
+def min_feasible_bytes(graph: LivenessGraph, cost: CostModel, opts: SolverOptions) -> float:
+    """The smallest peak any assignment reaches under the model (host cap respected)."""
+    return min_peak_assignment(graph, cost, opts)[1]
 
 
 def solve_assignment(graph: LivenessGraph, cost: CostModel, budget_bytes: float,

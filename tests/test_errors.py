@@ -1,0 +1,57 @@
+"""Errors that teach: bad input fails before any work, with what happened, why and the fix."""
+
+import math
+
+import jax.numpy as jnp
+import pytest
+
+import planner
+from examples import llama
+
+STEP, ARGS = llama.make_train_step(llama.LlamaConfig(n_layers=2))
+
+
+@pytest.mark.parametrize("bad, match", [
+    (0, "positive, finite"), (-3, "positive, finite"), (math.nan, "positive, finite"),
+    (math.inf, "positive, finite"), ("80", "number of gigabytes"), (True, "number of gigabytes"),
+    (5e9, "per device, in GB"),
+])
+def test_bad_budgets(bad, match):
+    with pytest.raises(planner.InvalidArgumentError, match=match):
+        planner.solve(STEP, *ARGS, hbm_gb=bad)
+
+
+def test_unknown_hardware_lists_the_profiles():
+    with pytest.raises(planner.InvalidArgumentError, match="h200"):
+        planner.solve(STEP, *ARGS, hbm_gb=1, hardware="h300")
+
+
+def test_missing_arguments_and_non_callable():
+    with pytest.raises(planner.InvalidArgumentError, match="No example arguments"):
+        planner.solve(STEP, hbm_gb=1)
+    with pytest.raises(planner.InvalidArgumentError, match="callable train step"):
+        planner.solve("step", *ARGS, hbm_gb=1)
+
+
+def test_budget_below_every_plan_names_the_smallest_feasible_budget():
+    with pytest.raises(planner.InfeasibleBudgetError, match=r"pass hbm_gb >= \d") as e:
+        planner.solve(STEP, *ARGS, hbm_gb=0.001, hardware="cpu")
+    assert 0.001e9 < e.value.min_feasible_bytes < 1e9
+    # The named budget is enough: planning at it succeeds.
+    plan = planner.solve(STEP, *ARGS, hbm_gb=math.ceil(e.value.min_feasible_bytes / 1e6) / 1e3
+                         + 0.002, hardware="cpu")
+    assert plan.verification.compiled_device_bytes <= plan.budget_bytes
+
+
+def test_offload_requested_without_host_memory(monkeypatch):
+    monkeypatch.setattr(planner.plan, "_host_memory_available", lambda: False)
+    with pytest.raises(planner.UnsupportedError, match="allow_offload=False"):
+        planner.solve(STEP, *ARGS, hbm_gb=1, allow_offload=True)
+
+
+def test_error_hierarchy():
+    for cls in (planner.InvalidArgumentError, planner.TraceError, planner.NoCheckpointRegionError,
+                planner.InfeasibleBudgetError, planner.SolverError, planner.UnsupportedError,
+                planner.PlanFileError):
+        assert issubclass(cls, planner.PlannerError)
+    assert jnp is not None

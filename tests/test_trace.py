@@ -1,0 +1,101 @@
+"""Stage 1: regions found in unmodified code, policies controlled and caches left clean."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.ad_checkpoint import checkpoint_name
+from jax.ad_checkpoint import checkpoint_policies as cp
+
+import planner
+from examples import llama
+from planner import _jax_adapter as adapter
+from planner.trace import compile_with, compiled_figures, stacked_residuals, trace_step
+
+CFG = llama.LlamaConfig(n_layers=3)
+
+
+@pytest.fixture(scope="module")
+def scanned():
+    step, args = llama.make_train_step(CFG)
+    return trace_step(step, args)
+
+
+def test_scanned_region_multiplicity_and_candidates(scanned):
+    (r,) = scanned.regions
+    assert r.multiplicity == 3 and r.in_scan and r.call_sites == 1
+    names = {c.name for c in r.candidates if c.name}
+    assert {"decoder_layer_input", "query_proj", "key_proj", "value_proj", "attention_out",
+            "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo"} <= names
+    q = next(c for c in r.candidates if c.name == "query_proj")
+    assert q.shape == (CFG.batch, CFG.seq, CFG.d_model) and q.dtype == "float32"
+    assert q.nbytes == CFG.batch * CFG.seq * CFG.d_model * 4
+    assert "llama.py" in q.source
+    # q feeds the rotary embedding (linear in q): the backward reads rope(q), not q itself.
+    assert not q.needed
+    assert next(c for c in r.candidates if c.name == "mlpwi_0").needed  # silu(gate) * up
+    # The layer input is stacked per trip; the weights are the scanned parameters, kept anyway.
+    stacked = [i for i in r.inputs if i.stacked]
+    assert [i.nbytes for i in stacked] == [CFG.batch * CFG.seq * CFG.d_model * 4]
+
+
+def test_unrolled_layers_merge_into_one_region():
+    step, args = llama.make_train_step(dataclasses.replace(CFG, layer_loop="loop"))
+    tr = trace_step(step, args)
+    (r,) = tr.regions
+    assert r.multiplicity == 3 and r.call_sites == 3 and not r.in_scan
+
+
+def test_a_second_policy_really_gives_a_second_program():
+    # jax.jit caches traces by function and argument types, not by policy (DESIGN.md).
+    step, args = llama.make_train_step(CFG)
+    j1, c1 = compile_with(step, args, lambda rid, r: cp.nothing_saveable)
+    j2, c2 = compile_with(step, args, lambda rid, r: cp.everything_saveable)
+    assert stacked_residuals(j2.jaxpr)[0] > stacked_residuals(j1.jaxpr)[0]
+    assert compiled_figures(c2).temp_bytes > compiled_figures(c1).temp_bytes
+
+
+def test_planning_restores_jax_and_the_users_policy():
+    policy = cp.save_only_these_names("mlpwi_0")
+    step, args = llama.make_train_step(dataclasses.replace(CFG, remat_policy=policy))
+    jitted = jax.jit(step)
+    before = stacked_residuals(jax.make_jaxpr(jitted)(*args).jaxpr)
+    tr = trace_step(jitted, args)
+    assert tr.regions[0].user_policy.startswith("SaveOnlyTheseNames")
+    assert adapter.remat_p.bind is adapter._orig_bind
+    after = stacked_residuals(jax.make_jaxpr(jitted)(*args).jaxpr)
+    assert before == after
+
+
+def test_no_checkpoint_region_explains_how_to_add_one():
+    def step(w, x):
+        return jax.grad(lambda w: jnp.sum(jnp.tanh(x @ w)))(w)
+    with pytest.raises(planner.NoCheckpointRegionError, match="jax.checkpoint"):
+        trace_step(step, (jnp.ones((4, 4)), jnp.ones((2, 4))))
+
+
+def test_checkpoint_never_differentiated_is_reported():
+    def step(w, x):
+        return jnp.sum(jax.checkpoint(lambda x: jnp.tanh(x @ w))(x))
+    with pytest.raises(planner.NoCheckpointRegionError, match="never differentiated"):
+        trace_step(step, (jnp.ones((4, 4)), jnp.ones((2, 4))))
+
+
+def test_untraceable_step_fails_clearly():
+    def step(w, x):
+        if w.sum() > 0:  # Python control flow on a traced value
+            return w
+        return x
+    with pytest.raises(planner.TraceError, match="traceable by jax.jit"):
+        trace_step(step, (jnp.ones((4, 4)), jnp.ones((4, 4))))
+
+
+def test_signature_key_is_what_a_policy_can_see():
+    x = jax.ShapeDtypeStruct((2, 3), jnp.float32)
+    jx = jax.make_jaxpr(lambda a: checkpoint_name(jnp.sin(a) @ a.T, "h"))(x)
+    keys = [adapter.signature_key(e.primitive, *[v.aval for v in e.invars], **e.params)
+            for e in jx.jaxpr.eqns]
+    assert keys[0].startswith("sin(f32[2,3])")
+    assert keys[-1] == "name:h"
+    assert "np.int64" not in "".join(keys)
