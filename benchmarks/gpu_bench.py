@@ -169,6 +169,33 @@ def run_layer_worker(job: dict) -> dict:
     return res
 
 
+def run_plan_worker(job: dict) -> dict:
+    """Plan the benchmark model for several budgets on this device; plans as job specs."""
+    import planner
+    from examples import llama
+
+    step, ex = llama.make_train_step(llama.LlamaConfig(**job["config"]))
+    t = time.perf_counter()
+    plans = planner.pareto(step, *ex, hbm_gb=job["budgets"], hardware=job["hardware"],
+                           solver_time_limit_s=20, verify_compile=False)
+    out = {}
+    for b, p in zip(job["budgets"], plans):
+        if isinstance(p, Exception):
+            out[str(b)] = {"error": str(p)[:1500]}
+            continue
+        out[str(b)] = {
+            "policy": {"kind": "plan", "decisions": [list(x) for x in p.assignment.decisions],
+                       "names": {c.key: c.name for c in p.graph.classes}},
+            "flags": p.xla_flags, "policy_source": p.emitted.policy_source,
+            "decisions": p.decisions(), "predicted_peak": p.prediction.peak_bytes,
+            "predicted_step_ms": p.prediction.step_s * 1e3, "fixed_bytes": p.prediction.fixed_bytes,
+            "anchor_device_bytes": p.trace.anchor.device_bytes,
+            "baselines": {x.name: [x.prediction.peak_bytes, x.prediction.step_s * 1e3]
+                          for x in p.baselines},
+        }
+    return {"plans": out, "wall_s": time.perf_counter() - t}
+
+
 def spawn(job: dict, out_dir: Path, timeout: float) -> dict:
     import tempfile
     path = Path(tempfile.gettempdir()) / f"gpu-bench-job-{os.getpid()}-{job['id']}.json"
@@ -266,39 +293,23 @@ def probe(args):
 
 def compare(args):
     """Planner vs stock at several budgets; plan on this device with the given flags."""
-    d = Driver(Path(args.out), args.budget_s)
-    import jax
-
-    import planner
-    from examples import llama
-    from planner.baselines import STOCK
-
-    cfg = llama.LlamaConfig(**BENCH)
-    step, ex = llama.make_train_step(cfg)
+    d = Driver(Path(args.out), args.budget_s)  # no JAX in this process: workers get the GPU
     budgets = [float(b) for b in args.budgets.split(",")]
-    t = time.perf_counter()
-    plans = {}
-    for b, p in zip(budgets, planner.pareto(step, *ex, hbm_gb=budgets, hardware=args.hardware,
-                                            solver_time_limit_s=20, verify_compile=False)):
-        if isinstance(p, Exception):
-            d.record("plan_failed", {"budget_gb": b, "error": str(p)[:1500]})
+    # Plan in a worker process: compiling on the GPU leaves the allocator holding memory
+    # (autotuning buffers) that the measurement workers would then not get.
+    r = d.job({"type": "plan", "name": "plan", "config": BENCH, "budgets": budgets,
+               "hardware": args.hardware}, need_s=90)
+    specs = (r or {}).get("result") or {}
+    for b, spec in specs.get("plans", {}).items():
+        if "error" in spec:
+            d.record("plan_failed", {"budget_gb": b, "error": spec["error"]})
             continue
-        plans[b] = p
-        d.record("plan", {"budget_gb": b, "wall_s": time.perf_counter() - t,
-                          "decisions": p.decisions(), "policy": p.emitted.policy_source,
-                          "flags": p.xla_flags, "predicted_peak": p.prediction.peak_bytes,
-                          "predicted_step_ms": p.prediction.step_s * 1e3,
-                          "fixed_bytes": p.prediction.fixed_bytes,
-                          "baselines": {x.name: [x.prediction.peak_bytes, x.prediction.step_s * 1e3]
-                                        for x in p.baselines}})
-    for b, p in plans.items():
-        spec = {"kind": "plan", "decisions": [list(x) for x in p.assignment.decisions],
-                "names": {c.key: c.name for c in p.graph.classes}}
-        d.job({"name": f"plan@{b}", "config": BENCH, "policy": spec, "flags": p.xla_flags,
-               "mem_fraction": min(0.99, b * 1e9 / HBM_BYTES_H200), "steps": 10})
+        d.record("plan", {"budget_gb": b, **{k: v for k, v in spec.items() if k != "policy"}})
+        d.job({"name": f"plan@{b}", "config": BENCH, "policy": spec["policy"],
+               "flags": spec["flags"], "budget_gb": float(b), "steps": 10})
     for name in args.stock.split(","):
         d.job({"name": f"stock:{name}", "config": BENCH, "policy": {"kind": "stock", "name": name},
-               "steps": 10})
+               "steps": 10}, need_s=45)
 
 
 def main():
@@ -325,7 +336,8 @@ def main():
         os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     if a.cmd == "worker":
         job = json.loads(Path(a.job).read_text())
-        print(json.dumps((run_layer_worker if job.get("type") == "layer" else run_worker)(job)))
+        fn = {"layer": run_layer_worker, "plan": run_plan_worker}.get(job.get("type"), run_worker)
+        print(json.dumps(fn(job)))
     elif a.cmd == "probe":
         probe(a)
     else:

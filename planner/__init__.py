@@ -19,9 +19,11 @@ from planner.errors import (
     UnsupportedError,
 )
 from planner.plan import Plan, PlanWarning, pareto, solve
+from planner.planfile import SavedPlan
+from planner.planfile import load as load_plan
 
 __all__ = [
     "Assignment", "InfeasibleBudgetError", "InvalidArgumentError", "NoCheckpointRegionError",
     "Plan", "PlanFileError", "PlanWarning", "PlannerError", "PlannerPolicy", "Prediction",
-    "SolverError", "TraceError", "UnsupportedError", "pareto", "solve",
+    "SavedPlan", "SolverError", "TraceError", "UnsupportedError", "load_plan", "pareto", "solve",
 ]

@@ -14,8 +14,10 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   host residuals ``H_r = sum bytes_v [need_v and a(v) = offload]``;
   recompute ``C_r = sum t_v [need_v and a(v) = remat]`` with ``t_v`` the roofline time of
   ``v``'s equation (cost_models); working set of one backward trip
-  ``W_r = sum bytes_v [need_v and a(v) in {remat, offload}]`` (recomputed and reloaded
-  tensors, assumed live together: an upper bound).
+  ``W_r = sum bytes_v [v read by the backward and a(v) in {remat, offload}]
+  + max bytes_v [v recomputed only to recompute others]``: the recomputed and reloaded
+  tensors the gradient reads are assumed live together (an upper bound, since the backward
+  frees them as it goes), intermediates of the recompute one at a time.
 * ``peak = F + max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r) + W_k)`` over the regions in
   forward order (while region ``k`` runs backward, later regions have freed their
   residuals), where the fixed bytes ``F`` (parameters,
@@ -213,7 +215,7 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
             if need[c.index] and dec[c.index] == "remat":
                 for u in c.inputs:
                     need[u] = True
-        R = I = H = W = 0
+        R = I = H = W = T = 0
         C = d2h = h2d = 0.0
         off = [c.index for c in cands if need[c.index] and dec[c.index] == "offload"]
         need_in = {i.index for i in rg.region.inputs if i.needed}
@@ -236,8 +238,12 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
                 d2h += rc.d2h_s[i]
                 h2d += rc.h2d_s[i]
             else:
-                W += c.nbytes
+                if c.needed:
+                    W += c.nbytes
+                else:  # an intermediate of a recompute: freed once its readers ran
+                    T = max(T, c.nbytes)
                 C += rc.recompute_s[i]
+        W += T
         xf = xb = 0.0
         tail_d = tail_h = 0.0
         for i in reversed(off):  # tails of the copy queues, in production order

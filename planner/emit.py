@@ -60,8 +60,8 @@ def _name_lists(assignment: Assignment, named: dict[str, str]):
     return sorted(saved), sorted(offloaded)
 
 
-def emit(assignment: Assignment, class_names: dict[str, str | None], hardware) -> Emitted:
-    """``class_names`` maps class key -> checkpoint name (None for unnamed classes)."""
+def policy_for(assignment: Assignment, class_names: dict[str, str | None]):
+    """``(policy, python source, names_only)`` for an assignment."""
     kept = {k: d for k, d in assignment.decisions if d != "remat"}
     names_only = all(class_names.get(k) for k in kept)
     if names_only:
@@ -80,20 +80,30 @@ def emit(assignment: Assignment, class_names: dict[str, str | None], hardware) -
             source = f"jax.checkpoint_policies.save_only_these_names(*{saved!r})"
     else:
         policy = PlannerPolicy(tuple(sorted(kept.items())))
-        source = ("plan.policy  # a planner.PlannerPolicy over "
-                  f"{len(kept)} tensor classes; load it with planner.Plan.load(path).policy")
-    offloading = any(d == "offload" for d in kept.values())
-    hw = cm.load_profile(hardware)
-    flags = cm.xla_flags_for(hw, offloading=offloading)
+        source = ("planner.load_plan('plan.json').policy  # a planner.PlannerPolicy over "
+                  f"{len(kept)} tensor classes; save it with plan.save('plan.json')")
+    return policy, source, names_only
+
+
+def maxtext_yaml(assignment: Assignment, class_names: dict[str, str | None]) -> str:
+    """MaxText ``remat_policy: custom`` block: each named tensor's remat / device / offload."""
     all_names = sorted({n for n in class_names.values() if n})
     decided = {class_names[k]: d for k, d in assignment.decisions if class_names.get(k)}
     lines = ["remat_policy: custom"]
     for n in all_names:
         lines.append(f"{n}: {_MAXTEXT_VALUE[decided.get(n, 'remat')]}")
+    return "\n".join(lines) + "\n"
+
+
+def emit(assignment: Assignment, class_names: dict[str, str | None], hardware) -> Emitted:
+    """``class_names`` maps class key -> checkpoint name (None for unnamed classes)."""
+    policy, source, names_only = policy_for(assignment, class_names)
+    offloading = any(d == "offload" for _, d in assignment.decisions)
+    hw = cm.load_profile(hardware)
+    flags = cm.xla_flags_for(hw, offloading=offloading)
     return Emitted(
         policy=policy, policy_source=source, names_only=names_only,
         xla_flags=cm.format_xla_flags(flags),
-        xla_flag_notes=tuple((f"--{f.name}={f.value}" if not f.name.startswith("--") else
-                              f"{f.name}={f.value}", f.why, f.source) for f in flags),
-        maxtext_yaml="\n".join(lines) + "\n",
+        xla_flag_notes=tuple((str(f), f.why, f.source) for f in flags),
+        maxtext_yaml=maxtext_yaml(assignment, class_names),
     )

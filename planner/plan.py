@@ -97,6 +97,32 @@ class Plan:
         from planner.report import build_report, render
         return render(build_report(self), fmt)
 
+    def save(self, path) -> None:
+        """Write a versioned JSON plan file; ``planner.load_plan(path)`` reads it back."""
+        from planner.planfile import save
+        save(self, path)
+
+    @staticmethod
+    def load(path):
+        """Read a plan file: a ``SavedPlan`` with ``policy``, ``xla_flags``, ``check(step, *args)``."""
+        from planner.planfile import load
+        return load(path)
+
+    def candidates(self) -> list[dict]:
+        """Every candidate tensor of every region, with its class's decision."""
+        out = []
+        for rg, rp in zip(self.graph.regions, self.prediction.regions):
+            r = rg.region
+            for c in r.candidates:
+                out.append({
+                    "region": r.id, "index": c.index, "name": c.name, "primitive": c.primitive,
+                    "shape": c.shape, "dtype": c.dtype, "bytes_per_trip": c.nbytes,
+                    "multiplicity": r.multiplicity, "source": c.source,
+                    "needed_by_backward": rp.needed[c.index], "class": c.signature,
+                    "decision": self.assignment.get(c.signature),
+                })
+        return out
+
 
 def _validate(step_fn, example_args, hbm_gb, hardware, time_limit_s, max_rounds):
     if not callable(step_fn):

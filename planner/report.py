@@ -180,6 +180,18 @@ def build_report(plan) -> Report:
     )
 
 
+def report_from_dict(d: dict) -> Report:
+    """The inverse of ``dataclasses.asdict(report)`` (JSON lists back to tuples)."""
+    d = dict(d)
+    d["rows"] = tuple(Row(**r) for r in d["rows"])
+    d["policies"] = tuple(PolicyLine(**p) for p in d["policies"])
+    for k in ("checks", "flag_notes", "rounds"):
+        d[k] = tuple(tuple(x) for x in d[k])
+    for k in ("regions", "notes", "small_rows"):
+        d[k] = tuple(d[k])
+    return Report(**d)
+
+
 # ------------------------------------------------------------------------------ renderers
 
 def _md(r: Report) -> str:

@@ -150,7 +150,10 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
                                      if d == "save" and not cands[i].loop_invariant)
         host_b = sum(cands[i].nbytes for i, d in kept.items() if d == "offload")
         reload_b = host_b
-        rec_b = sum(cands[i].nbytes for i in order)
+        # Recomputed tensors the gradient reads stay for the trip; intermediates of the
+        # recompute are freed once their readers ran (one at a time at most).
+        rec_b = sum(cands[i].nbytes for i in order if cands[i].needed) + max(
+            (cands[i].nbytes for i in order if not cands[i].needed), default=0)
         rec_s = sum(rc.recompute_s[i] for i in order)
         # Reloads are issued at the trip start in first-use order (latest produced first);
         # the deadline of each is the backward compute ahead of its first use.

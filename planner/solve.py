@@ -121,6 +121,8 @@ class _Model:
                 return y
 
             R, I, W, C, offl = [], [], [], [], []
+            # T: the largest recompute intermediate (read by no gradient), live one at a time.
+            T = m.NewIntVar(0, 1 << 50, f"transient_kib[{rg.region.id}]")
             xf = m.NewIntVar(0, 1 << 50, f"exposed_fwd_ns[{rg.region.id}]")
             xb = m.NewIntVar(0, 1 << 50, f"exposed_bwd_ns[{rg.region.id}]")
             eta = cost.overlap_efficiency
@@ -133,7 +135,10 @@ class _Model:
                 r = both(c, "remat")
                 # A loop-invariant residual is stored once, the others once per trip.
                 (I if c.loop_invariant else R).append(kib * s)
-                W.append(kib * r)
+                if c.needed:
+                    W.append(kib * r)
+                elif not isinstance(r, int) or r:
+                    m.Add(T >= kib * r)
                 C.append(_ns(rc.recompute_s[i]) * r)
                 if "offload" in decisions:
                     o = both(c, "offload")
@@ -169,7 +174,7 @@ class _Model:
                 S.append(_kib_up(inp.nbytes) * n_in)
             R.extend(S)
             # Working set of one backward trip of this region.
-            ws_terms.append(sum(W))
+            ws_terms.append(sum(W) + T)
             residual_terms.append(L * sum(R) + sum(I))
             time_terms.append(L * (sum(C) + xf + xb))
 

@@ -351,6 +351,7 @@ def stacked_residuals(jaxpr) -> tuple[int, int, int, int]:
 
 
 def _fingerprint(step_jaxpr) -> str:
+    """Hash of the step's program text (shapes, dtypes, operations), without source lines."""
     import hashlib
     return hashlib.sha256(str(adapter.open_jaxpr(step_jaxpr)).encode()).hexdigest()[:16]
 
@@ -416,6 +417,12 @@ def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
         fingerprint=_fingerprint(step_jaxpr),
         undifferentiated_regions=sum(1 for br in bound if br.region_id not in mult),
     )
+
+
+def step_fingerprint(step_fn: Callable, args: Sequence[Any]) -> str:
+    """The fingerprint ``trace_step`` records, without the rest of the trace."""
+    with adapter.controlled_policies(lambda rid, r: adapter.everything_saveable):
+        return _fingerprint(jax.make_jaxpr(step_fn)(*args))
 
 
 def compile_with(step_fn: Callable, args: Sequence[Any], make_policy):

@@ -126,3 +126,44 @@ def test_planning_leaves_the_users_program_alone(peaks):
     from jax._src import ad_checkpoint
     from planner import _jax_adapter
     assert ad_checkpoint.remat_p.bind is _jax_adapter._orig_bind
+
+
+def test_plan_file_round_trips_and_detects_a_stale_step(plans, tmp_path):
+    p = plans[1]
+    path = tmp_path / "plan.json"
+    p.save(path)
+    saved = planner.load_plan(path)
+    assert saved.assignment == p.assignment and saved.xla_flags == p.xla_flags
+    assert saved.report("markdown") == p.report("markdown")
+    e = saved.policy
+    # The loaded policy decides every candidate as the plan did.
+    from planner import _jax_adapter as adapter
+    for c in p.graph.regions[0].region.candidates:
+        q = c.eqn
+        assert adapter.decision_text(e(q.primitive, *[v.aval for v in q.invars], **q.params)) == \
+            p.assignment.get(c.signature)
+    step, args = llama.make_train_step(CFG)
+    saved.check(step, *args)
+    other, other_args = llama.make_train_step(dataclasses.replace(CFG, d_ff=512))
+    with pytest.raises(planner.PlanFileError, match="made for another step"):
+        saved.check(other, *other_args)
+
+
+@pytest.mark.parametrize("content, match", [
+    ("{not json", "not valid JSON"), ('{"a": 1}', "not a jax-offload-planner plan"),
+    ('{"format": "jax-offload-planner/plan", "version": 99}', "version 99"),
+    ('{"format": "jax-offload-planner/plan", "version": 1}', "damaged plan file"),
+])
+def test_corrupt_or_foreign_plan_files(tmp_path, content, match):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(planner.PlanFileError, match=match):
+        planner.load_plan(path)
+
+
+def test_candidates_list_every_tensor_with_its_provenance(plans):
+    rows = plans[0].candidates()
+    assert len(rows) == len(plans[0].graph.regions[0].region.candidates)
+    wi0 = next(r for r in rows if r["name"] == "mlpwi_0")
+    assert wi0["multiplicity"] == CFG.n_layers and wi0["bytes_per_trip"] > 0
+    assert wi0["dtype"] == "float32" and "llama.py" in wi0["source"]
