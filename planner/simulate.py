@@ -177,5 +177,8 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
             device -= reload_b + rec_b + dev_b
             host -= host_b
             events += 1
+        # The region's loop-invariant residuals die with its last backward trip.
+        device -= sum(cands[i].nbytes for i, d in kept.items()
+                      if d == "save" and cands[i].loop_invariant)
     return SimulationResult(peak_bytes=int(peak), host_peak_bytes=int(host_peak), step_s=time_s,
                             recomputed=recomputed, events=events)

@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from planner import _jax_adapter as adapter
-from planner.errors import NoCheckpointRegionError, TraceError
+from planner.errors import NoCheckpointRegionError, TraceError, UnsupportedError
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -371,6 +371,7 @@ def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
             "pass arrays or jax.ShapeDtypeStruct with the shapes the step expects."
         ) from e
 
+    _refuse_nested(bound)
     mult: dict[int, int] = {}
     _find_differentiated(adapter.open_jaxpr(step_jaxpr), 1, mult, {})
     if not bound or not mult:
@@ -417,6 +418,32 @@ def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
         fingerprint=_fingerprint(step_jaxpr),
         undifferentiated_regions=sum(1 for br in bound if br.region_id not in mult),
     )
+
+
+def _refuse_nested(bound) -> None:
+    """Nested checkpoints: JAX applies the outer region's policy inside the inner one, so
+    the two cannot be decided separately; say so instead of planning something else."""
+    def inner(jx):
+        for e in jx.eqns:
+            if e.primitive is adapter.remat_p and isinstance(e.params.get("policy"),
+                                                             adapter.RegionPolicy):
+                return e
+            for sub, _ in adapter.subjaxprs(e):
+                found = inner(sub)
+                if found is not None:
+                    return found
+        return None
+    for br in bound:
+        e = inner(br.jaxpr)
+        if e is not None:
+            raise UnsupportedError(
+                f"The checkpoint region at {br.source} contains another jax.checkpoint (at "
+                f"{adapter.eqn_source(e)}).\nWhy: when regions nest, JAX's partial evaluation "
+                "applies the outer region's policy inside the inner one too, so the planner "
+                "cannot decide them separately, and one emitted policy could not express two "
+                "levels.\nFix: keep one level of jax.checkpoint per repeated block (remove the "
+                "inner or the outer one; MaxText wraps each decoder layer once). Nested "
+                "lax.scan loops around one checkpoint level are fine.")
 
 
 def step_fingerprint(step_fn: Callable, args: Sequence[Any]) -> str:
