@@ -32,6 +32,7 @@ from ._profiles import (
     list_profiles,
     load_profile,
 )
+from ._trace_overlap import measured_overlap_efficiency, overlap_from_trace
 from ._transfer import exposed_seconds, transfer_seconds
 
 __all__ = [
@@ -60,5 +61,7 @@ __all__ = [
     "register_rule",
     "registered_primitives",
     "transfer_seconds",
+    "measured_overlap_efficiency",
+    "overlap_from_trace",
     "xla_flags_for",
 ]

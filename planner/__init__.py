@@ -20,10 +20,11 @@ from planner.errors import (
 )
 from planner.plan import Plan, PlanWarning, pareto, solve
 from planner.planfile import SavedPlan
+from planner.profile import ProfileResult, profile
 from planner.planfile import load as load_plan
 
 __all__ = [
     "Assignment", "InfeasibleBudgetError", "InvalidArgumentError", "NoCheckpointRegionError",
-    "Plan", "PlanFileError", "PlanWarning", "PlannerError", "PlannerPolicy", "Prediction",
+    "Plan", "PlanFileError", "ProfileResult", "profile", "PlanWarning", "PlannerError", "PlannerPolicy", "Prediction",
     "SavedPlan", "SolverError", "TraceError", "UnsupportedError", "load_plan", "pareto", "solve",
 ]

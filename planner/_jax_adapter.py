@@ -164,6 +164,15 @@ def _patched_bind(*args, jaxpr, prevent_cse, differentiated, policy):
         ctl.regions.append(region)
         policy = RegionPolicy(rid, ctl.make_policy(rid, region))
         ctl.by_policy[id(policy)] = region
+    elif ctl is not None and not differentiated and policy.region_id < len(ctl.regions):
+        # jax.vmap re-binds the region with batched operands (remat_vmap): the batched body
+        # is what runs, so it is the one to plan.
+        region = ctl.regions[policy.region_id]
+        if (region.jaxpr is not jaxpr and len(jaxpr.invars) == len(region.jaxpr.invars)
+                and [v.aval.shape for v in jaxpr.invars]
+                != [v.aval.shape for v in region.jaxpr.invars]):
+            region.jaxpr = jaxpr
+            region.in_nonzeros = None
     return _orig_bind(*args, jaxpr=jaxpr, prevent_cse=prevent_cse,
                       differentiated=differentiated, policy=policy)
 
@@ -172,9 +181,12 @@ def _patched_jvp(primals, tangents, jaxpr, prevent_cse, differentiated, policy):
     ctl = _active()
     if ctl is not None and isinstance(policy, RegionPolicy) and not differentiated:
         region = ctl.regions[policy.region_id] if policy.region_id < len(ctl.regions) else None
-        if (region is not None and region.in_nonzeros is None
-                and len(tangents) == len(region.jaxpr.invars)):
-            region.in_nonzeros = tuple(not isinstance(t, _ad.Zero) for t in tangents)
+        if region is not None and len(tangents) == len(region.jaxpr.invars):
+            nz = tuple(not isinstance(t, _ad.Zero) for t in tangents)
+            # lax.scan's JVP runs its body to a fixpoint: a carry that starts without a
+            # tangent (the data) gains one on the next pass. Keep the union.
+            old = region.in_nonzeros
+            region.in_nonzeros = nz if old is None else tuple(a or b for a, b in zip(old, nz))
     return _orig_jvp(primals, tangents, jaxpr, prevent_cse, differentiated, policy)
 
 
@@ -223,7 +235,8 @@ class Replay:
 
 
 def region_jvp(region: BoundRegion):
-    """The JVP jaxpr JAX builds for a region (``remat_jvp`` in jax/_src/ad_checkpoint.py)."""
+    """The JVP jaxpr JAX builds for a region (``remat_jvp`` in jax/_src/ad_checkpoint.py),
+    nested jit calls inlined: ``(jaxpr, number of known inputs, number of hoisted consts)``."""
     jaxpr = region.jaxpr
     nonzeros = region.in_nonzeros
     if nonzeros is None:  # never differentiated in the trace: assume every float input is
@@ -233,8 +246,9 @@ def region_jvp(region: BoundRegion):
     jvp = _pe.convert_constvars_jaxpr(jvp_closed.jaxpr)
     n_primal = len(jvp_closed.consts) + len(jaxpr.invars)
     inlined, n_new_consts = inline_calls(jvp)
-    # make_jaxpr may hoist constants to new leading invars: they are known, like primals.
-    return inlined, n_new_consts + n_primal
+    # make_jaxpr may hoist array constants to new leading invars: known, like primals, but
+    # in the real program they stay constants of the region (never residuals or operands).
+    return inlined, n_new_consts + n_primal, n_new_consts
 
 
 _INLINED = ("pjit", "jit", "closed_call", "core_call")

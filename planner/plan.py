@@ -200,7 +200,8 @@ def _smallest_plan(graph, cost, opts, budget, attempt, error):
 
 def solve(step_fn: Callable, *example_args, hbm_gb: float, hardware="h200",
           allow_offload: bool | None = None, solver_time_limit_s: float = 30.0,
-          verify_compile: bool = True, max_rounds: int = 3) -> Plan:
+          verify_compile: bool = True, max_rounds: int = 3,
+          progress: Callable[[str], None] | None = None) -> Plan:
     """Plan what the backward pass of ``step_fn(*example_args)`` keeps, under ``hbm_gb``.
 
     Args:
@@ -214,21 +215,26 @@ def solve(step_fn: Callable, *example_args, hbm_gb: float, hardware="h200",
       solver_time_limit_s: CP-SAT time limit per solve; the gap is reported.
       verify_compile: compile the step with the emitted policy and check it (recommended).
       max_rounds: solve / compile rounds when the compiled program exceeds the budget.
+      progress: called with a short message as each slow stage starts (trace, solve,
+        compile); the CLI shows them on stderr. None: silent.
     """
     return pareto(step_fn, *example_args, hbm_gb=[hbm_gb], hardware=hardware,
                   allow_offload=allow_offload, solver_time_limit_s=solver_time_limit_s,
-                  verify_compile=verify_compile, max_rounds=max_rounds, _raise=True)[0]
+                  verify_compile=verify_compile, max_rounds=max_rounds, progress=progress,
+                  _raise=True)[0]
 
 
 def pareto(step_fn: Callable, *example_args, hbm_gb, hardware="h200",
            allow_offload: bool | None = None, solver_time_limit_s: float = 30.0,
-           verify_compile: bool = False, max_rounds: int = 3, _raise: bool = False):
+           verify_compile: bool = False, max_rounds: int = 3,
+           progress: Callable[[str], None] | None = None, _raise: bool = False):
     """Plans for several budgets from one trace: ``[Plan or PlannerError per budget]``.
 
     The step is traced (and the anchor compiled) once; each budget is solved, emitted and,
     with ``verify_compile``, compiled. A budget no plan reaches gives its
-    ``InfeasibleBudgetError`` in the list instead of a plan.
+    ``InfeasibleBudgetError`` in the list instead of a plan. ``progress`` is as in ``solve``.
     """
+    say = progress or (lambda message: None)
     budgets = list(hbm_gb) if isinstance(hbm_gb, (list, tuple)) else [hbm_gb]
     if not budgets:
         raise InvalidArgumentError("hbm_gb is an empty list; give at least one budget in GB.")
@@ -245,6 +251,7 @@ def pareto(step_fn: Callable, *example_args, hbm_gb, hardware="h200",
     opts = SolverOptions(time_limit_s=float(solver_time_limit_s))
     timings = []
     t = time.perf_counter()
+    say("tracing the step and compiling it under full remat (the anchor)")
     tr = trace_step(step_fn, example_args)
     timings.append(("trace + anchor compile", time.perf_counter() - t))
     t = time.perf_counter()
@@ -254,7 +261,7 @@ def pareto(step_fn: Callable, *example_args, hbm_gb, hardware="h200",
     for b in budgets:
         try:
             out.append(_plan_one(step_fn, example_args, tr, graph, hw, offload, int(b * GB), opts,
-                                 verify_compile, max_rounds, list(timings)))
+                                 verify_compile, max_rounds, list(timings), say))
         except PlannerError as e:
             if _raise:
                 raise
@@ -263,7 +270,7 @@ def pareto(step_fn: Callable, *example_args, hbm_gb, hardware="h200",
 
 
 def _plan_one(step_fn, example_args, tr, graph, hw, offload, budget, opts, verify_compile,
-              max_rounds, timings) -> Plan:
+              max_rounds, timings, say=lambda message: None) -> Plan:
     correction = 0
     rounds = []
     class_names = {c.key: c.name for c in graph.classes}
@@ -272,6 +279,8 @@ def _plan_one(step_fn, example_args, tr, graph, hw, offload, budget, opts, verif
         assignment = _normalize(graph, cost, assignment)
         pred = evaluate(cost, graph, assignment)
         emitted = emit(assignment, class_names, hw)
+        if verify_compile:
+            say(f"compiling the plan for {budget / GB:g} GB to verify it (round {len(rounds) + 1})")
         t = time.perf_counter()
         ver = verify(step_fn, example_args, tr, graph, cost, assignment, emitted.policy, pred,
                      budget, compile=verify_compile)
@@ -284,6 +293,7 @@ def _plan_one(step_fn, example_args, tr, graph, hw, offload, budget, opts, verif
         t = time.perf_counter()
         cost = build_cost_model(tr, graph, hw, allow_offload=offload, correction_bytes=correction)
         timings.append((f"cost (round {round_no + 1})", time.perf_counter() - t))
+        say(f"solving for {budget / GB:g} GB (round {round_no + 1})")
         t = time.perf_counter()
         try:
             sol = solve_assignment(graph, cost, budget, opts)

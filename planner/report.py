@@ -73,14 +73,12 @@ class Report:
 def _reason(d: str, rec_ms: float, xfer_ms: float, nbytes: int, plan) -> str:
     eta = plan.cost.overlap_efficiency
     if d == "save":
-        return (f"kept in HBM: recomputing would add {rec_ms:.3f} ms per step"
-                + (f", offloading would expose up to {xfer_ms:.3f} ms" if plan.cost.allow_offload else ""))
+        alt = f"; offload: {xfer_ms:.3f} ms of copies" if plan.cost.allow_offload else ""
+        return f"kept: recompute would add {rec_ms:.3f} ms{alt}"
     if d == "remat":
-        cheaper = "" if not plan.cost.allow_offload else (
-            f"; cheaper than offloading ({xfer_ms:.3f} ms of copies, {eta:.0%} hideable)")
-        return f"recomputed for {rec_ms:.3f} ms per step, frees {nbytes / MB:,.1f} MB{cheaper}"
-    return (f"offloaded: {xfer_ms:.3f} ms of copies ({eta:.0%} hideable) cost less than "
-            f"recomputing ({rec_ms:.3f} ms), frees {nbytes / MB:,.1f} MB of HBM")
+        return f"recompute {rec_ms:.3f} ms frees {nbytes / MB:,.1f} MB"
+    return (f"offload: {xfer_ms:.3f} ms of copies ({eta:.0%} can hide) free {nbytes / MB:,.1f} MB "
+            f"without recomputing ({rec_ms:.3f} ms) or its inputs")
 
 
 def build_report(plan) -> Report:
@@ -238,10 +236,12 @@ def _text(r: Report) -> str:
     from rich.table import Table
 
     buf = io.StringIO()
-    con = Console(file=buf, width=140, force_terminal=False, color_system=None)
+    con = Console(file=buf, width=150, force_terminal=False, force_jupyter=False,
+                  color_system=None)  # a string, also in Jupyter (no display_data)
     con.print(f"PLAN STATUS: {r.status.upper()}")
     for name, ok, detail in r.checks:
-        con.print(f"  [{'ok' if ok else 'FAILED'}] {name}: {detail}", highlight=False)
+        con.print(f"  [{'ok' if ok else 'FAILED'}] {name}: {detail}", highlight=False,
+                  markup=False)  # '[ok]' is not a rich style tag
     comp = "not compiled" if r.compiled_gb is None else f"{r.compiled_gb:.3f} GB"
     con.print(f"hardware {r.hardware} | budget {r.budget_gb:.3f} GB | predicted peak "
               f"{r.predicted_peak_gb:.3f} GB (fixed {r.fixed_gb:.3f} + residuals {r.residual_gb:.3f} "
@@ -254,12 +254,14 @@ def _text(r: Report) -> str:
     for x in r.regions:
         con.print(f"  {x}", highlight=False)
     t = Table(title="Decisions (per step, all trips)")
-    for col in ("tensor", "decision", "MB", "recompute ms", "copies ms", "why", "source"):
-        t.add_column(col, overflow="fold")
+    for col, kw in (("tensor", {"max_width": 28}), ("decision", {}), ("MB", {"justify": "right"}),
+                    ("remat ms", {"justify": "right"}), ("copy ms", {"justify": "right"}),
+                    ("why", {"ratio": 1}), ("source", {"max_width": 30})):
+        t.add_column(col, overflow="fold", **kw)
     for row in r.rows:
         t.add_row(row.label, row.decision, f"{row.nbytes_per_step / MB:,.1f}",
                   f"{row.recompute_ms:.3f}", f"{row.transfer_ms:.3f}", row.reason,
-                  row.source.rsplit("/", 1)[-1])
+                  row.source.rsplit("/", 1)[-1].split(" (")[0])
     if r.small_rows[0]:
         t.add_row(f"{r.small_rows[0]} smaller", "remat", f"{r.small_rows[1] / MB:,.2f}", "", "",
                   "each under 0.1% of the bytes", "")

@@ -202,15 +202,17 @@ def _observe_residual_sources(step_jaxpr, rid: int, n_res: int | None = None) ->
 
 
 def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_region: int):
-    jvp, n_primal = adapter.region_jvp(region)
+    jvp, n_primal, n_hoisted = adapter.region_jvp(region)
     replay = adapter.replay_partial_eval(jvp, n_primal, adapter.everything_saveable)
     region_inputs = set(jvp.invars[:n_primal])
     needed_vars = set(replay.residuals)
+    hoisted = set(jvp.invars[:n_hoisted])  # constants of the region in the real program
     # Loop invariance: observed for the residuals of the everything-saveable trace, then
     # spread backwards (what an invariant value reads is invariant) and forwards (what
     # reads only invariant values is invariant).
-    observed = _observe_residual_sources(step_jaxpr, region.region_id, len(replay.residuals)) or []
-    invariant = {v for v, src in zip(replay.residuals, observed) if src == "const"}
+    real_res = [v for v in replay.residuals if v not in hoisted]
+    observed = _observe_residual_sources(step_jaxpr, region.region_id, len(real_res)) or []
+    invariant = {v for v, src in zip(real_res, observed) if src == "const"} | hoisted
     eqns = replay.known_eqns
     for eqn in reversed(eqns):
         if any(v in invariant for v in eqn.outvars):
@@ -252,8 +254,9 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
     # The backward remat equation reads [*residuals, *inputs it uses] (remat_partial_eval).
     full = adapter.replay_partial_eval(jvp, n_primal, lambda *_, **__: adapter.Recompute)
     src = _observe_residual_sources(anchor_jaxpr, anchor_region) or []
-    used_idx = [k for k, u in enumerate(full.staged_inputs_used) if u]
-    in_src = dict(zip(used_idx, src[len(full.residuals):]))
+    n_real_res = sum(1 for v in full.residuals if v not in hoisted)
+    used_idx = [k for k, u in enumerate(full.staged_inputs_used) if u and k >= n_hoisted]
+    in_src = dict(zip(used_idx, src[n_real_res:]))
     inputs = tuple(
         RegionInput(index=k, nbytes=_nbytes(v.aval),
                     stacked=in_src.get(k) in ("stacked", "unscanned"),

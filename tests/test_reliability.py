@@ -101,3 +101,36 @@ def test_property_every_plan_replays_and_beats_every_baseline(seed, n_nodes, n_r
             assert pred.step_s <= b.step_s + 1e-9
     # Determinism: the same inputs give the same plan.
     assert solve_assignment(graph, cost, budget, opts).assignment == sol.assignment
+
+
+def test_checkpoint_under_vmap_is_planned_with_batched_shapes():
+    def layer(x, w):
+        return x + jnp.tanh(jax.ad_checkpoint.checkpoint_name(x @ w, "h")) @ w.T
+
+    def step(ws, xs):
+        def loss(ws):
+            def one(x):
+                y, _ = jax.lax.scan(lambda c, w: (jax.checkpoint(layer)(c, w), None), x, ws)
+                return jnp.sum(y ** 2)
+            return jnp.mean(jax.vmap(one)(xs))
+        return jax.grad(loss)(ws)
+    plan = planner.solve(step, jnp.ones((4, 64, 256)) * 0.01, jnp.ones((16, 32, 64)),
+                         hbm_gb=0.02, hardware="cpu")
+    shapes = {c.shape for c in plan.graph.regions[0].region.candidates}
+    assert (16, 32, 256) in shapes  # the vmapped (batched) body is what runs
+    assert plan.verification.ok, [c.detail for c in plan.verification.checks]
+
+
+def test_data_carry_without_tangent_on_first_pass():
+    # The scan carry starts as data (no tangent) and gains one after the first layer.
+    def layer(x, w):
+        return x + jax.nn.gelu(jax.ad_checkpoint.checkpoint_name(x @ w, "h")) @ w.T
+
+    def step(ws, x):
+        def loss(ws):
+            y, _ = jax.lax.scan(lambda c, w: (jax.checkpoint(layer)(c, w), None), x, ws)
+            return jnp.sum(y ** 2)
+        return jax.grad(loss)(ws)
+    plan = planner.solve(step, jnp.ones((4, 64, 256)) * 0.01, jnp.ones((256, 64)),
+                         hbm_gb=0.01, hardware="cpu")
+    assert plan.verification.ok, [c.detail for c in plan.verification.checks]

@@ -1,0 +1,138 @@
+"""The command line, in process through ``planner.__main__.main`` and once as ``python -m``."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from examples import llama
+from planner.__main__ import main
+
+ROOT = Path(__file__).resolve().parent.parent
+FACTORY = "test_cli:tiny"  # this module, importable as pytest puts tests/ on sys.path
+BUDGET = "0.012"
+
+
+def tiny():
+    """A two-layer Llama small enough that a CLI solve takes seconds."""
+    return llama.make_train_step(llama.LlamaConfig(
+        n_layers=2, d_model=128, n_heads=4, n_kv_heads=2, d_ff=384, seq=64, vocab=256))
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """One CLI solve: plan file, markdown report written with --out."""
+    d = tmp_path_factory.mktemp("cli")
+    code = main(["solve", FACTORY, "--hbm-gb", BUDGET, "--hardware", "cpu", "--format",
+                 "markdown", "--save", str(d / "plan.json"), "--out", str(d / "report.md"),
+                 "--timeline", str(d / "timeline.svg"), "--quiet"])
+    assert code == 0
+    return d
+
+
+def test_help_and_usage_errors_return_codes(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and "solve" in out and "pareto" in out and "calibrate" in out
+    code, _, err = run(capsys, "frobnicate")
+    assert code == 2 and "invalid choice" in err
+
+
+def test_python_dash_m_planner_help_in_a_subprocess():
+    r = subprocess.run([sys.executable, "-m", "planner", "--help"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert all(cmd in r.stdout for cmd in ("solve", "report", "pareto", "calibrate"))
+
+
+def test_solve_writes_plan_report_and_timeline(saved):
+    assert (saved / "report.md").read_text().startswith("# Plan: compiled, within budget")
+    assert "<svg" in (saved / "timeline.svg").read_text()[:2000]
+    assert json.loads((saved / "plan.json").read_text())["format"] == "jax-offload-planner/plan"
+
+
+@pytest.mark.parametrize("flags, check", [
+    (["--format", "text"], lambda out: "PLAN STATUS: COMPILED, WITHIN BUDGET" in out),
+    (["--json"], lambda out: json.loads(out)["status"] == "compiled, within budget"),
+])
+def test_solve_text_and_json_stdout_with_progress_on_stderr(capsys, flags, check):
+    code, out, err = run(capsys, "solve", FACTORY, "--hbm-gb", BUDGET, "--hardware", "cpu", *flags)
+    assert code == 0 and check(out)
+    assert "[planner] tracing the step" in err and "[planner] solving" in err
+    assert "[planner]" not in out  # stdout stays clean for pipes
+
+
+@pytest.mark.parametrize("flags, check", [
+    ([], lambda out: out.startswith("PLAN STATUS: COMPILED, WITHIN BUDGET")),
+    (["--format", "markdown"], lambda out: out.startswith("# Plan: compiled, within budget")),
+    (["--format", "json"], lambda out: json.loads(out)["status"] == "compiled, within budget"),
+    (["--json"], lambda out: json.loads(out)["budget_gb"] == float(BUDGET)),
+])
+def test_report_of_a_saved_plan_in_every_format(capsys, saved, flags, check):
+    code, out, err = run(capsys, "report", str(saved / "plan.json"), *flags)
+    assert code == 0 and check(out), out[:500]
+    assert err == ""
+
+
+def test_report_markdown_matches_what_solve_printed(capsys, saved):
+    code, out, _ = run(capsys, "report", str(saved / "plan.json"), "--format", "markdown")
+    assert code == 0 and out == (saved / "report.md").read_text()
+
+
+def test_pareto_table_json_and_png(capsys, tmp_path):
+    png = tmp_path / "pareto.png"
+    code, out, err = run(capsys, "pareto", FACTORY, "--hbm-gb", "0.001,0.012,0.02",
+                         "--hardware", "cpu", "--png", str(png), "--svg", str(tmp_path / "p.svg"))
+    assert code == 0
+    assert "INFEASIBLE" in out and "budget GB" in out and "nothing_saveable" in out
+    assert png.read_bytes()[:4] == b"\x89PNG" and (tmp_path / "p.svg").exists()
+    assert "drawing the curve" in err
+    code, out, _ = run(capsys, "pareto", FACTORY, "--hbm-gb", "0.001,0.02", "--hardware", "cpu",
+                       "--json", "--quiet")
+    data = json.loads(out)
+    assert code == 0
+    assert [r["feasible"] for r in data["budgets"]] == [False, True]
+    assert "InfeasibleBudgetError" == data["budgets"][0]["status"]
+    assert data["budgets"][1]["predicted_peak_gb"] <= 0.02
+    assert {s["name"] for s in data["stock_policies"]} >= {"nothing_saveable", "everything_saveable"}
+
+
+def test_calibrate_with_tiny_sizes(capsys, tmp_path):
+    out_path = tmp_path / "cal.json"
+    code, out, err = run(capsys, "calibrate", "--base", "cpu", "--sizes-mb", "1",
+                         "--repeats", "1", "--matmul-n", "64", "--out", str(out_path), "--json")
+    assert code == 0, err
+    assert json.loads(out)["name"] == "cpu-calibrated"
+    assert json.loads(out_path.read_text())["name"] == "cpu-calibrated"
+    code, out, _ = run(capsys, "calibrate", "--base", "cpu", "--sizes-mb", "1", "--repeats", "1",
+                       "--matmul-n", "64")
+    assert code == 0 and out.startswith("profile cpu-calibrated") and "host link" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["solve", "examples.llama", "--hbm-gb", "1"], "is not MODULE:FACTORY"),
+    (["solve", "no_such_module:make", "--hbm-gb", "1"], "Cannot import 'no_such_module'"),
+    (["solve", FACTORY, "--hbm-gb", "1", "--hardware", "h300"], "h200"),
+    (["solve", FACTORY, "--hbm-gb", "1", "--timeline", "t.jpg"], "must end with .png or .svg"),
+    (["pareto", FACTORY, "--hbm-gb", "a,b"], "comma-separated list"),
+    (["pareto", FACTORY, "--hbm-gb", "1", "--png", "p.svg"], "must end with .png"),
+    (["report", "/nonexistent/plan.json"], "No plan file"),
+    (["calibrate", "--base", "h300"], "h300"),
+])
+def test_errors_exit_2_with_the_message_on_stderr(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert "error: " in err and message in err, err
+
+
+def test_infeasible_budget_exits_2_and_names_the_budget_that_works(capsys):
+    code, out, err = run(capsys, "solve", FACTORY, "--hbm-gb", "0.001", "--hardware", "cpu", "-q")
+    assert code == 2 and out == ""
+    assert "No plan fits 0.001 GB" in err and "Fix: pass hbm_gb >=" in err

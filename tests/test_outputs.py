@@ -1,0 +1,194 @@
+"""What users paste (planner.paste) and the pictures (planner.plots), on a real plan."""
+
+import dataclasses
+import shutil
+import subprocess
+import warnings
+
+import pytest
+
+import planner
+from examples import llama, maxtext_style
+from planner import _jax_adapter as adapter
+from planner.cost import evaluate
+from planner.emit import emit
+from planner.paste import paste_snippets
+from planner.plots import hbm_timeline, memory_timeline, pareto_curve, policy_timeline
+
+MAXTEXT_VALUES = {"save": "device", "remat": "remat", "offload": "offload"}
+
+
+@pytest.fixture(scope="module")
+def llama_step():
+    return llama.make_train_step(llama.LlamaConfig(n_layers=4))
+
+
+@pytest.fixture(scope="module")
+def plan(llama_step):
+    step, args = llama_step
+    return planner.solve(step, *args, hbm_gb=0.075, hardware="cpu")
+
+
+@pytest.fixture(scope="module")
+def maxtext_plan():
+    step, args = maxtext_style.make()
+    return planner.solve(step, *args, hbm_gb=0.009, hardware="cpu")
+
+
+def _names_only(plan):
+    """The plan with only its named decisions, emitted as JAX's own name policy."""
+    names = {c.key: c.name for c in plan.graph.classes}
+    kept = {k: d for k, d in plan.assignment.decisions if names.get(k)}
+    a = planner.Assignment.of(kept)
+    em = emit(a, names, plan.hardware)
+    assert em.names_only
+    return dataclasses.replace(plan, emitted=em,
+                               solution=dataclasses.replace(plan.solution, assignment=a))
+
+
+def _decides_like(policy, plan):
+    """``policy`` decides every candidate of every region as ``plan.policy`` does."""
+    seen = 0
+    for rg in plan.graph.regions:
+        for c in rg.region.candidates:
+            e = c.eqn
+            avals = [v.aval for v in e.invars]
+            want = adapter.decision_text(plan.policy(e.primitive, *avals, **e.params))
+            got = adapter.decision_text(policy(e.primitive, *avals, **e.params))
+            assert got == want, (c.name, c.signature)
+            seen += 1
+    assert seen
+
+
+def _exec_policy(source):
+    scope = {}
+    exec(source, scope)  # noqa: S102 (the snippet is what users paste)
+    return scope["policy"]
+
+
+# ------------------------------------------------------------------------------ paste
+
+def test_snippets_have_the_three_keys(plan):
+    s = paste_snippets(plan)
+    assert set(s) == {"python", "xla_flags", "maxtext"}
+    assert all(isinstance(v, str) and v.endswith("\n") for v in s.values())
+
+
+def test_names_only_python_snippet_is_plain_jax_and_decides_like_the_plan(maxtext_plan):
+    p = _names_only(maxtext_plan)
+    source = paste_snippets(p)["python"]
+    assert source.startswith("import jax\n") and "planner" not in source
+    _decides_like(_exec_policy(source), p)
+
+
+def test_python_snippet_with_unnamed_tensors_loads_the_plan_file(plan, tmp_path):
+    assert not plan.emitted.names_only  # this plan keeps unnamed tensors
+    path = tmp_path / "plan.json"
+    plan.save(path)
+    source = paste_snippets(plan, plan_file=str(path))["python"]
+    assert "planner.load_plan" in source
+    _decides_like(_exec_policy(source), plan)
+
+
+def test_xla_flags_line_without_flags_is_a_comment(plan):
+    assert plan.xla_flags == ""
+    line = paste_snippets(plan)["xla_flags"]
+    assert line.startswith("#") and "no XLA flags" in line
+
+
+def test_xla_flags_line_quotes_for_the_shell(plan):
+    flags = '--xla_gpu_enable_latency_hiding_scheduler=true --xla_dump_to="/tmp/a b" $HOME `x`'
+    p = dataclasses.replace(plan, emitted=dataclasses.replace(plan.emitted, xla_flags=flags))
+    line = paste_snippets(p)["xla_flags"]
+    assert line.startswith("export XLA_FLAGS=")
+    sh = shutil.which("sh")
+    if sh is None:
+        pytest.skip("no POSIX shell to run the line")
+    out = subprocess.run([sh, "-c", line + 'printf %s "$XLA_FLAGS"'], capture_output=True,
+                         text=True, check=True).stdout
+    assert out == flags
+
+
+def _check_maxtext_block(plan, text):
+    yaml = pytest.importorskip("yaml")
+    block = yaml.safe_load(text)
+    assert block.pop("remat_policy") == "custom"
+    names = {c.name: c.key for c in plan.graph.classes if c.name}
+    assert set(block) == set(names)
+    for name, value in block.items():
+        assert value in ("remat", "device", "offload"), (name, value)
+        assert value == MAXTEXT_VALUES[plan.assignment.get(names[name])], name
+    return block
+
+
+def test_maxtext_block_parses_and_maps_every_name(plan, maxtext_plan):
+    for p in (plan, maxtext_plan, _names_only(maxtext_plan)):
+        _check_maxtext_block(p, paste_snippets(p)["maxtext"])
+    assert paste_snippets(plan)["maxtext"].startswith("# Partial")
+
+
+def test_maxtext_block_pasted_into_a_maxtext_config_gives_the_planned_policy(maxtext_plan):
+    # The user's round trip: parse the block, update the config, build MaxText's policy.
+    p = _names_only(maxtext_plan)
+    block = _check_maxtext_block(p, paste_snippets(p)["maxtext"])
+    config = maxtext_style.apply_yaml(maxtext_style.DEFAULT_CONFIG,
+                                      {"remat_policy": "custom", **block})
+    _decides_like(maxtext_style.policy_from_config(config), p)
+
+
+def test_paste_works_on_a_saved_plan(plan, tmp_path):
+    plan.save(tmp_path / "plan.json")
+    saved = planner.load_plan(tmp_path / "plan.json")
+    assert paste_snippets(saved) == paste_snippets(plan)
+
+
+# ------------------------------------------------------------------------------ plots
+
+def test_timeline_peaks_at_the_predicted_peak_for_the_plan_and_every_stock_policy(plan):
+    tl = policy_timeline(plan)
+    assert max(p.device_bytes for p in tl) == plan.prediction.peak_bytes
+    assert tl[0].device_bytes == tl[-1].device_bytes == plan.prediction.fixed_bytes
+    for b in plan.baselines:
+        assert max(p.device_bytes for p in policy_timeline(plan, b.name)) == \
+            b.prediction.peak_bytes, b.name
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_timeline_over_several_regions_peaks_where_evaluate_says(seed):
+    # Random graphs of 3 regions, every assignment: the peak is the max over backward
+    # positions of several regions, with invariants and stacked inputs.
+    from synthetic import all_assignments, random_problem
+    graph, cost = random_problem(seed, n_nodes=5, n_regions=3, n_classes=3)
+    mult = [rc.multiplicity for rc in cost.regions]
+    for a in all_assignments(graph, cost):
+        pred = evaluate(cost, graph, a)
+        tl = memory_timeline(pred, mult)
+        assert max(x.device_bytes for x in tl) == pred.peak_bytes
+        assert tl[-1].device_bytes == pred.fixed_bytes
+
+
+def test_hbm_timeline_writes_png_and_svg(plan, tmp_path):
+    png = hbm_timeline(plan, tmp_path / "t.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = hbm_timeline(plan, tmp_path / "t.svg", policies=("planner", "maxtext:minimal"))
+    assert "<svg" in svg.read_text()[:2000]
+
+
+def test_plot_errors_teach(plan, tmp_path):
+    with pytest.raises(ValueError, match="Fix: name the file with one of .png, .svg"):
+        hbm_timeline(plan, tmp_path / "t.jpg")
+    with pytest.raises(ValueError, match="choose among planner, nothing_saveable"):
+        hbm_timeline(plan, tmp_path / "t.png", policies=("planner", "save_all"))
+
+
+def test_pareto_curve_marks_infeasible_budgets(llama_step, tmp_path):
+    step, args = llama_step
+    budgets = [0.03, 0.07, 0.09]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", planner.PlanWarning)
+        results = planner.pareto(step, *args, hbm_gb=budgets, hardware="cpu")
+    assert isinstance(results[0], planner.InfeasibleBudgetError)
+    assert all(isinstance(r, planner.Plan) for r in results[1:])
+    png = pareto_curve(results, tmp_path / "p.png", budgets_gb=budgets)
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert "<svg" in pareto_curve(results, tmp_path / "p.svg").read_text()[:2000]
