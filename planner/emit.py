@@ -86,12 +86,21 @@ def policy_for(assignment: Assignment, class_names: dict[str, str | None]):
 
 
 def maxtext_yaml(assignment: Assignment, class_names: dict[str, str | None]) -> str:
-    """MaxText ``remat_policy: custom`` block: each named tensor's remat / device / offload."""
+    """MaxText ``remat_policy: custom`` block: each named tensor's remat / device / offload.
+
+    MaxText (src/maxtext/configs/base.yml) lists these keys with the values 'remat', 'device'
+    and 'offload', and notes that ``decoder_layer_input`` "cannot be rematerialized": it is
+    the layer's input, which the scan keeps anyway. A plan that recomputes that name keeps
+    the same bytes as saving it, so it is written as 'device'.
+    """
     all_names = sorted({n for n in class_names.values() if n})
     decided = {class_names[k]: d for k, d in assignment.decisions if class_names.get(k)}
     lines = ["remat_policy: custom"]
     for n in all_names:
-        lines.append(f"{n}: {_MAXTEXT_VALUE[decided.get(n, 'remat')]}")
+        value = _MAXTEXT_VALUE[decided.get(n, "remat")]
+        if n == "decoder_layer_input" and value == "remat":
+            value = "device"
+        lines.append(f"{n}: '{value}'")
     return "\n".join(lines) + "\n"
 
 

@@ -136,3 +136,14 @@ def test_infeasible_budget_exits_2_and_names_the_budget_that_works(capsys):
     code, out, err = run(capsys, "solve", FACTORY, "--hbm-gb", "0.001", "--hardware", "cpu", "-q")
     assert code == 2 and out == ""
     assert "No plan fits 0.001 GB" in err and "Fix: pass hbm_gb >=" in err
+
+
+def test_profile_command_says_nothing_was_measured_on_cpu(tmp_path, capsys):
+    # The quickstart model planned and profiled on CPU: no host copies exist to measure,
+    # and the command says so with exit status 1 instead of reporting zeros.
+    from planner.__main__ import main
+    code = main(["profile", "planner.profile:llama_quickstart", "--hbm-gb", "0.42",
+                 "--hardware", "cpu", "--steps", "1", "--warmup", "1", "--json"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "nothing measured" in out
