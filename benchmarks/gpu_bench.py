@@ -32,21 +32,11 @@ sys.path.insert(0, str(ROOT))
 HBM_BYTES_H200 = 143771 * 2**20  # nvidia-smi on our H200 (KINDS.md): 143771 MiB
 
 
-def _flags_to_options(flags: str) -> dict:
-    """'--a=true --b=X' -> {'a': True, 'b': 'X'} for compile(compiler_options=...)."""
-    out = {}
-    for tok in flags.split():
-        name, _, value = tok.lstrip("-").partition("=")
-        low = value.lower()
-        out[name] = True if low == "true" else False if low == "false" else value
-    return out
-
-
 def _policy_from_spec(spec: dict):
     """A checkpoint policy from a job spec: a stock name, or a plan's decisions."""
     from planner.baselines import STOCK
     from planner.cost import Assignment
-    from planner.emit import emit
+    from planner.emit import policy_for
 
     if spec["kind"] == "stock":
         return STOCK[spec["name"]][0]()
@@ -56,8 +46,7 @@ def _policy_from_spec(spec: dict):
             names_which_can_be_saved=spec["save"], names_which_can_be_offloaded=spec["offload"],
             offload_src="device", offload_dst="pinned_host")
     if spec["kind"] == "plan":
-        a = Assignment.of(dict(spec["decisions"]))
-        return emit(a, {k: v for k, v in spec["names"].items()}, "h200").policy
+        return policy_for(Assignment.of(dict(spec["decisions"])), dict(spec["names"]))[0]
     raise ValueError(spec)
 
 
@@ -82,7 +71,8 @@ def run_worker(job: dict) -> dict:
     cfg = dataclasses.replace(llama.LlamaConfig(**job["config"]),
                               remat_policy=_policy_from_spec(job["policy"]))
     step, args = llama.make_train_step(cfg, concrete=True)
-    opts = _flags_to_options(job.get("flags", ""))
+    from planner.profile import flags_to_compiler_options
+    opts = flags_to_compiler_options(job.get("flags", ""))
     t0 = time.perf_counter()
     lowered = jax.jit(step, donate_argnums=(0,)).lower(*args)
     compiled = lowered.compile(compiler_options=opts) if opts else lowered.compile()
