@@ -474,7 +474,7 @@ def test_required_profiles_are_shipped():
 
 
 def test_h200_uses_our_measurements():
-    assert HW.link.d2h_bytes_per_s == 50.4e9 and HW.link.h2d_bytes_per_s == 50.5e9
+    assert HW.link.d2h_bytes_per_s == 52.65e9 and HW.link.h2d_bytes_per_s == 52.31e9
     assert HW.matmul_rate("bfloat16") == 790e12 and HW.hbm_bytes_per_s == 4.3e12
     assert HW.overlap_efficiency == 0.0
     assert "h200-probe-2026-11-30" in HW.source("link.d2h_bytes_per_s")
@@ -603,8 +603,8 @@ def test_units_round_trip_exactly(value):
 
 def test_transfer_seconds():
     link = HW.link
-    assert cm.transfer_seconds(50.4e9, HW, "d2h") == pytest.approx(link.latency_s + 1.0)
-    assert cm.transfer_seconds(50.5e9, HW, "h2d") == pytest.approx(link.latency_s + 1.0)
+    assert cm.transfer_seconds(52.65e9, HW, "d2h") == pytest.approx(link.latency_s + 1.0)
+    assert cm.transfer_seconds(52.31e9, HW, "h2d") == pytest.approx(link.latency_s + 1.0)
     assert cm.transfer_seconds(0, HW, "d2h") == 0.0
     with pytest.raises(ValueError, match=r"'d2h' \(device to host.*'h2d'.*got 'up'"):
         cm.transfer_seconds(1, HW, "up")
