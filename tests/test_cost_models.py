@@ -477,7 +477,7 @@ def test_h200_uses_our_measurements():
     assert HW.link.d2h_bytes_per_s == 52.65e9 and HW.link.h2d_bytes_per_s == 52.31e9
     assert HW.matmul_rate("bfloat16") == 790e12 and HW.hbm_bytes_per_s == 4.3e12
     assert HW.overlap_efficiency == 0.2  # measured: benchmarks/results/h200-2026-11-30.md
-    assert "h200-probe-2026-11-30" in HW.source("link.d2h_bytes_per_s")
+    assert "h200-2026-11-30-probe" in HW.source("link.d2h_bytes_per_s")
     assert "64 GB/s" in HW.source("link.d2h_bytes_per_s")  # the nominal figure is mentioned
     gh200 = cm.load_profile("gh200")
     assert gh200.link.kind == "nvlink-c2c" and gh200.link.d2h_bytes_per_s == 450e9
