@@ -28,7 +28,7 @@ NS = 1e9  # nanoseconds per second
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SolverOptions:
-    time_limit_s: float = 30.0
+    time_limit_s: float = 30.0  # CP-SAT deterministic seconds (about wall seconds on one core)
     workers: int = 1          # 1 keeps the search deterministic (CP-SAT's parallel portfolio is not)
     seed: int = 0
 
@@ -201,7 +201,11 @@ class _Model:
     def run(self, objective, opts: SolverOptions, time_limit: float):
         self.m.Minimize(objective)
         s = cp_model.CpSolver()
-        s.parameters.max_time_in_seconds = max(0.1, time_limit)
+        # The limit is in CP-SAT's deterministic time (work counted, not seconds elapsed), so
+        # a search stopped by it gives the same plan on a busy or an idle machine; the wall
+        # clock limit, three times longer, only guards against a slow machine.
+        s.parameters.max_deterministic_time = max(0.1, time_limit)
+        s.parameters.max_time_in_seconds = 3 * max(0.1, time_limit)
         s.parameters.num_workers = opts.workers
         s.parameters.random_seed = opts.seed
         status = s.Solve(self.m)

@@ -134,3 +134,15 @@ def test_data_carry_without_tangent_on_first_pass():
     plan = planner.solve(step, jnp.ones((4, 64, 256)) * 0.01, jnp.ones((256, 64)),
                          hbm_gb=0.01, hardware="cpu")
     assert plan.verification.ok, [c.detail for c in plan.verification.checks]
+
+
+def test_a_search_cut_by_its_time_limit_is_still_deterministic():
+    # The limit is CP-SAT's deterministic time: the same inputs give the same plan even when
+    # the search stops before proving optimality.
+    graph, cost = random_problem(1, n_nodes=400, n_classes=60, eta=0.2)
+    lo = evaluate(cost, graph, Assignment.of({})).peak_bytes
+    hi = evaluate(cost, graph, Assignment.of({c.key: "save" for c in graph.classes})).peak_bytes
+    opts = SolverOptions(time_limit_s=0.5)
+    a = solve_assignment(graph, cost, (lo + hi) / 2, opts)
+    b = solve_assignment(graph, cost, (lo + hi) / 2, opts)
+    assert a.assignment == b.assignment and a.objective_s == b.objective_s
