@@ -32,6 +32,15 @@ sys.path.insert(0, str(ROOT))
 HBM_BYTES_H200 = 143771 * 2**20  # nvidia-smi on our H200 (KINDS.md): 143771 MiB
 
 
+def _model(job: dict, policy=None):
+    """(module, config) of a job: the Llama example by default, the MoE one for "moe"."""
+    from examples import llama, moe
+
+    module = moe if job.get("model") == "moe" else llama
+    cls = moe.MoEConfig if module is moe else llama.LlamaConfig
+    return module, cls(**job["config"], remat_policy=policy)
+
+
 def _policy_from_spec(spec: dict):
     """A checkpoint policy from a job spec: a stock name, or a plan's decisions."""
     from planner.baselines import STOCK
@@ -68,9 +77,8 @@ def run_worker(job: dict) -> dict:
 
     from examples import llama
 
-    cfg = dataclasses.replace(llama.LlamaConfig(**job["config"]),
-                              remat_policy=_policy_from_spec(job["policy"]))
-    step, args = llama.make_train_step(cfg, concrete=True)
+    module, cfg = _model(job, _policy_from_spec(job["policy"]))
+    step, args = module.make_train_step(cfg, concrete=True)
     from planner.profile import flags_to_compiler_options
     opts = flags_to_compiler_options(job.get("flags", ""))
     t0 = time.perf_counter()
@@ -164,7 +172,8 @@ def run_plan_worker(job: dict) -> dict:
     import planner
     from examples import llama
 
-    step, ex = llama.make_train_step(llama.LlamaConfig(**job["config"]))
+    module, cfg = _model(job)
+    step, ex = module.make_train_step(cfg)
     t = time.perf_counter()
     plans = planner.pareto(step, *ex, hbm_gb=job["budgets"], hardware=job["hardware"],
                            solver_time_limit_s=20, verify_compile=False)
@@ -239,8 +248,13 @@ class Driver:
 
 BENCH = dict(vocab=32000, d_model=4096, n_heads=32, n_kv_heads=8, d_ff=14336, n_layers=8,
              batch=8, seq=4096, dtype="bfloat16")
+# examples/moe.py H200_BENCH: 64 routed experts top-6 + a shared expert, 32k tokens, 8 layers.
+MOE_BENCH = dict(vocab=32000, d_model=2048, n_heads=16, n_kv_heads=16, d_expert=1408,
+                 d_shared=2816, n_experts=64, top_k=6, n_layers=8, batch=8, seq=4096,
+                 dtype="bfloat16")
 if os.environ.get("GPU_BENCH_DRY_RUN"):  # a CPU dry run of the whole script, tiny model
     BENCH = dict(n_layers=2)
+    MOE_BENCH = dict(n_layers=2)
 DOTS = ["query_proj", "key_proj", "value_proj", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo"]
 
 
@@ -287,7 +301,11 @@ def compare(args):
     budgets = [float(b) for b in args.budgets.split(",")]
     # Plan in a worker process: compiling on the GPU leaves the allocator holding memory
     # (autotuning buffers) that the measurement workers would then not get.
-    r = d.job({"type": "plan", "name": "plan", "config": BENCH, "budgets": budgets,
+    bench = MOE_BENCH if args.model == "moe" else BENCH
+    if args.attention:
+        bench = {**bench, "attention_impl": args.attention}
+    r = d.job({"type": "plan", "name": "plan", "config": bench, "model": args.model,
+               "budgets": budgets,
                "hardware": args.hardware}, need_s=90)
     specs = (r or {}).get("result") or {}
     for b, spec in specs.get("plans", {}).items():
@@ -295,10 +313,11 @@ def compare(args):
             d.record("plan_failed", {"budget_gb": b, "error": spec["error"]})
             continue
         d.record("plan", {"budget_gb": b, **{k: v for k, v in spec.items() if k != "policy"}})
-        d.job({"name": f"plan@{b}", "config": BENCH, "policy": spec["policy"],
+        d.job({"name": f"plan@{b}", "config": bench, "model": args.model, "policy": spec["policy"],
                "flags": spec["flags"], "budget_gb": float(b), "steps": 10})
     for name in args.stock.split(","):
-        d.job({"name": f"stock:{name}", "config": BENCH, "policy": {"kind": "stock", "name": name},
+        d.job({"name": f"stock:{name}", "config": bench, "model": args.model,
+               "policy": {"kind": "stock", "name": name},
                "steps": 10}, need_s=45)
 
 
@@ -312,12 +331,16 @@ def main():
     c = sub.add_parser("compare")
     c.add_argument("--out", required=True)
     c.add_argument("--budget-s", type=float, default=540)
-    c.add_argument("--budgets", default="20,24,28,33,40")
+    c.add_argument("--budgets", default="75,85,95,105,120")
     c.add_argument("--hardware", default="h200")
+    c.add_argument("--model", choices=("llama", "moe"), default="llama")
+    c.add_argument("--attention", choices=("xla", "cudnn"), default=None,
+                   help="jax.nn.dot_product_attention implementation (default: JAX picks)")
     c.add_argument("--stock", default=",".join(
         ["nothing_saveable", "dots_with_no_batch_dims_saveable", "dots_saveable",
-         "offload_dot_with_no_batch_dims", "maxtext:save_qkv_proj", "maxtext:save_dot_except_mlp",
-         "maxtext:qkv_proj_offloaded", "maxtext:minimal_offloaded"]))
+         "offload_dot_with_no_batch_dims", "maxtext:minimal", "maxtext:save_qkv_proj",
+         "maxtext:save_dot_except_mlp", "maxtext:qkv_proj_offloaded",
+         "maxtext:minimal_offloaded"]))
     w = sub.add_parser("worker")
     w.add_argument("job")
     a = ap.parse_args()

@@ -45,6 +45,9 @@ class LlamaConfig:
     layer_loop: str = "scan"
     remat_policy: Callable[..., Any] | None = None  # what the user wrote; the planner overrides it
     prevent_cse: bool = False  # MaxText passes prevent_cse=not scan_layers
+    # jax.nn.dot_product_attention's implementation: None lets JAX pick (on our H200 it picked
+    # XLA's, which materialises the scores); "cudnn" is the fused kernel MaxText uses on GPU.
+    attention_impl: str | None = None
 
     @property
     def head_dim(self) -> int:
@@ -79,8 +82,8 @@ def _rope(x, positions):
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-def decoder_layer(cfg: LlamaConfig, x, layer, positions):
-    """One pre-norm decoder layer. ``layer`` holds this layer's weights."""
+def attention_sublayer(cfg: LlamaConfig, x, layer, positions):
+    """Pre-norm grouped-query attention with its residual: ``x + out_proj(attention)``."""
     b, s, _ = x.shape
     x = checkpoint_name(x, "decoder_layer_input")
     h = _rms_norm(x, layer["attn_norm"])
@@ -90,9 +93,14 @@ def decoder_layer(cfg: LlamaConfig, x, layer, positions):
     q = _rope(q.reshape(b, s, cfg.n_heads, cfg.head_dim), positions)
     k = _rope(k.reshape(b, s, cfg.n_kv_heads, cfg.head_dim), positions)
     v = v.reshape(b, s, cfg.n_kv_heads, cfg.head_dim)
-    attn = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+    attn = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=cfg.attention_impl)
     attn = checkpoint_name(attn.reshape(b, s, cfg.d_model), "attention_out")
-    x = x + checkpoint_name(attn @ layer["wo"], "out_proj")
+    return x + checkpoint_name(attn @ layer["wo"], "out_proj")
+
+
+def decoder_layer(cfg: LlamaConfig, x, layer, positions):
+    """One pre-norm decoder layer. ``layer`` holds this layer's weights."""
+    x = attention_sublayer(cfg, x, layer, positions)
     h = _rms_norm(x, layer["mlp_norm"])
     gate = checkpoint_name(h @ layer["w1"], "mlpwi_0")
     up = checkpoint_name(h @ layer["w3"], "mlpwi_1")

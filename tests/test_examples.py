@@ -108,3 +108,15 @@ def test_maxtext_config_errors_teach():
         m.make({**m.DEFAULT_CONFIG, "mlpwo": "keep"})
     with pytest.raises(KeyError, match="not keys of this model's config"):
         m.apply_yaml(m.DEFAULT_CONFIG, {"attention_out": "device"})
+
+
+def test_moe_example_routed_and_shared_experts_are_planned_and_verified():
+    from examples import moe
+    step, args = moe.make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", planner.PlanWarning)
+        plan = planner.solve(step, *args, hbm_gb=0.03, hardware="cpu")
+    names = {c.name for c in plan.graph.classes if c.name}
+    assert {"moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo", "mlpwi_0", "mlpwi_1", "mlpwo"} <= names
+    assert plan.graph.regions[0].region.multiplicity == moe.MoEConfig().n_layers
+    assert plan.verification.ok, [c.detail for c in plan.verification.checks]

@@ -1,0 +1,153 @@
+"""A DeepSeek-style mixture-of-experts decoder and its train step, for the planner.
+
+Each layer: RMSNorm, grouped-query attention (as in ``examples/llama.py``), then an MoE
+feed-forward block with a shared SwiGLU expert and ``n_experts`` routed SwiGLU experts, each
+token sent to its ``top_k`` experts by a softmax router. Routed experts run as grouped
+matmuls (``jax.lax.ragged_dot``) on the tokens sorted by expert, the dropless form MaxText
+uses on GPU (``sparse_matmul``). Layers are stacked under ``jax.lax.scan``, each in
+``jax.checkpoint``; tensors carry MaxText's names (``moe_mlpwi_0``, ``moe_mlpwi_1``,
+``moe_mlpwo`` for the routed experts; ``mlpwi_0``, ``mlpwi_1``, ``mlpwo`` for the shared one).
+
+``make_train_step(config)`` returns ``(step_fn, (state, batch))`` like the Llama example.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+
+from examples import llama
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MoEConfig:
+    vocab: int = 512
+    d_model: int = 128
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    d_expert: int = 96          # hidden size of each routed expert
+    d_shared: int = 192         # hidden size of the shared expert
+    n_experts: int = 8
+    top_k: int = 2
+    n_layers: int = 3
+    batch: int = 2
+    seq: int = 64
+    dtype: str = "float32"
+    attention_impl: str | None = None
+    remat_policy: Callable[..., Any] | None = None
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def attention_config(self) -> llama.LlamaConfig:
+        return llama.LlamaConfig(vocab=self.vocab, d_model=self.d_model, n_heads=self.n_heads,
+                                 n_kv_heads=self.n_kv_heads, d_ff=self.d_shared,
+                                 n_layers=self.n_layers, batch=self.batch, seq=self.seq,
+                                 dtype=self.dtype, attention_impl=self.attention_impl)
+
+
+# Sized for one H200 (benchmarks/gpu_bench.py --model moe): 32k tokens, 8 layers,
+# 64 routed experts top-6 plus a shared expert (DeepSeek-V2-Lite-like proportions).
+H200_BENCH = MoEConfig(vocab=32000, d_model=2048, n_heads=16, n_kv_heads=16, d_expert=1408,
+                       d_shared=2816, n_experts=64, top_k=6, n_layers=8, batch=8, seq=4096,
+                       dtype="bfloat16", attention_impl="cudnn")
+
+
+def _swiglu(h, w1, w3, w2, names):
+    gate = checkpoint_name(h @ w1, names[0])
+    up = checkpoint_name(h @ w3, names[1])
+    return checkpoint_name((jax.nn.silu(gate) * up) @ w2, names[2])
+
+
+def moe_block(cfg: MoEConfig, h, layer):
+    """Shared expert + top-k routed experts over the flattened tokens ``h: [T, D]``."""
+    t, d = h.shape
+    shared = _swiglu(h, layer["s_w1"], layer["s_w3"], layer["s_w2"],
+                     ("mlpwi_0", "mlpwi_1", "mlpwo"))
+    probs = jax.nn.softmax((h @ layer["router"]).astype(jnp.float32), axis=-1)
+    weights, experts = jax.lax.top_k(probs, cfg.top_k)                    # [T, k]
+    flat = experts.reshape(-1)                                            # [T*k]
+    order = jnp.argsort(flat)
+    tokens = h[order // cfg.top_k]                                        # sorted by expert
+    sizes = jnp.bincount(flat, length=cfg.n_experts).astype(jnp.int32)
+    gate = checkpoint_name(jax.lax.ragged_dot(tokens, layer["e_w1"], sizes), "moe_mlpwi_0")
+    up = checkpoint_name(jax.lax.ragged_dot(tokens, layer["e_w3"], sizes), "moe_mlpwi_1")
+    out = checkpoint_name(jax.lax.ragged_dot(jax.nn.silu(gate) * up, layer["e_w2"], sizes),
+                          "moe_mlpwo")
+    routed = jnp.zeros((t * cfg.top_k, d), out.dtype).at[order].set(out)
+    routed = jnp.sum(routed.reshape(t, cfg.top_k, d)
+                     * weights[..., None].astype(out.dtype), axis=1)
+    return shared + routed
+
+
+def decoder_layer(cfg: MoEConfig, x, layer, positions):
+    b, s, d = x.shape
+    x = llama.attention_sublayer(cfg.attention_config(), x, layer, positions)
+    h = llama._rms_norm(x, layer["mlp_norm"]).reshape(b * s, d)
+    return x + moe_block(cfg, h, layer).reshape(b, s, d)
+
+
+def init_params(cfg: MoEConfig, key) -> dict:
+    dt = jnp.dtype(cfg.dtype)
+    kv = cfg.n_kv_heads * cfg.head_dim
+    L, D, E, F, S = cfg.n_layers, cfg.d_model, cfg.n_experts, cfg.d_expert, cfg.d_shared
+    shapes = {
+        "wq": (L, D, D), "wk": (L, D, kv), "wv": (L, D, kv), "wo": (L, D, D),
+        "router": (L, D, E), "s_w1": (L, D, S), "s_w3": (L, D, S), "s_w2": (L, S, D),
+        "e_w1": (L, E, D, F), "e_w3": (L, E, D, F), "e_w2": (L, E, F, D),
+    }
+    keys = jax.random.split(key, len(shapes) + 2)
+    layers = {n: (jax.random.normal(k, s, jnp.float32) * s[-2] ** -0.5).astype(dt)
+              for k, (n, s) in zip(keys, shapes.items())}
+    layers["attn_norm"] = jnp.ones((L, D), dt)
+    layers["mlp_norm"] = jnp.ones((L, D), dt)
+    return {
+        "embed": (jax.random.normal(keys[-2], (cfg.vocab, D), jnp.float32) * 0.02).astype(dt),
+        "layers": layers,
+        "final_norm": jnp.ones((D,), dt),
+        "unembed": (jax.random.normal(keys[-1], (D, cfg.vocab), jnp.float32) * D**-0.5).astype(dt),
+    }
+
+
+def forward(cfg: MoEConfig, params, tokens):
+    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+    x = params["embed"][tokens]
+    layer_fn = jax.checkpoint(functools.partial(decoder_layer, cfg), policy=cfg.remat_policy,
+                              prevent_cse=False)
+    x, _ = jax.lax.scan(lambda x, layer: (layer_fn(x, layer, positions), None), x,
+                        params["layers"])
+    x = llama._rms_norm(x, params["final_norm"])
+    return (x @ params["unembed"]).astype(jnp.float32)
+
+
+def make_train_step(cfg: MoEConfig = MoEConfig(), *, concrete: bool = False, lr: float = 1e-3):
+    """``(train_step, (state, batch))``; ``state = {"params", "momentum"}``, SGD with momentum."""
+
+    def loss_fn(params, batch):
+        logp = jax.nn.log_softmax(forward(cfg, params, batch["tokens"]))
+        return -jnp.mean(jnp.take_along_axis(logp, batch["targets"][..., None], axis=-1))
+
+    def train_step(state, batch):
+        loss, grads = jax.value_and_grad(loss_fn)(state["params"], batch)
+        mom = jax.tree.map(lambda m, g: 0.9 * m + g.astype(m.dtype), state["momentum"], grads)
+        params = jax.tree.map(lambda p, m: (p - lr * m).astype(p.dtype), state["params"], mom)
+        return {"params": params, "momentum": mom}, loss
+
+    def make_args():
+        params = init_params(cfg, jax.random.key(0))
+        state = {"params": params, "momentum": jax.tree.map(jnp.zeros_like, params)}
+        tokens = jax.random.randint(jax.random.key(1), (cfg.batch, cfg.seq), 0, cfg.vocab)
+        return state, {"tokens": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
+
+    return train_step, (make_args() if concrete else jax.eval_shape(make_args))
+
+
+def make(config: MoEConfig | None = None):
+    """Factory for ``python -m planner solve examples.moe:make``."""
+    return make_train_step(config or MoEConfig())
