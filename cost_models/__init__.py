@@ -24,7 +24,15 @@ from ._cost import (
     registered_primitives,
 )
 from ._flags import XlaFlag, format_xla_flags, xla_flags_for
-from ._fusion import FUSIBLE, fused_costs, fused_eqn_costs, fused_jaxpr_cost, fused_seconds
+from ._fusion import (
+    FUSIBLE,
+    eqn_seconds,
+    fused_costs,
+    fused_eqn_costs,
+    fused_jaxpr_cost,
+    fused_seconds,
+    matmul_dtype,
+)
 from ._profiles import (
     HardwareProfile,
     LinkProfile,
@@ -54,6 +62,8 @@ __all__ = [
     "fused_eqn_costs",
     "fused_jaxpr_cost",
     "fused_seconds",
+    "eqn_seconds",
+    "matmul_dtype",
     "jaxpr_cost",
     "list_profiles",
     "load_profile",

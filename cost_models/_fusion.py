@@ -122,10 +122,31 @@ def fused_jaxpr_cost(jaxpr: Any) -> Cost:
     return total
 
 
-def fused_seconds(jaxpr: Any, hw, dtype: str = "bfloat16") -> float:
+def matmul_dtype(eqn, hw) -> str:
+    """The matrix-rate key for an equation's matmul FLOPs, from its operand dtype.
+
+    float32 matmuls run in TF32 on GPUs at JAX's default precision (jax.default_matmul_precision
+    docs: DEFAULT allows tensorfloat32 on GPU) and in true fp32 elsewhere or at HIGHEST.
+    """
+    dtypes = [getattr(v.aval, "dtype", None) for v in eqn.invars if hasattr(v, "aval")]
+    name = next((str(d) for d in dtypes if d is not None and "float" in str(d)), "bfloat16")
+    if name == "float32":
+        precision = str(eqn.params.get("precision", ""))
+        if hw.platform == "gpu" and "HIGHEST" not in precision:
+            return "tf32"
+    return name
+
+
+def eqn_seconds(eqn, cost: Cost, hw) -> float:
+    """``cost.seconds`` at the matrix rate of the equation's operand dtype."""
+    return cost.seconds(hw, matmul_dtype(eqn, hw))
+
+
+def fused_seconds(jaxpr: Any, hw, dtype: str | None = None) -> float:
     """Time of ``jaxpr`` on ``hw`` as a sequence of kernels: the sum of each equation's
     roofline time (compute and memory overlap inside a kernel, not across kernels), with
-    calls and loops summed over their bodies and trips."""
+    calls and loops summed over their bodies and trips. Matmuls run at the rate of their
+    operand dtype unless ``dtype`` forces one."""
     jx = _inner(jaxpr)
     total = 0.0
     for e, c in zip(jx.eqns, fused_eqn_costs(jx)):
@@ -138,5 +159,5 @@ def fused_seconds(jaxpr: Any, hw, dtype: str = "bfloat16") -> float:
         elif subs and name in _CALLS + ("while",):
             total += sum(fused_seconds(s, hw, dtype) for s in (subs if name == "while" else subs[:1]))
         else:
-            total += c.seconds(hw, dtype)
+            total += c.seconds(hw, dtype) if dtype else eqn_seconds(e, c, hw)
     return total

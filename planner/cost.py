@@ -16,8 +16,10 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   ``v``'s equation (cost_models); working set of one backward trip
   ``W_r = sum bytes_v [v read by the backward and a(v) in {remat, offload}]
   + max bytes_v [v recomputed only to recompute others]``: the recomputed and reloaded
-  tensors the gradient reads are assumed live together (an upper bound, since the backward
-  frees them as it goes), intermediates of the recompute one at a time.
+  tensors the gradient reads are assumed live together, intermediates of the recompute one
+  at a time. This is a model, not a bound: the fixed bytes below are measured against it
+  (anchor minus the model's full-remat terms), so it is exact for full remat and its error
+  for other plans is what the verify stage measures and corrects.
 * ``peak = F + max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r) + W_k)`` over the regions in
   forward order (while region ``k`` runs backward, later regions have freed their
   residuals), where the fixed bytes ``F`` (parameters,
@@ -134,10 +136,6 @@ class Prediction:
     regions: tuple[RegionPrediction, ...]
 
 
-def _seconds(cost, hw) -> float:
-    return float(cost.seconds(hw))
-
-
 def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offload: bool,
                      correction_bytes: int = 0) -> CostModel:
     """Cost every candidate on ``hardware`` and measure the fixed bytes from the anchor."""
@@ -151,13 +149,13 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
         escaping = [v for c in r.candidates if c.needed for v in c.eqn.outvars]
         fwd_costs = cm.fused_costs([c.eqn for c in r.candidates], escaping)
         rec = []
-        for cost in fwd_costs:
+        for c, cost in zip(r.candidates, fwd_costs):
             unknown.update(cost.unknown_primitives)
-            rec.append(_seconds(cost, hw))
+            rec.append(cm.eqn_seconds(c.eqn, cost, hw))  # matmuls at their dtype's rate
         bwd_costs = cm.fused_costs(list(r.backward_eqns), [])
         for cost in bwd_costs:
             unknown.update(cost.unknown_primitives)
-        bwd_s = sum(_seconds(cost, hw) for cost in bwd_costs)
+        bwd_s = sum(cm.eqn_seconds(e, cost, hw) for e, cost in zip(r.backward_eqns, bwd_costs))
         fwd_s = sum(rec)
         after, acc = [], 0.0
         for t in reversed(rec):
@@ -167,8 +165,12 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
         # The backward trip runs the layer in reverse: the compute that precedes the first
         # use of v is, in proportion, the forward compute that followed v.
         before = [bwd_s * (a / fwd_s) if fwd_s > 0 else 0.0 for a in after]
-        d2h = [cm.transfer_seconds(c.nbytes, hw, "d2h") if c.nbytes else 0.0 for c in r.candidates]
-        h2d = [cm.transfer_seconds(c.nbytes, hw, "h2d") if c.nbytes else 0.0 for c in r.candidates]
+        # Copy times only where a copy can happen (a host link, offloading allowed).
+        can_copy = allow_offload and hw.link.kind != "none"
+        d2h = [cm.transfer_seconds(c.nbytes, hw, "d2h") if c.nbytes and can_copy else 0.0
+               for c in r.candidates]
+        h2d = [cm.transfer_seconds(c.nbytes, hw, "h2d") if c.nbytes and can_copy else 0.0
+               for c in r.candidates]
         regions.append(RegionCost(
             region_id=r.id, multiplicity=r.multiplicity, recompute_s=tuple(rec),
             d2h_s=tuple(d2h), h2d_s=tuple(h2d), fwd_after_s=tuple(after),

@@ -80,11 +80,26 @@ def build_graph(trace: Trace) -> LivenessGraph:
 
     by_region = {rg.region.id: rg.region for rg in regions}
     classes = []
+    # Labels are for people and must be unique: two unnamed classes of the same primitive and
+    # shape (different dtype or parameters) get their source line appended.
+    counts: dict[str, int] = {}
+    for key in members:
+        counts[_label(first[key])] = counts.get(_label(first[key]), 0) + 1
     for key, mem in members.items():
         cands = [by_region[rid].candidates[i] for rid, i in mem]
+        label = _label(first[key])
+        if counts[label] > 1:
+            where = first[key].source.rsplit("/", 1)[-1].split(" (")[0] or first[key].dtype
+            label = f"{label}@{where}"
         classes.append(TensorClass(
-            key=key, label=_label(first[key]), name=first[key].name, members=tuple(mem),
+            key=key, label=label, name=first[key].name, members=tuple(mem),
             nbytes_per_trip=sum(c.nbytes for c in cands),
             needed_members=sum(1 for c in cands if c.needed),
         ))
-    return LivenessGraph(regions=tuple(regions), classes=tuple(classes))
+    seen: dict[str, int] = {}
+    unique = []
+    for c in classes:  # still equal (same line too): number them in trace order
+        seen[c.label] = seen.get(c.label, 0) + 1
+        unique.append(c if seen[c.label] == 1 else
+                      dataclasses.replace(c, label=f"{c.label}#{seen[c.label]}"))
+    return LivenessGraph(regions=tuple(regions), classes=tuple(unique))

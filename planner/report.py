@@ -77,7 +77,8 @@ def _reason(d: str, rec_ms: float, xfer_ms: float, nbytes: int, plan) -> str:
         return f"kept: recompute would add {rec_ms:.3f} ms{alt}"
     if d == "remat":
         return f"recompute {rec_ms:.3f} ms frees {nbytes / MB:,.1f} MB"
-    return (f"offload: {xfer_ms:.3f} ms of copies ({eta:.0%} can hide) free {nbytes / MB:,.1f} MB "
+    return (f"offload: {xfer_ms:.3f} ms of copies (hiding behind {eta:.0%} of the compute) free "
+            f"{nbytes / MB:,.1f} MB "
             f"without recomputing ({rec_ms:.3f} ms) or its inputs")
 
 
@@ -123,8 +124,10 @@ def build_report(plan) -> Report:
                         recompute_ms=rec * 1e3, transfer_ms=xfer * 1e3, source=source,
                         reason=_reason(d, rec * 1e3, xfer * 1e3, nbytes, plan)))
 
+    compiled = plan.verification.compiled_device_bytes
+    planner_fits = (pred.peak_bytes if compiled is None else compiled) <= plan.budget_bytes
     policies = [PolicyLine(name="planner", peak_gb=pred.peak_bytes / GB, host_gb=pred.host_bytes / GB,
-                           step_ms=pred.step_s * 1e3, fits=True, applicable=True)]
+                           step_ms=pred.step_s * 1e3, fits=planner_fits, applicable=True)]
     for b in plan.baselines:
         policies.append(PolicyLine(name=b.name, peak_gb=b.prediction.peak_bytes / GB,
                                    host_gb=b.prediction.host_bytes / GB,

@@ -180,8 +180,10 @@ class _Model:
 
         # Peak HBM: fixed bytes + the residuals still held while region k runs backward (its
         # own and those of the regions before it) + region k's working set, worst k.
-        self.peak_kib = m.NewIntVar(0, 1 << 50, "peak_kib")
-        fixed = _kib_up(max(cost.fixed_bytes, 0))
+        # Variable bounds: 2^50 KiB (an exbibyte) is beyond any memory; the fixed bytes may be
+        # negative when the model's full-remat terms exceed the anchor compile.
+        self.peak_kib = m.NewIntVar(-(1 << 50), 1 << 50, "peak_kib")
+        fixed = _kib_up(cost.fixed_bytes)
         for k in range(len(ws_terms)):
             m.Add(self.peak_kib >= fixed + sum(residual_terms[:k + 1]) + ws_terms[k])
         if budget_bytes is not None:
@@ -247,8 +249,8 @@ def solve_assignment(graph: LivenessGraph, cost: CostModel, budget_bytes: float,
     if status == cp_model.INFEASIBLE:
         need = min_feasible_bytes(graph, cost, opts)
         raise InfeasibleBudgetError(
-            f"No plan fits {budget_bytes / 1e9:.3f} GB: the smallest peak any combination of "
-            f"save / remat / offload reaches is {need / 1e9:.3f} GB.\n"
+            f"No plan fits {budget_bytes / 1e9:.3f} GB: no combination of save / remat / "
+            f"offload peaks below {need / 1e9:.3f} GB (a bound CP-SAT proved).\n"
             f"Why: {cost.fixed_bytes / 1e9:.3f} GB do not depend on the plan (parameters, "
             "optimizer state, batch, outputs, activations outside checkpoint regions, "
             "compiler buffers), and the backward pass of one layer needs its working set.\n"
@@ -264,13 +266,13 @@ def solve_assignment(graph: LivenessGraph, cost: CostModel, budget_bytes: float,
     first = s.ObjectiveValue()
     bound = s.BestObjectiveBound()
     phase1_status = status
-    # Phase 2: at that step time, the smallest peak (keeps spare memory for the user).
-    used = time.perf_counter() - t0
+    # Phase 2: at that step time, the smallest peak (keeps spare memory for the user). Its
+    # own deterministic time budget, so the answer does not depend on the machine's load.
     mod.m.Add(mod.extra_ns <= int(first))
     mod.m.ClearHints()
     for (k, d), v in mod.x.items():
         mod.m.AddHint(v, s.Value(v))
-    s2, status2 = mod.run(mod.peak_kib, opts, max(0.1, opts.time_limit_s - used))
+    s2, status2 = mod.run(mod.peak_kib, opts, opts.time_limit_s)
     final = s2 if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE) else s
     assignment = mod.assignment(final)
     obj_s = (mod.base_ns + first) / NS
