@@ -119,7 +119,8 @@ class Plan:
                     "shape": c.shape, "dtype": c.dtype, "bytes_per_trip": c.nbytes,
                     "multiplicity": r.multiplicity, "source": c.source,
                     "needed_by_backward": rp.needed[c.index], "class": c.signature,
-                    "decision": self.assignment.get(c.signature),
+                    # JAX keeps effectful equations whatever the policy says.
+                    "decision": "save" if c.effectful else self.assignment.get(c.signature),
                 })
         return out
 

@@ -291,6 +291,10 @@ def check_solution(graph: LivenessGraph, cost: CostModel, sol: Solution) -> None
     """The solver is never its own judge: re-evaluate its answer with the direct formulas."""
     p = evaluate(cost, graph, sol.assignment)
     slack = KIB * (1 + sum(len(r.region.candidates) for r in graph.regions))
+    # slack: the solver rounds each term up to whole KiB, at most one KiB per candidate.
     if p.peak_bytes > sol.budget_bytes + slack:
         raise SolverError(f"internal check failed: solver plan peaks at {p.peak_bytes} bytes "
                           f"over its budget {sol.budget_bytes}; please report this bug")
+    if p.host_bytes > cost.host_cap_bytes + slack:
+        raise SolverError(f"internal check failed: solver plan puts {p.host_bytes} bytes in host "
+                          f"memory over the cap {cost.host_cap_bytes}; please report this bug")
