@@ -75,8 +75,6 @@ def run_worker(job: dict) -> dict:
     import jax
     import numpy as np
 
-    from examples import llama
-
     module, cfg = _model(job, _policy_from_spec(job["policy"]))
     step, args = module.make_train_step(cfg, concrete=True)
     from planner.profile import flags_to_compiler_options
@@ -170,7 +168,6 @@ def run_layer_worker(job: dict) -> dict:
 def run_plan_worker(job: dict) -> dict:
     """Plan the benchmark model for several budgets on this device; plans as job specs."""
     import planner
-    from examples import llama
 
     module, cfg = _model(job)
     step, ex = module.make_train_step(cfg)

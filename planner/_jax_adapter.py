@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
@@ -145,7 +145,6 @@ class _Controller:
     def __init__(self, make_policy: Callable[[int, BoundRegion], Callable[..., Any]]):
         self.make_policy = make_policy
         self.regions: list[BoundRegion] = []
-        self.by_policy: dict[int, BoundRegion] = {}
 
 
 _orig_bind = remat_p.bind
@@ -163,7 +162,6 @@ def _patched_bind(*args, jaxpr, prevent_cse, differentiated, policy):
         )
         ctl.regions.append(region)
         policy = RegionPolicy(rid, ctl.make_policy(rid, region))
-        ctl.by_policy[id(policy)] = region
     elif ctl is not None and not differentiated and policy.region_id < len(ctl.regions):
         # jax.vmap re-binds the region with batched operands (remat_vmap): the batched body
         # is what runs, so it is the one to plan.
@@ -226,8 +224,6 @@ def controlled_policies(
 class Replay:
     """JAX's residual selection replayed on one region under one policy."""
 
-    jvp_jaxpr: Any          # core.Jaxpr: consts+primals+nonzero tangents -> primal+tangent outs
-    n_primal_in: int
     known_eqns: tuple       # equations of jvp_jaxpr run in the forward pass
     staged_jaxpr: Any       # what the backward pass runs (recompute + tangent equations)
     residuals: tuple        # vars of jvp_jaxpr the backward pass receives
@@ -305,7 +301,7 @@ def replay_partial_eval(jvp_jaxpr, n_primal_in: int, policy: Callable[..., Any])
     res_all = known.outvars[len(known.outvars) - num_res:]
     residuals = tuple(v for v, u in zip(res_all, used[:num_res]) if u)
     # The staged jaxpr also reads the inputs themselves (all instantiated), after the residuals.
-    return Replay(jvp_jaxpr=jvp_jaxpr, n_primal_in=n_primal_in, known_eqns=tuple(known.eqns),
+    return Replay(known_eqns=tuple(known.eqns),
                   staged_jaxpr=staged_dce, residuals=residuals,
                   staged_inputs_used=tuple(bool(u) for u in used[num_res:]))
 
@@ -347,10 +343,6 @@ def to_jax_decision(decision: str):
     if decision == "offload":
         return Offloadable(src=DEVICE_KIND, dst=HOST_KIND)
     raise ValueError(f"unknown decision {decision!r}; expected save, remat or offload")
-
-
-def outvars_of(eqns: Sequence[Any]):
-    return [v for e in eqns for v in e.outvars]
 
 
 def decision_text(result) -> str:

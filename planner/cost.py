@@ -97,7 +97,6 @@ class CostModel:
     regions: tuple[RegionCost, ...]
     base_step_s: float                   # T0: the step with nothing recomputed
     fixed_bytes: int                     # F
-    anchor_device_bytes: int             # compiled device bytes of the full-remat program
     correction_bytes: int                # added by verify after a compile exceeded the model
     host_cap_bytes: float
     overlap_efficiency: float
@@ -181,7 +180,7 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
     link = hw.link
     model = CostModel(
         hardware=hw, regions=tuple(regions), base_step_s=cm.fused_seconds(trace.step_jaxpr, hw),
-        fixed_bytes=0, anchor_device_bytes=trace.anchor.device_bytes,
+        fixed_bytes=0,
         correction_bytes=correction_bytes,
         host_cap_bytes=float(link.host_pinned_bytes),
         overlap_efficiency=float(hw.overlap_efficiency),

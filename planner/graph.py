@@ -14,8 +14,6 @@ the user wraps with it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
-
 import networkx as nx
 
 from planner.trace import Candidate, Region, Trace
@@ -39,17 +37,12 @@ class RegionGraph:
     graph: nx.DiGraph = dataclasses.field(compare=False)   # candidate index -> consumers
     last_forward_use: tuple[int, ...]         # per candidate: index of its last forward reader
 
-    def node(self, i: int) -> Candidate:
-        return self.region.candidates[i]
-
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class LivenessGraph:
     regions: tuple[RegionGraph, ...]
     classes: tuple[TensorClass, ...]
 
-    def class_of(self) -> Mapping[tuple[int, int], str]:
-        return {m: c.key for c in self.classes for m in c.members}
 
 
 def _label(c: Candidate) -> str:

@@ -39,7 +39,6 @@ class Candidate:
     nbytes: int                    # all outputs, per device, one trip of the region
     source: str                    # file:line of the user's code
     inputs: tuple[int, ...]        # indices of candidates whose outputs this equation reads
-    reads_region_input: bool       # reads a region input
     needed: bool                   # the backward pass reads an output (residual when all is saved)
     effectful: bool                # JAX always runs effectful equations forward; never recomputed
     loop_invariant: bool           # depends only on loop constants: JAX hoists it out of the scan,
@@ -68,7 +67,6 @@ class Region:
     multiplicity: int              # executions per step
     call_sites: int                # identical regions merged into this one
     candidates: tuple[Candidate, ...]
-    input_bytes: int               # region inputs (kept by the enclosing program in any plan)
     user_policy: str               # the policy the user's code passed (overridden while planning)
     prevent_cse: bool
     in_scan: bool                  # runs inside lax.scan (the loop form matters, see DESIGN.md)
@@ -126,7 +124,7 @@ def _short_dtype(dtype) -> str:
     return np.dtype(dtype).name
 
 
-def _find_differentiated(jaxpr, mult: int, out: dict[int, int], seen_policy_ids: dict) -> None:
+def _find_differentiated(jaxpr, mult: int, out: dict[int, int]) -> None:
     """Sum, per region id, the trip counts of the differentiated remat equations."""
     for eqn in jaxpr.eqns:
         if adapter.is_differentiated_remat(eqn):
@@ -136,7 +134,7 @@ def _find_differentiated(jaxpr, mult: int, out: dict[int, int], seen_policy_ids:
                 out[pol.region_id] = out.get(pol.region_id, 0) + mult
                 continue
         for sub, trips in adapter.subjaxprs(eqn):
-            _find_differentiated(sub, mult * trips, out, seen_policy_ids)
+            _find_differentiated(sub, mult * trips, out)
 
 
 def _region_structure_key(jaxpr) -> str:
@@ -204,7 +202,6 @@ def _observe_residual_sources(step_jaxpr, rid: int, n_res: int | None = None) ->
 def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_region: int):
     jvp, n_primal, n_hoisted = adapter.region_jvp(region)
     replay = adapter.replay_partial_eval(jvp, n_primal, adapter.everything_saveable)
-    region_inputs = set(jvp.invars[:n_primal])
     needed_vars = set(replay.residuals)
     hoisted = set(jvp.invars[:n_hoisted])  # constants of the region in the real program
     # Loop invariance: observed for the residuals of the everything-saveable trace, then
@@ -239,7 +236,6 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
             nbytes=sum(_nbytes(v.aval) for v in outs),
             source=adapter.eqn_source(eqn),
             inputs=ins,
-            reads_region_input=any(v in region_inputs for v in in_vars),
             needed=any(v in needed_vars for v in outs),
             effectful=bool(eqn.effects),
             loop_invariant=bool(outs) and all(v in invariant for v in outs),
@@ -247,7 +243,6 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
         ))
         for v in outs:
             producer[v] = i
-    input_bytes = sum(_nbytes(v.aval) for v in jvp.invars[:n_primal])
     # Region inputs: under full remat every input the backward pass reads is a residual;
     # the anchor program shows which of them a scan stacks per trip (the layer's input
     # activation) and which it had anyway (weights, loop constants).
@@ -266,7 +261,7 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
     cands = [dataclasses.replace(c, input_reads=tuple(sorted(
         {in_pos[v] for v in c.eqn.invars if isinstance(v, adapter.Var) and v in in_pos})))
         for c in cands]
-    return tuple(cands), input_bytes, tuple(replay.staged_jaxpr.eqns), inputs
+    return tuple(cands), tuple(replay.staged_jaxpr.eqns), inputs
 
 
 def _policy_text(policy) -> str:
@@ -376,7 +371,7 @@ def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
 
     _refuse_nested(bound)
     mult: dict[int, int] = {}
-    _find_differentiated(adapter.open_jaxpr(step_jaxpr), 1, mult, {})
+    _find_differentiated(adapter.open_jaxpr(step_jaxpr), 1, mult)
     if not bound or not mult:
         why = ("it binds no jax.checkpoint / jax.remat region" if not bound else
                f"its {len(bound)} checkpoint region(s) are never differentiated "
@@ -406,10 +401,10 @@ def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
             merged[key] = dataclasses.replace(
                 r, multiplicity=r.multiplicity + mult[br.region_id], call_sites=r.call_sites + 1)
             continue
-        cands, input_bytes, bwd, inputs = _candidates(br, step_jaxpr, anchor_jaxpr, br.region_id)
+        cands, bwd, inputs = _candidates(br, step_jaxpr, anchor_jaxpr, br.region_id)
         merged[key] = Region(
             id=len(merged), source=br.source, multiplicity=mult[br.region_id], call_sites=1,
-            candidates=cands, input_bytes=input_bytes, user_policy=_policy_text(br.user_policy),
+            candidates=cands, user_policy=_policy_text(br.user_policy),
             prevent_cse=bool(br.prevent_cse) if isinstance(br.prevent_cse, bool) else True,
             in_scan=bool(_in_scan(adapter.open_jaxpr(step_jaxpr), br.region_id)), backward_eqns=bwd,
             inputs=inputs,

@@ -27,7 +27,7 @@ def random_problem(seed: int, *, n_nodes: int = 7, n_regions: int = 1, n_classes
             cands.append(Candidate(
                 index=i, signature=f"sig{k}", primitive=f"p{k}", name=f"t{k}" if k % 2 else None,
                 shape=(rnd.randint(1, 8),), dtype="float32", nbytes=rnd.choice([1, 2, 4, 8]) * 1024 * 64,
-                source="synthetic", inputs=inputs, reads_region_input=not inputs,
+                source="synthetic", inputs=inputs,
                 needed=rnd.random() < 0.5, effectful=False,
                 loop_invariant=rnd.random() < 0.1 and not inputs and not reads, eqn=None,
                 input_reads=reads))
@@ -35,7 +35,7 @@ def random_problem(seed: int, *, n_nodes: int = 7, n_regions: int = 1, n_classes
                                           stacked=j == 0, needed=rnd.random() < 0.3)
                               for j in range(n_inputs))
         regions.append(Region(id=rid, source="synthetic", multiplicity=rnd.randint(1, 4),
-                              call_sites=1, candidates=tuple(cands), input_bytes=0,
+                              call_sites=1, candidates=tuple(cands),
                               user_policy="none", prevent_cse=False, in_scan=True,
                               inputs=region_inputs))
     figs = CompiledFigures(argument_bytes=0, output_bytes=0, alias_bytes=0, temp_bytes=0,
@@ -58,7 +58,7 @@ def random_problem(seed: int, *, n_nodes: int = 7, n_regions: int = 1, n_classes
                               bwd_before_s=tuple(bwd * a / sum(rec) for a in after),
                               fwd_s=sum(rec), bwd_s=bwd))
     cost = CostModel(hardware=hw, regions=tuple(rcs), base_step_s=0.1, fixed_bytes=1 << 20,
-                     anchor_device_bytes=0, correction_bytes=0,
+                     correction_bytes=0,
                      host_cap_bytes=rnd.choice([1e12, 2 * 1024 * 64 * 8]),
                      overlap_efficiency=rnd.choice([0.0, 0.5, 1.0]) if eta is None else eta,
                      allow_offload=allow_offload, unknown_primitives=())

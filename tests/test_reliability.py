@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from synthetic import random_problem
 
 import planner
-from planner.baselines import STOCK  # noqa: F401  (stock policies go through the same model)
 from planner.cost import Assignment, evaluate
 from planner.errors import InfeasibleBudgetError
 from planner.simulate import simulate
