@@ -2,19 +2,21 @@
 
 The measurement (``planner.profile``, a device trace of the real train step) gives, summed over
 the profiled steps, the host-copy time ``copy`` (the union of device->host and host->device copy
-intervals) and the part of it that ran while some compute kernel ran, ``hidden`` (the
-intersection with the union of compute intervals). The profile's overlap efficiency becomes
+intervals), the part of it that ran while some compute kernel ran, ``hidden`` (the intersection
+with the union of compute intervals), and the compute busy time ``compute``.
 
-    eta = clamp(hidden / copy, 0, 1)
+The planner's model (planner/cost.py docstring) reads the overlap efficiency ``eta`` as the
+fraction of the compute time that copies hide behind: exposed = ``max(0, copy - eta * window)``.
+The trace gives the exposed time ``copy - hidden`` directly, so the ``eta`` that reproduces it
+with the step's compute as the window is
 
-Relation to the planner's model (planner/cost.py docstring): per trip, the exposed copy time is
-``max(0, sum of copies - eta * compute window)``: the link moves at a fraction ``eta`` of its
-speed while compute runs. With ``eta = hidden / copy`` the model reproduces the measured
-exposed time ``copy - hidden`` exactly when the compute window it uses equals the copy time;
-when the window is longer than the copies (a small offload in a long layer) the model hides
-more than was measured (it is optimistic), when shorter, less. The figure is the same
-definition as the 0.2 in ``benchmarks/results/h200-2026-11-30-probe/h200-measured.json`` (there
-derived from step-time differences, here read off the trace), so the two can be compared.
+    eta = clamp(hidden / compute, 0, 1)          (when the compute time is known)
+
+and, for plain numbers without a compute time, ``hidden / copy`` (which equals the former only
+when the copies take as long as the compute; it overstates eta for small offloads). When every
+copy hid, ``hidden / compute`` is the smallest eta consistent with the trace: conservative.
+The H200 figure 0.2 in ``cost_models/profiles/h200.json`` is of the first kind (hidden copy
+time over the compute it hid behind, from step-time differences).
 
 This module does not import ``planner``: it accepts any object with ``measured``, ``steps``
 (each with ``copy_s`` and ``hidden_s``), ``device``, ``date``, ``step_name``, ``xla_flags``,
@@ -48,7 +50,7 @@ def _numbers(result_or_numbers: Any) -> dict[str, Any]:
     if isinstance(r, tuple) and len(r) == 2:
         return {"hidden_s": float(r[0]), "copy_s": float(r[1])}
     if isinstance(r, Mapping):
-        missing = [k for k in ("hidden_s", "copy_s") if k not in r]
+        missing = [k for k in ("hidden_s", "copy_s") if k not in r]  # compute_s: optional
         if missing:
             raise ValueError(f"overlap_from_trace needs {missing} in the mapping; got keys "
                              f"{sorted(r)}. Pass a ProfileResult, (hidden_s, copy_s) or "
@@ -60,6 +62,7 @@ def _numbers(result_or_numbers: Any) -> dict[str, Any]:
         steps = list(r.steps)
         return {
             "hidden_s": sum(s.hidden_s for s in steps), "copy_s": sum(s.copy_s for s in steps),
+            "compute_s": sum(s.compute_s for s in steps),
             "d2h": (sum(s.d2h_hidden_s for s in steps), sum(s.d2h_s for s in steps)),
             "h2d": (sum(s.h2d_hidden_s for s in steps), sum(s.h2d_s for s in steps)),
             "steps": len(steps), "device": r.device, "date": r.date, "step": r.step_name,
@@ -71,7 +74,7 @@ def _numbers(result_or_numbers: Any) -> dict[str, Any]:
 
 
 def overlap_from_trace(result_or_numbers: Any, hw: HardwareProfile | str) -> HardwareProfile:
-    """``hw`` with ``overlap_efficiency`` = measured hidden / copy time, cited to the trace.
+    """``hw`` with the overlap efficiency the trace measured (module docstring), cited to it.
 
     ``result_or_numbers``: a ``planner.profile.ProfileResult`` (efficiency over all its steps),
     a ``(hidden_s, copy_s)`` tuple, or a mapping with ``hidden_s``, ``copy_s`` and optionally
@@ -81,6 +84,10 @@ def overlap_from_trace(result_or_numbers: Any, hw: HardwareProfile | str) -> Har
     hw = load_profile(hw)
     n = _numbers(result_or_numbers)
     eta = measured_overlap_efficiency(n["hidden_s"], n["copy_s"])
+    per = "hidden/copy"
+    if n.get("compute_s"):
+        eta = min(1.0, max(0.0, n["hidden_s"] / n["compute_s"]))
+        per = f"hidden/compute ({n['compute_s'] * 1e3:.3f} ms compute)"
     parts = [f"measured from a device trace (planner.profile) on {n.get('device', 'an unnamed device')}"
              f", {n.get('date', 'undated')}"]
     if n.get("step"):
@@ -90,7 +97,7 @@ def overlap_from_trace(result_or_numbers: Any, hw: HardwareProfile | str) -> Har
     if "xla_flags" in n:
         parts.append(f"XLA flags {n['xla_flags']!r}" if n["xla_flags"] else "default XLA flags")
     parts.append(f"hidden copy time {n['hidden_s'] * 1e3:.3f} ms of {n['copy_s'] * 1e3:.3f} ms "
-                 f"host-copy time -> hidden/copy = {eta:.3f}")
+                 f"host-copy time -> {per} = {eta:.3f}")
     for d in ("d2h", "h2d"):
         if n.get(d):
             h, c = n[d]

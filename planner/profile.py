@@ -37,8 +37,9 @@ Per step (the device plane's ``XLA Modules`` event of the step's module when pre
 the host's ``StepTraceAnnotation`` window), with ``U(x)`` the union of intervals:
 ``compute_s = |U(compute)|``, ``d2h_s = |U(d2h)|``, ``d2h_hidden_s = |U(d2h) & U(compute)|``,
 ``d2h_exposed_s = d2h_s - d2h_hidden_s`` (same for h2d), and for both directions together
-``copy_s = |U(d2h + h2d)|``, ``hidden_s``, ``exposed_s``. The measured overlap efficiency is
-``hidden_s / copy_s`` (cost_models.overlap_from_trace). Per trip of the layer loop: a copy
+``copy_s = |U(d2h + h2d)|``, ``hidden_s``, ``exposed_s``. ``overlap_efficiency`` here is the
+hidden fraction of the copies, ``hidden_s / copy_s``; the cost model's figure, which
+``cost_models.overlap_from_trace`` writes, is ``hidden_s / compute_s``. Per trip of the layer loop: a copy
 instruction in a while body runs once per trip, so its k-th execution in a step is trip k
 (forward trips run layers 0..L-1, backward trips L-1..0); given when every copy event carries
 an ``hlo_op`` stat, else ``per_trip`` is empty and ``per_trip_note`` says why.

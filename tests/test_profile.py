@@ -260,7 +260,10 @@ def test_overlap_from_trace_with_a_profile_result():
     r = pp.analyze_trace(GPU_TRACE, host_ops=ops, module="jit_step", device="synthetic GPU",
                          date="2026-11-30", step_name="train_step", xla_flags="--a=true")
     out = overlap_from_trace(r, "h200")
-    assert out.overlap_efficiency == pytest.approx(30 / 43)
+    # The model's reading: the fraction of compute time the copies hid behind.
+    hidden, compute = sum(s.hidden_s for s in r.steps), sum(s.compute_s for s in r.steps)
+    assert out.overlap_efficiency == pytest.approx(min(1.0, hidden / compute))
+    assert "hidden/compute" in out.source("overlap_efficiency")
     src = out.source("overlap_efficiency")
     for text in ("synthetic GPU", "2026-11-30", "train_step", "2 profiled steps", "'--a=true'",
                  "d2h 0.050/0.072 ms hidden", "gpu_synthetic.xplane.pbtxt"):
