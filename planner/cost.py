@@ -17,9 +17,9 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   ``W_r = sum bytes_v [v read by the backward and a(v) in {remat, offload}]
   + max bytes_v [v recomputed only to recompute others]``: the recomputed and reloaded
   tensors the gradient reads are assumed live together, intermediates of the recompute one
-  at a time. This is a model, not a bound: the fixed bytes below are measured against it
-  (anchor minus the model's full-remat terms), so it is exact for full remat and its error
-  for other plans is what the verify stage measures and corrects.
+  at a time, times a scale ``omega`` measured by compiling the step twice (full remat, save
+  everything; see ``build_cost_model``), so the model matches the compiler at both ends;
+  what remains between them is what the verify stage measures and corrects.
 * ``peak = F + max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r) + W_k)`` over the regions in
   forward order (while region ``k`` runs backward, later regions have freed their
   residuals), where the fixed bytes ``F`` (parameters,
@@ -48,6 +48,7 @@ directly for any assignment, which is how stock policies are compared on equal t
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, Mapping
 
 import cost_models as cm
@@ -98,6 +99,7 @@ class CostModel:
     base_step_s: float                   # T0: the step with nothing recomputed
     fixed_bytes: int                     # F
     correction_bytes: int                # added by verify after a compile exceeded the model
+    working_set_scale: float = 1.0       # omega: measured, see build_cost_model
     host_cap_bytes: float
     overlap_efficiency: float
     allow_offload: bool
@@ -110,7 +112,8 @@ class RegionPrediction:
     device_residual_bytes: int           # R_r, one trip, stacked per trip
     invariant_residual_bytes: int        # I_r: loop-invariant residuals, stored once
     input_residual_bytes: int            # S_r: region inputs a scan stacks for the backward pass
-    host_residual_bytes: int             # H_r, one trip
+    host_residual_bytes: int             # H_r, one trip, stacked per trip in pinned_host
+    invariant_host_bytes: int = 0        # offloaded loop-invariant residuals, stored once
     working_set_bytes: int               # W_r
     recompute_s: float                   # C_r, one trip
     d2h_s: float
@@ -187,10 +190,31 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
         allow_offload=bool(allow_offload and link.kind != "none"),
         unknown_primitives=tuple(sorted(unknown)),
     )
-    # F = anchor - (stacked inputs + W)(full remat) + correction: the anchor keeps no candidate.
-    full_remat = evaluate(model, graph, Assignment.of({}), _fixed=0)
-    fixed = trace.anchor.device_bytes - full_remat.peak_bytes + correction_bytes
-    return dataclasses.replace(model, fixed_bytes=int(fixed))
+    # Two compiles measure the two unknowns of the memory model: the fixed bytes F and the
+    # working-set scale omega (how much of the modelled backward working set the compiler
+    # really holds at its peak). With A = residual part and B = working set of a program's
+    # model peak (at omega = 1, F = 0):
+    #   compiled(full remat)  = F + A_n + omega * B_n
+    #   compiled(save all)    = F + A_e + omega * B_e
+    # When the two are not independent (B_n == B_e) or omega falls outside [0.25, 2] (the
+    # model's structure does not match this compiler), omega stays 1 and F comes from the
+    # full-remat compile alone; verify corrects what remains.
+    full = evaluate(model, graph, Assignment.of({}), _fixed=0)
+    fixed = trace.anchor.device_bytes - full.peak_bytes
+    omega = 1.0
+    if trace.anchor_saved is not None:
+        every = evaluate(model, graph, Assignment.of({c.key: "save" for c in graph.classes}),
+                         _fixed=0)
+        a_n, b_n = full.peak_bytes - full.working_set_bytes, full.working_set_bytes
+        a_e, b_e = every.peak_bytes - every.working_set_bytes, every.working_set_bytes
+        if b_n > b_e:
+            w = ((trace.anchor.device_bytes - a_n) - (trace.anchor_saved.device_bytes - a_e)) / (
+                b_n - b_e)
+            if 0.25 <= w <= 2.0:
+                omega = w
+                fixed = trace.anchor_saved.device_bytes - a_e - omega * b_e
+    return dataclasses.replace(model, fixed_bytes=int(fixed + correction_bytes),
+                               working_set_scale=omega)
 
 
 def decisions_per_candidate(graph: LivenessGraph, assignment: Assignment):
@@ -216,7 +240,7 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
             if need[c.index] and dec[c.index] == "remat":
                 for u in c.inputs:
                     need[u] = True
-        R = I = H = W = T = 0
+        R = I = H = HI = W = T = 0
         C = d2h = h2d = 0.0
         off = [c.index for c in cands if need[c.index] and dec[c.index] == "offload"]
         need_in = {i.index for i in rg.region.inputs if i.needed}
@@ -234,7 +258,10 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
                 else:
                     R += c.nbytes
             elif dec[i] == "offload":
-                H += c.nbytes
+                if c.loop_invariant:
+                    HI += c.nbytes
+                else:
+                    H += c.nbytes
                 W += c.nbytes
                 d2h += rc.d2h_s[i]
                 h2d += rc.h2d_s[i]
@@ -244,7 +271,7 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
                 else:  # an intermediate of a recompute: freed once its readers ran
                     T = max(T, c.nbytes)
                 C += rc.recompute_s[i]
-        W += T
+        W = math.ceil(model.working_set_scale * (W + T))
         xf = xb = 0.0
         tail_d = tail_h = 0.0
         for i in reversed(off):  # tails of the copy queues, in production order
@@ -255,7 +282,7 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
         preds.append(RegionPrediction(
             region_id=rc.region_id, device_residual_bytes=R, invariant_residual_bytes=I,
             input_residual_bytes=S,
-            host_residual_bytes=H,
+            host_residual_bytes=H, invariant_host_bytes=HI,
             working_set_bytes=W, recompute_s=C, d2h_s=d2h, h2d_s=h2d,
             exposed_fwd_s=xf, exposed_bwd_s=xb, needed=tuple(need),
         ))
@@ -271,7 +298,8 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
         prefix += k
         if prefix + p.working_set_bytes >= peak_var:
             peak_var, ws = prefix + p.working_set_bytes, p.working_set_bytes
-    host = sum(rc.multiplicity * p.host_residual_bytes for rc, p in zip(model.regions, preds))
+    host = sum(rc.multiplicity * p.host_residual_bytes + p.invariant_host_bytes
+               for rc, p in zip(model.regions, preds))
     recompute = sum(rc.multiplicity * p.recompute_s for rc, p in zip(model.regions, preds))
     transfer = sum(rc.multiplicity * (p.d2h_s + p.h2d_s) for rc, p in zip(model.regions, preds))
     exposed = sum(rc.multiplicity * (p.exposed_fwd_s + p.exposed_bwd_s)

@@ -16,6 +16,7 @@ tensors until it ends, and copies move at ``eta`` of the link speed while comput
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from planner.cost import Assignment, CostModel
 from planner.graph import LivenessGraph
@@ -132,7 +133,10 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
                   if d == "save" and cands[i].loop_invariant))
         dev_b = stacked_inputs + sum(cands[i].nbytes for i, d in kept.items()
                                      if d == "save" and not cands[i].loop_invariant)
-        host_b = sum(cands[i].nbytes for i, d in kept.items() if d == "offload")
+        host_b = sum(cands[i].nbytes for i, d in kept.items()
+                     if d == "offload" and not cands[i].loop_invariant)
+        host += sum(cands[i].nbytes for i, d in kept.items()  # hoisted: one host copy
+                    if d == "offload" and cands[i].loop_invariant)
         jobs = [(sum(rc.recompute_s[:i + 1]), rc.d2h_s[i]) for i, d in kept.items() if d == "offload"]
         exposure = _copy_queue_exposure(jobs, eta, rc.fwd_s)
         for _ in range(rc.multiplicity):
@@ -148,8 +152,9 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
         cands = rg.region.candidates
         dev_b = stacked_inputs + sum(cands[i].nbytes for i, d in kept.items()
                                      if d == "save" and not cands[i].loop_invariant)
-        host_b = sum(cands[i].nbytes for i, d in kept.items() if d == "offload")
-        reload_b = host_b
+        reload_b = sum(cands[i].nbytes for i, d in kept.items() if d == "offload")
+        host_b = sum(cands[i].nbytes for i, d in kept.items()
+                     if d == "offload" and not cands[i].loop_invariant)
         # Recomputed tensors the gradient reads stay for the trip; intermediates of the
         # recompute are freed once their readers ran (one at a time at most).
         rec_b = sum(cands[i].nbytes for i in order if cands[i].needed) + max(
@@ -170,11 +175,13 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
             if remaining > 0:  # compute waits for the copy: full link speed
                 link_t = max(link_t, deadline) + remaining
             stall += max(0.0, link_t - deadline)
+        # The working set as the cost model scales it (omega, measured from two compiles).
+        ws = math.ceil(cost.working_set_scale * (reload_b + rec_b))
         for _ in range(rc.multiplicity):
-            alloc(reload_b + rec_b)
+            alloc(ws)
             recomputed += len(order)
             time_s += rec_s + stall
-            device -= reload_b + rec_b + dev_b
+            device -= ws + dev_b
             host -= host_b
             events += 1
         # The region's loop-invariant residuals die with its last backward trip.

@@ -121,6 +121,7 @@ class _Model:
                 return y
 
             R, I, W, C, offl = [], [], [], [], []
+            omega = cost.working_set_scale
             # T: the largest recompute intermediate (read by no gradient), live one at a time.
             T = m.NewIntVar(0, 1 << 50, f"transient_kib[{rg.region.id}]")
             xf = m.NewIntVar(0, 1 << 50, f"exposed_fwd_ns[{rg.region.id}]")
@@ -135,15 +136,18 @@ class _Model:
                 r = both(c, "remat")
                 # A loop-invariant residual is stored once, the others once per trip.
                 (I if c.loop_invariant else R).append(kib * s)
+                # Working-set terms carry the measured scale omega, rounded up per term.
+                w_kib = math.ceil(omega * kib)
                 if c.needed:
-                    W.append(kib * r)
+                    W.append(w_kib * r)
                 elif not isinstance(r, int) or r:
-                    m.Add(T >= kib * r)
+                    m.Add(T >= w_kib * r)
                 C.append(_ns(rc.recompute_s[i]) * r)
                 if "offload" in decisions:
                     o = both(c, "offload")
-                    W.append(kib * o)
-                    host_terms.append(L * kib * o)
+                    W.append(w_kib * o)
+                    # Loop-invariant residuals are hoisted: one host copy, not one per trip.
+                    host_terms.append((1 if c.loop_invariant else L) * kib * o)
                     if not isinstance(o, int) or o:
                         offl.append((i, o))
             # Exposed copy time of one trip: the copies queue on one link and hide behind

@@ -108,6 +108,7 @@ class Trace:
     backend: str
     fingerprint: str               # of the step's program, to detect stale plans
     undifferentiated_regions: int  # checkpoint regions the gradient never reached
+    anchor_saved: CompiledFigures | None = None  # ... and with everything saved (second anchor)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -390,6 +391,8 @@ def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
     from jax.ad_checkpoint import checkpoint_policies as cp
     anchor_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: cp.nothing_saveable)
     anchor = compiled_figures(compiled, anchor_jaxpr)
+    saved_jaxpr, saved = compile_with(step_fn, args, lambda rid, r: cp.everything_saveable)
+    anchor_saved = compiled_figures(saved, saved_jaxpr)
 
     merged: dict[str, Region] = {}
     for br in bound:
@@ -415,6 +418,7 @@ def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
         argument_bytes=arg_bytes, backend=jax.default_backend(),
         fingerprint=_fingerprint(step_jaxpr),
         undifferentiated_regions=sum(1 for br in bound if br.region_id not in mult),
+        anchor_saved=anchor_saved,
     )
 
 

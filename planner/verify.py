@@ -118,6 +118,7 @@ def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: Liveness
         want_dev = sum(rg.region.multiplicity * (rp.device_residual_bytes + rp.input_residual_bytes
                                                  - full[rg.region.id].input_residual_bytes)
                        for rg, rp in scanned)
+        # Stacked host arrays: per-trip offloads (loop-invariant ones are hoisted, not stacked).
         want_host = sum(rg.region.multiplicity * rp.host_residual_bytes for rg, rp in scanned)
         grown = figs.stacked_device_bytes - trace.anchor.stacked_device_bytes
         checks.append(Check(
