@@ -217,6 +217,16 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
                                working_set_scale=omega)
 
 
+def regions_in_order(graph: LivenessGraph) -> bool:
+    """Whether the regions' program order is known: each region runs at one place.
+
+    Identical regions bound at several places are merged (an unrolled loop of layers); their
+    places may interleave with other regions (A, B, A), so the peak then counts every
+    region's residuals at every backward position (conservative).
+    """
+    return len(graph.regions) <= 1 or all(rg.region.call_sites == 1 for rg in graph.regions)
+
+
 def decisions_per_candidate(graph: LivenessGraph, assignment: Assignment):
     """Per region, the decision of each candidate (effectful equations always run forward)."""
     d = assignment.as_dict()
@@ -294,8 +304,9 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
     residual = sum(kept)
     peak_var, ws = 0, 0
     prefix = 0
+    ordered = regions_in_order(graph)
     for k, p in zip(kept, preds):
-        prefix += k
+        prefix = prefix + k if ordered else residual
         if prefix + p.working_set_bytes >= peak_var:
             peak_var, ws = prefix + p.working_set_bytes, p.working_set_bytes
     host = sum(rc.multiplicity * p.host_residual_bytes + p.invariant_host_bytes

@@ -148,6 +148,8 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
             time_s += exposure
 
     # Backward: trips in reverse; each reloads, recomputes, runs, then frees.
+    in_order = len(plans) <= 1 or all(rg.region.call_sites == 1 for rg, *_ in plans)
+    deferred = 0
     for rg, rc, kept, order, stacked_inputs in reversed(plans):
         cands = rg.region.candidates
         dev_b = stacked_inputs + sum(cands[i].nbytes for i, d in kept.items()
@@ -181,11 +183,16 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
             alloc(ws)
             recomputed += len(order)
             time_s += rec_s + stall
-            device -= ws + dev_b
+            device -= ws
             host -= host_b
             events += 1
-        # The region's loop-invariant residuals die with its last backward trip.
-        device -= sum(cands[i].nbytes for i, d in kept.items()
-                      if d == "save" and cands[i].loop_invariant)
+        # The region's residuals die with its backward trips, when the program order is known
+        # (one place per region); merged regions may interleave, so theirs wait to the end.
+        freed = rc.multiplicity * dev_b + sum(cands[i].nbytes for i, d in kept.items()
+                                              if d == "save" and cands[i].loop_invariant)
+        if in_order:
+            device -= freed
+        else:
+            deferred += freed
     return SimulationResult(peak_bytes=int(peak), host_peak_bytes=int(host_peak), step_s=time_s,
                             recomputed=recomputed, events=events)

@@ -18,7 +18,7 @@ import time
 
 from ortools.sat.python import cp_model
 
-from planner.cost import Assignment, CostModel, evaluate
+from planner.cost import Assignment, CostModel, evaluate, regions_in_order
 from planner.errors import InfeasibleBudgetError, SolverError
 from planner.graph import LivenessGraph
 
@@ -188,8 +188,10 @@ class _Model:
         # negative when the model's full-remat terms exceed the anchor compile.
         self.peak_kib = m.NewIntVar(-(1 << 50), 1 << 50, "peak_kib")
         fixed = _kib_up(cost.fixed_bytes)
+        ordered = regions_in_order(graph)  # else every region's residuals at every k
         for k in range(len(ws_terms)):
-            m.Add(self.peak_kib >= fixed + sum(residual_terms[:k + 1]) + ws_terms[k])
+            held = residual_terms[:k + 1] if ordered else residual_terms
+            m.Add(self.peak_kib >= fixed + sum(held) + ws_terms[k])
         if budget_bytes is not None:
             m.Add(self.peak_kib <= int(budget_bytes // KIB))
         # Host memory: every offloaded residual of every trip at once.

@@ -35,7 +35,7 @@ def random_problem(seed: int, *, n_nodes: int = 7, n_regions: int = 1, n_classes
                                           stacked=j == 0, needed=rnd.random() < 0.3)
                               for j in range(n_inputs))
         regions.append(Region(id=rid, source="synthetic", multiplicity=rnd.randint(1, 4),
-                              call_sites=1, candidates=tuple(cands),
+                              call_sites=rnd.choice([1, 1, 2]), candidates=tuple(cands),
                               user_policy="none", prevent_cse=False, in_scan=True,
                               inputs=region_inputs))
     figs = CompiledFigures(argument_bytes=0, output_bytes=0, alias_bytes=0, temp_bytes=0,
