@@ -34,7 +34,7 @@ class MemoryPoint:
 
 # ------------------------------------------------------------------------------ the model
 
-def memory_timeline(prediction, multiplicities) -> tuple[MemoryPoint, ...]:
+def memory_timeline(prediction, multiplicities, ordered: bool = True) -> tuple[MemoryPoint, ...]:
     """Device bytes over one step, replaying ``cost.evaluate``'s accounting trip by trip.
 
     Fixed bytes ``F`` are held throughout. Forward, in region order: a region's
@@ -43,6 +43,8 @@ def memory_timeline(prediction, multiplicities) -> tuple[MemoryPoint, ...]:
     trips in reverse: a trip holds its working set ``W_r`` on top while it runs, then frees it
     and its own residuals; the invariants go after the region's last backward trip. The
     highest point is ``F + max_k (sum_{r<=k} (L_r (R_r + S_r) + I_r) + W_k)``, the model's peak.
+    With ``ordered=False`` (merged regions whose places may interleave: ``cost.regions_in_order``)
+    residuals are freed only after the last backward trip, as the model then assumes.
     """
     regions = list(zip(prediction.regions, multiplicities))
     held = int(prediction.fixed_bytes)
@@ -59,10 +61,15 @@ def memory_timeline(prediction, multiplicities) -> tuple[MemoryPoint, ...]:
         for t in reversed(range(trips)):
             label = f"backward region {p.region_id} trip {t + 1}"
             points.append(MemoryPoint(label, "backward", held + p.working_set_bytes))
-            held -= p.device_residual_bytes + p.input_residual_bytes
+            if ordered:
+                held -= p.device_residual_bytes + p.input_residual_bytes
             points.append(MemoryPoint(label + " done", "backward", held))
-        held -= p.invariant_residual_bytes
+        if ordered:
+            held -= p.invariant_residual_bytes
         points.append(MemoryPoint(f"region {p.region_id} invariants freed", "backward", held))
+    if not ordered:  # everything the regions kept goes once the last backward trip is done
+        held = int(prediction.fixed_bytes)
+        points.append(MemoryPoint("all residuals freed", "backward", held))
     return tuple(points)
 
 
@@ -85,7 +92,8 @@ def policy_timeline(plan, policy: str = "planner") -> tuple[MemoryPoint, ...]:
             f"No prediction for policy {policy!r}.\nWhy: the timeline draws the plan and the "
             "stock policies its report compares it with, nothing else.\n"
             f"Fix: choose among {', '.join(preds)}.")
-    return memory_timeline(preds[policy], _multiplicities(plan))
+    from planner.cost import regions_in_order
+    return memory_timeline(preds[policy], _multiplicities(plan), regions_in_order(plan.graph))
 
 
 # ------------------------------------------------------------------------------ drawing

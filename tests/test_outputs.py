@@ -10,7 +10,7 @@ import pytest
 import planner
 from examples import llama, maxtext_style
 from planner import _jax_adapter as adapter
-from planner.cost import evaluate
+from planner.cost import evaluate, regions_in_order
 from planner.emit import emit
 from planner.paste import paste_snippets
 from planner.plots import hbm_timeline, memory_timeline, pareto_curve, policy_timeline
@@ -162,7 +162,7 @@ def test_timeline_over_several_regions_peaks_where_evaluate_says(seed):
     mult = [rc.multiplicity for rc in cost.regions]
     for a in all_assignments(graph, cost):
         pred = evaluate(cost, graph, a)
-        tl = memory_timeline(pred, mult)
+        tl = memory_timeline(pred, mult, regions_in_order(graph))
         assert max(x.device_bytes for x in tl) == pred.peak_bytes
         assert tl[-1].device_bytes == pred.fixed_bytes
 
