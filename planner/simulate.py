@@ -92,21 +92,30 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
         kept: dict[int, str] = {}          # forward: values kept as residuals, and where
         order: list[int] = []              # recompute order of one backward trip
 
-        def ensure(i, stack=()):
-            """Make value i available in the backward trip; return False if impossible."""
-            if i in kept or i in done:
-                return
-            if i in stack:
-                raise PlanViolation(f"region {rg.region.id}: cyclic recompute at {i}")
-            c = cands[i]
-            d = decision(c)
-            if d in ("save", "offload"):
-                kept[i] = d
-                return
-            for u in c.inputs:
-                ensure(u, stack + (i,))
-            done.add(i)
-            order.append(i)
+        def ensure(root):
+            """Make value ``root`` available in the backward trip: kept, or recomputed after
+            its inputs (a depth-first walk with an explicit stack: chains can be long)."""
+            stack = [(root, False)]
+            on_path: set[int] = set()
+            while stack:
+                i, expanded = stack.pop()
+                if expanded:  # all inputs are available: recompute i
+                    on_path.discard(i)
+                    done.add(i)
+                    order.append(i)
+                    continue
+                if i in kept or i in done:
+                    continue
+                if i in on_path:
+                    raise PlanViolation(f"region {rg.region.id}: cyclic recompute at {i}")
+                c = cands[i]
+                d = decision(c)
+                if d in ("save", "offload"):
+                    kept[i] = d
+                    continue
+                on_path.add(i)
+                stack.append((i, True))
+                stack.extend((u, False) for u in reversed(c.inputs))
 
         done: set[int] = set()
         for c in cands:

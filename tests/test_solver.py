@@ -80,3 +80,11 @@ def test_eta_one_hides_copies_behind_compute():
     assert hidden.exposed_transfer_s <= serial.exposed_transfer_s
     assert serial.exposed_transfer_s == pytest.approx(serial.transfer_s)
     assert exposed is type(serial)
+
+
+def test_simulator_handles_long_recompute_chains():
+    # Thousands of equations recomputed in a chain: no recursion limit in the replay.
+    graph, cost = random_problem(2, n_nodes=3000, n_classes=3)
+    remat = Assignment.of({c.key: "remat" for c in graph.classes})
+    sim = simulate(graph, cost, remat)
+    assert sim.peak_bytes == evaluate(cost, graph, remat).peak_bytes
