@@ -22,7 +22,7 @@ from typing import Any
 
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
-from ._cost import Cost, aval_bytes, eqn_cost
+from ._cost import Cost, aval_bytes, eqn_cost, sub_jaxprs
 
 # Elementwise arithmetic, comparisons, casts, layout changes and reductions: the operations
 # XLA's GPU and CPU backends fuse (loop and input fusions).
@@ -49,12 +49,7 @@ def _inner(j) -> Jaxpr:
 
 
 def _subjaxprs(eqn) -> list[Jaxpr]:
-    out = []
-    for v in eqn.params.values():
-        for x in v if isinstance(v, (tuple, list)) else (v,):
-            if isinstance(x, (Jaxpr, ClosedJaxpr)):
-                out.append(_inner(x))
-    return out
+    return [_inner(j) for j in sub_jaxprs(eqn.params)]
 
 
 def fused_eqn_costs(jaxpr: Any) -> list[Cost]:

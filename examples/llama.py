@@ -109,13 +109,18 @@ def decoder_layer(cfg: LlamaConfig, x, layer, positions):
 
 
 def init_params(cfg: LlamaConfig, key) -> dict:
-    dt = jnp.dtype(cfg.dtype)
     kv = cfg.n_kv_heads * cfg.head_dim
     L, D, F = cfg.n_layers, cfg.d_model, cfg.d_ff
     shapes = {
         "wq": (L, D, D), "wk": (L, D, kv), "wv": (L, D, kv), "wo": (L, D, D),
         "w1": (L, D, F), "w3": (L, D, F), "w2": (L, F, D),
     }
+    return init_decoder_params(cfg, key, shapes)
+
+
+def init_decoder_params(cfg, key, shapes: dict) -> dict:
+    """Stacked layer weights of ``shapes`` (scaled normal), the two norms, embed and unembed."""
+    dt, L, D = jnp.dtype(cfg.dtype), cfg.n_layers, cfg.d_model
     keys = jax.random.split(key, len(shapes) + 2)
     layers = {
         n: (jax.random.normal(k, s, jnp.float32) * s[-2] ** -0.5).astype(dt)
@@ -151,13 +156,6 @@ def forward(cfg: LlamaConfig, params, tokens):
     return (x @ params["unembed"]).astype(jnp.float32)
 
 
-def loss_fn(cfg: LlamaConfig, params, batch):
-    logits = forward(cfg, params, batch["tokens"])
-    logp = jax.nn.log_softmax(logits)
-    nll = -jnp.take_along_axis(logp, batch["targets"][..., None], axis=-1)
-    return jnp.mean(nll)
-
-
 def make_train_step(cfg: LlamaConfig = LlamaConfig(), *, concrete: bool = False, lr: float = 1e-3,
                     momentum: float = 0.9):
     """Returns ``(train_step, (state, batch))`` for ``cfg``.
@@ -165,25 +163,31 @@ def make_train_step(cfg: LlamaConfig = LlamaConfig(), *, concrete: bool = False,
     ``train_step(state, batch) -> (state, loss)`` with ``state = {"params", "momentum"}``.
     With ``concrete=False`` the example arguments are ``jax.ShapeDtypeStruct``s.
     """
+    return lm_train_step(cfg, functools.partial(forward, cfg), functools.partial(init_params, cfg),
+                         concrete=concrete, lr=lr, momentum=momentum)
+
+
+def lm_train_step(cfg, forward_fn, init_fn, *, concrete: bool, lr: float, momentum: float):
+    """A language-model train step (next-token cross-entropy, SGD with momentum) for any
+    ``forward_fn(params, tokens) -> logits``, and its example arguments."""
+
+    def loss_of(params, batch):
+        logp = jax.nn.log_softmax(forward_fn(params, batch["tokens"]))
+        return -jnp.mean(jnp.take_along_axis(logp, batch["targets"][..., None], axis=-1))
 
     def train_step(state, batch):
-        loss, grads = jax.value_and_grad(functools.partial(loss_fn, cfg))(state["params"], batch)
+        loss, grads = jax.value_and_grad(loss_of)(state["params"], batch)
         mom = jax.tree.map(lambda m, g: momentum * m + g.astype(m.dtype), state["momentum"], grads)
         params = jax.tree.map(lambda p, m: (p - lr * m).astype(p.dtype), state["params"], mom)
         return {"params": params, "momentum": mom}, loss
 
     def make_args():
-        params = init_params(cfg, jax.random.key(0))
+        params = init_fn(jax.random.key(0))
         state = {"params": params, "momentum": jax.tree.map(jnp.zeros_like, params)}
         tokens = jax.random.randint(jax.random.key(1), (cfg.batch, cfg.seq), 0, cfg.vocab)
-        batch = {"tokens": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
-        return state, batch
+        return state, {"tokens": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
 
-    if concrete:
-        args = make_args()
-    else:
-        args = jax.eval_shape(make_args)
-    return train_step, args
+    return train_step, (make_args() if concrete else jax.eval_shape(make_args))
 
 
 def quickstart():

@@ -94,7 +94,6 @@ def decoder_layer(cfg: MoEConfig, x, layer, positions):
 
 
 def init_params(cfg: MoEConfig, key) -> dict:
-    dt = jnp.dtype(cfg.dtype)
     kv = cfg.n_kv_heads * cfg.head_dim
     L, D, E, F, S = cfg.n_layers, cfg.d_model, cfg.n_experts, cfg.d_expert, cfg.d_shared
     shapes = {
@@ -102,17 +101,7 @@ def init_params(cfg: MoEConfig, key) -> dict:
         "router": (L, D, E), "s_w1": (L, D, S), "s_w3": (L, D, S), "s_w2": (L, S, D),
         "e_w1": (L, E, D, F), "e_w3": (L, E, D, F), "e_w2": (L, E, F, D),
     }
-    keys = jax.random.split(key, len(shapes) + 2)
-    layers = {n: (jax.random.normal(k, s, jnp.float32) * s[-2] ** -0.5).astype(dt)
-              for k, (n, s) in zip(keys, shapes.items())}
-    layers["attn_norm"] = jnp.ones((L, D), dt)
-    layers["mlp_norm"] = jnp.ones((L, D), dt)
-    return {
-        "embed": (jax.random.normal(keys[-2], (cfg.vocab, D), jnp.float32) * 0.02).astype(dt),
-        "layers": layers,
-        "final_norm": jnp.ones((D,), dt),
-        "unembed": (jax.random.normal(keys[-1], (D, cfg.vocab), jnp.float32) * D**-0.5).astype(dt),
-    }
+    return llama.init_decoder_params(cfg, key, shapes)
 
 
 def forward(cfg: MoEConfig, params, tokens):
@@ -128,24 +117,9 @@ def forward(cfg: MoEConfig, params, tokens):
 
 def make_train_step(cfg: MoEConfig = MoEConfig(), *, concrete: bool = False, lr: float = 1e-3):
     """``(train_step, (state, batch))``; ``state = {"params", "momentum"}``, SGD with momentum."""
-
-    def loss_fn(params, batch):
-        logp = jax.nn.log_softmax(forward(cfg, params, batch["tokens"]))
-        return -jnp.mean(jnp.take_along_axis(logp, batch["targets"][..., None], axis=-1))
-
-    def train_step(state, batch):
-        loss, grads = jax.value_and_grad(loss_fn)(state["params"], batch)
-        mom = jax.tree.map(lambda m, g: 0.9 * m + g.astype(m.dtype), state["momentum"], grads)
-        params = jax.tree.map(lambda p, m: (p - lr * m).astype(p.dtype), state["params"], mom)
-        return {"params": params, "momentum": mom}, loss
-
-    def make_args():
-        params = init_params(cfg, jax.random.key(0))
-        state = {"params": params, "momentum": jax.tree.map(jnp.zeros_like, params)}
-        tokens = jax.random.randint(jax.random.key(1), (cfg.batch, cfg.seq), 0, cfg.vocab)
-        return state, {"tokens": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
-
-    return train_step, (make_args() if concrete else jax.eval_shape(make_args))
+    return llama.lm_train_step(cfg, functools.partial(forward, cfg),
+                               functools.partial(init_params, cfg), concrete=concrete, lr=lr,
+                               momentum=0.9)
 
 
 def make(config: MoEConfig | None = None):

@@ -26,15 +26,18 @@ GB = 1e9
 
 # ------------------------------------------------------------------------------ helpers
 
-def _load_factory(spec: str):
-    """Import ``MODULE:FACTORY`` and call it; check it returned ``(step_fn, example_args)``."""
+def import_factory(spec: str, contract: str):
+    """The callable named by ``MODULE:FACTORY`` (the current directory importable too).
+
+    ``contract`` says what the factory must return, for the error messages.
+    """
     from planner.errors import InvalidArgumentError
 
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise InvalidArgumentError(
             f"{spec!r} is not MODULE:FACTORY.\nFix: name a module and a function in it that "
-            "returns (step_fn, example_args), e.g. examples.llama:quickstart.")
+            f"returns {contract}, e.g. examples.llama:quickstart.")
     cwd = str(Path.cwd())
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
@@ -46,7 +49,14 @@ def _load_factory(spec: str):
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise InvalidArgumentError(f"{module_name} has no function {attr!r}.")
-    made = factory()
+    return factory
+
+
+def _load_factory(spec: str):
+    """Import ``MODULE:FACTORY`` and call it; check it returned ``(step_fn, example_args)``."""
+    from planner.errors import InvalidArgumentError
+
+    made = import_factory(spec, "(step_fn, example_args)")()
     if not (isinstance(made, tuple) and len(made) == 2 and callable(made[0])):
         raise InvalidArgumentError(
             f"{spec} returned {type(made).__name__}; it must return (step_fn, example_args) "

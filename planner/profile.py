@@ -826,7 +826,6 @@ def run_cli(a) -> int:
     """Run the ``profile`` subcommand: 0 measured, 1 nothing measured (e.g. CPU).
 
     Planner errors propagate (``python -m planner`` prints them and exits 2)."""
-    import importlib
     import json
     import sys
 
@@ -836,17 +835,9 @@ def run_cli(a) -> int:
     if (a.hbm_gb is None) == (a.plan is None):
         raise InvalidArgumentError("give exactly one of --hbm-gb N (plan now) or --plan FILE "
                                    "(a saved plan).\nFix: e.g. --hbm-gb 0.42.")
-    module_name, sep, attr = a.factory.partition(":")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        factory = getattr(importlib.import_module(module_name), attr, None) if sep else None
-    except ImportError as e:
-        raise InvalidArgumentError(f"Cannot import {module_name!r}: {e}.") from e
-    if not callable(factory):
-        raise InvalidArgumentError(
-            f"{a.factory!r} is not MODULE:FACTORY with FACTORY(policy) -> (step_fn, args).\n"
-            "Fix: e.g. planner.profile:llama_quickstart.")
+    from planner.__main__ import import_factory
+    factory = import_factory(a.factory, "FACTORY(policy) -> (step_fn, args), e.g. "
+                             "planner.profile:llama_quickstart")
     if a.plan:
         plan = planner.load_plan(a.plan)
     else:
