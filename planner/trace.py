@@ -272,9 +272,11 @@ def _policy_text(policy) -> str:
     return repr(policy) if dataclasses.is_dataclass(policy) else name
 
 
-def _lower(step_fn: Callable, args: Sequence[Any]):
-    fn = step_fn if hasattr(step_fn, "lower") else jax.jit(step_fn)
-    return fn.lower(*args)
+def _traced(step_fn: Callable, args: Sequence[Any]):
+    """``jax.jit(step_fn).trace(*args)``: one trace gives both the jaxpr and the lowering
+    (a step the user already jitted keeps its own options, donation included)."""
+    fn = step_fn if hasattr(step_fn, "trace") else jax.jit(step_fn)
+    return fn.trace(*args)
 
 
 def compiled_figures(compiled, step_jaxpr=None) -> CompiledFigures:
@@ -359,12 +361,13 @@ def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
     """Trace ``step_fn(*args)`` and list the candidates of every checkpointed region."""
     try:
         with adapter.controlled_policies(lambda rid, r: adapter.everything_saveable) as bound:
-            step_jaxpr = jax.make_jaxpr(step_fn)(*args)
+            traced = _traced(step_fn, args)
+            step_jaxpr = traced.jaxpr
             bound = list(bound)
     except Exception as e:  # the user's code failed to trace: say so, keep the cause
         raise TraceError(
             f"Tracing the train step failed with {type(e).__name__}: {e}\n"
-            "Why: the planner traces step_fn(*example_args) with jax.make_jaxpr; the step "
+            "Why: the planner traces step_fn(*example_args) with jax.jit(...).trace; the step "
             "must be traceable by jax.jit with these arguments.\n"
             "Fix: check that `jax.jit(step_fn).lower(*example_args)` works on its own, and "
             "pass arrays or jax.ShapeDtypeStruct with the shapes the step expects."
@@ -391,8 +394,8 @@ def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
     from jax.ad_checkpoint import checkpoint_policies as cp
     anchor_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: cp.nothing_saveable)
     anchor = compiled_figures(compiled, anchor_jaxpr)
-    saved_jaxpr, saved = compile_with(step_fn, args, lambda rid, r: cp.everything_saveable)
-    anchor_saved = compiled_figures(saved, saved_jaxpr)
+    # The second anchor is the everything-saveable program traced above: compile it as is.
+    anchor_saved = compiled_figures(traced.lower().compile(), step_jaxpr)
 
     merged: dict[str, Region] = {}
     for br in bound:
@@ -451,7 +454,7 @@ def _refuse_nested(bound) -> None:
 def step_fingerprint(step_fn: Callable, args: Sequence[Any]) -> str:
     """The fingerprint ``trace_step`` records, without the rest of the trace."""
     with adapter.controlled_policies(lambda rid, r: adapter.everything_saveable):
-        return _fingerprint(jax.make_jaxpr(step_fn)(*args))
+        return _fingerprint(_traced(step_fn, args).jaxpr)
 
 
 def compile_with(step_fn: Callable, args: Sequence[Any], make_policy):
@@ -463,10 +466,9 @@ def compile_with(step_fn: Callable, args: Sequence[Any], make_policy):
         pol = make_policy(rid, r)
         return lambda prim, *a, **p: _as_enum(pol(prim, *a, **p))
     with adapter.controlled_policies(wrap):
-        step_jaxpr = jax.make_jaxpr(step_fn)(*args)
-    with adapter.controlled_policies(wrap):
-        compiled = _lower(step_fn, args).compile()
-    return step_jaxpr, compiled
+        traced = _traced(step_fn, args)
+        compiled = traced.lower().compile()
+    return traced.jaxpr, compiled
 
 
 def _as_enum(decision):
