@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -172,10 +173,16 @@ def run_plan_worker(job: dict) -> dict:
     module, cfg = _model(job)
     step, ex = module.make_train_step(cfg)
     t = time.perf_counter()
-    plans = planner.pareto(step, *ex, hbm_gb=job["budgets"], hardware=job["hardware"],
-                           solver_time_limit_s=20, verify_compile=False)
+    auto = job["budgets"] == "auto"
+    plans = planner.pareto(step, *ex, hbm_gb=None if auto else job["budgets"],
+                           hardware=job["hardware"], solver_time_limit_s=20,
+                           verify_compile=False)
+    # Auto: budgets of 10 GB and more rounded up to a tenth of a GB for the table (the plans
+    # were made for the exact ones, a little below).
+    budgets = ([math.ceil(p.budget_bytes / 1e8) / 10 if p.budget_bytes >= 1e10
+                else p.budget_bytes / 1e9 for p in plans] if auto else job["budgets"])
     out = {}
-    for b, p in zip(job["budgets"], plans):
+    for b, p in zip(budgets, plans):
         if isinstance(p, Exception):
             out[str(b)] = {"error": str(p)[:1500]}
             continue
@@ -188,8 +195,28 @@ def run_plan_worker(job: dict) -> dict:
             "anchor_device_bytes": p.trace.anchor.device_bytes,
             "baselines": {x.name: [x.prediction.peak_bytes, x.prediction.step_s * 1e3]
                           for x in p.baselines},
+            "plan_budget_bytes": p.budget_bytes,
         }
-    return {"plans": out, "wall_s": time.perf_counter() - t}
+    first = next((p for p in plans if not isinstance(p, Exception)), None)
+    per_layer = {}
+    if first is not None:  # one layer trip inside the scan, per stock policy (issue 3)
+        for x in first.baselines:
+            rc, rp = first.cost.regions[0], x.prediction.regions[0]
+            per_layer[x.name] = {
+                "fwd_ms": 1e3 * rc.fwd_s, "bwd_ms": 1e3 * rc.bwd_s,
+                "recompute_ms": 1e3 * rp.recompute_s,
+                "exposed_ms": 1e3 * (rp.exposed_fwd_s + rp.exposed_bwd_s),
+                "layer_ms": 1e3 * (rc.fwd_s + rc.bwd_s + rp.recompute_s + rp.exposed_fwd_s
+                                   + rp.exposed_bwd_s),
+                "step_ms": 1e3 * x.prediction.step_s,
+            }
+    # Stock policies that make the same decision for every tensor class compile to the same
+    # program (e.g. dots_saveable and dots_with_no_batch_dims_saveable when the only batched
+    # dots are inside cuDNN attention): the driver measures each distinct one once.
+    same = {x.name: json.dumps(x.assignment.decisions) for x in first.baselines} if first else {}
+    return {"plans": out, "per_layer": per_layer, "stock_assignments": same,
+            "wall_s": time.perf_counter() - t,
+            "unknown_primitives": list(first.cost.unknown_primitives) if first else []}
 
 
 def spawn(job: dict, out_dir: Path, timeout: float) -> dict:
@@ -198,6 +225,13 @@ def spawn(job: dict, out_dir: Path, timeout: float) -> dict:
     path.write_text(json.dumps(job))
     env = dict(os.environ)
     env.pop("XLA_PYTHON_CLIENT_PREALLOCATE", None)  # the driver's setting, not the workers'
+    # One persistent compilation cache for every worker: JAX also points XLA's per-fusion
+    # autotune cache there (jax_persistent_cache_enable_xla_caches), so a worker reuses the
+    # autotuning of the matmuls earlier workers tuned. Compile time only; the kernels chosen
+    # are the same. It also lets a capped worker skip autotuning, whose scratch buffers
+    # made capped compiles run out of memory on 2026-11-30.
+    env.setdefault("JAX_COMPILATION_CACHE_DIR", str(out_dir / ".jax-cache"))
+    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     env.update(job.get("env", {}))
     if job.get("mem_fraction"):
         env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{job['mem_fraction']:.4f}"
@@ -295,27 +329,47 @@ def probe(args):
 def compare(args):
     """Planner vs stock at several budgets; plan on this device with the given flags."""
     d = Driver(Path(args.out), args.budget_s)  # no JAX in this process: workers get the GPU
-    budgets = [float(b) for b in args.budgets.split(",")]
+    budgets = "auto" if args.budgets == "auto" else [float(b) for b in args.budgets.split(",")]
     # Plan in a worker process: compiling on the GPU leaves the allocator holding memory
     # (autotuning buffers) that the measurement workers would then not get.
     bench = MOE_BENCH if args.model == "moe" else BENCH
     if args.attention:
         bench = {**bench, "attention_impl": args.attention}
     r = d.job({"type": "plan", "name": "plan", "config": bench, "model": args.model,
-               "budgets": budgets,
-               "hardware": args.hardware}, need_s=90)
+               "budgets": budgets, "hardware": args.hardware}, need_s=90)
     specs = (r or {}).get("result") or {}
+    if specs.get("per_layer"):
+        d.record("per_layer_prediction", {"per_layer": specs["per_layer"]})
     for b, spec in specs.get("plans", {}).items():
         if "error" in spec:
             d.record("plan_failed", {"budget_gb": b, "error": spec["error"]})
             continue
         d.record("plan", {"budget_gb": b, **{k: v for k, v in spec.items() if k != "policy"}})
-        d.job({"name": f"plan@{b}", "config": bench, "model": args.model, "policy": spec["policy"],
-               "flags": spec["flags"], "budget_gb": float(b), "steps": 10})
+        job = {"name": f"plan@{b}", "config": bench, "model": args.model,
+               "policy": spec["policy"], "flags": spec["flags"], "budget_gb": float(b),
+               "steps": 10}
+        # The allocator capped at the budget, so "fits" means it ran inside it; if the
+        # capped run fails, the same job uncapped says by how much it missed.
+        r = d.job({**job, "mem_fraction": float(b) * 1e9 / HBM_BYTES_H200}, need_s=40)
+        if r is not None and not r["ok"]:
+            d.job({**job, "name": f"plan@{b}:uncapped"}, need_s=40)
+    measured: dict[str, str] = {}  # assignment -> the stock policy measured for it
     for name in args.stock.split(","):
+        key = specs.get("stock_assignments", {}).get(name)
+        if key is not None and key in measured:
+            d.record("same_program", {"stock": name, "as": measured[key]})
+            continue
         d.job({"name": f"stock:{name}", "config": bench, "model": args.model,
                "policy": {"kind": "stock", "name": name},
-               "steps": 10}, need_s=45)
+               "steps": 10}, need_s=35)
+        if key is not None:
+            measured[key] = name
+    # Per layer inside the scan (issue 3): the same step with half the layers; the
+    # difference of the two step times over the layers removed is one layer's trip.
+    for name in filter(None, args.per_layer.split(",")):
+        half = {**bench, "n_layers": bench.get("n_layers", 8) // 2}
+        d.job({"name": f"half:{name}", "config": half, "model": args.model,
+               "policy": {"kind": "stock", "name": name}, "steps": 10}, need_s=30)
 
 
 def main():
@@ -328,7 +382,11 @@ def main():
     c = sub.add_parser("compare")
     c.add_argument("--out", required=True)
     c.add_argument("--budget-s", type=float, default=540)
-    c.add_argument("--budgets", default="75,85,95,105,120")
+    c.add_argument("--budgets", default="auto",
+                   help="GB, comma-separated, or 'auto': five from just above full remat's "
+                        "predicted peak to saving everything's (planner.pareto(hbm_gb=None))")
+    c.add_argument("--per-layer", default="",
+                   help="stock policies to also run with half the layers (per-layer time)")
     c.add_argument("--hardware", default="h200")
     c.add_argument("--model", choices=("llama", "moe"), default="llama")
     c.add_argument("--attention", choices=("xla", "cudnn"), default=None,
@@ -336,8 +394,7 @@ def main():
     c.add_argument("--stock", default=",".join(
         ["nothing_saveable", "dots_with_no_batch_dims_saveable", "dots_saveable",
          "offload_dot_with_no_batch_dims", "maxtext:minimal", "maxtext:save_qkv_proj",
-         "maxtext:save_dot_except_mlp", "maxtext:qkv_proj_offloaded",
-         "maxtext:minimal_offloaded"]))
+         "maxtext:qkv_proj_offloaded", "maxtext:minimal_offloaded"]))
     w = sub.add_parser("worker")
     w.add_argument("job")
     a = ap.parse_args()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -66,8 +67,11 @@ def _load_factory(spec: str):
 
 
 def _budgets(text: str) -> list[float]:
-    """``"10,20,30"`` -> ``[10.0, 20.0, 30.0]``, with a teaching error for anything else."""
+    """``"10,20,30"`` -> ``[10.0, 20.0, 30.0]``; ``"auto"`` -> None (the planner spans the
+    range); a teaching error for anything else."""
     from planner.errors import InvalidArgumentError
+    if text.strip().lower() == "auto":
+        return None
     try:
         out = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -75,7 +79,8 @@ def _budgets(text: str) -> list[float]:
     if not out:
         raise InvalidArgumentError(
             f"--hbm-gb {text!r} is not a comma-separated list of budgets in GB.\n"
-            "Fix: e.g. --hbm-gb 60,80,100.")
+            "Fix: e.g. --hbm-gb 60,80,100, or --hbm-gb auto for five budgets from full remat "
+            "to saving everything.")
     return out
 
 
@@ -224,11 +229,14 @@ def _cmd_pareto(a) -> int:
     _image_path(a.svg, (".svg",), "--svg")
     step, args = _load_factory(a.factory)
     with _Progress(a.quiet) as progress:
-        progress(f"planning {a.factory} for {a.hardware} under {len(budgets)} budgets")
+        progress(f"planning {a.factory} for {a.hardware} under "
+                 + (f"{len(budgets)} budgets" if budgets else "budgets spanning the range"))
         results = planner.pareto(step, *args, hbm_gb=budgets, hardware=a.hardware,
                                  allow_offload=False if a.no_offload else None,
                                  solver_time_limit_s=a.time_limit, verify_compile=a.verify,
                                  progress=progress)
+        if budgets is None:  # auto: every budget is above full remat's, so each is a plan
+            budgets = [getattr(r, "budget_bytes", math.nan) / 1e9 for r in results]
         for path in (a.png, a.svg):
             if path:
                 from planner.plots import pareto_curve
@@ -307,7 +315,9 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("pareto", help="plan several budgets from one trace; table and plot")
     _common(p, planning=True)
-    p.add_argument("--hbm-gb", required=True, help="budgets in GB, comma-separated: 60,80,100")
+    p.add_argument("--hbm-gb", required=True,
+                   help="budgets in GB, comma-separated: 60,80,100; or 'auto': five budgets from "
+                        "just above full remat's predicted peak to saving everything's")
     p.add_argument("--verify", action="store_true", help="compile and check each plan (slower)")
     p.add_argument("--png", metavar="FILE", help="draw step time against budget as PNG")
     p.add_argument("--svg", metavar="FILE", help="draw step time against budget as SVG")

@@ -225,17 +225,27 @@ def solve(step_fn: Callable, *example_args, hbm_gb: float, hardware="h200",
                   _raise=True)[0]
 
 
-def pareto(step_fn: Callable, *example_args, hbm_gb, hardware="h200",
+def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
            allow_offload: bool | None = None, solver_time_limit_s: float = 30.0,
-           verify_compile: bool = False, max_rounds: int = 3,
+           verify_compile: bool = False, max_rounds: int = 3, points: int = 5,
            progress: Callable[[str], None] | None = None, _raise: bool = False):
     """Plans for several budgets from one trace: ``[Plan or PlannerError per budget]``.
 
     The step is traced (and the anchor compiled) once; each budget is solved, emitted and,
     with ``verify_compile``, compiled. A budget no plan reaches gives its
     ``InfeasibleBudgetError`` in the list instead of a plan. ``progress`` is as in ``solve``.
+
+    ``hbm_gb=None`` spans the whole trade-off: ``points`` budgets evenly spaced above the
+    predicted peak of full remat (JAX's ``nothing_saveable``) up to the predicted peak of
+    saving everything, ``lo + (hi - lo) * k / points`` for ``k = 1..points``; each plan's
+    ``budget_bytes`` says which budget it was made for.
     """
     say = progress or (lambda message: None)
+    auto = hbm_gb is None
+    if auto:
+        if isinstance(points, bool) or not isinstance(points, int) or points < 1:
+            raise InvalidArgumentError(f"points must be an int >= 1, got {points!r}.")
+        hbm_gb = [1.0]  # validated below; the real budgets come from the trace
     budgets = list(hbm_gb) if isinstance(hbm_gb, (list, tuple)) else [hbm_gb]
     if not budgets:
         raise InvalidArgumentError("hbm_gb is an empty list; give at least one budget in GB.")
@@ -258,6 +268,8 @@ def pareto(step_fn: Callable, *example_args, hbm_gb, hardware="h200",
     t = time.perf_counter()
     graph = build_graph(tr)
     timings.append(("graph", time.perf_counter() - t))
+    if auto:
+        budgets = _span_budgets(tr, graph, hw, offload, points)
     out = []
     for b in budgets:
         try:
@@ -268,6 +280,15 @@ def pareto(step_fn: Callable, *example_args, hbm_gb, hardware="h200",
                 raise
             out.append(e)
     return out
+
+
+def _span_budgets(tr, graph, hw, offload, points: int) -> list[float]:
+    """Budgets (GB) from just above full remat's predicted peak to saving everything's."""
+    cost = build_cost_model(tr, graph, hw, allow_offload=offload)
+    ends = {b.name: b.prediction.peak_bytes for b in evaluate_baselines(
+        graph, cost, math.inf, names=("nothing_saveable", "everything_saveable"))}
+    lo, hi = ends["nothing_saveable"], max(ends["everything_saveable"], ends["nothing_saveable"])
+    return [(lo + (hi - lo) * k / points) / GB for k in range(1, points + 1)]
 
 
 def _plan_one(step_fn, example_args, tr, graph, hw, offload, budget, opts, verify_compile,
