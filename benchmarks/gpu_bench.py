@@ -170,8 +170,14 @@ def run_plan_worker(job: dict) -> dict:
     """Plan the benchmark model for several budgets on this device; plans as job specs."""
     import planner
 
+    import jax
+
     module, cfg = _model(job)
     step, ex = module.make_train_step(cfg)
+    # Planned as it runs: the measurement workers donate the train state, and so does the
+    # step the planner traces and compiles (its anchors then alias the new state onto the
+    # old, as the measured program does).
+    step = jax.jit(step, donate_argnums=(0,))
     t = time.perf_counter()
     auto = job["budgets"] == "auto"
     plans = planner.pareto(step, *ex, hbm_gb=None if auto else job["budgets"],
