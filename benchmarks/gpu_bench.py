@@ -78,6 +78,13 @@ def run_worker(job: dict) -> dict:
 
     module, cfg = _model(job, _policy_from_spec(job["policy"]))
     step, args = module.make_train_step(cfg, concrete=True)
+    if job.get("forward_only"):  # the loss alone: per-layer forward time from two depths
+        import jax.numpy as jnp
+
+        def step(state, batch):
+            logp = jax.nn.log_softmax(module.forward(cfg, state["params"], batch["tokens"]))
+            loss = -jnp.mean(jnp.take_along_axis(logp, batch["targets"][..., None], axis=-1))
+            return state, loss
     from planner.profile import flags_to_compiler_options
     opts = flags_to_compiler_options(job.get("flags", ""))
     t0 = time.perf_counter()
@@ -285,13 +292,14 @@ class Driver:
 
 BENCH = dict(vocab=32000, d_model=4096, n_heads=32, n_kv_heads=8, d_ff=14336, n_layers=8,
              batch=8, seq=4096, dtype="bfloat16")
-# examples/moe.py H200_BENCH: 64 routed experts top-6 + a shared expert, 32k tokens, 8 layers.
+# examples/moe.py H200_BENCH: 64 routed experts top-6 + a shared expert, 32k tokens, 8 layers,
+# capacity dispatch (the dropless ragged_dot form compiles to 233 GB on the GPU: moe.py).
 MOE_BENCH = dict(vocab=32000, d_model=2048, n_heads=16, n_kv_heads=16, d_expert=1408,
                  d_shared=2816, n_experts=64, top_k=6, n_layers=8, batch=8, seq=4096,
-                 dtype="bfloat16")
+                 dtype="bfloat16", dispatch="capacity")
 if os.environ.get("GPU_BENCH_DRY_RUN"):  # a CPU dry run of the whole script, tiny model
     BENCH = dict(n_layers=2)
-    MOE_BENCH = dict(n_layers=2)
+    MOE_BENCH = dict(n_layers=2, dispatch="capacity")
 DOTS = ["query_proj", "key_proj", "value_proj", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo"]
 
 
@@ -360,7 +368,7 @@ def compare(args):
         if r is not None and not r["ok"]:
             d.job({**job, "name": f"plan@{b}:uncapped"}, need_s=40)
     measured: dict[str, str] = {}  # assignment -> the stock policy measured for it
-    for name in args.stock.split(","):
+    for name in filter(None, args.stock.split(",")):
         key = specs.get("stock_assignments", {}).get(name)
         if key is not None and key in measured:
             d.record("same_program", {"stock": name, "as": measured[key]})
@@ -372,10 +380,15 @@ def compare(args):
             measured[key] = name
     # Per layer inside the scan (issue 3): the same step with half the layers; the
     # difference of the two step times over the layers removed is one layer's trip.
+    half = {**bench, "n_layers": bench.get("n_layers", 8) // 2}
     for name in filter(None, args.per_layer.split(",")):
-        half = {**bench, "n_layers": bench.get("n_layers", 8) // 2}
         d.job({"name": f"half:{name}", "config": half, "model": args.model,
                "policy": {"kind": "stock", "name": name}, "steps": 10}, need_s=30)
+    if args.per_layer:  # the forward alone at both depths: forward vs backward per layer
+        for depth, cfg in (("full", bench), ("half", half)):
+            d.job({"name": f"forward:{depth}", "config": cfg, "model": args.model,
+                   "policy": {"kind": "stock", "name": "nothing_saveable"},
+                   "forward_only": True, "steps": 10}, need_s=30)
 
 
 def main():

@@ -2,9 +2,17 @@
 
 Each layer: RMSNorm, grouped-query attention (as in ``examples/llama.py``), then an MoE
 feed-forward block with a shared SwiGLU expert and ``n_experts`` routed SwiGLU experts, each
-token sent to its ``top_k`` experts by a softmax router. Routed experts run as grouped
-matmuls (``jax.lax.ragged_dot``) on the tokens sorted by expert, the dropless form MaxText
-uses on GPU (``sparse_matmul``). Layers are stacked under ``jax.lax.scan``, each in
+token sent to its ``top_k`` experts by a softmax router. Two dispatches (``dispatch``):
+
+* ``"ragged"``: grouped matmuls (``jax.lax.ragged_dot``) on the tokens sorted by expert,
+  dropless, MaxText's ``sparse_matmul``. On GPU, JAX 0.11 lowers ``ragged_dot`` to XLA's
+  ``ragged-dot`` instruction, and the GPU compiler's memory for it scales with experts x
+  tokens: on our H200 (2026-12-01, first MoE run) the 64-expert, 32k-token ``H200_BENCH``
+  compiled to a 233 GB full-remat peak, above the 141 GB of HBM.
+* ``"capacity"``: GShard / MaxText ``dense_matmul``-style dispatch with a capacity per
+  expert, ``C = ceil(capacity_factor * tokens * top_k / n_experts)``: the routed copies are
+  scattered into an ``[n_experts, C, d_model]`` buffer (copies past an expert's capacity are
+  dropped) and each expert is one batched matmul; what GPUs run well today. Layers are stacked under ``jax.lax.scan``, each in
 ``jax.checkpoint``; tensors carry MaxText's names (``moe_mlpwi_0``, ``moe_mlpwi_1``,
 ``moe_mlpwo`` for the routed experts; ``mlpwi_0``, ``mlpwi_1``, ``mlpwo`` for the shared one).
 
@@ -39,6 +47,8 @@ class MoEConfig:
     seq: int = 64
     dtype: str = "float32"
     attention_impl: str | None = None
+    dispatch: str = "ragged"     # "ragged" (dropless ragged_dot) or "capacity" (see above)
+    capacity_factor: float = 1.25  # MaxText's default capacity_factor for dropping MoE
     remat_policy: Callable[..., Any] | None = None
 
     @property
@@ -56,7 +66,7 @@ class MoEConfig:
 # 64 routed experts top-6 plus a shared expert (DeepSeek-V2-Lite-like proportions).
 H200_BENCH = MoEConfig(vocab=32000, d_model=2048, n_heads=16, n_kv_heads=16, d_expert=1408,
                        d_shared=2816, n_experts=64, top_k=6, n_layers=8, batch=8, seq=4096,
-                       dtype="bfloat16", attention_impl="cudnn")
+                       dtype="bfloat16", attention_impl="cudnn", dispatch="capacity")
 
 
 def _swiglu(h, w1, w3, w2, names):
@@ -67,11 +77,18 @@ def _swiglu(h, w1, w3, w2, names):
 
 def moe_block(cfg: MoEConfig, h, layer):
     """Shared expert + top-k routed experts over the flattened tokens ``h: [T, D]``."""
-    t, d = h.shape
     shared = _swiglu(h, layer["s_w1"], layer["s_w3"], layer["s_w2"],
                      ("mlpwi_0", "mlpwi_1", "mlpwo"))
     probs = jax.nn.softmax((h @ layer["router"]).astype(jnp.float32), axis=-1)
     weights, experts = jax.lax.top_k(probs, cfg.top_k)                    # [T, k]
+    routed = (_capacity_experts if cfg.dispatch == "capacity" else _ragged_experts)(
+        cfg, h, layer, weights, experts)
+    return shared + routed
+
+
+def _ragged_experts(cfg: MoEConfig, h, layer, weights, experts):
+    """Dropless: the token copies sorted by expert, one ragged (grouped) matmul per weight."""
+    t, d = h.shape
     flat = experts.reshape(-1)                                            # [T*k]
     order = jnp.argsort(flat)
     tokens = h[order // cfg.top_k]                                        # sorted by expert
@@ -81,9 +98,35 @@ def moe_block(cfg: MoEConfig, h, layer):
     out = checkpoint_name(jax.lax.ragged_dot(jax.nn.silu(gate) * up, layer["e_w2"], sizes),
                           "moe_mlpwo")
     routed = jnp.zeros((t * cfg.top_k, d), out.dtype).at[order].set(out)
-    routed = jnp.sum(routed.reshape(t, cfg.top_k, d)
-                     * weights[..., None].astype(out.dtype), axis=1)
-    return shared + routed
+    return jnp.sum(routed.reshape(t, cfg.top_k, d) * weights[..., None].astype(out.dtype),
+                   axis=1)
+
+
+def capacity(cfg: MoEConfig) -> int:
+    """Slots per expert: ``ceil(capacity_factor * tokens * top_k / n_experts)``."""
+    import math
+    return math.ceil(cfg.capacity_factor * cfg.batch * cfg.seq * cfg.top_k / cfg.n_experts)
+
+
+def _capacity_experts(cfg: MoEConfig, h, layer, weights, experts):
+    """Capacity dispatch: ``[E, C, D]`` buffers, one batched matmul per weight."""
+    t, d = h.shape
+    e, k, c = cfg.n_experts, cfg.top_k, capacity(cfg)
+    flat = experts.reshape(-1)                                            # [T*k], token-major
+    # Slot of each routed copy: its rank among the copies sent to the same expert.
+    rank = jnp.cumsum(jax.nn.one_hot(flat, e, dtype=jnp.int32), axis=0) - 1
+    rank = jnp.take_along_axis(rank, flat[:, None], axis=1)[:, 0]
+    kept = rank < c
+    slot = jnp.where(kept, flat * c + rank, e * c)                        # e*c: the drop slot
+    buf = jnp.zeros((e * c + 1, d), h.dtype).at[slot].set(jnp.repeat(h, k, axis=0))
+    x = buf[:e * c].reshape(e, c, d)
+    gate = checkpoint_name(jnp.einsum("ecd,edf->ecf", x, layer["e_w1"]), "moe_mlpwi_0")
+    up = checkpoint_name(jnp.einsum("ecd,edf->ecf", x, layer["e_w3"]), "moe_mlpwi_1")
+    out = checkpoint_name(jnp.einsum("ecf,efd->ecd", jax.nn.silu(gate) * up, layer["e_w2"]),
+                          "moe_mlpwo")
+    out = jnp.concatenate([out.reshape(e * c, d), jnp.zeros((1, d), out.dtype)])
+    w = (weights.reshape(-1) * kept).astype(out.dtype)                    # dropped copies: 0
+    return jnp.sum((out[slot] * w[:, None]).reshape(t, k, d), axis=1)
 
 
 def decoder_layer(cfg: MoEConfig, x, layer, positions):

@@ -237,8 +237,9 @@ def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
 
     ``hbm_gb=None`` spans the whole trade-off: ``points`` budgets evenly spaced above the
     predicted peak of full remat (JAX's ``nothing_saveable``) up to the predicted peak of
-    saving everything, ``lo + (hi - lo) * k / points`` for ``k = 1..points``; each plan's
-    ``budget_bytes`` says which budget it was made for.
+    saving everything, ``lo + (hi - lo) * k / points`` for ``k = 1..points`` (``hi`` capped at
+    the hardware profile's HBM capacity when saving everything would not fit the device);
+    each plan's ``budget_bytes`` says which budget it was made for.
     """
     say = progress or (lambda message: None)
     auto = hbm_gb is None
@@ -288,6 +289,10 @@ def _span_budgets(tr, graph, hw, offload, points: int) -> list[float]:
     ends = {b.name: b.prediction.peak_bytes for b in evaluate_baselines(
         graph, cost, math.inf, names=("nothing_saveable", "everything_saveable"))}
     lo, hi = ends["nothing_saveable"], max(ends["everything_saveable"], ends["nothing_saveable"])
+    # No budget above the device's HBM: when saving everything would not fit the device,
+    # the span ends at its capacity (the profile's hbm_bytes).
+    if lo < hw.hbm_bytes < hi:
+        hi = hw.hbm_bytes
     return [(lo + (hi - lo) * k / points) / GB for k in range(1, points + 1)]
 
 

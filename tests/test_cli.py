@@ -147,3 +147,37 @@ def test_profile_command_says_nothing_was_measured_on_cpu(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 1
     assert "nothing measured" in out
+
+
+def test_pareto_auto_spans_full_remat_to_save_everything(capsys):
+    """--hbm-gb auto: five budgets above full remat's predicted peak, the last at saving
+    everything's, each plan inside its budget; the same through planner.pareto."""
+    code, out, _ = run(capsys, "pareto", FACTORY, "--hbm-gb", "auto", "--hardware", "cpu",
+                       "--json", "--quiet")
+    assert code == 0
+    data = json.loads(out)
+    stock = {s["name"]: s["predicted_peak_gb"] for s in data["stock_policies"]}
+    budgets = [r["budget_gb"] for r in data["budgets"]]
+    assert len(budgets) == 5 and budgets == sorted(budgets) and len(set(budgets)) == 5
+    lo, hi = stock["nothing_saveable"], stock["everything_saveable"]
+    assert lo < budgets[0] and abs(budgets[-1] - hi) <= 1e-6 * hi
+    step = (hi - lo) / 5
+    assert all(abs(b - (lo + step * (k + 1))) <= 1e-6 * hi for k, b in enumerate(budgets))
+    assert all(r["feasible"] and r["predicted_peak_gb"] <= r["budget_gb"] + 1e-9
+               for r in data["budgets"])
+
+
+def test_pareto_auto_stops_at_the_devices_hbm():
+    """Where saving everything does not fit the device, the span ends at its capacity."""
+    import dataclasses
+
+    import cost_models as cm
+    import planner
+    step, args = tiny()
+    full = planner.pareto(step, *args, hbm_gb=None, points=2, hardware="cpu")
+    top = full[-1].budget_bytes
+    small = dataclasses.replace(cm.load_profile("cpu"), hbm_bytes=0.9 * top)
+    capped = planner.pareto(step, *args, hbm_gb=None, points=2, hardware=small)
+    assert capped[-1].budget_bytes == pytest.approx(0.9 * top, rel=1e-6)
+    # lo + (hi - lo) / 2 with hi lowered by 0.1 * top: the first budget drops by 0.05 * top.
+    assert capped[0].budget_bytes == pytest.approx(full[0].budget_bytes - 0.05 * top, rel=1e-6)

@@ -120,3 +120,41 @@ def test_moe_example_routed_and_shared_experts_are_planned_and_verified():
     assert {"moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo", "mlpwi_0", "mlpwi_1", "mlpwo"} <= names
     assert plan.graph.regions[0].region.multiplicity == moe.MoEConfig().n_layers
     assert plan.verification.ok, [c.detail for c in plan.verification.checks]
+
+
+def test_moe_capacity_dispatch_matches_dropless_when_nothing_is_dropped():
+    """With capacity for every copy, the [E, C, D] dispatch computes the ragged_dot result;
+    with capacity 1 per expert it drops copies (and differs)."""
+    import dataclasses
+
+    import jax
+    import numpy as np
+
+    from examples import moe
+    cfg = moe.MoEConfig(n_layers=1, batch=1, seq=16)
+    params = moe.init_params(cfg, jax.random.key(0))
+    layer = jax.tree.map(lambda w: w[0], params["layers"])
+    h = jax.random.normal(jax.random.key(1), (16, cfg.d_model))
+    ragged = moe.moe_block(cfg, h, layer)
+    # capacity_factor = n_experts / top_k gives C = tokens: no expert can overflow.
+    full = dataclasses.replace(cfg, dispatch="capacity",
+                               capacity_factor=cfg.n_experts / cfg.top_k)
+    assert moe.capacity(full) == 16
+    np.testing.assert_allclose(moe.moe_block(full, h, layer), ragged, rtol=2e-5, atol=2e-5)
+    tight = dataclasses.replace(full, capacity_factor=cfg.n_experts / (16 * cfg.top_k))
+    assert moe.capacity(tight) == 1
+    assert not np.allclose(moe.moe_block(tight, h, layer), ragged, atol=1e-3)
+
+
+def test_moe_capacity_dispatch_is_planned_with_expert_names():
+    import dataclasses
+
+    import planner
+    from examples import moe
+    cfg = dataclasses.replace(moe.MoEConfig(), dispatch="capacity")
+    step, args = moe.make_train_step(cfg)
+    plan = planner.solve(step, *args, hbm_gb=1.0, hardware="h200", verify_compile=False)
+    names = {c.name for c in plan.graph.classes if c.name}
+    assert {"moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo"} <= names
+    shapes = {tuple(c["shape"]) for c in plan.candidates() if c["name"] == "moe_mlpwi_0"}
+    assert shapes == {(cfg.n_experts, moe.capacity(cfg), cfg.d_expert)}
