@@ -189,7 +189,7 @@ def run_plan_worker(job: dict) -> dict:
     auto = job["budgets"] == "auto"
     plans = planner.pareto(step, *ex, hbm_gb=None if auto else job["budgets"],
                            hardware=job["hardware"], solver_time_limit_s=20,
-                           verify_compile=False)
+                           verify_compile=True)  # compiled on this GPU; corrected if over
     # Auto: budgets of 10 GB and more rounded up to a tenth of a GB for the table (the plans
     # were made for the exact ones, a little below).
     budgets = ([math.ceil(p.budget_bytes / 1e8) / 10 if p.budget_bytes >= 1e10
@@ -384,7 +384,7 @@ def compare(args):
     for name in filter(None, args.per_layer.split(",")):
         d.job({"name": f"half:{name}", "config": half, "model": args.model,
                "policy": {"kind": "stock", "name": name}, "steps": 10}, need_s=30)
-    if args.per_layer:  # the forward alone at both depths: forward vs backward per layer
+    if args.per_layer or args.forward:  # the forward alone at both depths: fwd vs bwd per layer
         for depth, cfg in (("full", bench), ("half", half)):
             d.job({"name": f"forward:{depth}", "config": cfg, "model": args.model,
                    "policy": {"kind": "stock", "name": "nothing_saveable"},
@@ -406,6 +406,8 @@ def main():
                         "predicted peak to saving everything's (planner.pareto(hbm_gb=None))")
     c.add_argument("--per-layer", default="",
                    help="stock policies to also run with half the layers (per-layer time)")
+    c.add_argument("--forward", action="store_true",
+                   help="also time the forward pass alone at full and half depth")
     c.add_argument("--hardware", default="h200")
     c.add_argument("--model", choices=("llama", "moe"), default="llama")
     c.add_argument("--attention", choices=("xla", "cudnn"), default=None,

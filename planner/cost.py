@@ -13,7 +13,14 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   scan and keeps one copy);
   host residuals ``H_r = sum bytes_v [need_v and a(v) = offload]``;
   recompute ``C_r = sum t_v [need_v and a(v) = remat]`` with ``t_v`` the roofline time of
-  ``v``'s equation (cost_models); working set of one backward trip
+  ``v``'s equation (cost_models), where a *fusible* equation (elementwise, casts, layout,
+  reductions: ``cost_models.FUSIBLE``) costs only its arithmetic, because XLA recomputes it
+  inside the backward fusion that reads it; saving such a value instead forces the forward
+  pass to write it, ``M_r = sum bytes_v / HBM bandwidth [need_v and a(v) = save]`` over
+  fusible, per-trip ``v`` (other values are materialized in any case). Measured on the H200
+  (benchmarks/results/h200-2026-12-01.md): plans that saved such values ran no faster than
+  recomputing them, where the roofline of their standalone kernels had promised 3-5%;
+  working set of one backward trip
   ``W_r = sum bytes_v [v read by the backward and a(v) in {remat, offload}]
   + max bytes_v [v recomputed only to recompute others]``: the recomputed and reloaded
   tensors the gradient reads are assumed live together, intermediates of the recompute one
@@ -28,7 +35,7 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   anchor) minus the model's working set of that program, plus any correction the verify
   stage measured.
 * ``host = sum_r L_r H_r`` must fit the hardware's pinned host memory.
-* ``time = T0 + sum_r L_r (C_r + X^fwd_r + X^bwd_r)`` where ``T0`` is the roofline time of
+* ``time = T0 + sum_r L_r (C_r + M_r + X^fwd_r + X^bwd_r)`` where ``T0`` is the roofline time of
   the whole step with nothing recomputed, and ``X`` is the copy time one trip cannot hide.
   Under ``lax.scan`` XLA starts a device->host copy once its tensor exists and finishes it
   by the end of the same trip; it reads offloaded tensors back at the start of the backward
@@ -57,6 +64,8 @@ from planner.graph import LivenessGraph
 from planner.trace import Trace
 
 DECISIONS = ("save", "remat", "offload")
+# Primitives whose output is a view of their input (no arithmetic, no new buffer in XLA).
+_VIEWS = frozenset({"name", "reshape", "squeeze", "expand_dims", "copy", "copy_p"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,7 +92,8 @@ class Assignment:
 class RegionCost:
     region_id: int
     multiplicity: int
-    recompute_s: tuple[float, ...]       # per candidate: its equation's roofline time
+    recompute_s: tuple[float, ...]       # per candidate: its recompute in the backward pass
+    materialize_s: tuple[float, ...]     # per candidate: the forward write saving it forces
     d2h_s: tuple[float, ...]             # per candidate: device->host copy of its outputs
     h2d_s: tuple[float, ...]             # per candidate: host->device copy back
     fwd_after_s: tuple[float, ...]       # forward compute after the candidate is made
@@ -116,6 +126,7 @@ class RegionPrediction:
     invariant_host_bytes: int = 0        # offloaded loop-invariant residuals, stored once
     working_set_bytes: int               # W_r
     recompute_s: float                   # C_r, one trip
+    materialize_s: float                 # M_r, one trip
     d2h_s: float
     h2d_s: float
     exposed_fwd_s: float
@@ -130,6 +141,7 @@ class Prediction:
     step_s: float
     base_step_s: float
     recompute_s: float                   # whole step
+    materialize_s: float                 # whole step
     transfer_s: float                    # whole step, both directions
     exposed_transfer_s: float            # whole step
     fixed_bytes: int
@@ -150,17 +162,38 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
         # materialized; the rest of a fusible chain stays in registers.
         escaping = [v for c in r.candidates if c.needed for v in c.eqn.outvars]
         fwd_costs = cm.fused_costs([c.eqn for c in r.candidates], escaping)
-        rec = []
+        fwd, rec, mat = [], [], []
+        in_hbm = {}  # candidate index -> its value is in HBM whatever the policy
         for c, cost in zip(r.candidates, fwd_costs):
             unknown.update(cost.unknown_primitives)
-            rec.append(cm.eqn_seconds(c.eqn, cost, hw))  # matmuls at their dtype's rate
+            fwd.append(cm.eqn_seconds(c.eqn, cost, hw))  # matmuls at their dtype's rate
+            prim = c.eqn.primitive.name
+            # Views (checkpoint_name, reshapes) of a value in HBM are in HBM: a matmul's
+            # output, a region input (the layer's input activation).
+            in_hbm[c.index] = prim not in cm.FUSIBLE or (
+                prim in _VIEWS and (bool(c.input_reads) and not c.inputs
+                                    or any(in_hbm.get(u, False) for u in c.inputs)))
+            if in_hbm[c.index]:
+                rec.append(fwd[-1] if prim not in cm.FUSIBLE else 0.0)
+                mat.append(0.0)
+            elif prim in cm.FUSIBLE:
+                # A fusible equation recomputed for the backward pass runs inside the
+                # backward fusion that reads its value: its arithmetic, no HBM traffic of
+                # its own (that fusion reads its inputs instead of the saved value). Saving
+                # it instead forces the forward to write a value it would keep in registers:
+                # one write of its bytes at HBM bandwidth (M_v in the docstring).
+                rec.append(cm.eqn_seconds(c.eqn, dataclasses.replace(cost, hbm_bytes=0.0), hw))
+                mat.append(c.nbytes / hw.hbm_bytes_per_s)
+            else:  # matmuls, custom calls (attention), gathers...: materialized anyway
+                rec.append(fwd[-1])
+                mat.append(0.0)
         bwd_costs = cm.fused_costs(list(r.backward_eqns), [])
         for cost in bwd_costs:
             unknown.update(cost.unknown_primitives)
         bwd_s = sum(cm.eqn_seconds(e, cost, hw) for e, cost in zip(r.backward_eqns, bwd_costs))
-        fwd_s = sum(rec)
+        fwd_s = sum(fwd)
         after, acc = [], 0.0
-        for t in reversed(rec):
+        for t in reversed(fwd):
             after.append(acc)
             acc += t
         after.reverse()
@@ -175,6 +208,7 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
                for c in r.candidates]
         regions.append(RegionCost(
             region_id=r.id, multiplicity=r.multiplicity, recompute_s=tuple(rec),
+            materialize_s=tuple(mat),
             d2h_s=tuple(d2h), h2d_s=tuple(h2d), fwd_after_s=tuple(after),
             bwd_before_s=tuple(before), fwd_s=fwd_s, bwd_s=bwd_s,
         ))
@@ -251,7 +285,7 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
                 for u in c.inputs:
                     need[u] = True
         R = I = H = HI = W = T = 0
-        C = d2h = h2d = 0.0
+        C = M = d2h = h2d = 0.0
         off = [c.index for c in cands if need[c.index] and dec[c.index] == "offload"]
         need_in = {i.index for i in rg.region.inputs if i.needed}
         for c in cands:
@@ -267,6 +301,7 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
                     I += c.nbytes
                 else:
                     R += c.nbytes
+                    M += rc.materialize_s[i]
             elif dec[i] == "offload":
                 if c.loop_invariant:
                     HI += c.nbytes
@@ -293,7 +328,7 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
             region_id=rc.region_id, device_residual_bytes=R, invariant_residual_bytes=I,
             input_residual_bytes=S,
             host_residual_bytes=H, invariant_host_bytes=HI,
-            working_set_bytes=W, recompute_s=C, d2h_s=d2h, h2d_s=h2d,
+            working_set_bytes=W, recompute_s=C, materialize_s=M, d2h_s=d2h, h2d_s=h2d,
             exposed_fwd_s=xf, exposed_bwd_s=xb, needed=tuple(need),
         ))
     fixed = model.fixed_bytes if _fixed is None else _fixed
@@ -312,13 +347,15 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
     host = sum(rc.multiplicity * p.host_residual_bytes + p.invariant_host_bytes
                for rc, p in zip(model.regions, preds))
     recompute = sum(rc.multiplicity * p.recompute_s for rc, p in zip(model.regions, preds))
+    materialize = sum(rc.multiplicity * p.materialize_s for rc, p in zip(model.regions, preds))
     transfer = sum(rc.multiplicity * (p.d2h_s + p.h2d_s) for rc, p in zip(model.regions, preds))
     exposed = sum(rc.multiplicity * (p.exposed_fwd_s + p.exposed_bwd_s)
                   for rc, p in zip(model.regions, preds))
     return Prediction(
         peak_bytes=int(fixed + peak_var), host_bytes=int(host),
-        step_s=model.base_step_s + recompute + exposed, base_step_s=model.base_step_s,
-        recompute_s=recompute, transfer_s=transfer, exposed_transfer_s=exposed,
+        step_s=model.base_step_s + recompute + materialize + exposed,
+        base_step_s=model.base_step_s,
+        recompute_s=recompute, materialize_s=materialize, transfer_s=transfer, exposed_transfer_s=exposed,
         fixed_bytes=int(fixed), residual_bytes=int(residual), working_set_bytes=int(ws),
         regions=tuple(preds),
     )

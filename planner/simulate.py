@@ -146,8 +146,13 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
                      if d == "offload" and not cands[i].loop_invariant)
         host += sum(cands[i].nbytes for i, d in kept.items()  # hoisted: one host copy
                     if d == "offload" and cands[i].loop_invariant)
-        jobs = [(sum(rc.recompute_s[:i + 1]), rc.d2h_s[i]) for i, d in kept.items() if d == "offload"]
+        # Each copy starts when its tensor is made: forward time elapsed at that point.
+        jobs = [(rc.fwd_s - rc.fwd_after_s[i], rc.d2h_s[i]) for i, d in kept.items()
+                if d == "offload"]
         exposure = _copy_queue_exposure(jobs, eta, rc.fwd_s)
+        # Saving a value the forward would keep in a fusion costs its write, every trip.
+        exposure += sum(rc.materialize_s[i] for i, d in kept.items()
+                        if d == "save" and not cands[i].loop_invariant)
         for _ in range(rc.multiplicity):
             alloc(dev_b)
             host += host_b

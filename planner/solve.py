@@ -136,6 +136,9 @@ class _Model:
                 r = both(c, "remat")
                 # A loop-invariant residual is stored once, the others once per trip.
                 (I if c.loop_invariant else R).append(kib * s)
+                if not c.loop_invariant and rc.materialize_s[i]:
+                    # M_r: saving a fusible value costs the forward write of it.
+                    C.append(_ns(rc.materialize_s[i]) * s)
                 # Working-set terms carry the measured scale omega, rounded up per term.
                 w_kib = math.ceil(omega * kib)
                 if c.needed:

@@ -51,10 +51,12 @@ def random_problem(seed: int, *, n_nodes: int = 7, n_regions: int = 1, n_classes
         n = len(r.candidates)
         rec = [rnd.uniform(1e-4, 5e-3) for _ in range(n)]
         d2h = [c.nbytes / 1e9 * rnd.uniform(5, 20) for c in r.candidates]
+        # Some candidates are "fusible": saving them costs a forward write.
+        mat = [rnd.choice([0.0, rnd.uniform(1e-5, 1e-3)]) for _ in range(n)]
         after = [sum(rec[i + 1:]) for i in range(n)]
         bwd = 2 * sum(rec)
         rcs.append(RegionCost(region_id=r.id, multiplicity=r.multiplicity, recompute_s=tuple(rec),
-                              d2h_s=tuple(d2h), h2d_s=tuple(d2h), fwd_after_s=tuple(after),
+                              materialize_s=tuple(mat), d2h_s=tuple(d2h), h2d_s=tuple(d2h), fwd_after_s=tuple(after),
                               bwd_before_s=tuple(bwd * a / sum(rec) for a in after),
                               fwd_s=sum(rec), bwd_s=bwd))
     cost = CostModel(hardware=hw, regions=tuple(rcs), base_step_s=0.1, fixed_bytes=1 << 20,
