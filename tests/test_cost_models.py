@@ -476,7 +476,8 @@ def test_required_profiles_are_shipped():
 def test_h200_uses_our_measurements():
     assert HW.link.d2h_bytes_per_s == 52.65e9 and HW.link.h2d_bytes_per_s == 52.31e9
     assert HW.matmul_rate("bfloat16") == 790e12 and HW.hbm_bytes_per_s == 4.3e12
-    assert HW.overlap_efficiency == 0.2  # measured: benchmarks/results/h200-2026-11-30.md
+    assert HW.overlap_efficiency == 0.0  # trace-measured: benchmarks/results/h200-2026-12-01-profile
+    assert "h200-2026-12-01-profile" in HW.source("overlap_efficiency")
     assert "h200-2026-11-30-probe" in HW.source("link.d2h_bytes_per_s")
     assert "64 GB/s" in HW.source("link.d2h_bytes_per_s")  # the nominal figure is mentioned
     gh200 = cm.load_profile("gh200")
