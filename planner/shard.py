@@ -50,6 +50,11 @@ _NOT_OUTPUTS = frozenset({
 _COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute",
                 "all-to-all")
 
+_EXPLICIT_COLLECTIVES = frozenset({
+    "psum", "psum_invariant", "pmax", "pmin", "all_gather", "all_gather_invariant",
+    "reduce_scatter", "psum_scatter", "all_to_all", "ragged_all_to_all", "ppermute",
+    "pbroadcast", "unreduced_psum", "unreduced_reduce_scatter"})
+
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%(\S+)\s*=\s*(.*)$")
 _ARRAY = re.compile(r"([a-z]+\d*)\[([\d,]*)\]")
 _META = re.compile(r'metadata=\{([^}]*)\}')
@@ -277,7 +282,10 @@ def match_equation(index: HloIndex, primitive: str, where: tuple[str, int] | Non
                 glob = math.prod(out_shape) * glob_k
                 if local and glob % local == 0:
                     flop_divs.add(glob // local)
-    colls = [o for o in ops if o.opcode.removesuffix("-start") in _COLLECTIVES]
+    # Explicit collectives (psum, all_gather... under shard_map) are costed by their own
+    # cost_models rules; only the partitioner's implicit ones are added here.
+    colls = [] if primitive in _EXPLICIT_COLLECTIVES else [
+        o for o in ops if o.opcode.removesuffix("-start") in _COLLECTIVES]
     per_prog = _one_program(colls)
     cbytes = sum(o.collective_bytes for o in per_prog) / max(1, sharers)
     texts = tuple(f"{o.opcode.removesuffix('-start')} "

@@ -296,8 +296,9 @@ def _per_device(cands: list[Candidate], inputs: tuple[RegionInput, ...], in_vars
             same = [out_div[v] for v in e.invars if isinstance(v, adapter.Var) and v in out_div
                     and math.prod(getattr(v.aval, "shape", ())) == size]
             d, src = (min(same), "input-sharding") if same else (1, "unsharded (conservative)")
-        for v in e.outvars:
-            out_div[v] = d
+        if src != "unsharded (conservative)":  # only known divisors propagate
+            for v in e.outvars:
+                out_div[v] = d
         out.append(dataclasses.replace(
             c, global_nbytes=c.nbytes, nbytes=sum(-(-_nbytes(v.aval) // d) for v in e.outvars),
             shard_divisor=d, shard_source=src, flop_divisor=m.flop_divisor or d,
