@@ -41,10 +41,11 @@ import re
 from typing import Iterable
 
 # HLO opcodes whose shape is not the output of the equation named in their metadata.
+# (custom-call stays: a cuBLAS gemm is one, its first tuple element is the matmul's output.)
 _NOT_OUTPUTS = frozenset({
     "fusion", "copy", "bitcast", "get-tuple-element", "parameter", "constant", "tuple",
     "while", "conditional", "call", "copy-start", "copy-done", "async-start", "async-done",
-    "opt-barrier", "custom-call", "after-all", "partition-id", "replica-id",
+    "opt-barrier", "after-all", "partition-id", "replica-id",
 })
 # Collectives, as the SPMD partitioner and XLA's async passes spell them.
 _COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute",

@@ -234,6 +234,8 @@ def _observe_residual_sources(step_jaxpr, rid: int, n_res: int | None = None) ->
 def _constraint_divisor(eqn) -> int | None:
     """Shard divisor of a ``with_sharding_constraint`` output, from its own sharding."""
     sharding = eqn.params.get("sharding")
+    if eqn.params.get("unconstrained_dims"):  # the partitioner picks those: not known here
+        return None
     shape = tuple(getattr(eqn.outvars[0].aval, "shape", ()))
     try:
         local = tuple(sharding.shard_shape(shape))
