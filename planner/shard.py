@@ -14,7 +14,10 @@ whose shapes are per device):
   innermost source line, in the forward pass (``jvp(...)``) or its recompute
   (``rematted_computation``), never the transposed (backward) ops of the same line.
 * Matched instructions whose rank equals the candidate's and whose every dimension divides
-  the global one give the *shard divisor* ``global elements / per-device elements``.
+  the global one give the *shard divisor* ``global elements / per-device elements``. When
+  only instructions of another rank match (XLA collapses a batched ``[B, S, D] @ [D, F]``
+  into a ``[B*S, D]`` dot), the element ratio is used if it divides the device count
+  (source ``hlo (reshaped)``).
   Fusion wrappers, copies, bitcasts, tuples and collectives are skipped (their shapes are
   not the equation's output; the instructions inside a fusion carry the same metadata).
   Several different divisors (one source line used for differently sharded tensors) keep the
@@ -235,12 +238,25 @@ def dims_divisor(global_shape: tuple[int, ...], local: tuple[int, ...] | None) -
     return math.prod(g // l for g, l in zip(global_shape, local))
 
 
+def reshaped_divisor(global_shape: tuple[int, ...], local: tuple[int, ...] | None,
+                     num_partitions: int) -> int | None:
+    """``prod(global) / prod(local)`` for a per-device shape of another rank (XLA collapsed
+    or split dimensions), when it is a whole number that divides the device count."""
+    if local is None or len(local) == len(global_shape) or not local:
+        return None
+    g, l = math.prod(global_shape), math.prod(local)
+    if l <= 0 or g % l or num_partitions % (g // l):
+        return None
+    return g // l
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Match:
     """What the partitioned program says about one equation."""
 
     divisor: int | None          # of its first output; None: no matching instruction
     ambiguous: bool              # several instructions disagreed (the smallest was kept)
+    reshaped: bool               # only instructions of another rank matched (element ratio)
     flop_divisor: int | None     # for matmuls: global FLOPs / per-device FLOPs
     collective_bytes: float      # per device, per run of the equation, forward collectives
     collectives: tuple[str, ...]
@@ -259,18 +275,29 @@ def match_equation(index: HloIndex, primitive: str, where: tuple[str, int] | Non
     divs: set[int] = set()
     flop_divs: set[int] = set()
     operand_divs: list[set[int]] = [set() for _ in in_shapes]
+    reshaped: set[int] = set()
     for o in ops:
         if o.opcode in _NOT_OUTPUTS or o.opcode.removesuffix("-start") in _COLLECTIVES:
             continue
         if not o.shapes:
             continue
         d = dims_divisor(out_shape, o.shapes[0][1])
+        if d is not None and index.num_partitions % d:
+            continue  # not a shard (a slice or reduction of the line's value): no match
         if d is None:
-            continue
-        divs.add(d)
+            # XLA often collapses dimensions (a batched [B, S, D] @ [D, F] becomes a
+            # [B*S, D] @ [D, F] dot): a shard of another rank still gives the element ratio.
+            d = reshaped_divisor(out_shape, o.shapes[0][1], index.num_partitions)
+            if d is None:
+                continue
+            reshaped.add(d)
+        else:
+            divs.add(d)
         if len(o.operands) == len(in_shapes):
             for k, (g, loc) in enumerate(zip(in_shapes, o.operands)):
                 od = dims_divisor(g, loc)
+                if od is None:
+                    od = reshaped_divisor(g, loc, index.num_partitions)
                 if od is not None:
                     operand_divs[k].add(od)
         if o.opcode == "dot" and len(o.operands) >= 1 and o.operands[0] is not None:
@@ -292,8 +319,10 @@ def match_equation(index: HloIndex, primitive: str, where: tuple[str, int] | Non
     texts = tuple(f"{o.opcode.removesuffix('-start')} "
                   + ",".join(f"{t}[{','.join(map(str, d))}]" for t, d in o.shapes)
                   for o in per_prog)
+    via_reshape = not divs and bool(reshaped)
+    divs = divs or reshaped
     return Match(
-        divisor=min(divs) if divs else None, ambiguous=len(divs) > 1,
+        divisor=min(divs) if divs else None, ambiguous=len(divs) > 1, reshaped=via_reshape,
         flop_divisor=min(flop_divs) if flop_divs else None,
         collective_bytes=cbytes, collectives=texts,
         operand_divisors=tuple(min(s) if s else None for s in operand_divs))

@@ -17,10 +17,13 @@ The jaxpr's avals are global, so the candidates' and region inputs' per-device s
 from the partitioned HLO of the two anchor compiles (planner/shard.py matches each equation
 to its instructions by primitive and source line). ``Candidate.shard_divisor`` is global
 elements / per-device elements and ``Candidate.shard_source`` says where it came from:
-``hlo`` (matched), ``hlo (ambiguous)`` (several matches disagreed; the smallest divisor,
-most bytes, is kept), ``sharding-constraint`` (the equation is a with_sharding_constraint:
+``hlo`` (matched), ``hlo (reshaped)`` (matched an instruction XLA reshaped: the element
+ratio), ``hlo (ambiguous)`` (several matches disagreed; the smallest divisor, most bytes,
+is kept), ``sharding-constraint`` (the equation is a with_sharding_constraint:
 its sharding's shard shape), ``input-sharding`` (not in the HLO, e.g. checkpoint_name: the
-divisor of an operand with as many elements), ``unsharded (conservative)`` (nothing known:
+divisor of an operand with as many elements), ``reader-sharding`` (the same, from a value
+that reads it: e.g. a region's input activation whose first reader is a checkpoint_name),
+``unsharded (conservative)`` (nothing known:
 global bytes, which never under-counts memory) or ``single device`` (one partition: exact).
 The anchors' memory_analysis() is per device already, so the cost stage's fixed bytes stay
 consistent with these per-device candidate bytes.
@@ -63,8 +66,8 @@ class Candidate:
     # Sharded steps (see the module docstring and planner/shard.py):
     global_nbytes: int = 0         # all outputs at their global (jaxpr) shapes
     shard_divisor: int = 1         # global elements / per-device elements of its outputs
-    shard_source: str = "single device"  # hlo | hlo (ambiguous) | sharding-constraint |
-                                   # input-sharding | unsharded (conservative) | single device
+    shard_source: str = "single device"  # hlo | hlo (reshaped) | hlo (ambiguous) | sharding-constraint |
+                                   # input-sharding | reader-sharding | unsharded (conservative) | single device
     flop_divisor: int = 1          # global work / per-device work of the equation (matmuls:
                                    # from the partitioned dot, contraction sharding included)
     collective_bytes: float = 0.0  # per device per run: collectives the partitioner inserted
@@ -248,7 +251,14 @@ def _per_device(cands: list[Candidate], inputs: tuple[RegionInput, ...], in_vars
                 index: "shard.HloIndex | None"):
     """Candidates and region inputs with per-device bytes (module docstring, planner/shard.py).
 
-    ``in_vars`` are the region's primal input variables, in ``inputs`` order."""
+    ``in_vars`` are the region's primal input variables, in ``inputs`` order. First what the
+    partitioned program says (each equation's matched instructions; a region input: the
+    operands its readers' instructions read); then, for what is still unknown, a divisor
+    passes between values of the same number of elements, forward from an operand
+    (``input-sharding``: checkpoint_name, elementwise ops are partitioned like their operand)
+    and backward from a reader (``reader-sharding``: the layer input of a region, read first
+    by a checkpoint_name, is partitioned like what reads it), until nothing changes; the
+    rest keeps its global bytes (``unsharded (conservative)``)."""
     if index is None or index.num_partitions <= 1:
         return ([dataclasses.replace(c, global_nbytes=c.nbytes) for c in cands],
                 tuple(dataclasses.replace(i, global_nbytes=i.nbytes) for i in inputs))
@@ -258,8 +268,6 @@ def _per_device(cands: list[Candidate], inputs: tuple[RegionInput, ...], in_vars
         key = (c.primitive, adapter.eqn_where(c.eqn))
         key_count[key] = key_count.get(key, 0) + 1
     input_divs: dict[int, set[int]] = {}
-    out_div: dict[Any, int] = {}     # var -> divisor, for the input-sharding fallback
-    known_in: dict[int, int] = {}
     matches = []
     for c in cands:
         e = c.eqn
@@ -271,38 +279,73 @@ def _per_device(cands: list[Candidate], inputs: tuple[RegionInput, ...], in_vars
         for k, v in enumerate(e.invars):
             if isinstance(v, adapter.Var) and v in in_pos and m.operand_divisors[k]:
                 input_divs.setdefault(in_pos[v], set()).add(m.operand_divisors[k])
+    # (divisor, source) per candidate and per region input; None: not known yet.
+    found: list[tuple[int, str] | None] = []
+    for c, m in zip(cands, matches):
+        if c.primitive == "sharding_constraint" and _constraint_divisor(c.eqn):
+            found.append((_constraint_divisor(c.eqn), "sharding-constraint"))
+        elif m.divisor is not None:
+            found.append((m.divisor, "hlo (ambiguous)" if m.ambiguous else
+                          "hlo (reshaped)" if m.reshaped else "hlo"))
+        else:
+            found.append(None)
     # A region input's divisor: the smallest its readers' partitioned operands show.
-    for k, ds in input_divs.items():
-        known_in[k] = min(ds)
+    in_found: dict[int, tuple[int, str] | None] = {
+        i.index: (min(input_divs[i.index]), "hlo") if i.index in input_divs else None
+        for i in inputs}
+    size = lambda v: math.prod(getattr(v.aval, "shape", ()))
+    readers: dict[Any, list[int]] = {}
+    for j, c in enumerate(cands):
+        for v in c.eqn.invars:
+            if isinstance(v, adapter.Var):
+                readers.setdefault(v, []).append(j)
+
+    def div_of(v):  # the known divisor of a value: a candidate's output or a region input
+        if v in in_pos:
+            f = in_found.get(in_pos[v])
+            return f[0] if f else None
+        return None
+
+    producer = {v: j for j, c in enumerate(cands) for v in c.eqn.outvars}
+    var_div = lambda v: (div_of(v) if v in in_pos else
+                         (found[producer[v]][0] if v in producer and found[producer[v]] else None))
+    changed = True
+    while changed:
+        changed = False
+        for j, c in enumerate(cands):  # forward: from an operand of the same size
+            if found[j] is None and c.eqn.outvars:
+                n = size(c.eqn.outvars[0])
+                ds = [var_div(v) for v in c.eqn.invars if isinstance(v, adapter.Var)
+                      and size(v) == n and var_div(v)]
+                if ds:
+                    found[j], changed = (min(ds), "input-sharding"), True
+        for j in reversed(range(len(cands))):  # backward: from a reader of the same size
+            c = cands[j]
+            if found[j] is None and c.eqn.outvars:
+                v = c.eqn.outvars[0]
+                ds = [found[r][0] for r in readers.get(v, ()) if found[r]
+                      and cands[r].eqn.outvars and size(cands[r].eqn.outvars[0]) == size(v)]
+                if ds:
+                    found[j], changed = (min(ds), "reader-sharding"), True
+        for v, k in in_pos.items():
+            if in_found.get(k) is None:
+                ds = [found[r][0] for r in readers.get(v, ()) if found[r]
+                      and cands[r].eqn.outvars and size(cands[r].eqn.outvars[0]) == size(v)]
+                if ds:
+                    in_found[k], changed = (min(ds), "reader-sharding"), True
+    fallback = (1, "unsharded (conservative)")
     new_inputs = []
     for i in inputs:
-        d = known_in.get(i.index)
+        d, src = in_found.get(i.index) or fallback
         new_inputs.append(dataclasses.replace(
-            i, global_nbytes=i.nbytes, shard_divisor=d or 1,
-            nbytes=-(-i.nbytes // (d or 1)),
-            shard_source="hlo" if d else "unsharded (conservative)"))
-    for k, v in enumerate(in_vars):
-        if k in known_in:
-            out_div[v] = known_in[k]
+            i, global_nbytes=i.nbytes, shard_divisor=d, nbytes=-(-i.nbytes // d),
+            shard_source=src))
     out = []
-    for c, m in zip(cands, matches):
-        e = c.eqn
-        size = math.prod(c.shape)
-        if c.primitive == "sharding_constraint" and _constraint_divisor(e):
-            d, src = _constraint_divisor(e), "sharding-constraint"
-        elif m.divisor is not None:
-            d, src = m.divisor, "hlo (ambiguous)" if m.ambiguous else "hlo"
-        else:
-            # Not in the partitioned program (checkpoint_name, fused away): partitioned like
-            # an operand with as many elements, when one is known; else global bytes.
-            same = [out_div[v] for v in e.invars if isinstance(v, adapter.Var) and v in out_div
-                    and math.prod(getattr(v.aval, "shape", ())) == size]
-            d, src = (min(same), "input-sharding") if same else (1, "unsharded (conservative)")
-        if src != "unsharded (conservative)":  # only known divisors propagate
-            for v in e.outvars:
-                out_div[v] = d
+    for c, m, f in zip(cands, matches, found):
+        d, src = f or fallback
         out.append(dataclasses.replace(
-            c, global_nbytes=c.nbytes, nbytes=sum(-(-_nbytes(v.aval) // d) for v in e.outvars),
+            c, global_nbytes=c.nbytes,
+            nbytes=sum(-(-_nbytes(v.aval) // d) for v in c.eqn.outvars),
             shard_divisor=d, shard_source=src, flop_divisor=m.flop_divisor or d,
             collective_bytes=m.collective_bytes, collectives=m.collectives))
     return out, tuple(new_inputs)

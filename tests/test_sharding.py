@@ -215,15 +215,19 @@ def test_unmatched_equations_fall_back_and_say_so(monkeypatch):
                         lambda texts: dataclasses.replace(real(texts), ops={}))
     tr = trace_step(*make_step("data2_tensor4"))
     got = _cands(tr)
-    for what in ("x@w1", "hidden", "a@w2", "layer input"):
+    for what in ("a@w2", "layer input"):
         assert got[what].shard_source == "unsharded (conservative)", what
         assert got[what].shard_divisor == 1 and got[what].nbytes == got[what].global_nbytes
-    # What is still known without the HLO: the constraint's own sharding, and tanh reads it.
+    # What is still known without the HLO: the constraint's own sharding (2 x 4 ways); tanh
+    # reads it (input-sharding); the checkpoint_name and x @ w1 before it are read by it,
+    # element for element (reader-sharding).
     assert got["constraint"].shard_source == "sharding-constraint"
     assert got["constraint"].nbytes == (B // 2) * (F // 4) * F32
     assert got["tanh"].shard_source == "input-sharding" and got["tanh"].shard_divisor == 8
+    for what in ("hidden", "x@w1"):
+        assert got[what].shard_source == "reader-sharding" and got[what].shard_divisor == 8
     notes = " ".join(sharding_notes(tr))
-    assert "counted at their global size" in notes and "dot_general[16, 64]" in notes
+    assert "counted at their global size" in notes and "dot_general[16, 32]" in notes
 
 
 HLO = """HloModule jit_step, num_partitions=8
@@ -247,6 +251,8 @@ ENTRY %main (p0: f32[8,32], p1: f32[8,16]) -> f32[8,16] {
   %all-reduce = f32[8,16]{1,0} all-reduce(%p1), replica_groups={{0,1},{2,3},{4,5},{6,7}}, to_apply=%add, metadata={op_name="jit(step)/jvp()/dot_general" stack_frame_id=1}
   %dot.1 = f32[8,16]{1,0} dot(%p0, %all-gather), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(step)/jvp()/dot_general" stack_frame_id=1}
   %dot.2 = f32[8,32]{1,0} dot(%p1, %p0), lhs_contracting_dims={1}, rhs_contracting_dims={1}, metadata={op_name="jit(step)/transpose(jvp())/dot_general" stack_frame_id=1}
+  %dot.3 = f32[64,16]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(step)/jvp()/dot_general" source_file="/home/user/model.py" source_line=44}
+  %slice = f32[1,16]{1,0} slice(%dot.1), slice={[0:1], [0:16]}, metadata={op_name="jit(step)/jvp()/tanh" source_file="/home/user/model.py" source_line=43}
   ROOT %tanh = f32[8,16]{1,0} tanh(%dot.1), metadata={op_name="jit(step)/jvp()/tanh" source_file="/home/user/model.py" source_line=43}
 }
 """
@@ -271,3 +277,8 @@ def test_hlo_parser_shapes_groups_and_collectives():
     assert t.divisor == 8 and t.collective_bytes == 0
     assert shard.match_equation(index, "tanh", ("other.py", 43), (16, 64), ((16, 64),),
                                 {}).divisor is None
+    # (The [1, 16] slice on line 43 would be a divisor of 64 > 8 devices: not a shard.)
+    # A batched [8, 16, 64] dot that XLA collapsed to a [64, 16] one: 8*16*64 / (64*16) = 8.
+    r = shard.match_equation(index, "dot_general", ("model.py", 44), (8, 16, 64),
+                             ((8, 16, 32), (32, 64)), {})
+    assert r.divisor == 8 and r.reshaped
