@@ -154,6 +154,8 @@ def parse_hlo(texts: Iterable[str]) -> HloIndex:
             continue
         m = re.search(r"num_partitions=(\d+)", text)
         parts = max(parts, int(m.group(1)) if m else 1)
+        if parts <= 1:
+            continue  # one device: global sizes are per-device sizes, nothing to match
         files: dict[int, str] = {}
         locs: dict[int, tuple[int, int]] = {}
         frames: dict[int, int] = {}
