@@ -310,6 +310,15 @@ def eqn_source(eqn) -> str:
     return _siu.summarize(eqn.source_info)
 
 
+def eqn_where(eqn) -> tuple[str, int] | None:
+    """(file basename, line) of the innermost user frame of ``eqn``: what the compiled HLO's
+    metadata names (``source_file``/``source_line`` or its stack frame), used by planner.shard
+    to find the equation's partitioned instructions."""
+    for frame in _siu.user_frames(eqn.source_info.traceback):
+        return frame.file_name.rsplit("/", 1)[-1], int(frame.start_line)
+    return None
+
+
 def is_differentiated_remat(eqn) -> bool:
     return eqn.primitive is remat_p and bool(eqn.params.get("differentiated"))
 

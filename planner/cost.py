@@ -48,6 +48,18 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   reverse order, ``X^bwd_r = max(0, max_u sum_{v >= u} h2d_v [v offloaded] - eta * before_u)``
   with ``before_u`` the backward compute ahead of ``u``'s first use.
 
+Sharded steps: every figure is per device. Candidate and region-input bytes are per device
+(trace.py: shard divisors read from the partitioned HLO), and so is the anchors'
+``memory_analysis()``, so ``F = anchor - model`` subtracts like from like. An equation's
+roofline time is costed on its global avals (cost_models) and divided by its
+``flop_divisor`` (matmuls: global over per-device multiply-adds, from the partitioned dot;
+other equations: its output's shard divisor), then the collectives the partitioner inserted
+for it (``Candidate.collective_bytes``: e.g. the all-gather of an FSDP weight before the
+matmul) are added at the profile's device-link rate ``ici_bytes_per_s``: a rematerialized
+tensor whose recompute needs a gathered weight pays the all-gather again. The backward trip
+and the whole step ``T0`` (costed on global avals too) are divided by the regions' overall
+ratio of per-device to global forward time: the step is assumed partitioned like its layers.
+
 The solver (solve.py) encodes these formulas as constraints; :func:`evaluate` computes them
 directly for any assignment, which is how stock policies are compared on equal terms.
 """
@@ -59,6 +71,7 @@ import math
 from typing import Any, Callable, Mapping
 
 import cost_models as cm
+from cost_models._cost import aval_size  # per-device elements, as cost_models counts them
 
 from planner.graph import LivenessGraph
 from planner.trace import Trace
@@ -156,6 +169,7 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
     hw = cm.load_profile(hardware)
     unknown: set[str] = set()
     regions = []
+    ratios: list[tuple[float, float]] = []  # (global, per-device) forward compute per region
     for rg in graph.regions:
         r = rg.region
         # Fusion-aware roofline (cost_models._fusion): values the backward pass reads are
@@ -163,10 +177,18 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
         escaping = [v for c in r.candidates if c.needed for v in c.eqn.outvars]
         fwd_costs = cm.fused_costs([c.eqn for c in r.candidates], escaping)
         fwd, rec, mat = [], [], []
+        glob = compute_local = 0.0
         in_hbm = {}  # candidate index -> its value is in HBM whatever the policy
         for c, cost in zip(r.candidates, fwd_costs):
             unknown.update(cost.unknown_primitives)
-            fwd.append(cm.eqn_seconds(c.eqn, cost, hw))  # matmuls at their dtype's rate
+            t = cm.eqn_seconds(c.eqn, cost, hw)  # matmuls at their dtype's rate; global avals
+            glob += t
+            local = t / _time_divisor(c)
+            compute_local += local
+            # Per device: this device's share of the work, plus the collectives the
+            # partitioner added for this equation (paid again when it is recomputed).
+            coll = _collective_seconds(c.collective_bytes, hw)
+            fwd.append(local + coll)
             prim = c.eqn.primitive.name
             # Views (checkpoint_name, reshapes) of a value in HBM are in HBM: a matmul's
             # output, a region input (the layer's input activation).
@@ -181,16 +203,20 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
                 # backward fusion that reads its value: its arithmetic, no HBM traffic of
                 # its own (that fusion reads its inputs instead of the saved value). Saving
                 # it instead forces the forward to write a value it would keep in registers:
-                # one write of its bytes at HBM bandwidth (M_v in the docstring).
-                rec.append(cm.eqn_seconds(c.eqn, dataclasses.replace(cost, hbm_bytes=0.0), hw))
+                # one write of its (per-device) bytes at HBM bandwidth (M_v in the docstring).
+                arith = cm.eqn_seconds(c.eqn, dataclasses.replace(cost, hbm_bytes=0.0), hw)
+                rec.append(arith / _time_divisor(c) + coll)
                 mat.append(c.nbytes / hw.hbm_bytes_per_s)
             else:  # matmuls, custom calls (attention), gathers...: materialized anyway
                 rec.append(fwd[-1])
                 mat.append(0.0)
+        ratio = compute_local / glob if glob > 0 else 1.0
+        ratios.append((glob, compute_local))
         bwd_costs = cm.fused_costs(list(r.backward_eqns), [])
         for cost in bwd_costs:
             unknown.update(cost.unknown_primitives)
-        bwd_s = sum(cm.eqn_seconds(e, cost, hw) for e, cost in zip(r.backward_eqns, bwd_costs))
+        bwd_s = ratio * sum(cm.eqn_seconds(e, cost, hw)
+                            for e, cost in zip(r.backward_eqns, bwd_costs))
         fwd_s = sum(fwd)
         after, acc = [], 0.0
         for t in reversed(fwd):
@@ -215,8 +241,12 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
     step_cost = cm.fused_jaxpr_cost(trace.step_jaxpr)
     unknown.update(step_cost.unknown_primitives)
     link = hw.link
+    # T0 is costed on the global avals: per device, scale it like the regions' forward work.
+    g_all = sum(g for g, _ in ratios)
+    step_ratio = sum(l for _, l in ratios) / g_all if g_all > 0 else 1.0
     model = CostModel(
-        hardware=hw, regions=tuple(regions), base_step_s=cm.fused_seconds(trace.step_jaxpr, hw),
+        hardware=hw, regions=tuple(regions),
+        base_step_s=step_ratio * cm.fused_seconds(trace.step_jaxpr, hw),
         fixed_bytes=0,
         correction_bytes=correction_bytes,
         host_cap_bytes=float(link.host_pinned_bytes),
@@ -249,6 +279,24 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
                 fixed = trace.anchor_saved.device_bytes - a_e - omega * b_e
     return dataclasses.replace(model, fixed_bytes=int(fixed + correction_bytes),
                                working_set_scale=omega)
+
+
+def _time_divisor(c) -> float:
+    """What to divide the cost_models time of candidate ``c`` by to get its per-device time.
+
+    cost_models already divides avals sharded over Explicit mesh axes (sharding in types,
+    ``cost_models._cost.local_shape``); only the rest of ``c.flop_divisor`` remains."""
+    outs = c.eqn.outvars
+    already = 1.0
+    if outs and c.shape:
+        already = max(1.0, math.prod(c.shape) / max(1, aval_size(outs[0].aval)))
+    return max(1.0, c.flop_divisor / already)
+
+
+def _collective_seconds(nbytes: float, hw) -> float:
+    """Time of ``nbytes`` sent per device over the device-to-device link (not overlapped,
+    as cost_models counts explicit collectives)."""
+    return nbytes / hw.ici_bytes_per_s if nbytes and hw.ici_bytes_per_s > 0 else 0.0
 
 
 def regions_in_order(graph: LivenessGraph) -> bool:

@@ -117,6 +117,10 @@ class Plan:
                 out.append({
                     "region": r.id, "index": c.index, "name": c.name, "primitive": c.primitive,
                     "shape": c.shape, "dtype": c.dtype, "bytes_per_trip": c.nbytes,
+                    # Sharded steps: bytes_per_trip is per device = global / shard_divisor;
+                    # shard_source says how the divisor was found (planner/shard.py).
+                    "global_bytes_per_trip": c.global_nbytes, "shard_divisor": c.shard_divisor,
+                    "shard_source": c.shard_source, "collectives": list(c.collectives),
                     "multiplicity": r.multiplicity, "source": c.source,
                     "needed_by_backward": rp.needed[c.index], "class": c.signature,
                     # JAX keeps effectful equations whatever the policy says.

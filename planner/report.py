@@ -27,6 +27,7 @@ class Row:
     transfer_ms: float            # per step, both directions, if offloaded
     source: str
     reason: str
+    shard: str = ""               # sharded steps: "1/8 (hlo)", how the per-device bytes were found
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,6 +98,7 @@ def build_report(plan) -> Report:
         nbytes = rec = xfer = 0
         members = 0
         source = ""
+        shards: set[str] = set()
         for rid, i in cls.members:
             rg, rc, rp = by_region[rid]
             if not (rp.needed[i] or read_any[rid][i]):
@@ -108,20 +110,22 @@ def build_report(plan) -> Report:
             xfer += L * (rc.d2h_s[i] + rc.h2d_s[i])
             members += 1
             source = source or c.source
+            shards.add(f"1/{c.shard_divisor} ({c.shard_source})")
         if not members:
             continue
         total += nbytes
-        entries.append((cls, nbytes, rec, xfer, members, source))
+        entries.append((cls, nbytes, rec, xfer, members, source,
+                        "; ".join(sorted(shards)) if plan.trace.num_partitions > 1 else ""))
     threshold = 0.001 * total
     small = [0, 0]
-    for cls, nbytes, rec, xfer, members, source in sorted(entries, key=lambda e: -e[1]):
+    for cls, nbytes, rec, xfer, members, source, shard in sorted(entries, key=lambda e: -e[1]):
         d = a.get(cls.key)
         if nbytes < threshold and d == "remat":
             small[0] += 1
             small[1] += nbytes
             continue
         rows.append(Row(label=cls.label, decision=d, nbytes_per_step=nbytes, members=members,
-                        recompute_ms=rec * 1e3, transfer_ms=xfer * 1e3, source=source,
+                        recompute_ms=rec * 1e3, transfer_ms=xfer * 1e3, source=source, shard=shard,
                         reason=_reason(d, rec * 1e3, xfer * 1e3, nbytes, plan)))
 
     compiled = plan.verification.compiled_device_bytes
@@ -146,6 +150,7 @@ def build_report(plan) -> Report:
         notes.append(f"{len(merged)} unnamed classes merge several tensors of the same signature "
                      "(a policy cannot tell them apart); name tensors with checkpoint_name to "
                      "decide them separately.")
+    notes.extend(sharding_notes(plan.trace))
     if plan.trace.undifferentiated_regions:
         notes.append(f"{plan.trace.undifferentiated_regions} checkpoint region(s) are never "
                      "differentiated and were ignored.")
@@ -181,6 +186,33 @@ def build_report(plan) -> Report:
     )
 
 
+def sharding_notes(trace) -> list[str]:
+    """What the report says about a sharded step: bytes are per device, and how each
+    candidate's per-device size was found, naming those that fell back (never silently)."""
+    if trace.num_partitions <= 1:
+        return []
+    cands = [c for r in trace.regions for c in r.candidates]
+    by_src: dict[str, int] = {}
+    for c in cands:
+        by_src[c.shard_source] = by_src.get(c.shard_source, 0) + 1
+    out = [f"Sharded step over {trace.num_partitions} devices: bytes, times and the budget are "
+           "per device; per-device sizes of the candidates: " + ", ".join(
+               f"{n} {src}" for src, n in sorted(by_src.items())) + " (see planner/shard.py)."]
+    fallback = [c for c in cands if c.shard_source == "unsharded (conservative)" and c.shape]
+    fallback_in = [i for r in trace.regions for i in r.inputs
+                   if i.shard_source == "unsharded (conservative)" and i.stacked]
+    if fallback or fallback_in:
+        names = ", ".join(sorted({f"{c.name or c.primitive}{list(c.shape)}" for c in fallback}))
+        out.append(f"Per-device size unknown for {len(fallback)} candidate(s) and "
+                   f"{len(fallback_in)} stacked region input(s), counted at their global size "
+                   f"(conservative: the plan may keep less than it could): {names or 'inputs'}.")
+    colls = sum(1 for c in cands if c.collectives)
+    if colls:
+        out.append(f"{colls} candidate(s) need collectives the partitioner inserted (e.g. "
+                   "all-gathers of FSDP weights); their recompute time includes them again.")
+    return out
+
+
 def report_from_dict(d: dict) -> Report:
     """The inverse of ``dataclasses.asdict(report)`` (JSON lists back to tuples)."""
     d = dict(d)
@@ -208,11 +240,14 @@ def _md(r: Report) -> str:
             f"{r.recompute_ms:.2f} + exposed copies {r.exposed_ms:.2f} (of {r.transfer_ms:.2f}).",
             f"Solver: {r.solver}.", ""]
     out += [f"- {x}" for x in r.regions] + [""]
-    out += ["| tensor | decision | MB/step | recompute ms | copies ms | why | source |",
-            "|---|---|---|---|---|---|---|"]
+    sharded = any(row.shard for row in r.rows)
+    out += ["| tensor | decision | MB/step | recompute ms | copies ms | why | source |"
+            + (" per device |" if sharded else ""),
+            "|---|---|---|---|---|---|---|" + ("---|" if sharded else "")]
     for row in r.rows:
         out.append(f"| {row.label} | {row.decision} | {row.nbytes_per_step / MB:,.1f} | "
-                   f"{row.recompute_ms:.3f} | {row.transfer_ms:.3f} | {row.reason} | {row.source} |")
+                   f"{row.recompute_ms:.3f} | {row.transfer_ms:.3f} | {row.reason} | {row.source} |"
+                   + (f" {row.shard} |" if sharded else ""))
     if r.small_rows[0]:
         out.append(f"| {r.small_rows[0]} smaller classes | remat | {r.small_rows[1] / MB:,.2f} | | | "
                    "under 0.1% of the bytes each | |")
@@ -261,10 +296,13 @@ def _text(r: Report) -> str:
                     ("remat ms", {"justify": "right"}), ("copy ms", {"justify": "right"}),
                     ("why", {"ratio": 1}), ("source", {"max_width": 30})):
         t.add_column(col, overflow="fold", **kw)
+    sharded = any(row.shard for row in r.rows)
+    if sharded:
+        t.add_column("per device", overflow="fold", max_width=24)
     for row in r.rows:
         t.add_row(row.label, row.decision, f"{row.nbytes_per_step / MB:,.1f}",
                   f"{row.recompute_ms:.3f}", f"{row.transfer_ms:.3f}", row.reason,
-                  row.source.rsplit("/", 1)[-1].split(" (")[0])
+                  row.source.rsplit("/", 1)[-1].split(" (")[0], *([row.shard] if sharded else []))
     if r.small_rows[0]:
         t.add_row(f"{r.small_rows[0]} smaller", "remat", f"{r.small_rows[1] / MB:,.2f}", "", "",
                   "each under 0.1% of the bytes", "")

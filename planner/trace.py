@@ -11,6 +11,22 @@ product of the trip counts of the scans around it, summed over identical regions
 It also compiles the step once with every region fully rematerialized (JAX's default
 ``nothing_saveable``), the *anchor*: the compiler's memory figures for the smallest-residual
 program, which the cost stage uses for the bytes that do not depend on the policy.
+
+Sharded steps (SPMD over a ``jax.sharding.Mesh``): every byte figure here is *per device*.
+The jaxpr's avals are global, so the candidates' and region inputs' per-device sizes come
+from the partitioned HLO of the two anchor compiles (planner/shard.py matches each equation
+to its instructions by primitive and source line). ``Candidate.shard_divisor`` is global
+elements / per-device elements and ``Candidate.shard_source`` says where it came from:
+``hlo`` (matched), ``hlo (reshaped)`` (matched an instruction XLA reshaped: the element
+ratio), ``hlo (ambiguous)`` (several matches disagreed; the smallest divisor, most bytes,
+is kept), ``sharding-constraint`` (the equation is a with_sharding_constraint:
+its sharding's shard shape), ``input-sharding`` (not in the HLO, e.g. checkpoint_name: the
+divisor of an operand with as many elements), ``reader-sharding`` (the same, from a value
+that reads it: e.g. a region's input activation whose first reader is a checkpoint_name),
+``unsharded (conservative)`` (nothing known:
+global bytes, which never under-counts memory) or ``single device`` (one partition: exact).
+The anchors' memory_analysis() is per device already, so the cost stage's fixed bytes stay
+consistent with these per-device candidate bytes.
 """
 
 from __future__ import annotations
@@ -23,6 +39,7 @@ import jax
 import numpy as np
 
 from planner import _jax_adapter as adapter
+from planner import shard
 from planner.errors import NoCheckpointRegionError, TraceError, UnsupportedError
 
 
@@ -37,6 +54,7 @@ class Candidate:
     shape: tuple[int, ...]         # of the (first) output
     dtype: str
     nbytes: int                    # all outputs, per device, one trip of the region
+                                   # (global bytes / shard_divisor, see the module docstring)
     source: str                    # file:line of the user's code
     inputs: tuple[int, ...]        # indices of candidates whose outputs this equation reads
     needed: bool                   # the backward pass reads an output (residual when all is saved)
@@ -45,6 +63,17 @@ class Candidate:
                                    # so as a residual it is stored once, not once per trip
     eqn: Any = dataclasses.field(repr=False, compare=False)  # the JAX equation, for the cost stage
     input_reads: tuple[int, ...] = ()  # indices of the region inputs this equation reads
+    # Sharded steps (see the module docstring and planner/shard.py):
+    global_nbytes: int = 0         # all outputs at their global (jaxpr) shapes
+    shard_divisor: int = 1         # global elements / per-device elements of its outputs
+    shard_source: str = "single device"  # hlo | hlo (reshaped) | hlo (ambiguous) | sharding-constraint |
+                                   # input-sharding | reader-sharding | unsharded (conservative) | single device
+    flop_divisor: int = 1          # global work / per-device work of the equation (matmuls:
+                                   # from the partitioned dot, contraction sharding included)
+    collective_bytes: float = 0.0  # per device per run: collectives the partitioner inserted
+                                   # for this equation (FSDP all-gather, TP all-reduce); a
+                                   # recompute of it pays them again
+    collectives: tuple[str, ...] = ()  # those collectives, e.g. "all-gather f32[32,32]"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,10 +81,14 @@ class RegionInput:
     """An input of the region. The backward pass keeps it when it or a recompute reads it."""
 
     index: int
-    nbytes: int
+    nbytes: int        # per device (global_nbytes / shard_divisor)
     stacked: bool      # kept per trip (a scan stacks it: the layer's input activation); else
                        # the program holds it anyway (weights, loop constants): no extra bytes
     needed: bool       # the backward pass reads it directly when everything is saved
+    global_nbytes: int = 0
+    shard_divisor: int = 1
+    shard_source: str = "single device"  # hlo (a reader's partitioned operand) |
+                                         # input-sharding | unsharded (conservative) | ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,11 +137,12 @@ class Trace:
     regions: tuple[Region, ...]
     step_jaxpr: Any = dataclasses.field(repr=False, compare=False)  # under everything_saveable
     anchor: CompiledFigures        # the step compiled with every region fully rematerialized
-    argument_bytes: int
+    argument_bytes: int            # per device (each argument's shard shape)
     backend: str
     fingerprint: str               # of the step's program, to detect stale plans
     undifferentiated_regions: int  # checkpoint regions the gradient never reached
     anchor_saved: CompiledFigures | None = None  # ... and with everything saved (second anchor)
+    num_partitions: int = 1        # devices the step is partitioned over (SPMD)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -200,7 +234,125 @@ def _observe_residual_sources(step_jaxpr, rid: int, n_res: int | None = None) ->
     return walk(adapter.open_jaxpr(step_jaxpr), None, None)
 
 
-def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_region: int):
+def _constraint_divisor(eqn) -> int | None:
+    """Shard divisor of a ``with_sharding_constraint`` output, from its own sharding."""
+    sharding = eqn.params.get("sharding")
+    if eqn.params.get("unconstrained_dims"):  # the partitioner picks those: not known here
+        return None
+    shape = tuple(getattr(eqn.outvars[0].aval, "shape", ()))
+    try:
+        local = tuple(sharding.shard_shape(shape))
+    except Exception:  # unconstrained dims, abstract meshes: leave it to the other rules
+        return None
+    return shard.dims_divisor(shape, local)
+
+
+def _per_device(cands: list[Candidate], inputs: tuple[RegionInput, ...], in_vars,
+                index: "shard.HloIndex | None"):
+    """Candidates and region inputs with per-device bytes (module docstring, planner/shard.py).
+
+    ``in_vars`` are the region's primal input variables, in ``inputs`` order. First what the
+    partitioned program says (each equation's matched instructions; a region input: the
+    operands its readers' instructions read); then, for what is still unknown, a divisor
+    passes between values of the same number of elements, forward from an operand
+    (``input-sharding``: checkpoint_name, elementwise ops are partitioned like their operand)
+    and backward from a reader (``reader-sharding``: the layer input of a region, read first
+    by a checkpoint_name, is partitioned like what reads it), until nothing changes; the
+    rest keeps its global bytes (``unsharded (conservative)``)."""
+    if index is None or index.num_partitions <= 1:
+        return ([dataclasses.replace(c, global_nbytes=c.nbytes) for c in cands],
+                tuple(dataclasses.replace(i, global_nbytes=i.nbytes) for i in inputs))
+    in_pos = {v: k for k, v in enumerate(in_vars)}
+    key_count: dict[tuple, int] = {}
+    for c in cands:
+        key = (c.primitive, adapter.eqn_where(c.eqn))
+        key_count[key] = key_count.get(key, 0) + 1
+    input_divs: dict[int, set[int]] = {}
+    matches = []
+    for c in cands:
+        e = c.eqn
+        where = adapter.eqn_where(e)
+        in_shapes = tuple(tuple(getattr(v.aval, "shape", ())) for v in e.invars)
+        m = shard.match_equation(index, c.primitive, where, c.shape, in_shapes, e.params,
+                                 sharers=key_count[(c.primitive, where)])
+        matches.append(m)
+        for k, v in enumerate(e.invars):
+            if isinstance(v, adapter.Var) and v in in_pos and m.operand_divisors[k]:
+                input_divs.setdefault(in_pos[v], set()).add(m.operand_divisors[k])
+    # (divisor, source) per candidate and per region input; None: not known yet.
+    found: list[tuple[int, str] | None] = []
+    for c, m in zip(cands, matches):
+        if c.primitive == "sharding_constraint" and _constraint_divisor(c.eqn):
+            found.append((_constraint_divisor(c.eqn), "sharding-constraint"))
+        elif m.divisor is not None:
+            found.append((m.divisor, "hlo (ambiguous)" if m.ambiguous else
+                          "hlo (reshaped)" if m.reshaped else "hlo"))
+        else:
+            found.append(None)
+    # A region input's divisor: the smallest its readers' partitioned operands show.
+    in_found: dict[int, tuple[int, str] | None] = {
+        i.index: (min(input_divs[i.index]), "hlo") if i.index in input_divs else None
+        for i in inputs}
+    size = lambda v: math.prod(getattr(v.aval, "shape", ()))
+    readers: dict[Any, list[int]] = {}
+    for j, c in enumerate(cands):
+        for v in c.eqn.invars:
+            if isinstance(v, adapter.Var):
+                readers.setdefault(v, []).append(j)
+
+    def div_of(v):  # the known divisor of a value: a candidate's output or a region input
+        if v in in_pos:
+            f = in_found.get(in_pos[v])
+            return f[0] if f else None
+        return None
+
+    producer = {v: j for j, c in enumerate(cands) for v in c.eqn.outvars}
+    var_div = lambda v: (div_of(v) if v in in_pos else
+                         (found[producer[v]][0] if v in producer and found[producer[v]] else None))
+    changed = True
+    while changed:
+        changed = False
+        for j, c in enumerate(cands):  # forward: from an operand of the same size
+            if found[j] is None and c.eqn.outvars:
+                n = size(c.eqn.outvars[0])
+                ds = [var_div(v) for v in c.eqn.invars if isinstance(v, adapter.Var)
+                      and size(v) == n and var_div(v)]
+                if ds:
+                    found[j], changed = (min(ds), "input-sharding"), True
+        for j in reversed(range(len(cands))):  # backward: from a reader of the same size
+            c = cands[j]
+            if found[j] is None and c.eqn.outvars:
+                v = c.eqn.outvars[0]
+                ds = [found[r][0] for r in readers.get(v, ()) if found[r]
+                      and cands[r].eqn.outvars and size(cands[r].eqn.outvars[0]) == size(v)]
+                if ds:
+                    found[j], changed = (min(ds), "reader-sharding"), True
+        for v, k in in_pos.items():
+            if in_found.get(k) is None:
+                ds = [found[r][0] for r in readers.get(v, ()) if found[r]
+                      and cands[r].eqn.outvars and size(cands[r].eqn.outvars[0]) == size(v)]
+                if ds:
+                    in_found[k], changed = (min(ds), "reader-sharding"), True
+    fallback = (1, "unsharded (conservative)")
+    new_inputs = []
+    for i in inputs:
+        d, src = in_found.get(i.index) or fallback
+        new_inputs.append(dataclasses.replace(
+            i, global_nbytes=i.nbytes, shard_divisor=d, nbytes=-(-i.nbytes // d),
+            shard_source=src))
+    out = []
+    for c, m, f in zip(cands, matches, found):
+        d, src = f or fallback
+        out.append(dataclasses.replace(
+            c, global_nbytes=c.nbytes,
+            nbytes=sum(-(-_nbytes(v.aval) // d) for v in c.eqn.outvars),
+            shard_divisor=d, shard_source=src, flop_divisor=m.flop_divisor or d,
+            collective_bytes=m.collective_bytes, collectives=m.collectives))
+    return out, tuple(new_inputs)
+
+
+def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_region: int,
+                index: "shard.HloIndex | None" = None):
     jvp, n_primal, n_hoisted = adapter.region_jvp(region)
     replay = adapter.replay_partial_eval(jvp, n_primal, adapter.everything_saveable)
     needed_vars = set(replay.residuals)
@@ -262,6 +414,7 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
     cands = [dataclasses.replace(c, input_reads=tuple(sorted(
         {in_pos[v] for v in c.eqn.invars if isinstance(v, adapter.Var) and v in in_pos})))
         for c in cands]
+    cands, inputs = _per_device(cands, inputs, jvp.invars[:n_primal], index)
     return tuple(cands), tuple(replay.staged_jaxpr.eqns), inputs
 
 
@@ -279,10 +432,11 @@ def _traced(step_fn: Callable, args: Sequence[Any]):
     return fn.trace(*args)
 
 
-def compiled_figures(compiled, step_jaxpr=None) -> CompiledFigures:
-    """Read the compiler's memory figures and host-memory markers from a compiled step."""
+def compiled_figures(compiled, step_jaxpr=None, text: str | None = None) -> CompiledFigures:
+    """Read the compiler's memory figures and host-memory markers from a compiled step
+    (``text``: its ``as_text()``, when the caller has it already)."""
     m = compiled.memory_analysis()
-    text = compiled.as_text() or ""
+    text = (compiled.as_text() if text is None else text) or ""
     host_lines = [ln for ln in text.splitlines() if "S(5)" in ln]
     async_host = [ln for ln in host_lines
                   if "copy-start" in ln or "fusion-start" in ln or "-start" in ln]
@@ -393,9 +547,16 @@ def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
     # so the anchor trace's ids match this trace's.
     from jax.ad_checkpoint import checkpoint_policies as cp
     anchor_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: cp.nothing_saveable)
-    anchor = compiled_figures(compiled, anchor_jaxpr)
+    anchor_text = compiled.as_text() or ""
+    anchor = compiled_figures(compiled, anchor_jaxpr, anchor_text)
     # The second anchor is the everything-saveable program traced above: compile it as is.
-    anchor_saved = compiled_figures(traced.lower().compile(), step_jaxpr)
+    compiled_saved = traced.lower().compile()
+    saved_text = compiled_saved.as_text() or ""
+    anchor_saved = compiled_figures(compiled_saved, step_jaxpr, saved_text)
+    # Sharded steps: the partitioned programs give per-device sizes (planner/shard.py). The
+    # everything-saveable compile runs every forward equation; the full-remat one adds the
+    # recompute's instructions.
+    index = shard.parse_hlo([saved_text, anchor_text])
 
     merged: dict[str, Region] = {}
     for br in bound:
@@ -407,7 +568,7 @@ def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
             merged[key] = dataclasses.replace(
                 r, multiplicity=r.multiplicity + mult[br.region_id], call_sites=r.call_sites + 1)
             continue
-        cands, bwd, inputs = _candidates(br, step_jaxpr, anchor_jaxpr, br.region_id)
+        cands, bwd, inputs = _candidates(br, step_jaxpr, anchor_jaxpr, br.region_id, index)
         merged[key] = Region(
             id=len(merged), source=br.source, multiplicity=mult[br.region_id], call_sites=1,
             candidates=cands, user_policy=_policy_text(br.user_policy),
@@ -415,14 +576,26 @@ def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
             in_scan=bool(_in_scan(adapter.open_jaxpr(step_jaxpr), br.region_id)), backward_eqns=bwd,
             inputs=inputs,
         )
-    arg_bytes = sum(_nbytes(x) for x in jax.tree.leaves(args))
+    arg_bytes = sum(_shard_nbytes(x) for x in jax.tree.leaves(args))
     return Trace(
         regions=tuple(merged.values()), step_jaxpr=step_jaxpr, anchor=anchor,
         argument_bytes=arg_bytes, backend=jax.default_backend(),
         fingerprint=_fingerprint(step_jaxpr),
         undifferentiated_regions=sum(1 for br in bound if br.region_id not in mult),
-        anchor_saved=anchor_saved,
+        anchor_saved=anchor_saved, num_partitions=index.num_partitions,
     )
+
+
+def _shard_nbytes(x) -> int:
+    """Bytes of one argument on one device: its sharding's shard shape when it has one."""
+    sharding = getattr(x, "sharding", None)
+    shape = tuple(getattr(x, "shape", ()))
+    try:
+        local = tuple(sharding.shard_shape(shape)) if sharding is not None else shape
+    except Exception:  # no concrete shard shape (abstract mesh): count it whole
+        local = shape
+    dtype = getattr(x, "dtype", None)
+    return 0 if dtype is None else int(math.prod(local)) * np.dtype(dtype).itemsize
 
 
 def _refuse_nested(bound) -> None:

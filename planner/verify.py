@@ -97,6 +97,19 @@ def _policy_checks(graph: LivenessGraph, assignment: Assignment, policy, predict
     return checks
 
 
+def _at_global_sizes(graph: LivenessGraph) -> LivenessGraph:
+    """``graph`` with every candidate and region input at its global (jaxpr) size, for
+    checks against the traced jaxpr of a sharded step (see trace.py on sharded steps)."""
+    regions = tuple(dataclasses.replace(rg, region=dataclasses.replace(
+        rg.region,
+        candidates=tuple(dataclasses.replace(c, nbytes=c.global_nbytes or c.nbytes)
+                         for c in rg.region.candidates),
+        inputs=tuple(dataclasses.replace(i, nbytes=i.global_nbytes or i.nbytes)
+                     for i in rg.region.inputs)))
+        for rg in graph.regions)
+    return dataclasses.replace(graph, regions=regions)
+
+
 def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: LivenessGraph,
            cost, assignment: Assignment, policy, prediction: Prediction, budget_bytes: int,
            *, compile: bool = True) -> Verification:
@@ -114,7 +127,14 @@ def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: Liveness
     scanned = [(rg, rp) for rg, rp in zip(graph.regions, prediction.regions) if rg.region.in_scan]
     if scanned:
         from planner.cost import Assignment, evaluate
-        full = {p.region_id: p for p in evaluate(cost, graph, Assignment.of({})).regions}
+        g = graph
+        if trace.num_partitions > 1:
+            # The traced step's avals are global (the jaxpr is not partitioned): compare it
+            # with the plan at global sizes, not with the per-device prediction.
+            g = _at_global_sizes(graph)
+            scanned = [(rg, rp) for rg, rp in zip(g.regions, evaluate(cost, g, assignment).regions)
+                       if rg.region.in_scan]
+        full = {p.region_id: p for p in evaluate(cost, g, Assignment.of({})).regions}
         want_dev = sum(rg.region.multiplicity * (rp.device_residual_bytes + rp.input_residual_bytes
                                                  - full[rg.region.id].input_residual_bytes)
                        for rg, rp in scanned)

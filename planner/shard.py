@@ -1,0 +1,341 @@
+"""Per-device sizes of a sharded (SPMD) train step, read from the partitioned program.
+
+A step jitted over a ``jax.sharding.Mesh`` (``NamedSharding`` arguments,
+``with_sharding_constraint`` inside) is traced to a jaxpr whose avals are *global*: a
+``f32[256,4096]`` activation sharded 8 ways is 1/8 of that on each device. What each device
+holds is only known after XLA's sharding propagation and SPMD partitioning, so this module
+reads it from the compiled program (``compiled.as_text()``, the optimized, partitioned HLO,
+whose shapes are per device):
+
+* Every HLO instruction carries ``metadata={op_name="jit(step)/jvp()/.../dot_general"
+  stack_frame_id=N}`` (or ``source_file=`` / ``source_line=`` on other XLA versions): the
+  last part of ``op_name`` is the JAX primitive, the stack frame gives the user's file and
+  line. A candidate equation is matched to the instructions with its primitive and its
+  innermost source line, in the forward pass (``jvp(...)``) or its recompute
+  (``rematted_computation``), never the transposed (backward) ops of the same line.
+* Matched instructions whose rank equals the candidate's and whose every dimension divides
+  the global one give the *shard divisor* ``global elements / per-device elements``. When
+  only instructions of another rank match (XLA collapses a batched ``[B, S, D] @ [D, F]``
+  into a ``[B*S, D]`` dot), the element ratio is used if it divides the device count
+  (source ``hlo (reshaped)``).
+  Fusion wrappers, copies, bitcasts, tuples and collectives are skipped (their shapes are
+  not the equation's output; the instructions inside a fusion carry the same metadata).
+  Several different divisors (one source line used for differently sharded tensors) keep the
+  smallest one: the most bytes, conservative, and the source says ``hlo (ambiguous)``.
+* Collectives the partitioner inserted for an equation (the all-gather of an FSDP weight
+  before a matmul, the all-reduce after a row-parallel matmul) carry that equation's
+  metadata. Their per-device link bytes are attributed to the equation: rematerializing it
+  pays them again (XLA's recompute in the backward pass has the same collectives, under
+  ``rematted_computation``).
+
+What is not matched falls back, in this order, and says so in ``Candidate.shard_source``:
+``input-sharding`` (an operand with the same number of elements has a known divisor, as for
+``checkpoint_name``, ``sharding_constraint`` and elementwise ops, which XLA partitions like
+their operand) or ``unsharded (conservative)`` (global bytes: never under-counts memory).
+
+Nothing here touches JAX internals: the input is the compiled program's text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Iterable
+
+# HLO opcodes whose shape is not the output of the equation named in their metadata.
+# (custom-call stays: a cuBLAS gemm is one, its first tuple element is the matmul's output.)
+_NOT_OUTPUTS = frozenset({
+    "fusion", "copy", "bitcast", "get-tuple-element", "parameter", "constant", "tuple",
+    "while", "conditional", "call", "copy-start", "copy-done", "async-start", "async-done",
+    "opt-barrier", "after-all", "partition-id", "replica-id",
+})
+# Collectives, as the SPMD partitioner and XLA's async passes spell them.
+_COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute",
+                "all-to-all")
+
+_EXPLICIT_COLLECTIVES = frozenset({
+    "psum", "psum_invariant", "pmax", "pmin", "all_gather", "all_gather_invariant",
+    "reduce_scatter", "psum_scatter", "all_to_all", "ragged_all_to_all", "ppermute",
+    "pbroadcast", "unreduced_psum", "unreduced_reduce_scatter"})
+
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%(\S+)\s*=\s*(.*)$")
+_ARRAY = re.compile(r"([a-z]+\d*)\[([\d,]*)\]")
+_META = re.compile(r'metadata=\{([^}]*)\}')
+_GROUPS_LIST = re.compile(r"replica_groups=\{(\{[\d,]*\}(?:,\{[\d,]*\})*)\}")
+_GROUPS_IOTA = re.compile(r"replica_groups=\[([\d,]+)\]<=")
+_GROUPS_MESH = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
+
+_ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
+             "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16,
+             "f8e4m3fn": 1, "f8e5m2": 1, "s4": 1, "u4": 1}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HloOp:
+    """One instruction of the partitioned program, with what the planner matches on."""
+
+    name: str
+    opcode: str
+    shapes: tuple[tuple[str, tuple[int, ...]], ...]   # (dtype, per-device dims) per output
+    operands: tuple[tuple[int, ...] | None, ...]      # per-device dims of each operand, if known
+    primitive: str                                    # last part of op_name (JAX primitive)
+    where: tuple[str, int] | None                     # (file basename, line) of the user's code
+    forward: bool                                     # forward pass or its recompute
+    rematted: bool                                    # in the backward pass's recompute
+    program: int                                      # which of the indexed programs
+    collective_bytes: float                           # per device, over the device link
+    attrs: str                                        # the rest of the line (dims attributes)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HloIndex:
+    """The instructions of one or more compiled programs, by (primitive, file, line)."""
+
+    num_partitions: int
+    ops: dict = dataclasses.field(default_factory=dict)  # key -> list[HloOp]
+
+    def find(self, primitive: str, where: tuple[str, int] | None) -> list[HloOp]:
+        return self.ops.get((primitive, where), []) if where else []
+
+
+def _split_shape(rest: str) -> tuple[str, str]:
+    """('f32[8,32]{1,0}' or '(f32[..], ...)', remainder) of the text after ``= ``."""
+    if rest.startswith("("):
+        depth = 0
+        for i, ch in enumerate(rest):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0:
+                return rest[:i + 1], rest[i + 1:].lstrip()
+    head, _, tail = rest.partition(" ")
+    return head, tail
+
+
+def _group_size(line: str, num_partitions: int) -> int:
+    """Devices in each group of a collective, from its ``replica_groups``."""
+    m = _GROUPS_LIST.search(line)
+    if m:
+        first = m.group(1).split("}")[0].strip("{")
+        return max(1, len([x for x in first.split(",") if x]))
+    m = _GROUPS_IOTA.search(line)
+    if m:  # [groups, size]<=[...]: the last dimension is the group size
+        return int(m.group(1).split(",")[-1])
+    m = _GROUPS_MESH.search(line)
+    if m:  # mesh['a'=4,'b'=2] {'a'}: the product of the named axes
+        sizes = {k.strip("' "): int(v) for k, v in
+                 (kv.split("=") for kv in m.group(1).split(",") if "=" in kv)}
+        return math.prod(sizes.get(a.strip("' "), 1) for a in m.group(2).split(",") if a.strip())
+    return num_partitions  # no groups: every device takes part
+
+
+def _collective_bytes(opcode: str, out_bytes: float, n: int) -> float:
+    """Bytes one device sends in a ring implementation of the collective over ``n`` devices."""
+    if n <= 1:
+        return 0.0
+    base = opcode.removesuffix("-start")
+    if base == "all-gather":
+        return (n - 1) / n * out_bytes
+    if base == "all-reduce":
+        return 2 * (n - 1) / n * out_bytes
+    if base == "reduce-scatter":
+        return (n - 1) * out_bytes          # its input is n times its output
+    if base == "all-to-all":
+        return (n - 1) / n * out_bytes
+    return out_bytes                        # collective-permute: the whole buffer moves
+
+
+def parse_hlo(texts: Iterable[str]) -> HloIndex:
+    """Index the instructions of compiled HLO modules (``compiled.as_text()``)."""
+    index = HloIndex(num_partitions=1)
+    parts = 1
+    for program, text in enumerate(texts):
+        if not text:
+            continue
+        m = re.search(r"num_partitions=(\d+)", text)
+        parts = max(parts, int(m.group(1)) if m else 1)
+        if parts <= 1:
+            continue  # one device: global sizes are per-device sizes, nothing to match
+        files: dict[int, str] = {}
+        locs: dict[int, tuple[int, int]] = {}
+        frames: dict[int, int] = {}
+        section = None
+        shapes: dict[str, tuple[int, ...]] = {}
+        lines = text.splitlines()
+        for ln in lines:  # the stack-frame tables: FileNames, FileLocations, StackFrames
+            s = ln.strip()
+            if s in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+                section = s
+                continue
+            if not s or s.startswith("%") or s.startswith("ROOT") or s.startswith("HloModule"):
+                section = None if s.startswith("%") else section
+                continue
+            head, _, body = s.partition(" ")
+            if section == "FileNames" and head.isdigit():
+                files[int(head)] = body.strip('"').rsplit("/", 1)[-1]
+            elif section == "FileLocations" and head.isdigit():
+                f = re.search(r"file_name_id=(\d+)", body)
+                line = re.search(r"\bline=(\d+)", body)
+                if f and line:
+                    locs[int(head)] = (int(f.group(1)), int(line.group(1)))
+            elif section == "StackFrames" and head.isdigit():
+                f = re.search(r"file_location_id=(\d+)", body)
+                if f:
+                    frames[int(head)] = int(f.group(1))
+        for ln in lines:  # per-device shapes of every named value, for operands
+            m = _INSTR.match(ln)
+            if m:
+                shape, _ = _split_shape(m.group(2))
+                arr = _ARRAY.search(shape)
+                if arr and not shape.startswith("("):
+                    shapes[m.group(1)] = tuple(int(d) for d in arr.group(2).split(",") if d)
+        for ln in lines:
+            m = _INSTR.match(ln)
+            meta = _META.search(ln)
+            if not m or not meta:
+                continue
+            shape, rest = _split_shape(m.group(2))
+            opcode = rest.split("(", 1)[0].strip()
+            op_name = re.search(r'op_name="([^"]*)"', meta.group(1))
+            if not op_name:
+                continue
+            op_name = op_name.group(1)
+            where = None
+            sf = re.search(r'source_file="([^"]*)"', meta.group(1))
+            sl = re.search(r"source_line=(\d+)", meta.group(1))
+            fid = re.search(r"stack_frame_id=(\d+)", meta.group(1))
+            if sf and sl:
+                where = (sf.group(1).rsplit("/", 1)[-1], int(sl.group(1)))
+            elif fid and int(fid.group(1)) in frames:
+                loc = locs.get(frames[int(fid.group(1))])
+                if loc and loc[0] in files:
+                    where = (files[loc[0]], loc[1])
+            outs = tuple((d, tuple(int(x) for x in dims.split(",") if x))
+                         for d, dims in _ARRAY.findall(shape))
+            arg_text = rest.split("(", 1)[1] if "(" in rest else ""
+            arg_text = arg_text.split("), ")[0]
+            operands = tuple(shapes.get(n) for n in re.findall(r"%([\w.\-]+)", arg_text))
+            forward = "transpose(" not in op_name or "rematted_computation" in op_name
+            coll = 0.0
+            if opcode.removesuffix("-start") in _COLLECTIVES:
+                out_b = sum(math.prod(d) * _ITEMSIZE.get(t, 4) for t, d in outs)
+                if opcode.endswith("-start") and len(outs) > 1:
+                    out_b /= 2  # async start returns (operand, result): count the result
+                coll = _collective_bytes(opcode, out_b, _group_size(ln, parts))
+            op = HloOp(name=m.group(1), opcode=opcode, shapes=outs, operands=operands,
+                       primitive=op_name.rsplit("/", 1)[-1], where=where, forward=forward,
+                       rematted="rematted_computation" in op_name, program=program,
+                       collective_bytes=coll, attrs=rest)
+            index.ops.setdefault((op.primitive, where), []).append(op)
+    return dataclasses.replace(index, num_partitions=parts)
+
+
+def dims_divisor(global_shape: tuple[int, ...], local: tuple[int, ...] | None) -> int | None:
+    """``prod(global) / prod(local)`` when ``local`` is a shard of ``global`` (same rank, every
+    dimension divides), else None."""
+    if local is None or len(local) != len(global_shape):
+        return None
+    if any(l <= 0 or g % l for g, l in zip(global_shape, local)):
+        return None
+    return math.prod(g // l for g, l in zip(global_shape, local))
+
+
+def reshaped_divisor(global_shape: tuple[int, ...], local: tuple[int, ...] | None,
+                     num_partitions: int) -> int | None:
+    """``prod(global) / prod(local)`` for a per-device shape of another rank (XLA collapsed
+    or split dimensions), when it is a whole number that divides the device count."""
+    if local is None or len(local) == len(global_shape) or not local:
+        return None
+    g, l = math.prod(global_shape), math.prod(local)
+    if l <= 0 or g % l or num_partitions % (g // l):
+        return None
+    return g // l
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Match:
+    """What the partitioned program says about one equation."""
+
+    divisor: int | None          # of its first output; None: no matching instruction
+    ambiguous: bool              # several instructions disagreed (the smallest was kept)
+    reshaped: bool               # only instructions of another rank matched (element ratio)
+    flop_divisor: int | None     # for matmuls: global FLOPs / per-device FLOPs
+    collective_bytes: float      # per device, per run of the equation, forward collectives
+    collectives: tuple[str, ...]
+    operand_divisors: tuple[int | None, ...]  # per jaxpr operand, from the HLO operand shapes
+
+
+def match_equation(index: HloIndex, primitive: str, where: tuple[str, int] | None,
+                   out_shape: tuple[int, ...], in_shapes: tuple[tuple[int, ...], ...],
+                   params: dict, sharers: int = 1) -> Match:
+    """Match one jaxpr equation to its partitioned instructions (see the module docstring).
+
+    ``sharers`` is how many candidates of the region have the same key (primitive, line):
+    the collectives of that key are split evenly between them.
+    """
+    ops = [o for o in index.find(primitive, where) if o.forward]
+    divs: set[int] = set()
+    flop_divs: set[int] = set()
+    operand_divs: list[set[int]] = [set() for _ in in_shapes]
+    reshaped: set[int] = set()
+    for o in ops:
+        if o.opcode in _NOT_OUTPUTS or o.opcode.removesuffix("-start") in _COLLECTIVES:
+            continue
+        if not o.shapes:
+            continue
+        d = dims_divisor(out_shape, o.shapes[0][1])
+        if d is not None and index.num_partitions % d:
+            continue  # not a shard (a slice or reduction of the line's value): no match
+        if d is None:
+            # XLA often collapses dimensions (a batched [B, S, D] @ [D, F] becomes a
+            # [B*S, D] @ [D, F] dot): a shard of another rank still gives the element ratio.
+            d = reshaped_divisor(out_shape, o.shapes[0][1], index.num_partitions)
+            if d is None:
+                continue
+            reshaped.add(d)
+        else:
+            divs.add(d)
+        if len(o.operands) == len(in_shapes):
+            for k, (g, loc) in enumerate(zip(in_shapes, o.operands)):
+                od = dims_divisor(g, loc)
+                if od is None:
+                    od = reshaped_divisor(g, loc, index.num_partitions)
+                if od is not None:
+                    operand_divs[k].add(od)
+        if o.opcode == "dot" and len(o.operands) >= 1 and o.operands[0] is not None:
+            c = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", o.attrs)
+            (lc, _), _ = params.get("dimension_numbers", (((), ()), ((), ())))
+            if c is not None and len(in_shapes) >= 1:
+                loc_k = math.prod(o.operands[0][int(i)] for i in c.group(1).split(",") if i)
+                glob_k = math.prod(in_shapes[0][int(i)] for i in lc)
+                local = math.prod(o.shapes[0][1]) * loc_k
+                glob = math.prod(out_shape) * glob_k
+                if local and glob % local == 0:
+                    flop_divs.add(glob // local)
+    # Explicit collectives (psum, all_gather... under shard_map) are costed by their own
+    # cost_models rules; only the partitioner's implicit ones are added here.
+    colls = [] if primitive in _EXPLICIT_COLLECTIVES else [
+        o for o in ops if o.opcode.removesuffix("-start") in _COLLECTIVES]
+    per_prog = _one_program(colls)
+    cbytes = sum(o.collective_bytes for o in per_prog) / max(1, sharers)
+    texts = tuple(f"{o.opcode.removesuffix('-start')} "
+                  + ",".join(f"{t}[{','.join(map(str, d))}]" for t, d in o.shapes)
+                  for o in per_prog)
+    via_reshape = not divs and bool(reshaped)
+    divs = divs or reshaped
+    return Match(
+        divisor=min(divs) if divs else None, ambiguous=len(divs) > 1, reshaped=via_reshape,
+        flop_divisor=min(flop_divs) if flop_divs else None,
+        collective_bytes=cbytes, collectives=texts,
+        operand_divisors=tuple(min(s) if s else None for s in operand_divs))
+
+
+def _one_program(colls: list[HloOp]) -> list[HloOp]:
+    """The forward-pass collectives of one compiled program: the index may hold several
+    compiles of the same step (the two anchors), whose instruction names restart; keep the
+    compile with the most forward (not recompute) collectives of this equation."""
+    groups: dict[int, list[HloOp]] = {}
+    for o in colls:
+        if not o.rematted:
+            groups.setdefault(o.program, []).append(o)
+    return max(groups.values(), key=len) if groups else []
