@@ -53,7 +53,7 @@ from typing import Any, Callable, Mapping
 
 import cost_models as cm
 
-from planner.graph import LivenessGraph
+from planner.graph import LivenessGraph, class_key
 from planner.trace import Trace
 
 DECISIONS = ("save", "remat", "offload")
@@ -232,7 +232,7 @@ def decisions_per_candidate(graph: LivenessGraph, assignment: Assignment):
     d = assignment.as_dict()
     out = []
     for rg in graph.regions:
-        out.append(tuple("save" if c.effectful else d.get(c.signature, "remat")
+        out.append(tuple("save" if c.effectful else d.get(class_key(rg.region, c), "remat")
                          for c in rg.region.candidates))
     return out
 
@@ -331,9 +331,10 @@ def assignment_from_policy(graph: LivenessGraph, policy: Callable[..., Any]) -> 
     out: dict[str, str] = {}
     for rg in graph.regions:
         for c in rg.region.candidates:
-            if c.signature in out:
+            key = class_key(rg.region, c)
+            if key in out:
                 continue
             e = c.eqn
             r = policy(e.primitive, *[v.aval for v in e.invars], **e.params)
-            out[c.signature] = adapter.decision_text(r)
+            out[key] = adapter.decision_text(r)
     return Assignment.of(out)

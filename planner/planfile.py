@@ -2,7 +2,8 @@
 
 ``plan.save(path)`` writes it; ``load_plan(path)`` reads it back as a :class:`SavedPlan` whose
 ``policy``, ``xla_flags`` and ``maxtext_yaml`` are the plan's, and whose ``check(step, *args)``
-refuses a step that is not the one the plan was made for.
+refuses a step that is not the one the plan was made for. A plan decided per layer group keeps
+its group in each class key (``g<group>|<signature>``), so ``policies`` round-trips too.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from planner.cost import Assignment
-from planner.emit import policy_for
+from planner.emit import differing_groups_error, policies_for
+from planner.graph import num_groups
 from planner.errors import PlanFileError
 
 FORMAT = "jax-offload-planner/plan"
@@ -35,7 +37,23 @@ class SavedPlan:
 
     @property
     def policy(self):
-        return policy_for(self.assignment, dict(self.class_names))[0]
+        """The plan's policy; raises LayerGroupsError when its layer groups decide differently."""
+        policy = policies_for(self.assignment, dict(self.class_names))[0]
+        if policy is None:
+            raise differing_groups_error(self.assignment, dict(self.class_names))
+        return policy
+
+    @property
+    def policies(self) -> tuple:
+        """One policy per layer group (call site, call order); ``(policy,)`` for a uniform plan
+        (it serves every call site)."""
+        policy, _, _, policies, _ = policies_for(self.assignment, dict(self.class_names))
+        return policies or (policy,)
+
+    @property
+    def layer_groups(self) -> int:
+        """How many layer groups the plan decides separately (0: one decision for all)."""
+        return num_groups(dict(self.class_names))
 
     def report(self, fmt: str = "markdown") -> str:
         from planner.report import Report, render, report_from_dict

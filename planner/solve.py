@@ -20,7 +20,7 @@ from ortools.sat.python import cp_model
 
 from planner.cost import Assignment, CostModel, evaluate, regions_in_order
 from planner.errors import InfeasibleBudgetError, SolverError
-from planner.graph import LivenessGraph
+from planner.graph import LivenessGraph, class_key
 
 KIB = 1024
 NS = 1e9  # nanoseconds per second
@@ -57,16 +57,30 @@ def _ns(t: float) -> int:
 class _Model:
     """The CP-SAT model for one (graph, cost model, budget)."""
 
-    def __init__(self, graph: LivenessGraph, cost: CostModel, budget_bytes: float | None):
+    def __init__(self, graph: LivenessGraph, cost: CostModel, budget_bytes: float | None,
+                 uniform: bool = False):
         m = self.m = cp_model.CpModel()
         decisions = ("save", "remat", "offload") if cost.allow_offload else ("save", "remat")
         self.decisions = decisions
-        # x[k, d]: class k takes decision d. One decision per class.
+        # x[k, d]: class k takes decision d. One decision per class. With layer groups a class
+        # is (group, signature): each group's call site has its own policy, so the same
+        # tensor may be kept in one group and recomputed in another.
         self.x = {}
         for cls in graph.classes:
             for d in decisions:
                 self.x[cls.key, d] = m.NewBoolVar(f"x[{cls.label}|{d}]")
             m.AddExactlyOne(self.x[cls.key, d] for d in decisions)
+        # uniform: every group takes the same decision for the same signature (one policy for
+        # all groups), the baseline a per-group plan must beat.
+        if uniform:
+            first = {}
+            for cls in graph.classes:
+                if cls.group is None:
+                    continue
+                other = first.setdefault(cls.signature, cls.key)
+                for d in decisions:
+                    if other != cls.key:
+                        m.Add(self.x[cls.key, d] == self.x[other, d])
 
         residual_terms, host_terms, time_terms, ws_terms = [], [], [], []
         for rg, rc in zip(graph.regions, cost.regions):
@@ -84,7 +98,7 @@ class _Model:
             def dec(c, d):
                 if c.effectful:  # JAX always runs effectful equations forward and keeps them
                     return 1 if d == "save" else 0
-                return self.x[c.signature, d] if d in decisions else 0
+                return self.x[class_key(rg.region, c), d] if d in decisions else 0
 
             # need[v]: the backward pass reads v, or v feeds a needed recomputed value.
             need = {}
@@ -248,10 +262,13 @@ def min_feasible_bytes(graph: LivenessGraph, cost: CostModel, opts: SolverOption
 
 
 def solve_assignment(graph: LivenessGraph, cost: CostModel, budget_bytes: float,
-                     opts: SolverOptions = SolverOptions()) -> Solution:
-    """Fastest predicted assignment within ``budget_bytes``; raises if none fits."""
+                     opts: SolverOptions = SolverOptions(), *, uniform: bool = False) -> Solution:
+    """Fastest predicted assignment within ``budget_bytes``; raises if none fits.
+
+    ``uniform=True`` ties the layer groups' decisions together (one policy for every group).
+    """
     t0 = time.perf_counter()
-    mod = _Model(graph, cost, budget_bytes)
+    mod = _Model(graph, cost, budget_bytes, uniform)
     mod.hint_all_remat()
     s, status = mod.run(mod.extra_ns, opts, opts.time_limit_s)
     if status == cp_model.INFEASIBLE:
