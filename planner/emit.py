@@ -155,7 +155,10 @@ def differing_groups_error(assignment: Assignment, class_names: dict[str, str | 
     groups = group_assignments(assignment, class_names)
     lines = []
     for g, (a, names) in enumerate(groups):
-        kept = [f"{d} {names.get(k) or k[:40]}" for k, d in a.decisions if d != "remat"]
+        kept = [f"{d} {names[k]}" for k, d in a.decisions if d != "remat" and names.get(k)]
+        unnamed = sum(1 for k, d in a.decisions if d != "remat" and not names.get(k))
+        if unnamed:
+            kept.append(f"keep {unnamed} unnamed tensor classes")
         lines.append(f"  group {g}: " + (", ".join(kept) if kept else "recompute everything"))
     return LayerGroupsError(
         f"This plan decides its {len(groups)} layer groups differently, so no single policy "
