@@ -41,6 +41,11 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   reverse order, ``X^bwd_r = max(0, max_u sum_{v >= u} h2d_v [v offloaded] - eta * before_u)``
   with ``before_u`` the backward compute ahead of ``u``'s first use.
 
+With layer groups (each checkpoint call site its own region, trace.py's ``group``) the
+decision ``a(v)`` is looked up per (group, signature) (graph.class_key) and the regions are
+the call sites in forward order, so the peak formula above says why an early group's
+residuals cost more than a late group's: they are held while every later group runs backward.
+
 The solver (solve.py) encodes these formulas as constraints; :func:`evaluate` computes them
 directly for any assignment, which is how stock policies are compared on equal terms.
 """

@@ -6,6 +6,11 @@ phases: first the fastest predicted step under the budget; then, at that step ti
 fewest bytes sent to the host; then, at both, the smallest peak. Deterministic: one search worker and a fixed seed, so the same inputs give
 the same plan.
 
+Layer groups: when the trace keeps each checkpoint call site as its own region (``group``
+set), the classes are per (group, signature) (graph.class_key), so the variables ``x`` below
+are per group and class while every constraint stays per region; ``uniform=True`` ties the
+groups together (the best single policy for all of them, which a per-group plan must beat).
+
 Integer scaling: bytes are counted in KiB rounded *up* for what a plan uses and *down* for
 the budget, so rounding can only make a plan more conservative; times are in nanoseconds.
 """
