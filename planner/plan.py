@@ -328,6 +328,24 @@ def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
     return out
 
 
+UNIFORM = "planner, one policy for all groups"
+
+
+def _uniform_baseline(graph, cost, budget, opts) -> tuple[Baseline, ...]:
+    """For a per-group plan: the best plan that gives every group the same decisions, on the
+    same model, so the report shows what deciding per group bought."""
+    if all(c.group is None for c in graph.classes):
+        return ()
+    try:
+        sol = solve_assignment(graph, cost, budget, opts, uniform=True)
+    except InfeasibleBudgetError:
+        return ()
+    a = _normalize(graph, cost, sol.assignment)
+    p = evaluate(cost, graph, a)
+    return (Baseline(name=UNIFORM, assignment=a, prediction=p, applicable=True,
+                     fits=p.peak_bytes <= budget and p.host_bytes <= cost.host_cap_bytes),)
+
+
 GROUP_GAIN = 1e-3  # per-group plans when they predict a step this much faster than uniform
 
 
@@ -400,7 +418,7 @@ def _plan_one(step_fn, example_args, tr, graph, hw, offload, budget, opts, verif
         # The compiler needs more than the model said: learn the error and solve again.
         correction += max(1, ver.compiled_device_bytes - pred.peak_bytes)
 
-    baselines = evaluate_baselines(graph, cost, budget)
+    baselines = evaluate_baselines(graph, cost, budget) + _uniform_baseline(graph, cost, budget, opts)
     plan = Plan(
         budget_bytes=budget, hardware=hw, trace=tr, graph=graph, cost=cost, solution=sol,
         prediction=pred, baselines=baselines, emitted=emitted, verification=ver,

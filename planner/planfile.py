@@ -34,6 +34,7 @@ class SavedPlan:
     maxtext_yaml: str
     report_data: dict = dataclasses.field(compare=False)
     path: str = ""
+    call_sites: int = 1               # checkpoint call sites of the step (plan.policies' length)
 
     @property
     def policy(self):
@@ -45,10 +46,10 @@ class SavedPlan:
 
     @property
     def policies(self) -> tuple:
-        """One policy per layer group (call site, call order); ``(policy,)`` for a uniform plan
-        (it serves every call site)."""
+        """One policy per layer group (call site, call order), as ``Plan.policies``; a uniform
+        plan repeats its one policy for every call site."""
         policy, _, _, policies, _ = policies_for(self.assignment, dict(self.class_names))
-        return policies or (policy,)
+        return policies or (policy,) * self.call_sites
 
     @property
     def layer_groups(self) -> int:
@@ -84,6 +85,7 @@ def save(plan, path: str | os.PathLike) -> None:
         "class_names": {c.key: c.name for c in plan.graph.classes},
         "xla_flags": plan.xla_flags,
         "maxtext_yaml": plan.maxtext_yaml,
+        "call_sites": len(plan.policies),
         "report": dataclasses.asdict(build_report(plan)),
     }
     text = json.dumps(data, indent=1, sort_keys=True)
@@ -115,7 +117,8 @@ def load(path: str | os.PathLike) -> SavedPlan:
             hardware=str(data["hardware"]), assignment=Assignment.of(decisions),
             class_names=tuple(sorted((str(k), v) for k, v in data["class_names"].items())),
             xla_flags=str(data["xla_flags"]), maxtext_yaml=str(data["maxtext_yaml"]),
-            report_data=dict(data["report"]), path=str(path))
+            report_data=dict(data["report"]), path=str(path),
+            call_sites=int(data.get("call_sites", 1)))
     except (KeyError, TypeError, ValueError) as e:
         raise PlanFileError(f"{path} is a damaged plan file ({type(e).__name__}: {e}).\n"
                             "Fix: save the plan again with plan.save(path).") from e

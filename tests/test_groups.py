@@ -185,7 +185,7 @@ def test_plan_file_round_trips_the_group_policies(grouped, tmp_path):
     plan.save(path)
     loaded = planner.load_plan(path)
     loaded.check(step, *args)
-    assert loaded.layer_groups == 2 and len(loaded.policies) == 2
+    assert loaded.layer_groups == 2 and len(loaded.policies) == 2 and loaded.call_sites == 2
     with pytest.raises(LayerGroupsError, match=r"plan\.policies\[g\]"):
         loaded.policy
     for g, rg in enumerate(plan.graph.regions):
@@ -215,3 +215,16 @@ def test_uniform_when_groups_do_not_pay_or_are_refused():
     assert forced.policy is forced.policies[0]
     with pytest.raises(planner.InvalidArgumentError):
         planner.solve(step, *args, hbm_gb=10.0, hardware="cpu", layer_groups=2)
+
+
+def test_report_shows_the_best_uniform_plan_and_the_timeline_draws(grouped, tmp_path):
+    _, _, plan = grouped
+    from planner.plan import UNIFORM
+    from planner.plots import hbm_timeline
+    uniform = {b.name: b for b in plan.baselines}[UNIFORM]
+    assert uniform.fits and uniform.prediction.step_s > plan.prediction.step_s
+    assert UNIFORM in plan.report("markdown")
+    assert hbm_timeline(plan, tmp_path / "hbm.png").exists()
+    cands = plan.candidates()
+    assert {c["group"] for c in cands} == {0, 1}
+    assert any(lbl.endswith("[group 1]") for lbl in plan.decisions())
