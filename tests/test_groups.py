@@ -199,12 +199,15 @@ def test_plan_file_round_trips_the_group_policies(grouped, tmp_path):
     assert "| group | tensor |" in loaded.report("markdown")
 
 
-def test_uniform_when_groups_do_not_pay_or_are_refused():
+def test_uniform_when_groups_do_not_pay_or_are_refused(tmp_path):
     step, args = llama.make_train_step(dataclasses.replace(SMALL, layer_groups=2))
     # Everything fits: deciding per group buys nothing, so the plan is uniform (merged).
     roomy = planner.solve(step, *args, hbm_gb=10.0, hardware="cpu", verify_compile=False)
     assert roomy.layer_groups == 0 and len(roomy.policies) == 2
     assert roomy.policies[0] is roomy.policies[1] is roomy.policy
+    roomy.save(tmp_path / "plan.json")
+    saved = planner.load_plan(tmp_path / "plan.json")
+    assert saved.layer_groups == 0 and len(saved.policies) == 2 and saved.policy is not None
     refused = planner.solve(step, *args, hbm_gb=10.0, hardware="cpu", verify_compile=False,
                             layer_groups=False)
     assert refused.layer_groups == 0 and refused.graph.regions[0].region.call_sites == 2
