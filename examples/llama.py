@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +43,13 @@ class LlamaConfig:
     # "scan": layers under lax.scan (the form MaxText uses with scan_layers=True);
     # "loop": a Python loop over layers (unrolled in the program).
     layer_loop: str = "scan"
-    remat_policy: Callable[..., Any] | None = None  # what the user wrote; the planner overrides it
+    # The layer stack as this many consecutive groups (n_layers / layer_groups layers each,
+    # parameters sliced), each with its own jax.checkpoint call site: under "scan" one
+    # lax.scan per group. remat_policy may then be one policy (every group) or a sequence of
+    # layer_groups policies, one per group (plan.policies of a per-group plan).
+    layer_groups: int = 1
+    # what the user wrote; the planner overrides it while it plans
+    remat_policy: Callable[..., Any] | Sequence[Callable[..., Any] | None] | None = None
     prevent_cse: bool = False  # MaxText passes prevent_cse=not scan_layers
     # jax.nn.dot_product_attention's implementation: None lets JAX pick (on our H200 it picked
     # XLA's, which materialises the scores); "cudnn" is the fused kernel MaxText uses on GPU.
@@ -136,22 +142,43 @@ def init_decoder_params(cfg, key, shapes: dict) -> dict:
     }
 
 
+def group_policies(cfg: LlamaConfig) -> tuple:
+    """``cfg.remat_policy`` as one policy per layer group."""
+    G = cfg.layer_groups
+    if isinstance(G, bool) or not isinstance(G, int) or G < 1 or cfg.n_layers % G:
+        raise ValueError(f"layer_groups must be an int >= 1 dividing n_layers={cfg.n_layers}, "
+                         f"got {G!r}")
+    pol = cfg.remat_policy
+    if isinstance(pol, (list, tuple)):
+        if len(pol) != G:
+            raise ValueError(f"remat_policy is a sequence of {len(pol)} policies but "
+                             f"layer_groups={G}: give one policy, or one per group")
+        return tuple(pol)
+    return (pol,) * G
+
+
 def forward(cfg: LlamaConfig, params, tokens):
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
     x = params["embed"][tokens]
-    layer_fn = jax.checkpoint(
-        functools.partial(decoder_layer, cfg), policy=cfg.remat_policy,
-        prevent_cse=cfg.prevent_cse,
-    )
-    if cfg.layer_loop == "scan":
-        def body(x, layer):
-            return layer_fn(x, layer, positions), None
-        x, _ = jax.lax.scan(body, x, params["layers"])
-    elif cfg.layer_loop == "loop":
-        for i in range(cfg.n_layers):
-            x = layer_fn(x, jax.tree.map(lambda w: w[i], params["layers"]), positions)
-    else:
-        raise ValueError(f"layer_loop must be 'scan' or 'loop', got {cfg.layer_loop!r}")
+    policies = group_policies(cfg)
+    G, per = cfg.layer_groups, cfg.n_layers // cfg.layer_groups
+    for g in range(G):
+        layer_fn = jax.checkpoint(
+            functools.partial(decoder_layer, cfg), policy=policies[g],
+            prevent_cse=cfg.prevent_cse,
+        )
+        # G = 1 uses the stacked weights as they are (no slice): the program of one scan.
+        layers = params["layers"] if G == 1 else jax.tree.map(
+            lambda w: w[g * per:(g + 1) * per], params["layers"])
+        if cfg.layer_loop == "scan":
+            def body(x, layer):
+                return layer_fn(x, layer, positions), None
+            x, _ = jax.lax.scan(body, x, layers)
+        elif cfg.layer_loop == "loop":
+            for i in range(per):
+                x = layer_fn(x, jax.tree.map(lambda w: w[i], layers), positions)
+        else:
+            raise ValueError(f"layer_loop must be 'scan' or 'loop', got {cfg.layer_loop!r}")
     x = _rms_norm(x, params["final_norm"])
     return (x @ params["unembed"]).astype(jnp.float32)
 

@@ -4,6 +4,8 @@
     plan = planner.solve(train_step, state, batch, hbm_gb=80, hardware="h200")
     print(plan.report())
     layer = jax.checkpoint(layer, policy=plan.policy)
+    # layer groups (one checkpoint call site per group, decided separately):
+    group_layer = jax.checkpoint(layer, policy=plan.policies[g])
 """
 
 from planner.cost import Assignment, Prediction
@@ -11,6 +13,7 @@ from planner.emit import PlannerPolicy
 from planner.errors import (
     InfeasibleBudgetError,
     InvalidArgumentError,
+    LayerGroupsError,
     NoCheckpointRegionError,
     PlanFileError,
     PlannerError,
@@ -24,7 +27,8 @@ from planner.profile import ProfileResult, profile
 from planner.planfile import load as load_plan
 
 __all__ = [
-    "Assignment", "InfeasibleBudgetError", "InvalidArgumentError", "NoCheckpointRegionError",
+    "Assignment", "InfeasibleBudgetError", "InvalidArgumentError", "LayerGroupsError",
+    "NoCheckpointRegionError",
     "Plan", "PlanFileError", "ProfileResult", "profile", "PlanWarning", "PlannerError", "PlannerPolicy", "Prediction",
     "SavedPlan", "SolverError", "TraceError", "UnsupportedError", "load_plan", "pareto", "solve",
 ]

@@ -139,7 +139,8 @@ def _cmd_solve(a) -> int:
         progress(f"planning {a.factory} for {a.hardware} under {a.hbm_gb:g} GB")
         plan = planner.solve(step, *args, hbm_gb=a.hbm_gb, hardware=a.hardware,
                              allow_offload=False if a.no_offload else None,
-                             solver_time_limit_s=a.time_limit, progress=progress)
+                             solver_time_limit_s=a.time_limit, progress=progress,
+                             layer_groups=_LAYER_GROUPS[a.layer_groups])
         if a.timeline:
             from planner.plots import hbm_timeline
             progress(f"drawing the memory timeline to {a.timeline}")
@@ -234,7 +235,7 @@ def _cmd_pareto(a) -> int:
         results = planner.pareto(step, *args, hbm_gb=budgets, hardware=a.hardware,
                                  allow_offload=False if a.no_offload else None,
                                  solver_time_limit_s=a.time_limit, verify_compile=a.verify,
-                                 progress=progress)
+                                 progress=progress, layer_groups=_LAYER_GROUPS[a.layer_groups])
         if budgets is None:  # auto: every budget is above full remat's, so each is a plan
             budgets = [getattr(r, "budget_bytes", math.nan) / 1e9 for r in results]
         for path in (a.png, a.svg):
@@ -290,6 +291,12 @@ def _common(p, planning: bool = False) -> None:
         p.add_argument("--hardware", default="h200", help="profile name or JSON file")
         p.add_argument("--no-offload", action="store_true", help="never offload to host memory")
         p.add_argument("--time-limit", type=float, default=30.0, help="CP-SAT seconds per solve")
+        p.add_argument("--layer-groups", choices=tuple(_LAYER_GROUPS), default="auto",
+                       help="decide each checkpoint call site (layer group) separately: auto "
+                            "(when the model predicts a gain), on, off")
+
+
+_LAYER_GROUPS = {"auto": None, "on": True, "off": False}
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -60,6 +60,11 @@ tensor whose recompute needs a gathered weight pays the all-gather again. The ba
 and the whole step ``T0`` (costed on global avals too) are divided by the regions' overall
 ratio of per-device to global forward time: the step is assumed partitioned like its layers.
 
+With layer groups (each checkpoint call site its own region, trace.py's ``group``) the
+decision ``a(v)`` is looked up per (group, signature) (graph.class_key) and the regions are
+the call sites in forward order, so the peak formula above says why an early group's
+residuals cost more than a late group's: they are held while every later group runs backward.
+
 The solver (solve.py) encodes these formulas as constraints; :func:`evaluate` computes them
 directly for any assignment, which is how stock policies are compared on equal terms.
 """
@@ -73,7 +78,7 @@ from typing import Any, Callable, Mapping
 import cost_models as cm
 from cost_models._cost import aval_size  # per-device elements, as cost_models counts them
 
-from planner.graph import LivenessGraph
+from planner.graph import LivenessGraph, class_key
 from planner.trace import Trace
 
 DECISIONS = ("save", "remat", "offload")
@@ -314,7 +319,7 @@ def decisions_per_candidate(graph: LivenessGraph, assignment: Assignment):
     d = assignment.as_dict()
     out = []
     for rg in graph.regions:
-        out.append(tuple("save" if c.effectful else d.get(c.signature, "remat")
+        out.append(tuple("save" if c.effectful else d.get(class_key(rg.region, c), "remat")
                          for c in rg.region.candidates))
     return out
 
@@ -416,9 +421,10 @@ def assignment_from_policy(graph: LivenessGraph, policy: Callable[..., Any]) -> 
     out: dict[str, str] = {}
     for rg in graph.regions:
         for c in rg.region.candidates:
-            if c.signature in out:
+            key = class_key(rg.region, c)
+            if key in out:
                 continue
             e = c.eqn
             r = policy(e.primitive, *[v.aval for v in e.invars], **e.params)
-            out[c.signature] = adapter.decision_text(r)
+            out[key] = adapter.decision_text(r)
     return Assignment.of(out)

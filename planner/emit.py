@@ -4,6 +4,12 @@ Where every kept tensor of the plan carries a ``checkpoint_name``, the policy is
 ``save_only_these_names`` / ``save_and_offload_only_these_names`` and its source line can be
 pasted as plain JAX. Otherwise it is a :class:`PlannerPolicy`, a hashable policy that
 matches equations by the same signature the solver decided on.
+
+Layer groups: when the plan decides each call site (layer group) on its own, its class keys
+carry the group (``g<group>|<signature>``, graph.class_key) and there is one policy per group,
+``policies[g]``, in call order. ``policy`` is then the common policy when every group decided
+the same, and None otherwise (``Plan.policy`` raises :class:`LayerGroupsError`, which says
+to use ``plan.policies[g]``).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from jax.ad_checkpoint import checkpoint_policies as cp
 
 from planner import _jax_adapter as adapter
 from planner.cost import Assignment
+from planner.errors import LayerGroupsError
+from planner.graph import num_groups, split_key
 
 # MaxText's `remat_policy: custom` keys and values (MaxText configs/base.yml, decoder_layer
 # remat options): each named tensor is 'remat', 'device' (saved in HBM) or 'offload'.
@@ -42,12 +50,14 @@ class PlannerPolicy:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Emitted:
-    policy: Any                       # pass to jax.checkpoint(..., policy=...)
+    policy: Any                       # pass to jax.checkpoint(..., policy=...); None: groups differ
     policy_source: str                # Python text of the policy
     names_only: bool                  # policy is JAX's own name-based policy
     xla_flags: str                    # value for the XLA_FLAGS environment variable
     xla_flag_notes: tuple[tuple[str, str, str], ...]  # (flag, why, source)
     maxtext_yaml: str
+    policies: tuple = ()              # per layer group (call order); () when the plan is uniform
+    policy_sources: tuple[str, ...] = ()
 
 
 def _name_lists(assignment: Assignment, named: dict[str, str]):
@@ -104,15 +114,89 @@ def maxtext_yaml(assignment: Assignment, class_names: dict[str, str | None]) -> 
     return "\n".join(lines) + "\n"
 
 
+def group_assignments(assignment: Assignment, class_names: dict[str, str | None]):
+    """Per layer group, ``(assignment, class_names)`` keyed by signature, as one group's policy
+    sees them. ``[]`` when the plan has no groups (its keys are the signatures already)."""
+    n = num_groups(class_names)
+    out = [({}, {}) for _ in range(n)]
+    for key, name in class_names.items():
+        g, sig = split_key(key)
+        if g is not None:
+            out[g][1][sig] = name
+    for key, d in assignment.decisions:
+        g, sig = split_key(key)
+        if g is not None:
+            out[g][0][sig] = d
+    return [(Assignment.of(a), names) for a, names in out]
+
+
+def policies_for(assignment: Assignment, class_names: dict[str, str | None]):
+    """``(policy, source, names_only, policies, sources)``: the one policy (None when the layer
+    groups decide differently) and the per-group policies (``()`` for a uniform plan)."""
+    groups = group_assignments(assignment, class_names)
+    if not groups:
+        policy, source, names_only = policy_for(assignment, class_names)
+        return policy, source, names_only, (), ()
+    made = [policy_for(a, names) for a, names in groups]
+    names_only = all(m[2] for m in made)
+    policies = tuple(m[0] for m in made)
+    sources = tuple(m[1].replace(".policy  #", f".policies[{g}]  #")
+                    for g, m in enumerate(made))
+    same = all(a == groups[0][0] for a, _ in groups)
+    if same:
+        return policies[0], made[0][1], names_only, policies, sources
+    text = "\n".join(f"# layer group {g}: jax.checkpoint(layer, policy=policies[{g}])\n"
+                     f"policies[{g}] = {src}" for g, src in enumerate(sources))
+    return None, text, names_only, policies, sources
+
+
+def differing_groups_error(assignment: Assignment, class_names: dict[str, str | None]):
+    """The teaching error of ``plan.policy`` when the layer groups decide differently."""
+    groups = group_assignments(assignment, class_names)
+    lines = []
+    for g, (a, names) in enumerate(groups):
+        kept = [f"{d} {names[k]}" for k, d in a.decisions if d != "remat" and names.get(k)]
+        unnamed = sum(1 for k, d in a.decisions if d != "remat" and not names.get(k))
+        if unnamed:
+            kept.append(f"keep {unnamed} unnamed tensor classes")
+        lines.append(f"  group {g}: " + (", ".join(kept) if kept else "recompute everything"))
+    return LayerGroupsError(
+        f"This plan decides its {len(groups)} layer groups differently, so no single policy "
+        "carries it:\n" + "\n".join(lines) + "\n"
+        "Why: a jax.checkpoint policy is called as policy(primitive, *avals, **params) and "
+        "cannot tell one layer group from another (identical layers look the same to it), so "
+        "each group's jax.checkpoint needs its own policy.\n"
+        "Fix: wrap the layers of group g (the g-th checkpoint call site, in call order) with "
+        "`jax.checkpoint(layer, policy=plan.policies[g])` (examples/llama.py: "
+        "LlamaConfig(layer_groups=G, remat_policy=plan.policies)); or plan again with "
+        "planner.solve(..., layer_groups=False) for one policy for every layer.")
+
+
+def maxtext_groups_yaml(assignment: Assignment, class_names: dict[str, str | None]) -> str:
+    """One ``remat_policy: custom`` block per layer group, each under a comment naming it."""
+    groups = group_assignments(assignment, class_names)
+    blocks = ["# MaxText applies one remat_policy to every decoder layer; this plan decides "
+              f"{len(groups)}\n# layer groups separately: give each group (scan) its own block."]
+    for g, (a, names) in enumerate(groups):
+        blocks.append(f"# layer group {g}\n" + maxtext_yaml(a, names))
+    return "\n".join(blocks)
+
+
 def emit(assignment: Assignment, class_names: dict[str, str | None], hardware) -> Emitted:
     """``class_names`` maps class key -> checkpoint name (None for unnamed classes)."""
-    policy, source, names_only = policy_for(assignment, class_names)
+    policy, source, names_only, policies, sources = policies_for(assignment, class_names)
     offloading = any(d == "offload" for _, d in assignment.decisions)
     hw = cm.load_profile(hardware)
     flags = cm.xla_flags_for(hw, offloading=offloading)
+    if policies and policy is None:
+        yaml = maxtext_groups_yaml(assignment, class_names)
+    elif policies:  # every group decided the same: one block for all
+        yaml = maxtext_yaml(*group_assignments(assignment, class_names)[0])
+    else:
+        yaml = maxtext_yaml(assignment, class_names)
     return Emitted(
         policy=policy, policy_source=source, names_only=names_only,
         xla_flags=cm.format_xla_flags(flags),
         xla_flag_notes=tuple((str(f), f.why, f.source) for f in flags),
-        maxtext_yaml=maxtext_yaml(assignment, class_names),
+        maxtext_yaml=yaml, policies=policies, policy_sources=sources,
     )

@@ -41,3 +41,7 @@ class PlanFileError(PlannerError, ValueError):
 
 class UnsupportedError(PlannerError):
     """The program uses a feature the planner cannot plan for yet (message says which)."""
+
+
+class LayerGroupsError(PlannerError):
+    """``plan.policy`` of a plan whose layer groups decide differently: use ``plan.policies``."""

@@ -19,20 +19,27 @@ from __future__ import annotations
 PLAN_FILE = "plan.json"
 
 
-def _names_only(plan) -> bool:
+def _emitted(plan):
+    """``(policy or None, source, names_only, per-group policies, per-group sources)``."""
     emitted = getattr(plan, "emitted", None)
     if emitted is not None:
-        return bool(emitted.names_only)
-    from planner.emit import policy_for  # a SavedPlan: recompute from its assignment
-    return policy_for(plan.assignment, dict(plan.class_names))[2]
+        return (emitted.policy, emitted.policy_source, bool(emitted.names_only),
+                emitted.policies, emitted.policy_sources)
+    from planner.emit import policies_for  # a SavedPlan: recompute from its assignment
+    return policies_for(plan.assignment, dict(plan.class_names))
+
+
+def _names_only(plan) -> bool:
+    return _emitted(plan)[2]
 
 
 def _policy_source(plan) -> str:
-    emitted = getattr(plan, "emitted", None)
-    if emitted is not None:
-        return emitted.policy_source
-    from planner.emit import policy_for
-    return policy_for(plan.assignment, dict(plan.class_names))[1]
+    return _emitted(plan)[1]
+
+
+def _groups_differ(plan) -> bool:
+    policy, _, _, policies, _ = _emitted(plan)
+    return policy is None and bool(policies)
 
 
 def python_snippet(plan, plan_file: str = PLAN_FILE) -> str:
@@ -42,6 +49,17 @@ def python_snippet(plan, plan_file: str = PLAN_FILE) -> str:
     keep unnamed tensors need the plan file (the policy matches equation signatures), so the
     snippet loads it; save it first with ``plan.save(plan_file)``.
     """
+    if _groups_differ(plan):
+        sources = _emitted(plan)[4]
+        use = ("# layer groups: one policy per checkpoint call site, in call order; use them as\n"
+               "# jax.checkpoint(layer, policy=policies[g]) for the layers of group g\n")
+        if _names_only(plan):
+            body = "".join(f"    {src.replace(chr(10), chr(10) + '    ')},  # layer group {g}\n"
+                           for g, src in enumerate(sources))
+            return "import jax\n\n" + f"policies = (\n{body})\n" + use
+        return ("import planner\n\n"
+                f"# keeps unnamed tensors, so it needs the plan file: plan.save({plan_file!r})\n"
+                f"policies = planner.load_plan({plan_file!r}).policies\n" + use)
     if _names_only(plan):
         return ("import jax\n\n"
                 f"policy = {_policy_source(plan)}\n"

@@ -26,7 +26,7 @@ from planner.errors import (
     PlannerError,
     UnsupportedError,
 )
-from planner.graph import LivenessGraph, build_graph
+from planner.graph import LivenessGraph, build_graph, class_key
 from planner.solve import (
     Solution,
     SolverOptions,
@@ -34,7 +34,7 @@ from planner.solve import (
     min_peak_assignment,
     solve_assignment,
 )
-from planner.trace import Trace, trace_step
+from planner.trace import Trace, merge_call_sites, trace_step
 from planner.verify import Verification, verify
 
 GB = 1e9  # budgets are in GB = 10^9 bytes, the unit of GPU datasheets (H200: 141 GB)
@@ -71,8 +71,29 @@ class Plan:
 
     @property
     def policy(self):
-        """Pass to ``jax.checkpoint(fn, policy=plan.policy)`` in your code."""
+        """Pass to ``jax.checkpoint(fn, policy=plan.policy)`` in your code.
+
+        A plan whose layer groups decide differently has no single policy: this raises
+        ``LayerGroupsError`` (use ``plan.policies[g]`` for the g-th group)."""
+        if self.emitted.policy is None:
+            from planner.emit import differing_groups_error
+            raise differing_groups_error(self.assignment,
+                                         {c.key: c.name for c in self.graph.classes})
         return self.emitted.policy
+
+    @property
+    def policies(self) -> tuple:
+        """One policy per checkpoint call site (layer group), in call order:
+        ``jax.checkpoint(layer, policy=plan.policies[g])`` for the g-th group. A uniform plan
+        gives the same policy for every call site."""
+        if self.emitted.policies:
+            return self.emitted.policies
+        return (self.emitted.policy,) * sum(rg.region.call_sites for rg in self.graph.regions)
+
+    @property
+    def layer_groups(self) -> int:
+        """How many layer groups the plan decides separately (0: one decision for all)."""
+        return len(self.emitted.policies)
 
     @property
     def xla_flags(self) -> str:
@@ -122,9 +143,10 @@ class Plan:
                     "global_bytes_per_trip": c.global_nbytes, "shard_divisor": c.shard_divisor,
                     "shard_source": c.shard_source, "collectives": list(c.collectives),
                     "multiplicity": r.multiplicity, "source": c.source,
-                    "needed_by_backward": rp.needed[c.index], "class": c.signature,
+                    "needed_by_backward": rp.needed[c.index], "class": class_key(r, c),
+                    "group": r.group,
                     # JAX keeps effectful equations whatever the policy says.
-                    "decision": "save" if c.effectful else self.assignment.get(c.signature),
+                    "decision": "save" if c.effectful else self.assignment.get(class_key(r, c)),
                 })
         return out
 
@@ -176,7 +198,7 @@ def _normalize(graph: LivenessGraph, cost: CostModel, a: Assignment) -> Assignme
     for rg, rp in zip(graph.regions, p.regions):
         for c in rg.region.candidates:
             if rp.needed[c.index]:
-                relevant.add(c.signature)
+                relevant.add(class_key(rg.region, c))
     return Assignment.of({k: d for k, d in a.decisions if k in relevant and d != "remat"})
 
 
@@ -206,7 +228,8 @@ def _smallest_plan(graph, cost, opts, budget, attempt, error):
 def solve(step_fn: Callable, *example_args, hbm_gb: float, hardware="h200",
           allow_offload: bool | None = None, solver_time_limit_s: float = 30.0,
           verify_compile: bool = True, max_rounds: int = 3,
-          progress: Callable[[str], None] | None = None) -> Plan:
+          progress: Callable[[str], None] | None = None,
+          layer_groups: bool | None = None) -> Plan:
     """Plan what the backward pass of ``step_fn(*example_args)`` keeps, under ``hbm_gb``.
 
     Args:
@@ -222,17 +245,24 @@ def solve(step_fn: Callable, *example_args, hbm_gb: float, hardware="h200",
       max_rounds: solve / compile rounds when the compiled program exceeds the budget.
       progress: called with a short message as each slow stage starts (trace, solve,
         compile); the CLI shows them on stderr. None: silent.
+      layer_groups: decide each checkpoint call site (layer group: one of several scans over
+        layers, or each layer of an unrolled loop) separately, with one policy per call site
+        (``plan.policies``). True: always, when the step has several call sites. False: one
+        decision for all identical regions (``plan.policy``). None (default): per group when
+        identical regions sit at several call sites and the model predicts a faster step than
+        the best uniform plan (more than 0.1%), else uniform.
     """
     return pareto(step_fn, *example_args, hbm_gb=[hbm_gb], hardware=hardware,
                   allow_offload=allow_offload, solver_time_limit_s=solver_time_limit_s,
                   verify_compile=verify_compile, max_rounds=max_rounds, progress=progress,
-                  _raise=True)[0]
+                  layer_groups=layer_groups, _raise=True)[0]
 
 
 def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
            allow_offload: bool | None = None, solver_time_limit_s: float = 30.0,
            verify_compile: bool = False, max_rounds: int = 3, points: int = 5,
-           progress: Callable[[str], None] | None = None, _raise: bool = False):
+           progress: Callable[[str], None] | None = None, layer_groups: bool | None = None,
+           _raise: bool = False):
     """Plans for several budgets from one trace: ``[Plan or PlannerError per budget]``.
 
     The step is traced (and the anchor compiled) once; each budget is solved, emitted and,
@@ -243,8 +273,12 @@ def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
     predicted peak of full remat (JAX's ``nothing_saveable``) up to the predicted peak of
     saving everything, ``lo + (hi - lo) * k / points`` for ``k = 1..points`` (``hi`` capped at
     the hardware profile's HBM capacity when saving everything would not fit the device);
-    each plan's ``budget_bytes`` says which budget it was made for.
+    each plan's ``budget_bytes`` says which budget it was made for. ``layer_groups`` is as in
+    ``solve``, decided per budget when None.
     """
+    if layer_groups is not None and not isinstance(layer_groups, bool):
+        raise InvalidArgumentError(
+            f"layer_groups must be True, False or None (decide), got {layer_groups!r}.")
     say = progress or (lambda message: None)
     auto = hbm_gb is None
     if auto:
@@ -268,23 +302,72 @@ def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
     timings = []
     t = time.perf_counter()
     say("tracing the step and compiling it under full remat (the anchor)")
-    tr = trace_step(step_fn, example_args)
+    # One region per call site; merged, identical ones share their decisions (uniform).
+    sites = trace_step(step_fn, example_args, split_call_sites=True)
+    tr = merge_call_sites(sites)
     timings.append(("trace + anchor compile", time.perf_counter() - t))
     t = time.perf_counter()
     graph = build_graph(tr)
+    # Layer groups: candidates when the step has several call sites (True) or identical
+    # regions at several call sites (None: then the solver says whether they pay).
+    grouped = None
+    if (layer_groups is True and len(sites.regions) > 1) or (
+            layer_groups is None and any(r.call_sites > 1 for r in tr.regions)):
+        grouped = (sites, build_graph(sites))
     timings.append(("graph", time.perf_counter() - t))
     if auto:
         budgets = _span_budgets(tr, graph, hw, offload, points)
     out = []
     for b in budgets:
         try:
-            out.append(_plan_one(step_fn, example_args, tr, graph, hw, offload, int(b * GB), opts,
+            use = (tr, graph)
+            if grouped is not None and (layer_groups or _groups_pay(
+                    *grouped, hw, offload, int(b * GB), opts, say)):
+                use = grouped
+            out.append(_plan_one(step_fn, example_args, *use, hw, offload, int(b * GB), opts,
                                  verify_compile, max_rounds, list(timings), say))
         except PlannerError as e:
             if _raise:
                 raise
             out.append(e)
     return out
+
+
+UNIFORM = "planner, one policy for all groups"
+
+
+def _uniform_baseline(graph, cost, budget, opts) -> tuple[Baseline, ...]:
+    """For a per-group plan: the best plan that gives every group the same decisions, on the
+    same model, so the report shows what deciding per group bought."""
+    if all(c.group is None for c in graph.classes):
+        return ()
+    try:
+        sol = solve_assignment(graph, cost, budget, opts, uniform=True)
+    except InfeasibleBudgetError:
+        return ()
+    a = _normalize(graph, cost, sol.assignment)
+    p = evaluate(cost, graph, a)
+    return (Baseline(name=UNIFORM, assignment=a, prediction=p, applicable=True,
+                     fits=p.peak_bytes <= budget and p.host_bytes <= cost.host_cap_bytes),)
+
+
+GROUP_GAIN = 1e-3  # per-group plans when they predict a step this much faster than uniform
+
+
+def _groups_pay(tr, graph, hw, offload, budget, opts, say) -> bool:
+    """Whether deciding each layer group separately predicts a faster step than one decision
+    for every group, on the same per-call-site model (the tie is the only difference)."""
+    say(f"solving per layer group and uniform for {budget / GB:g} GB")
+    cost = build_cost_model(tr, graph, hw, allow_offload=offload)
+    try:
+        per_group = solve_assignment(graph, cost, budget, opts)
+    except InfeasibleBudgetError:
+        return False
+    try:
+        uniform = solve_assignment(graph, cost, budget, opts, uniform=True)
+    except InfeasibleBudgetError:
+        return True  # only a per-group plan fits the model
+    return per_group.objective_s < uniform.objective_s * (1 - GROUP_GAIN)
 
 
 def _span_budgets(tr, graph, hw, offload, points: int) -> list[float]:
@@ -314,7 +397,7 @@ def _plan_one(step_fn, example_args, tr, graph, hw, offload, budget, opts, verif
             say(f"compiling the plan for {budget / GB:g} GB to verify it (round {len(rounds) + 1})")
         t = time.perf_counter()
         ver = verify(step_fn, example_args, tr, graph, cost, assignment, emitted.policy, pred,
-                     budget, compile=verify_compile)
+                     budget, compile=verify_compile, policies=emitted.policies)
         timings.append((f"verify (round {len(rounds) + 1})", time.perf_counter() - t))
         rounds.append(Round(correction_bytes=correction, predicted_peak_bytes=pred.peak_bytes,
                             compiled_device_bytes=ver.compiled_device_bytes, status=ver.status))
@@ -344,7 +427,7 @@ def _plan_one(step_fn, example_args, tr, graph, hw, offload, budget, opts, verif
         # The compiler needs more than the model said: learn the error and solve again.
         correction += max(1, ver.compiled_device_bytes - pred.peak_bytes)
 
-    baselines = evaluate_baselines(graph, cost, budget)
+    baselines = evaluate_baselines(graph, cost, budget) + _uniform_baseline(graph, cost, budget, opts)
     plan = Plan(
         budget_bytes=budget, hardware=hw, trace=tr, graph=graph, cost=cost, solution=sol,
         prediction=pred, baselines=baselines, emitted=emitted, verification=ver,

@@ -2,7 +2,8 @@
 
 ``plan.save(path)`` writes it; ``load_plan(path)`` reads it back as a :class:`SavedPlan` whose
 ``policy``, ``xla_flags`` and ``maxtext_yaml`` are the plan's, and whose ``check(step, *args)``
-refuses a step that is not the one the plan was made for.
+refuses a step that is not the one the plan was made for. A plan decided per layer group keeps
+its group in each class key (``g<group>|<signature>``), so ``policies`` round-trips too.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from planner.cost import Assignment
-from planner.emit import policy_for
+from planner.emit import differing_groups_error, policies_for
+from planner.graph import num_groups
 from planner.errors import PlanFileError
 
 FORMAT = "jax-offload-planner/plan"
@@ -32,10 +34,27 @@ class SavedPlan:
     maxtext_yaml: str
     report_data: dict = dataclasses.field(compare=False)
     path: str = ""
+    call_sites: int = 1               # checkpoint call sites of the step (plan.policies' length)
 
     @property
     def policy(self):
-        return policy_for(self.assignment, dict(self.class_names))[0]
+        """The plan's policy; raises LayerGroupsError when its layer groups decide differently."""
+        policy = policies_for(self.assignment, dict(self.class_names))[0]
+        if policy is None:
+            raise differing_groups_error(self.assignment, dict(self.class_names))
+        return policy
+
+    @property
+    def policies(self) -> tuple:
+        """One policy per layer group (call site, call order), as ``Plan.policies``; a uniform
+        plan repeats its one policy for every call site."""
+        policy, _, _, policies, _ = policies_for(self.assignment, dict(self.class_names))
+        return policies or (policy,) * self.call_sites
+
+    @property
+    def layer_groups(self) -> int:
+        """How many layer groups the plan decides separately (0: one decision for all)."""
+        return num_groups(dict(self.class_names))
 
     def report(self, fmt: str = "markdown") -> str:
         from planner.report import Report, render, report_from_dict
@@ -66,6 +85,7 @@ def save(plan, path: str | os.PathLike) -> None:
         "class_names": {c.key: c.name for c in plan.graph.classes},
         "xla_flags": plan.xla_flags,
         "maxtext_yaml": plan.maxtext_yaml,
+        "call_sites": len(plan.policies),
         "report": dataclasses.asdict(build_report(plan)),
     }
     text = json.dumps(data, indent=1, sort_keys=True)
@@ -97,7 +117,8 @@ def load(path: str | os.PathLike) -> SavedPlan:
             hardware=str(data["hardware"]), assignment=Assignment.of(decisions),
             class_names=tuple(sorted((str(k), v) for k, v in data["class_names"].items())),
             xla_flags=str(data["xla_flags"]), maxtext_yaml=str(data["maxtext_yaml"]),
-            report_data=dict(data["report"]), path=str(path))
+            report_data=dict(data["report"]), path=str(path),
+            call_sites=int(data.get("call_sites", 1)))
     except (KeyError, TypeError, ValueError) as e:
         raise PlanFileError(f"{path} is a damaged plan file ({type(e).__name__}: {e}).\n"
                             "Fix: save the plan again with plan.save(path).") from e

@@ -28,6 +28,7 @@ class Row:
     source: str
     reason: str
     shard: str = ""               # sharded steps: "1/8 (hlo)", how the per-device bytes were found
+    group: int | None = None      # the layer group, when the plan decides groups separately
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +70,7 @@ class Report:
     maxtext_yaml: str
     notes: tuple[str, ...]
     rounds: tuple[tuple[int, int, int | None, str], ...]
+    layer_groups: int = 0         # groups decided separately (0: one decision for all layers)
 
 
 def _reason(d: str, rec_ms: float, xfer_ms: float, nbytes: int, plan) -> str:
@@ -118,7 +120,9 @@ def build_report(plan) -> Report:
                         "; ".join(sorted(shards)) if plan.trace.num_partitions > 1 else ""))
     threshold = 0.001 * total
     small = [0, 0]
-    for cls, nbytes, rec, xfer, members, source, shard in sorted(entries, key=lambda e: -e[1]):
+    # Per layer group (a section each), then the largest first.
+    for cls, nbytes, rec, xfer, members, source, shard in sorted(
+            entries, key=lambda e: (e[0].group or 0, -e[1])):
         d = a.get(cls.key)
         if nbytes < threshold and d == "remat":
             small[0] += 1
@@ -126,7 +130,7 @@ def build_report(plan) -> Report:
             continue
         rows.append(Row(label=cls.label, decision=d, nbytes_per_step=nbytes, members=members,
                         recompute_ms=rec * 1e3, transfer_ms=xfer * 1e3, source=source, shard=shard,
-                        reason=_reason(d, rec * 1e3, xfer * 1e3, nbytes, plan)))
+                        reason=_reason(d, rec * 1e3, xfer * 1e3, nbytes, plan), group=cls.group))
 
     compiled = plan.verification.compiled_device_bytes
     planner_fits = (pred.peak_bytes if compiled is None else compiled) <= plan.budget_bytes
@@ -159,8 +163,16 @@ def build_report(plan) -> Report:
             notes.append(f"Region {rg.region.id} is not under lax.scan: on GPU, XLA dropped "
                          "offloads of unrolled layers in our measurements; check the compiled "
                          "program (verification) before trusting offloads there.")
+    groups = len(plan.emitted.policies)
+    if groups:
+        same = plan.emitted.policy is not None
+        notes.append(f"Layer groups: the {groups} checkpoint call sites were decided separately"
+                     + (" and came out the same, so plan.policy serves all of them." if same else
+                        "; pass plan.policies[g] to the g-th group's jax.checkpoint "
+                        "(plan.policy has no single answer)."))
     regions = tuple(
-        f"region {rg.region.id} at {rg.region.source}: {rg.region.multiplicity} trips"
+        ("" if rg.region.group is None else f"layer group {rg.region.group}: ")
+        + f"region {rg.region.id} at {rg.region.source}: {rg.region.multiplicity} trips"
         f"{' under lax.scan' if rg.region.in_scan else ''}, {len(rg.region.candidates)} "
         f"forward equations, user policy {rg.region.user_policy}"
         for rg in graph.regions)
@@ -183,6 +195,7 @@ def build_report(plan) -> Report:
         maxtext_yaml=plan.emitted.maxtext_yaml, notes=tuple(notes),
         rounds=tuple((i + 1, r.correction_bytes, r.compiled_device_bytes, r.status)
                      for i, r in enumerate(plan.rounds)),
+        layer_groups=groups,
     )
 
 
@@ -241,21 +254,26 @@ def _md(r: Report) -> str:
             f"Solver: {r.solver}.", ""]
     out += [f"- {x}" for x in r.regions] + [""]
     sharded = any(row.shard for row in r.rows)
-    out += ["| tensor | decision | MB/step | recompute ms | copies ms | why | source |"
-            + (" per device |" if sharded else ""),
-            "|---|---|---|---|---|---|---|" + ("---|" if sharded else "")]
+    g = r.layer_groups > 0
+    out += [("| group " if g else "") + "| tensor | decision | MB/step | recompute ms | copies ms "
+            "| why | source |" + (" per device |" if sharded else ""),
+            ("|---" if g else "") + "|---|---|---|---|---|---|---|" + ("---|" if sharded else "")]
     for row in r.rows:
-        out.append(f"| {row.label} | {row.decision} | {row.nbytes_per_step / MB:,.1f} | "
+        out.append(("" if not g else f"| {row.group} ") +
+                   f"| {row.label} | {row.decision} | {row.nbytes_per_step / MB:,.1f} | "
                    f"{row.recompute_ms:.3f} | {row.transfer_ms:.3f} | {row.reason} | {row.source} |"
                    + (f" {row.shard} |" if sharded else ""))
     if r.small_rows[0]:
-        out.append(f"| {r.small_rows[0]} smaller classes | remat | {r.small_rows[1] / MB:,.2f} | | | "
+        out.append(("| " if g else "") +
+                   f"| {r.small_rows[0]} smaller classes | remat | {r.small_rows[1] / MB:,.2f} | | | "
                    "under 0.1% of the bytes each | |")
     out += ["", "| policy | peak GB | host GB | step ms | fits |", "|---|---|---|---|---|"]
     for p in r.policies:
         fits = "yes" if p.fits else ("n/a" if not p.applicable else "no")
         out.append(f"| {p.name} | {p.peak_gb:.3f} | {p.host_gb:.3f} | {p.step_ms:.2f} | {fits} |")
-    out += ["", "Policy:", "```python", r.policy_source, "```",
+    per_group = r.policy_source.startswith("# layer group")
+    out += ["", "Policies, one per layer group:" if per_group else "Policy:", "```python",
+            r.policy_source, "```",
             "XLA flags:", "```", r.xla_flags or "(none needed)", "```"]
     for flag, why, src in r.flag_notes:
         out.append(f"- `{flag}`: {why} ({src})")
@@ -292,6 +310,9 @@ def _text(r: Report) -> str:
     for x in r.regions:
         con.print(f"  {x}", highlight=False)
     t = Table(title="Decisions (per step, all trips)")
+    g = r.layer_groups > 0
+    if g:
+        t.add_column("group", justify="right")
     for col, kw in (("tensor", {"max_width": 28}), ("decision", {}), ("MB", {"justify": "right"}),
                     ("remat ms", {"justify": "right"}), ("copy ms", {"justify": "right"}),
                     ("why", {"ratio": 1}), ("source", {"max_width": 30})):
@@ -300,11 +321,12 @@ def _text(r: Report) -> str:
     if sharded:
         t.add_column("per device", overflow="fold", max_width=24)
     for row in r.rows:
-        t.add_row(row.label, row.decision, f"{row.nbytes_per_step / MB:,.1f}",
+        t.add_row(*([str(row.group)] if g else []), row.label, row.decision,
+                  f"{row.nbytes_per_step / MB:,.1f}",
                   f"{row.recompute_ms:.3f}", f"{row.transfer_ms:.3f}", row.reason,
                   row.source.rsplit("/", 1)[-1].split(" (")[0], *([row.shard] if sharded else []))
     if r.small_rows[0]:
-        t.add_row(f"{r.small_rows[0]} smaller", "remat", f"{r.small_rows[1] / MB:,.2f}", "", "",
+        t.add_row(*([""] if g else []), f"{r.small_rows[0]} smaller", "remat", f"{r.small_rows[1] / MB:,.2f}", "", "",
                   "each under 0.1% of the bytes", "")
     con.print(t)
     p = Table(title="Same model, stock policies")
@@ -314,7 +336,9 @@ def _text(r: Report) -> str:
         p.add_row(x.name, f"{x.peak_gb:.3f}", f"{x.host_gb:.3f}", f"{x.step_ms:.2f}",
                   "yes" if x.fits else ("n/a" if not x.applicable else "no"))
     con.print(p)
-    con.print("policy = " + r.policy_source, highlight=False)
+    per_group = r.policy_source.startswith("# layer group")
+    con.print(("policies, one per layer group:\n" if per_group else "policy = ") + r.policy_source,
+              highlight=False)
     con.print("XLA_FLAGS = " + repr(r.xla_flags), highlight=False)
     for flag, why, src in r.flag_notes:
         con.print(f"  {flag}: {why} ({src})", highlight=False)

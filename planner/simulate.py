@@ -19,7 +19,7 @@ import dataclasses
 import math
 
 from planner.cost import Assignment, CostModel
-from planner.graph import LivenessGraph
+from planner.graph import LivenessGraph, class_key
 
 
 class PlanViolation(AssertionError):
@@ -77,9 +77,10 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
             raise PlanViolation(f"device memory {device} bytes exceeds the budget {budget_bytes}")
 
     def decision(c):
-        d = decisions.get(c.signature, "remat")
+        key = class_key(rg.region, c)  # rg: the region of the loop below
+        d = decisions.get(key, "remat")
         if d == "offload" and not cost.allow_offload:
-            raise PlanViolation(f"{c.signature} is offloaded but offloading is not allowed")
+            raise PlanViolation(f"{key} is offloaded but offloading is not allowed")
         if c.effectful and d != "save":
             # JAX keeps effectful equations in the forward pass whatever the policy says.
             return "save"

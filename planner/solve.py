@@ -1,10 +1,16 @@
 """Stage 4, solve: one CP-SAT model choosing save / remat / offload per class.
 
 The model encodes exactly the formulas of ``cost.py`` (read its docstring first); every
-variable family and constraint family below says what it stands for. Two lexicographic
+variable family and constraint family below says what it stands for. Four lexicographic
 phases: first the fastest predicted step under the budget; then, at that step time, the
-fewest bytes sent to the host; then, at both, the smallest peak. Deterministic: one search worker and a fixed seed, so the same inputs give
+fewest bytes sent to the host; then, at both, the smallest peak; then the fewest residual
+bytes (ties between saving and recomputing free tensors). Deterministic: one search worker and a fixed seed, so the same inputs give
 the same plan.
+
+Layer groups: when the trace keeps each checkpoint call site as its own region (``group``
+set), the classes are per (group, signature) (graph.class_key), so the variables ``x`` below
+are per group and class while every constraint stays per region; ``uniform=True`` ties the
+groups together (the best single policy for all of them, which a per-group plan must beat).
 
 Integer scaling: bytes are counted in KiB rounded *up* for what a plan uses and *down* for
 the budget, so rounding can only make a plan more conservative; times are in nanoseconds.
@@ -20,7 +26,7 @@ from ortools.sat.python import cp_model
 
 from planner.cost import Assignment, CostModel, evaluate, regions_in_order
 from planner.errors import InfeasibleBudgetError, SolverError
-from planner.graph import LivenessGraph
+from planner.graph import LivenessGraph, class_key
 
 KIB = 1024
 NS = 1e9  # nanoseconds per second
@@ -57,18 +63,33 @@ def _ns(t: float) -> int:
 class _Model:
     """The CP-SAT model for one (graph, cost model, budget)."""
 
-    def __init__(self, graph: LivenessGraph, cost: CostModel, budget_bytes: float | None):
+    def __init__(self, graph: LivenessGraph, cost: CostModel, budget_bytes: float | None,
+                 uniform: bool = False):
         m = self.m = cp_model.CpModel()
         decisions = ("save", "remat", "offload") if cost.allow_offload else ("save", "remat")
         self.decisions = decisions
-        # x[k, d]: class k takes decision d. One decision per class.
+        # x[k, d]: class k takes decision d. One decision per class. With layer groups a class
+        # is (group, signature): each group's call site has its own policy, so the same
+        # tensor may be kept in one group and recomputed in another.
         self.x = {}
         for cls in graph.classes:
             for d in decisions:
                 self.x[cls.key, d] = m.NewBoolVar(f"x[{cls.label}|{d}]")
             m.AddExactlyOne(self.x[cls.key, d] for d in decisions)
+        # uniform: every group takes the same decision for the same signature (one policy for
+        # all groups), the baseline a per-group plan must beat.
+        if uniform:
+            first = {}
+            for cls in graph.classes:
+                if cls.group is None:
+                    continue
+                other = first.setdefault(cls.signature, cls.key)
+                for d in decisions:
+                    if other != cls.key:
+                        m.Add(self.x[cls.key, d] == self.x[other, d])
 
         residual_terms, host_terms, time_terms, ws_terms = [], [], [], []
+        tie_terms = []  # phase 4: residual bytes, weighted by forward position (see there)
         for rg, rc in zip(graph.regions, cost.regions):
             cands = rg.region.candidates
             L = rc.multiplicity
@@ -84,7 +105,7 @@ class _Model:
             def dec(c, d):
                 if c.effectful:  # JAX always runs effectful equations forward and keeps them
                     return 1 if d == "save" else 0
-                return self.x[c.signature, d] if d in decisions else 0
+                return self.x[class_key(rg.region, c), d] if d in decisions else 0
 
             # need[v]: the backward pass reads v, or v feeds a needed recomputed value.
             need = {}
@@ -136,6 +157,7 @@ class _Model:
                 r = both(c, "remat")
                 # A loop-invariant residual is stored once, the others once per trip.
                 (I if c.loop_invariant else R).append(kib * s)
+                tie_terms.append((1 if c.loop_invariant else L) * kib * (len(cands) + i) * s)
                 if not c.loop_invariant and rc.materialize_s[i]:
                     # M_r: saving a fusible value costs the forward write of it.
                     C.append(_ns(rc.materialize_s[i]) * s)
@@ -204,6 +226,11 @@ class _Model:
         self.extra_ns = sum(time_terms)
         # Bytes the plan sends to the host per step (phase 2's objective, below).
         self.host_kib = sum(host_terms) if host_terms else 0
+        # Phase 4's objective: the device residual bytes, each weighted by n + its forward
+        # position (n candidates in its region), so that of two equally large tensors the
+        # earlier is kept, alike in every region and layer group.
+        self.residual_kib = sum(residual_terms) * (1 + max(
+            (len(rg.region.candidates) for rg in graph.regions), default=0)) + sum(tie_terms)
         self.base_ns = _ns(cost.base_step_s)
         self.num_variables = len(m.Proto().variables)
 
@@ -251,10 +278,13 @@ def min_feasible_bytes(graph: LivenessGraph, cost: CostModel, opts: SolverOption
 
 
 def solve_assignment(graph: LivenessGraph, cost: CostModel, budget_bytes: float,
-                     opts: SolverOptions = SolverOptions()) -> Solution:
-    """Fastest predicted assignment within ``budget_bytes``; raises if none fits."""
+                     opts: SolverOptions = SolverOptions(), *, uniform: bool = False) -> Solution:
+    """Fastest predicted assignment within ``budget_bytes``; raises if none fits.
+
+    ``uniform=True`` ties the layer groups' decisions together (one policy for every group).
+    """
     t0 = time.perf_counter()
-    mod = _Model(graph, cost, budget_bytes)
+    mod = _Model(graph, cost, budget_bytes, uniform)
     mod.hint_all_remat()
     s, status = mod.run(mod.extra_ns, opts, opts.time_limit_s)
     if status == cp_model.INFEASIBLE:
@@ -281,11 +311,15 @@ def solve_assignment(graph: LivenessGraph, cost: CostModel, budget_bytes: float,
     # predicts hidden still competes for HBM bandwidth and can be exposed by the schedule
     # XLA picks (benchmarks/results/h200-2026-12-01.md), so the planner offloads only what
     # buys predicted time, never merely to lower a peak that already fits.
-    # Phase 3: at both, the smallest peak (keeps spare memory for the user). Each phase has
-    # its own deterministic time budget, so the answer does not depend on the machine's load.
+    # Phase 3: at both, the smallest peak (keeps spare memory for the user). Phase 4: at all
+    # three, the fewest residual bytes: a tensor whose saving and recompute cost the same
+    # (a view, an elementwise op) is not kept where keeping it does not set the peak, so
+    # ties break the same way in every region and layer group. Each phase has its own
+    # deterministic time budget, so the answer does not depend on the machine's load.
     final = s
     mod.m.Add(mod.extra_ns <= int(first))
-    for objective, keep in ((mod.host_kib, True), (mod.peak_kib, False)):
+    for objective, keep in ((mod.host_kib, True), (mod.peak_kib, True),
+                            (mod.residual_kib, False)):
         if isinstance(objective, int):  # nothing can be offloaded
             continue
         mod.m.ClearHints()

@@ -32,6 +32,7 @@ consistent with these per-device candidate bytes.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from typing import Any, Callable, Sequence
 
@@ -105,6 +106,11 @@ class Region:
     in_scan: bool                  # runs inside lax.scan (the loop form matters, see DESIGN.md)
     inputs: tuple[RegionInput, ...] = ()
     backward_eqns: tuple = dataclasses.field(repr=False, compare=False, default=())
+    # Layer groups (see merge_call_sites): a region of one call site, decided on its own
+    # (its classes are per group), has group = its call-site position; merged regions: None.
+    group: int | None = None
+    bind_ids: tuple[int, ...] = ()   # the region ids the adapter gave its call sites (bind order)
+    body: str = ""                   # hash of the body: equal bodies are identical regions
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -511,8 +517,36 @@ def _fingerprint(step_jaxpr) -> str:
     return hashlib.sha256(str(adapter.open_jaxpr(step_jaxpr)).encode()).hexdigest()[:16]
 
 
-def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
-    """Trace ``step_fn(*args)`` and list the candidates of every checkpointed region."""
+def merge_regions(sites: Sequence[Region]) -> tuple[Region, ...]:
+    """Identical regions (same body) at several call sites merged into one: multiplicities
+    and call sites summed, one decision per class for all of them (group None)."""
+    merged: dict[str, Region] = {}
+    for r in sites:
+        key = r.body or f"site{r.id}"
+        if key in merged:
+            m = merged[key]
+            merged[key] = dataclasses.replace(
+                m, multiplicity=m.multiplicity + r.multiplicity,
+                call_sites=m.call_sites + r.call_sites, bind_ids=m.bind_ids + r.bind_ids)
+        else:
+            merged[key] = dataclasses.replace(r, id=len(merged), group=None)
+    return tuple(merged.values())
+
+
+def merge_call_sites(trace: Trace) -> Trace:
+    """``trace`` with its per-call-site regions merged (what ``trace_step`` returns by default)."""
+    if all(r.group is None for r in trace.regions):
+        return trace
+    return dataclasses.replace(trace, regions=merge_regions(trace.regions))
+
+
+def trace_step(step_fn: Callable, args: Sequence[Any], *, split_call_sites: bool = False) -> Trace:
+    """Trace ``step_fn(*args)`` and list the candidates of every checkpointed region.
+
+    By default identical regions at several call sites are merged into one region (one
+    decision per class for all). With ``split_call_sites=True`` every call site stays its own
+    region with its own ``group`` (layer groups: per-group decisions, one policy per call site).
+    """
     try:
         with adapter.controlled_policies(lambda rid, r: adapter.everything_saveable) as bound:
             traced = _traced(step_fn, args)
@@ -558,27 +592,29 @@ def trace_step(step_fn: Callable, args: Sequence[Any]) -> Trace:
     # recompute's instructions.
     index = shard.parse_hlo([saved_text, anchor_text])
 
-    merged: dict[str, Region] = {}
+    # One region per differentiated call site, in bind order (a scan's trips are one call
+    # site, multiplicity = trip count). Identical bodies share one candidate analysis.
+    sites: list[Region] = []
+    analysed: dict[str, tuple] = {}
     for br in bound:
         if br.region_id not in mult:
             continue
         key = _region_structure_key(br.jaxpr)
-        if key in merged:
-            r = merged[key]
-            merged[key] = dataclasses.replace(
-                r, multiplicity=r.multiplicity + mult[br.region_id], call_sites=r.call_sites + 1)
-            continue
-        cands, bwd, inputs = _candidates(br, step_jaxpr, anchor_jaxpr, br.region_id, index)
-        merged[key] = Region(
-            id=len(merged), source=br.source, multiplicity=mult[br.region_id], call_sites=1,
+        if key not in analysed:
+            analysed[key] = _candidates(br, step_jaxpr, anchor_jaxpr, br.region_id, index)
+        cands, bwd, inputs = analysed[key]
+        sites.append(Region(
+            id=len(sites), source=br.source, multiplicity=mult[br.region_id], call_sites=1,
             candidates=cands, user_policy=_policy_text(br.user_policy),
             prevent_cse=bool(br.prevent_cse) if isinstance(br.prevent_cse, bool) else True,
             in_scan=bool(_in_scan(adapter.open_jaxpr(step_jaxpr), br.region_id)), backward_eqns=bwd,
-            inputs=inputs,
-        )
+            inputs=inputs, group=len(sites), bind_ids=(br.region_id,),
+            body=hashlib.sha256(key.encode()).hexdigest()[:16],
+        ))
+    regions = tuple(sites) if split_call_sites else merge_regions(sites)
     arg_bytes = sum(_shard_nbytes(x) for x in jax.tree.leaves(args))
     return Trace(
-        regions=tuple(merged.values()), step_jaxpr=step_jaxpr, anchor=anchor,
+        regions=regions, step_jaxpr=step_jaxpr, anchor=anchor,
         argument_bytes=arg_bytes, backend=jax.default_backend(),
         fingerprint=_fingerprint(step_jaxpr),
         undifferentiated_regions=sum(1 for br in bound if br.region_id not in mult),

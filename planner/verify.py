@@ -22,7 +22,7 @@ import jax
 
 from planner import _jax_adapter as adapter
 from planner.cost import Assignment, Prediction
-from planner.graph import LivenessGraph
+from planner.graph import LivenessGraph, class_key
 from planner.trace import CompiledFigures, Trace, compile_with, compiled_figures
 
 # Backends whose compiler keeps pinned_host buffers apart from device memory in
@@ -64,23 +64,31 @@ class Verification:
         return self.compiled_device_bytes - self.predicted_peak_bytes
 
 
-def _policy_checks(graph: LivenessGraph, assignment: Assignment, policy, prediction: Prediction):
+def _region_policy(region, policy, policies):
+    """The policy a region's call site gets: its layer group's, else the one policy."""
+    return policies[region.group] if policies and region.group is not None else policy
+
+
+def _policy_checks(graph: LivenessGraph, assignment: Assignment, policy, prediction: Prediction,
+                   policies=()):
     """Level 1: replay JAX's residual choice with the emitted policy on every region."""
     checks = []
     for rg, rp in zip(graph.regions, prediction.regions):
         r = rg.region
         cands = r.candidates
         want = {}
+        region_policy = _region_policy(r, policy, policies)
         for c in cands:
             if rp.needed[c.index]:
-                d = "save" if c.effectful else assignment.get(c.signature)
+                d = "save" if c.effectful else assignment.get(class_key(r, c))
                 if d in ("save", "offload"):
                     want[c.index] = d
         # Replay on the region's forward equations in the order the trace recorded them.
         got = {}
         for c in cands:
             e = c.eqn
-            d = adapter.decision_text(policy(e.primitive, *[v.aval for v in e.invars], **e.params))
+            d = adapter.decision_text(region_policy(e.primitive, *[v.aval for v in e.invars],
+                                                    **e.params))
             if c.effectful:
                 d = "save"
             if rp.needed[c.index] and d in ("save", "offload"):
@@ -89,9 +97,10 @@ def _policy_checks(graph: LivenessGraph, assignment: Assignment, policy, predict
         extra = {i: d for i, d in got.items() if i not in want}
         label = lambda i: cands[i].name or f"{cands[i].primitive}{list(cands[i].shape)}"
         ok = not missing and not extra
-        detail = (f"region {r.id}: the emitted policy keeps the {len(want)} planned residuals"
+        where = f"region {r.id}" + ("" if r.group is None else f" (layer group {r.group})")
+        detail = (f"{where}: the emitted policy keeps the {len(want)} planned residuals"
                   if ok else
-                  f"region {r.id}: emitted policy differs from the plan; planned but not kept: "
+                  f"{where}: emitted policy differs from the plan; planned but not kept: "
                   f"{[label(i) for i in missing]}, kept but not planned: {[label(i) for i in extra]}")
         checks.append(Check(name="policy keeps the planned tensors", ok=ok, detail=detail))
     return checks
@@ -112,15 +121,22 @@ def _at_global_sizes(graph: LivenessGraph) -> LivenessGraph:
 
 def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: LivenessGraph,
            cost, assignment: Assignment, policy, prediction: Prediction, budget_bytes: int,
-           *, compile: bool = True) -> Verification:
-    checks = list(_policy_checks(graph, assignment, policy, prediction))
+           *, compile: bool = True, policies: tuple = ()) -> Verification:
+    """``policy``: the one emitted policy; ``policies``: one per layer group (call site, in
+    call order) when the plan decides groups separately (then ``policy`` may be None)."""
+    checks = list(_policy_checks(graph, assignment, policy, prediction, policies))
     backend = jax.default_backend()
     if not compile:
         return Verification(status=STATUS_NOT_COMPILED, compiled=None, compiled_device_bytes=None,
                             predicted_peak_bytes=prediction.peak_bytes, budget_bytes=budget_bytes,
                             checks=tuple(checks), backend=backend,
                             note="compilation skipped (verify=False)")
-    step_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: policy)
+    # Each call site gets its group's policy, as the user's code would pass it; the trace
+    # stage recorded which adapter region ids (bind order) each region's call sites had.
+    by_bind = {b: _region_policy(rg.region, policy, policies)
+               for rg in graph.regions for b in rg.region.bind_ids}
+    fallback = policy if policy is not None else policies[0]
+    step_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: by_bind.get(rid, fallback))
     figs = compiled_figures(compiled, step_jaxpr)
 
     # Level 2: stacked residuals of the traced step against the full-remat anchor.

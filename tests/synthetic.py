@@ -13,8 +13,10 @@ from planner.trace import Candidate, CompiledFigures, Region, RegionInput, Trace
 
 
 def random_problem(seed: int, *, n_nodes: int = 7, n_regions: int = 1, n_classes: int = 4,
-                   eta: float | None = None, allow_offload: bool = True):
-    """A random DAG per region, candidates spread over ``n_classes`` shared signatures."""
+                   eta: float | None = None, allow_offload: bool = True, groups: bool = False):
+    """A random DAG per region, candidates spread over ``n_classes`` shared signatures.
+
+    ``groups=True``: each region is one call site of its own layer group (classes per group)."""
     rnd = random.Random(seed)
     regions = []
     for rid in range(n_regions):
@@ -35,9 +37,10 @@ def random_problem(seed: int, *, n_nodes: int = 7, n_regions: int = 1, n_classes
                                           stacked=j == 0, needed=rnd.random() < 0.3)
                               for j in range(n_inputs))
         regions.append(Region(id=rid, source="synthetic", multiplicity=rnd.randint(1, 4),
-                              call_sites=rnd.choice([1, 1, 2]), candidates=tuple(cands),
+                              call_sites=1 if groups else rnd.choice([1, 1, 2]),
+                              candidates=tuple(cands),
                               user_policy="none", prevent_cse=False, in_scan=True,
-                              inputs=region_inputs))
+                              inputs=region_inputs, group=rid if groups else None))
     figs = CompiledFigures(argument_bytes=0, output_bytes=0, alias_bytes=0, temp_bytes=0,
                            host_temp_bytes=0, host_buffers_in_hlo=0, async_host_copies_in_hlo=0,
                            jaxpr_host_bytes=0, stacked_device_bytes=0, stacked_host_bytes=0,
