@@ -93,6 +93,12 @@ class FrontierConfig:
     top_k: int = 0
     d_expert: int = 0
     d_shared: int = 0             # one shared expert of this hidden size
+    # "ragged": examples/moe.py's dropless block (one sort of all tokens, jax.lax.ragged_dot),
+    # what MaxText runs on GPU with sparse_matmul=True. "capacity": GShard-style dispatch
+    # of each fsdp shard's tokens into [experts, capacity] slots and dense einsums, MaxText's
+    # sparse_matmul=False path; it shards over the mesh (expert parallelism over "fsdp").
+    moe_impl: str = "ragged"
+    capacity_factor: float = 1.25
     # Mesh and batch.
     mesh_shape: tuple[int, int] = (64, 8)         # (fsdp, tensor)
     per_device_batch: int = 1     # sequences per fsdp shard (shared by its tensor group)
@@ -135,7 +141,11 @@ TINY_DEEPSEEK = DEEPSEEK_V3.scaled(
     q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
     n_dense_layers=1, n_experts=8, top_k=2, d_expert=32, d_shared=32, mesh_shape=(4, 2))
 
-CONFIGS = {"llama3.1-405b": LLAMA3_405B, "deepseek-v3-671b": DEEPSEEK_V3}
+# DeepSeek-V3 with capacity-limited expert dispatch (see FrontierConfig.moe_impl).
+DEEPSEEK_V3_CAPACITY = DEEPSEEK_V3.scaled(name="deepseek-v3-671b-capacity", moe_impl="capacity")
+TINY_DEEPSEEK_CAPACITY = TINY_DEEPSEEK.scaled(name="tiny-deepseek-capacity", moe_impl="capacity")
+
+CONFIGS = {c.name: c for c in (LLAMA3_405B, DEEPSEEK_V3, DEEPSEEK_V3_CAPACITY)}
 
 
 # ---------------------------------------------------------------------------- layers
@@ -217,11 +227,51 @@ def dense_layer(cfg: FrontierConfig, x, layer, positions, mesh=None):
                            ("mlpwi_0", "mlpwi_1", "mlpwo"))
 
 
+def capacity_moe_block(cfg: FrontierConfig, h, layer, mesh=None):
+    """Shared expert + top-k routed experts with capacity-limited dispatch, per group.
+
+    ``h: [G, T, D]``: G groups of T tokens (one group per fsdp shard). Each expert takes at
+    most ``C = ceil(T * top_k / E * capacity_factor)`` tokens of a group, first come first
+    served; the rest are dropped (their routed output is zero). Dispatch and combine are
+    one-hot einsums, as in GShard (Lepikhin et al., 2020, arXiv:2006.16668) and MaxText.
+    """
+    g, t, d = h.shape
+    E, k = cfg.n_experts, cfg.top_k
+    cap = max(1, math.ceil(t * k / E * cfg.capacity_factor))
+    shared = moe._swiglu(h, layer["s_w1"], layer["s_w3"], layer["s_w2"],
+                         ("mlpwi_0", "mlpwi_1", "mlpwo"))
+    probs = jax.nn.softmax((h @ layer["router"]).astype(jnp.float32), axis=-1)   # [G, T, E]
+    weights, experts = jax.lax.top_k(probs, k)                                  # [G, T, k]
+    onehot = jax.nn.one_hot(experts, E, dtype=jnp.int32)                        # [G, T, k, E]
+    # Slot of each (token, choice) in its expert's queue, in token order.
+    slot = (jnp.cumsum(onehot.reshape(g, t * k, E), axis=1) - 1).reshape(g, t, k, E)
+    keep = (slot < cap) & (onehot > 0)
+    slot_1h = jax.nn.one_hot(jnp.where(keep, slot, cap), cap, dtype=h.dtype)   # [G,T,k,E,C]
+    dispatch = jnp.sum(slot_1h, axis=2)                                          # [G, T, E, C]
+    combine = jnp.einsum("gtk,gtkec->gtec", weights.astype(h.dtype), slot_1h)
+    xe = jnp.einsum("gtec,gtd->egcd", dispatch, h)
+    xe = _constrain(xe, mesh, P(FSDP, None, None, None))  # all-to-all: experts over fsdp
+    gate = checkpoint_name(jnp.einsum("egcd,edf->egcf", xe, layer["e_w1"]), "moe_mlpwi_0")
+    up = checkpoint_name(jnp.einsum("egcd,edf->egcf", xe, layer["e_w3"]), "moe_mlpwi_1")
+    ye = checkpoint_name(jnp.einsum("egcf,efd->egcd", jax.nn.silu(gate) * up, layer["e_w2"]),
+                         "moe_mlpwo")
+    ye = _constrain(ye, mesh, P(None, FSDP, None, None))  # all-to-all back: groups over fsdp
+    return shared + jnp.einsum("gtec,egcd->gtd", combine, ye)
+
+
 def moe_layer(cfg: FrontierConfig, x, layer, positions, mesh=None):
-    """Attention, then shared + routed experts (``examples/moe.py``'s block, ragged_dot)."""
+    """Attention, then shared + routed experts: ``examples/moe.py``'s block (one sort of
+    all tokens, ragged_dot) or ``capacity_moe_block``, as ``cfg.moe_impl`` says."""
     b, s, d = x.shape
     x = _attention(cfg, x, layer, positions, mesh)
-    h = _constrain(llama._rms_norm(x, layer["mlp_norm"]).reshape(b * s, d), mesh, P(FSDP, None))
+    h = llama._rms_norm(x, layer["mlp_norm"])
+    if cfg.moe_impl == "capacity":
+        groups = cfg.mesh_shape[0]
+        h = _constrain(h.reshape(groups, b * s // groups, d), mesh, P(FSDP, None, None))
+        return x + capacity_moe_block(cfg, h, layer, mesh).reshape(b, s, d)
+    if cfg.moe_impl != "ragged":
+        raise ValueError(f"moe_impl must be 'ragged' or 'capacity', got {cfg.moe_impl!r}")
+    h = _constrain(h.reshape(b * s, d), mesh, P(FSDP, None))
     return x + moe.moe_block(_moe_cfg(cfg), h, layer).reshape(b, s, d)
 
 
