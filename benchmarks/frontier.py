@@ -224,7 +224,8 @@ def main(argv=None) -> int:
                   f"RSS {r.get('peak_rss_gb', float('nan')):.2f} GB", file=sys.stderr, flush=True)
     md = [f"Command: `python benchmarks/frontier.py {' '.join(argv or sys.argv[1:])}`".rstrip(),
           f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
-          f"Machine: {_machine()}", "", _table(rows), ""]
+          f"Machine: {_machine()}; load average (1, 5, 15 min) at the end: "
+          + ", ".join(f"{x:.2f}" for x in os.getloadavg()), "", _table(rows), ""]
     md += [_summary(r) + "\n" for r in rows]
     if a.profile:
         for r in rows:
