@@ -138,15 +138,16 @@ def _table(rows: list[dict]) -> str:
             "candidates |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
-        t = r.get("timings", {})
-        solve_s = sum(v for k, v in t.items() if k.startswith("solve"))
+        t = r.get("timings", {})  # absent when the planner raised (infeasible budget)
+        trace_s = f"{t['trace + anchor compile']:.1f}" if t else "-"
+        solve_s = f"{sum(v for k, v in t.items() if k.startswith('solve')):.2f}" if t else "-"
         peak = f"{r['predicted_peak_gb']:.1f}" if "predicted_peak_gb" in r else (
             f"(needs >= {r['min_feasible_gb']:.1f})" if "min_feasible_gb" in r else "-")
         step = f"{r['predicted_step_s']:.3f}" if "predicted_step_s" in r else "-"
         lines.append(
             f"| {r['model']} | {r['hardware']} | {r['budget_gb']:.1f} | {r.get('status', '?')} | "
             f"{r.get('plan_s', float('nan')):.1f} | "
-            f"{t.get('trace + anchor compile', float('nan')):.1f} | {solve_s:.2f} | "
+            f"{trace_s} | {solve_s} | "
             f"{r.get('peak_rss_gb', float('nan')):.2f} | {peak} | {step} | "
             f"{r.get('classes', '-')} | {r.get('candidates', '-')} |")
     return "\n".join(lines)
