@@ -166,7 +166,8 @@ def _summary(r: dict) -> str:
                    f"{r['solver_variables']} CP-SAT variables")
         out.append(f"- predicted peak per device {r['predicted_peak_gb']:.2f} GB "
                    f"(fixed {r['fixed_gb']:.2f} GB; anchor compile: arguments "
-                   f"{r['argument_gb_per_device']:.2f} GB/device, temp {r['anchor_temp_gb']:.2f} GB); "
+                   f"{r['argument_gb_per_device']:.2f} GB/device, "
+                   f"temp {r['anchor_temp_gb']:.2f} GB); "
                    f"host {r['host_gb']:.2f} GB; predicted step {r['predicted_step_s']:.3f} s")
         if "decoder_layer_input" in r:
             d = r["decoder_layer_input"]
@@ -206,7 +207,8 @@ def main(argv=None) -> int:
     for model in a.models:
         for hw in a.hardware:
             cmd = [sys.executable, os.path.abspath(__file__), "--one", model, hw,
-                   "--budget-fraction", str(a.budget_fraction)] + (["--profile"] if a.profile else [])
+                   "--budget-fraction", str(a.budget_fraction)]
+            cmd += ["--profile"] if a.profile else []
             print(f"planning {model} on {hw} ...", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
             try:

@@ -88,7 +88,8 @@ def main(argv=None) -> int:
         print(f"solving {n} candidates ...", file=sys.stderr, flush=True)
         rows.append(run_one(n, a.time_limit, a.seed))
         print(f"  {rows[-1]['status']} in {rows[-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
-    cmd = "python benchmarks/solver_scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    args = argv if argv is not None else sys.argv[1:]
+    cmd = "python benchmarks/solver_scale.py " + " ".join(args)
     text = "\n".join([
         f"Command: `{cmd.strip()}`",
         f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
