@@ -1,0 +1,108 @@
+"""CP-SAT solve time against candidate count, on synthetic region graphs (no JAX tracing).
+
+    python benchmarks/solver_scale.py                          # 100, 1,000, 10,000 candidates
+    python benchmarks/solver_scale.py --counts 100 --time-limit 5
+
+The graphs come from ``tests/synthetic.py``'s ``random_problem``: random DAGs of candidates
+with hand-set costs. For ``n`` candidates: ``ceil(n / 1000)`` regions of ``n / regions``
+candidates each, whose policy signatures are drawn from ``n / 5`` classes (a decision per
+class, as for a real trace: the Llama 3.1 405B trace has 150 candidates in 102 classes).
+The budget is halfway between the predicted peaks of full remat and of saving everything.
+
+Per size: wall time of ``solve_assignment`` (all three phases: fastest step, then fewest host
+bytes, then smallest peak; each with ``--time-limit`` deterministic seconds), the CP-SAT
+status and gap of phase 1 (FEASIBLE = the time limit stopped it before proving optimality),
+the number of CP-SAT variables, and the time to build the problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import platform
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+
+
+def shape_for(n: int) -> tuple[int, int, int]:
+    """(regions, candidates per region, classes) for about ``n`` candidates."""
+    regions = max(1, math.ceil(n / 1000))
+    return regions, max(1, n // regions), max(4, n // 5)
+
+
+def run_one(n: int, time_limit: float, seed: int = 0) -> dict:
+    from synthetic import random_problem
+
+    from planner.cost import Assignment, evaluate
+    from planner.errors import InfeasibleBudgetError
+    from planner.solve import SolverOptions, solve_assignment
+
+    regions, nodes, classes = shape_for(n)
+    t0 = time.perf_counter()
+    graph, cost = random_problem(seed, n_nodes=nodes, n_regions=regions, n_classes=classes)
+    build_s = time.perf_counter() - t0
+    keys = [c.key for c in graph.classes]
+    lo = evaluate(cost, graph, Assignment.of({k: "remat" for k in keys})).peak_bytes
+    hi = evaluate(cost, graph, Assignment.of({k: "save" for k in keys})).peak_bytes
+    budget = (lo + hi) / 2
+    row = {"candidates": regions * nodes, "regions": regions, "classes": len(keys),
+           "build_s": build_s, "budget_mb": budget / 1e6, "time_limit_s": time_limit}
+    t0 = time.perf_counter()
+    try:
+        sol = solve_assignment(graph, cost, budget, SolverOptions(time_limit_s=time_limit))
+        row.update(status=sol.status, gap=sol.gap, variables=sol.num_variables,
+                   solve_s=sol.wall_s)
+    except InfeasibleBudgetError:
+        row.update(status="INFEASIBLE", gap=float("nan"), variables=0,
+                   solve_s=time.perf_counter() - t0)
+    row["wall_s"] = time.perf_counter() - t0
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    out = ["| candidates | regions | classes | CP-SAT variables | status (phase 1) | gap | "
+           "solve wall s | time limit / phase s | problem build s |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['candidates']:,} | {r['regions']} | {r['classes']:,} | "
+                   f"{r['variables']:,} | {r['status']} | {r['gap']:.2%} | {r['wall_s']:.2f} | "
+                   f"{r['time_limit_s']:g} | {r['build_s']:.2f} |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--counts", type=int, nargs="+", default=[100, 1000, 10000])
+    ap.add_argument("--time-limit", type=float, default=30.0,
+                    help="CP-SAT deterministic seconds per phase (the planner's default: 30)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", help="also write the Markdown here")
+    a = ap.parse_args(argv)
+    rows = []
+    for n in a.counts:
+        print(f"solving {n} candidates ...", file=sys.stderr, flush=True)
+        rows.append(run_one(n, a.time_limit, a.seed))
+        print(f"  {rows[-1]['status']} in {rows[-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
+    args = argv if argv is not None else sys.argv[1:]
+    cmd = "python benchmarks/solver_scale.py " + " ".join(args)
+    text = "\n".join([
+        f"Command: `{cmd.strip()}`",
+        f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"Machine: {os.cpu_count()} CPU cores (nproc), Python {platform.python_version()}, "
+        "CP-SAT with 1 worker (the planner's setting); load average (1, 5, 15 min) at the end: "
+        + ", ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "", table(rows), ""])
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
