@@ -22,8 +22,10 @@ ratio), ``hlo (ambiguous)`` (several matches disagreed; the smallest divisor, mo
 is kept), ``sharding-constraint`` (the equation is a with_sharding_constraint:
 its sharding's shard shape), ``input-sharding`` (not in the HLO, e.g. checkpoint_name: the
 divisor of an operand with as many elements), ``reader-sharding`` (the same, from a value
-that reads it: e.g. a region's input activation whose first reader is a checkpoint_name),
-``unsharded (conservative)`` (nothing known:
+that reads it: e.g. a region's input activation whose first reader is a checkpoint_name;
+or a broadcast of literals, from a bigger value it feeds whose divisor divides its size), ``same-shape``
+(a broadcast of a literal XLA fused away, like an attention mask: the divisor of another
+value of the same shape), ``unsharded (conservative)`` (nothing known:
 global bytes, which never under-counts memory) or ``single device`` (one partition: exact).
 The anchors' memory_analysis() is per device already, so the cost stage's fixed bytes stay
 consistent with these per-device candidate bytes.
@@ -68,7 +70,8 @@ class Candidate:
     global_nbytes: int = 0         # all outputs at their global (jaxpr) shapes
     shard_divisor: int = 1         # global elements / per-device elements of its outputs
     shard_source: str = "single device"  # hlo | hlo (reshaped) | hlo (ambiguous) | sharding-constraint |
-                                   # input-sharding | reader-sharding | unsharded (conservative) | single device
+                                   # input-sharding | reader-sharding | same-shape |
+                                   # unsharded (conservative) | single device
     flop_divisor: int = 1          # global work / per-device work of the equation (matmuls:
                                    # from the partitioned dot, contraction sharding included)
     collective_bytes: float = 0.0  # per device per run: collectives the partitioner inserted
@@ -315,30 +318,55 @@ def _per_device(cands: list[Candidate], inputs: tuple[RegionInput, ...], in_vars
     producer = {v: j for j, c in enumerate(cands) for v in c.eqn.outvars}
     var_div = lambda v: (div_of(v) if v in in_pos else
                          (found[producer[v]][0] if v in producer and found[producer[v]] else None))
-    changed = True
-    while changed:
-        changed = False
-        for j, c in enumerate(cands):  # forward: from an operand of the same size
-            if found[j] is None and c.eqn.outvars:
-                n = size(c.eqn.outvars[0])
-                ds = [var_div(v) for v in c.eqn.invars if isinstance(v, adapter.Var)
-                      and size(v) == n and var_div(v)]
-                if ds:
-                    found[j], changed = (min(ds), "input-sharding"), True
-        for j in reversed(range(len(cands))):  # backward: from a reader of the same size
-            c = cands[j]
-            if found[j] is None and c.eqn.outvars:
-                v = c.eqn.outvars[0]
-                ds = [found[r][0] for r in readers.get(v, ()) if found[r]
-                      and cands[r].eqn.outvars and size(cands[r].eqn.outvars[0]) == size(v)]
-                if ds:
-                    found[j], changed = (min(ds), "reader-sharding"), True
-        for v, k in in_pos.items():
-            if in_found.get(k) is None:
-                ds = [found[r][0] for r in readers.get(v, ()) if found[r]
-                      and cands[r].eqn.outvars and size(cands[r].eqn.outvars[0]) == size(v)]
-                if ds:
-                    in_found[k], changed = (min(ds), "reader-sharding"), True
+    def propagate():
+        changed = True
+        while changed:
+            changed = False
+            for j, c in enumerate(cands):  # forward: from an operand of the same size
+                if found[j] is None and c.eqn.outvars:
+                    n = size(c.eqn.outvars[0])
+                    ds = [var_div(v) for v in c.eqn.invars if isinstance(v, adapter.Var)
+                          and size(v) == n and var_div(v)]
+                    if ds:
+                        found[j], changed = (min(ds), "input-sharding"), True
+            for j in reversed(range(len(cands))):  # backward: from a reader of the same size
+                c = cands[j]
+                if found[j] is None and c.eqn.outvars:
+                    v = c.eqn.outvars[0]
+                    ds = [found[r][0] for r in readers.get(v, ()) if found[r]
+                          and cands[r].eqn.outvars and size(cands[r].eqn.outvars[0]) == size(v)]
+                    if ds:
+                        found[j], changed = (min(ds), "reader-sharding"), True
+            for v, k in in_pos.items():
+                if in_found.get(k) is None:
+                    ds = [found[r][0] for r in readers.get(v, ()) if found[r]
+                          and cands[r].eqn.outvars and size(cands[r].eqn.outvars[0]) == size(v)]
+                    if ds:
+                        in_found[k], changed = (min(ds), "reader-sharding"), True
+
+    propagate()
+    # Still unknown, typically broadcasts of literals that XLA fuses away (attention masks,
+    # zeros): a value of the same shape with a known divisor (``same-shape``), else, for a
+    # broadcast of literals, the smallest divisor of a reader that divides its size
+    # (``reader-sharding``: XLA builds such a constant inside the fusion that reads it, at
+    # that fusion's partitioning), then propagate again. Other values stay conservative (a
+    # broadcast mask (S, S) feeding a (B, H, S, S) value sharded over B and H is replicated).
+    by_shape: dict[tuple, list[int]] = {}
+    for j, c in enumerate(cands):
+        if found[j]:
+            by_shape.setdefault(tuple(c.shape), []).append(found[j][0])
+    for j, c in enumerate(cands):
+        if found[j] is None and c.eqn.outvars and c.shape:
+            if tuple(c.shape) in by_shape:
+                found[j] = (min(by_shape[tuple(c.shape)]), "same-shape")
+                continue
+            constant = not any(isinstance(v, adapter.Var) for v in c.eqn.invars)
+            n = size(c.eqn.outvars[0])
+            ds = [found[r][0] for r in readers.get(c.eqn.outvars[0], ())
+                  if found[r] and n % found[r][0] == 0]
+            if constant and ds:  # a constant XLA builds inside each reader's fusion
+                found[j] = (min(ds), "reader-sharding")
+    propagate()
     fallback = (1, "unsharded (conservative)")
     new_inputs = []
     for i in inputs:

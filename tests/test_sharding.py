@@ -8,6 +8,7 @@ the expected per-device bytes are computed by hand from the mesh and the partiti
 import dataclasses
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -288,3 +289,41 @@ def test_hlo_parser_shapes_groups_and_collectives():
     r = shard.match_equation(index, "dot_general", ("model.py", 44), (8, 16, 64),
                              ((8, 16, 32), (32, 64)), {})
     assert r.divisor == 8 and r.reshaped
+
+
+def test_fused_constants_take_the_partitioning_of_their_readers():
+    """Broadcasts of literals (masks, zeros) have no instruction of their own in the
+    partitioned HLO (XLA builds them inside the fusion that reads them): a constant of the
+    same shape as a value with a known divisor takes it (``same-shape``), one feeding a
+    bigger value takes its reader's (``reader-sharding``); a replicated (S, S) mask built from
+    an iota is not one of them and stays conservative."""
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(8), ("data",))
+    S = 4  # sequence length, unlike B = 16 so that shapes tell them apart
+
+    def layer(x, w):
+        h = x @ w                                               # [B, S, D], sharded over B
+        causal = jnp.arange(S)[:, None] >= jnp.arange(S)[None, :]  # [S, S] from iotas
+        scores = jnp.einsum("bsd,btd->bst", h, h)               # [B, S, S]
+        scores = jnp.where(causal, scores, -1e9)                 # literal broadcast, [B, S, S]
+        h = jnp.where(h > 0, h, 0.0)                             # literal broadcast, [B, S, D]
+        return jax.nn.softmax(scores) @ h, None
+
+    def loss(w, x):
+        y, _ = jax.lax.scan(jax.checkpoint(layer), x, w)
+        return jnp.sum(y ** 2)
+
+    args = (jax.ShapeDtypeStruct((2, D, D), jnp.float32, sharding=NamedSharding(mesh, P())),
+            jax.ShapeDtypeStruct((B, S, D), jnp.float32,
+                                 sharding=NamedSharding(mesh, P("data", None, None))))
+    tr = trace_step(jax.grad(loss), args)
+    (r,) = tr.regions
+    consts = [c for c in r.candidates if c.primitive == "broadcast_in_dim"
+              and not any(isinstance(v, jax.extend.core.Var) for v in c.eqn.invars)]
+    big = [c for c in consts if c.shape and c.shape[0] == B]
+    assert big, [(c.shape, c.shard_source) for c in consts]
+    for c in big:  # batch-sized constants: 1/8 per device, 4 bytes x elements / 8
+        assert c.shard_source in ("hlo", "hlo (reshaped)", "input-sharding", "reader-sharding",
+                                  "same-shape"), (c.shape, c.shard_source)
+        assert c.shard_divisor == 8 and c.nbytes == F32 * int(np.prod(c.shape)) // 8
+    masks = [c for c in r.candidates if tuple(c.shape) == (S, S) and c.primitive != "iota"]
+    assert masks and all(c.shard_divisor == 1 for c in masks)  # replicated: all of it
