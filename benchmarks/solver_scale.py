@@ -9,8 +9,9 @@ candidates each, whose policy signatures are drawn from ``n / 5`` classes (a dec
 class, as for a real trace: the Llama 3.1 405B trace has 150 candidates in 102 classes).
 The budget is halfway between the predicted peaks of full remat and of saving everything.
 
-Per size: wall time of ``solve_assignment`` (all three phases: fastest step, then fewest host
-bytes, then smallest peak; each with ``--time-limit`` deterministic seconds), the CP-SAT
+Per size: wall time of ``solve_assignment`` (all four phases: fastest step, then fewest host
+bytes, then smallest peak, then fewest residual bytes; each with ``--time-limit``
+deterministic seconds), the CP-SAT
 status and gap of phase 1 (FEASIBLE = the time limit stopped it before proving optimality),
 the number of CP-SAT variables, and the time to build the problem.
 """
