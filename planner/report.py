@@ -54,6 +54,7 @@ class Report:
     step_ms: float
     base_ms: float
     recompute_ms: float
+    saving_ms: float              # forward writes that saving fusible values forces (cost.py M)
     transfer_ms: float
     exposed_ms: float
     fixed_gb: float
@@ -184,8 +185,8 @@ def build_report(plan) -> Report:
         budget_gb=plan.budget_bytes / GB, predicted_peak_gb=pred.peak_bytes / GB,
         compiled_gb=None if ver.compiled_device_bytes is None else ver.compiled_device_bytes / GB,
         host_gb=pred.host_bytes / GB, step_ms=pred.step_s * 1e3, base_ms=pred.base_step_s * 1e3,
-        recompute_ms=pred.recompute_s * 1e3, transfer_ms=pred.transfer_s * 1e3,
-        exposed_ms=pred.exposed_transfer_s * 1e3, fixed_gb=pred.fixed_bytes / GB,
+        recompute_ms=pred.recompute_s * 1e3, saving_ms=pred.materialize_s * 1e3,
+        transfer_ms=pred.transfer_s * 1e3, exposed_ms=pred.exposed_transfer_s * 1e3, fixed_gb=pred.fixed_bytes / GB,
         residual_gb=pred.residual_bytes / GB, working_set_gb=pred.working_set_bytes / GB,
         solver=(f"CP-SAT {sol.status}, gap {sol.gap:.2%}, {sol.num_classes} classes, "
                 f"{sol.num_variables} variables, {sol.wall_s:.2f} s"),
@@ -250,7 +251,8 @@ def _md(r: Report) -> str:
             f"{r.residual_gb:.3f} + backward working set {r.working_set_gb:.3f}); compiler "
             f"({r.backend}): {comp}; host {r.host_gb:.3f} GB.",
             f"Predicted step **{r.step_ms:.2f} ms** = base {r.base_ms:.2f} + recompute "
-            f"{r.recompute_ms:.2f} + exposed copies {r.exposed_ms:.2f} (of {r.transfer_ms:.2f}).",
+            f"{r.recompute_ms:.2f} + saving writes {r.saving_ms:.2f} + exposed copies "
+            f"{r.exposed_ms:.2f} (of {r.transfer_ms:.2f}).",
             f"Solver: {r.solver}.", ""]
     out += [f"- {x}" for x in r.regions] + [""]
     sharded = any(row.shard for row in r.rows)
@@ -304,7 +306,8 @@ def _text(r: Report) -> str:
               f"+ working set {r.working_set_gb:.3f}) | compiler ({r.backend}) {comp} | host "
               f"{r.host_gb:.3f} GB", highlight=False)
     con.print(f"predicted step {r.step_ms:.2f} ms = base {r.base_ms:.2f} + recompute "
-              f"{r.recompute_ms:.2f} + exposed copies {r.exposed_ms:.2f} (of {r.transfer_ms:.2f})",
+              f"{r.recompute_ms:.2f} + saving writes {r.saving_ms:.2f} + exposed copies "
+              f"{r.exposed_ms:.2f} (of {r.transfer_ms:.2f})",
               highlight=False)
     con.print(f"solver: {r.solver}", highlight=False)
     for x in r.regions:

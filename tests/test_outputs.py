@@ -192,3 +192,14 @@ def test_pareto_curve_marks_infeasible_budgets(llama_step, tmp_path):
     png = pareto_curve(results, tmp_path / "p.png", budgets_gb=budgets)
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert "<svg" in pareto_curve(results, tmp_path / "p.svg").read_text()[:2000]
+
+
+def test_report_step_time_breakdown_adds_up(plan):
+    """The report's predicted step = base + recompute + saving writes + exposed copies, in
+    every format, and the saving writes are the model's (fusible values the plan saves)."""
+    from planner.report import build_report, render
+    r = build_report(plan)
+    assert r.step_ms == pytest.approx(r.base_ms + r.recompute_ms + r.saving_ms + r.exposed_ms)
+    assert r.saving_ms == pytest.approx(plan.prediction.materialize_s * 1e3)
+    assert f"saving writes {r.saving_ms:.2f}" in render(r, "markdown")
+    assert f"saving writes {r.saving_ms:.2f}" in render(r, "text")
