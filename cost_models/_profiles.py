@@ -109,7 +109,19 @@ _FIGURES: tuple[_Figure, ...] = (
         upper=1.0,
     ),
     _Figure(key="kernel_launch_s", kind=TIME, what="fixed time per launched kernel"),
+    _Figure(
+        key="allocator_headroom",
+        kind=None,
+        what="fraction of the budget the planner leaves free for the device allocator "
+             "(fragmentation beyond the compiled program's bytes), 0 to 0.5",
+        upper=0.5,
+    ),
 )
+# Figures a profile file may leave out (files written before the figure existed), with the
+# value used then and why.
+_OPTIONAL: dict[str, tuple[float, str]] = {
+    "allocator_headroom": (0.0, "no headroom (the planner fills the budget to the byte)"),
+}
 _LINK_FIGURES: tuple[_Figure, ...] = (
     _Figure(key="d2h_bytes_per_s", kind=BANDWIDTH, what="device-to-host bandwidth per direction"),
     _Figure(key="h2d_bytes_per_s", kind=BANDWIDTH, what="host-to-device bandwidth per direction"),
@@ -195,6 +207,7 @@ class HardwareProfile:
     link: LinkProfile
     overlap_efficiency: float
     kernel_launch_s: float
+    allocator_headroom: float
     sources: tuple[tuple[str, str], ...]
     description: str = ""
 
@@ -317,13 +330,18 @@ class HardwareProfile:
             top,
             where,
             "the profile",
-            required=("name", "platform", "matmul_flops_per_s", "link", *(f.key for f in _FIGURES)),
-            optional=("description",),
+            required=("name", "platform", "matmul_flops_per_s", "link",
+                      *(f.key for f in _FIGURES if f.key not in _OPTIONAL)),
+            optional=("description", *_OPTIONAL),
         )
         values = {
             figure.key: _parse_figure(figure, top[figure.key], figure.key, where, sources)
-            for figure in _FIGURES
+            for figure in _FIGURES if figure.key in top
         }
+        for key, (value, why) in _OPTIONAL.items():  # profile files older than the figure
+            if key not in top:
+                values[key] = value
+                sources[key] = f"not in {where}: {why}"
         rates_json = _expect_mapping(top["matmul_flops_per_s"], where, "matmul_flops_per_s")
         _check_keys(
             rates_json,

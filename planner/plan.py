@@ -68,6 +68,10 @@ class Plan:
     verification: Verification
     rounds: tuple[Round, ...]
     timings: tuple[tuple[str, float], ...]
+    # Bytes of the budget left free for the device allocator (the hardware profile's
+    # allocator_headroom): the plan, its verify compile and the stock policies' "fits" are
+    # held to budget_bytes - headroom_bytes.
+    headroom_bytes: int = 0
 
     @property
     def policy(self):
@@ -202,6 +206,19 @@ def _normalize(graph: LivenessGraph, cost: CostModel, a: Assignment) -> Assignme
     return Assignment.of({k: d for k, d in a.decisions if k in relevant and d != "remat"})
 
 
+def _with_headroom(e: InfeasibleBudgetError, requested: int, headroom: int, hw):
+    """The infeasible-budget error restated for the budget the user asked for."""
+    if not headroom:
+        return e
+    need = e.min_feasible_bytes / (1 - hw.allocator_headroom)
+    return InfeasibleBudgetError(
+        f"{e}\nNote: of hbm_gb={requested / GB:g} the planner plans to {(requested - headroom) / GB:.3f} GB, "
+        f"leaving the {hw.name} profile's allocator headroom of {hw.allocator_headroom:.0%} "
+        f"({headroom / GB:.3f} GB) free for the device allocator ({hw.source('allocator_headroom')[:120]}...); "
+        f"with it, the smallest budget that works is hbm_gb >= {math.ceil(need / 1e6) / 1000:.3f}.",
+        budget_bytes=requested, min_feasible_bytes=need)
+
+
 def _smallest_plan(graph, cost, opts, budget, attempt, error):
     """The smallest-peak assignment, compiled; returned if it fits, else a teaching error."""
     a, _ = min_peak_assignment(graph, cost, opts)
@@ -321,8 +338,9 @@ def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
     for b in budgets:
         try:
             use = (tr, graph)
+            usable = int(b * GB) - int(b * GB * hw.allocator_headroom)
             if grouped is not None and (layer_groups or _groups_pay(
-                    *grouped, hw, offload, int(b * GB), opts, say)):
+                    *grouped, hw, offload, usable, opts, say)):
                 use = grouped
             out.append(_plan_one(step_fn, example_args, *use, hw, offload, int(b * GB), opts,
                                  verify_compile, max_rounds, list(timings), say))
@@ -383,8 +401,11 @@ def _span_budgets(tr, graph, hw, offload, points: int) -> list[float]:
     return [(lo + (hi - lo) * k / points) / GB for k in range(1, points + 1)]
 
 
-def _plan_one(step_fn, example_args, tr, graph, hw, offload, budget, opts, verify_compile,
+def _plan_one(step_fn, example_args, tr, graph, hw, offload, requested, opts, verify_compile,
               max_rounds, timings, say=lambda message: None) -> Plan:
+    # What the plan may use: the requested budget less the allocator's headroom.
+    headroom = int(requested * hw.allocator_headroom)
+    budget = requested - headroom
     correction = 0
     rounds = []
     class_names = {c.key: c.name for c in graph.classes}
@@ -410,14 +431,18 @@ def _plan_one(step_fn, example_args, tr, graph, hw, offload, budget, opts, verif
         say(f"solving for {budget / GB:g} GB (round {round_no + 1})")
         t = time.perf_counter()
         try:
-            sol = solve_assignment(graph, cost, budget, opts)
+            try:
+                sol = solve_assignment(graph, cost, budget, opts)
+            except InfeasibleBudgetError as e:
+                if not verify_compile:
+                    raise
+                # The model fits nothing: the smallest-memory plan as it really compiles
+                # either fits after all (the model is conservative) or names the budget that
+                # works.
+                sol, pred, emitted, ver = _smallest_plan(graph, cost, opts, budget, attempt, e)
+                break
         except InfeasibleBudgetError as e:
-            if not verify_compile:
-                raise
-            # The model fits nothing: the smallest-memory plan as it really compiles either
-            # fits after all (the model is conservative) or names the budget that works.
-            sol, pred, emitted, ver = _smallest_plan(graph, cost, opts, budget, attempt, e)
-            break
+            raise _with_headroom(e, requested, headroom, hw) from None
         check_solution(graph, cost, sol)
         timings.append((f"solve (round {round_no + 1})", time.perf_counter() - t))
         assignment, pred, emitted, ver = attempt(cost, sol.assignment)
@@ -429,9 +454,9 @@ def _plan_one(step_fn, example_args, tr, graph, hw, offload, budget, opts, verif
 
     baselines = evaluate_baselines(graph, cost, budget) + _uniform_baseline(graph, cost, budget, opts)
     plan = Plan(
-        budget_bytes=budget, hardware=hw, trace=tr, graph=graph, cost=cost, solution=sol,
+        budget_bytes=requested, hardware=hw, trace=tr, graph=graph, cost=cost, solution=sol,
         prediction=pred, baselines=baselines, emitted=emitted, verification=ver,
-        rounds=tuple(rounds), timings=tuple(timings),
+        rounds=tuple(rounds), timings=tuple(timings), headroom_bytes=headroom,
     )
     if ver.compiled_device_bytes is not None and ver.compiled_device_bytes > budget:
         warnings.warn(

@@ -48,6 +48,7 @@ class Report:
     hardware: str
     backend: str
     budget_gb: float
+    headroom_gb: float            # of the budget, left free for the allocator (profile)
     predicted_peak_gb: float
     compiled_gb: float | None
     host_gb: float
@@ -134,7 +135,8 @@ def build_report(plan) -> Report:
                         reason=_reason(d, rec * 1e3, xfer * 1e3, nbytes, plan), group=cls.group))
 
     compiled = plan.verification.compiled_device_bytes
-    planner_fits = (pred.peak_bytes if compiled is None else compiled) <= plan.budget_bytes
+    planner_fits = ((pred.peak_bytes if compiled is None else compiled)
+                    <= plan.budget_bytes - plan.headroom_bytes)
     policies = [PolicyLine(name="planner", peak_gb=pred.peak_bytes / GB, host_gb=pred.host_bytes / GB,
                            step_ms=pred.step_s * 1e3, fits=planner_fits, applicable=True)]
     for b in plan.baselines:
@@ -182,7 +184,8 @@ def build_report(plan) -> Report:
         else "compiled, within budget, but a check failed",
         checks=tuple((c.name, c.ok, c.detail) for c in ver.checks),
         hardware=plan.hardware.name, backend=ver.backend,
-        budget_gb=plan.budget_bytes / GB, predicted_peak_gb=pred.peak_bytes / GB,
+        budget_gb=plan.budget_bytes / GB, headroom_gb=plan.headroom_bytes / GB,
+        predicted_peak_gb=pred.peak_bytes / GB,
         compiled_gb=None if ver.compiled_device_bytes is None else ver.compiled_device_bytes / GB,
         host_gb=pred.host_bytes / GB, step_ms=pred.step_s * 1e3, base_ms=pred.base_step_s * 1e3,
         recompute_ms=pred.recompute_s * 1e3, saving_ms=pred.materialize_s * 1e3,
@@ -230,6 +233,9 @@ def sharding_notes(trace) -> list[str]:
 def report_from_dict(d: dict) -> Report:
     """The inverse of ``dataclasses.asdict(report)`` (JSON lists back to tuples)."""
     d = dict(d)
+    # Figures later versions added (plan files written before them read as zero).
+    d.setdefault("headroom_gb", 0.0)
+    d.setdefault("saving_ms", 0.0)
     d["rows"] = tuple(Row(**r) for r in d["rows"])
     d["policies"] = tuple(PolicyLine(**p) for p in d["policies"])
     for k in ("checks", "flag_notes", "rounds"):
@@ -246,7 +252,7 @@ def _md(r: Report) -> str:
     for name, ok, detail in r.checks:
         out.append(f"- [{'x' if ok else ' '}] {name}: {detail}")
     comp = "not compiled" if r.compiled_gb is None else f"{r.compiled_gb:.3f} GB"
-    out += ["", f"Hardware **{r.hardware}**, budget **{r.budget_gb:.3f} GB**; predicted peak "
+    out += ["", f"Hardware **{r.hardware}**, budget **{r.budget_gb:.3f} GB**{_headroom(r)}; predicted peak "
             f"**{r.predicted_peak_gb:.3f} GB** (fixed {r.fixed_gb:.3f} + residuals "
             f"{r.residual_gb:.3f} + backward working set {r.working_set_gb:.3f}); compiler "
             f"({r.backend}): {comp}; host {r.host_gb:.3f} GB.",
@@ -301,7 +307,7 @@ def _text(r: Report) -> str:
         con.print(f"  [{'ok' if ok else 'FAILED'}] {name}: {detail}", highlight=False,
                   markup=False)  # '[ok]' is not a rich style tag
     comp = "not compiled" if r.compiled_gb is None else f"{r.compiled_gb:.3f} GB"
-    con.print(f"hardware {r.hardware} | budget {r.budget_gb:.3f} GB | predicted peak "
+    con.print(f"hardware {r.hardware} | budget {r.budget_gb:.3f} GB{_headroom(r)} | predicted peak "
               f"{r.predicted_peak_gb:.3f} GB (fixed {r.fixed_gb:.3f} + residuals {r.residual_gb:.3f} "
               f"+ working set {r.working_set_gb:.3f}) | compiler ({r.backend}) {comp} | host "
               f"{r.host_gb:.3f} GB", highlight=False)
@@ -349,6 +355,13 @@ def _text(r: Report) -> str:
     for n in r.notes:
         con.print(f"note: {n}", highlight=False)
     return buf.getvalue()
+
+
+def _headroom(r: Report) -> str:
+    if not r.headroom_gb:
+        return ""
+    return (f" (planned to {r.budget_gb - r.headroom_gb:.3f} GB: {r.headroom_gb:.3f} GB left to "
+            "the allocator, the profile's allocator_headroom)")
 
 
 def render(report: Report, fmt: str = "text") -> str:

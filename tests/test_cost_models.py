@@ -461,7 +461,7 @@ def test_shipped_profile_loads_round_trips_and_cites_every_figure(name):
     assert profile.name == name
     data = profile.to_json()
     assert cm.HardwareProfile.from_json(json.loads(json.dumps(data))) == profile
-    figures = 6 + len(profile.matmul_flops_per_s) + 5
+    figures = 7 + len(profile.matmul_flops_per_s) + 5
     assert len(profile.sources) == figures
     assert all(source.strip() for _, source in profile.sources)
     assert "TODO" not in json.dumps(data) and "provisional" not in json.dumps(data)
@@ -478,6 +478,7 @@ def test_h200_uses_our_measurements():
     assert HW.matmul_rate("bfloat16") == 790e12 and HW.hbm_bytes_per_s == 4.3e12
     assert HW.overlap_efficiency == 0.0  # trace-measured: benchmarks/results/h200-2026-12-01-profile
     assert "h200-2026-12-01-profile" in HW.source("overlap_efficiency")
+    assert HW.allocator_headroom == 0.01 and "99.98%" in HW.source("allocator_headroom")
     assert "h200-2026-11-30-probe" in HW.source("link.d2h_bytes_per_s")
     assert "64 GB/s" in HW.source("link.d2h_bytes_per_s")  # the nominal figure is mentioned
     gh200 = cm.load_profile("gh200")
@@ -682,3 +683,19 @@ def test_public_api():
     for name in cm.__all__:
         assert hasattr(cm, name), name
     assert Path(cm.__file__).parent.joinpath("profiles", "h200.json").is_file()
+
+
+def test_allocator_headroom_is_optional_in_older_profile_files(tmp_path):
+    """A profile file written before the figure existed loads with no headroom, and says so;
+    a bad value is refused with the figure's range."""
+    data = cm.load_profile("h200").to_json()
+    del data["allocator_headroom"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    old = cm.load_profile(str(path))
+    assert old.allocator_headroom == 0.0
+    assert "not in" in old.source("allocator_headroom") and "old.json" in old.source("allocator_headroom")
+    data["allocator_headroom"] = {"value": 0.7, "source": "a guess"}
+    path.write_text(json.dumps(data))
+    with pytest.raises(cm.ProfileError, match=r"'allocator_headroom'.*at most 0\.5"):
+        cm.load_profile(str(path))

@@ -167,3 +167,33 @@ def test_candidates_list_every_tensor_with_its_provenance(plans):
     wi0 = next(r for r in rows if r["name"] == "mlpwi_0")
     assert wi0["multiplicity"] == CFG.n_layers and wi0["bytes_per_trip"] > 0
     assert wi0["dtype"] == "float32" and "llama.py" in wi0["source"]
+
+
+def test_allocator_headroom_is_left_free_and_reported(tmp_path):
+    """A profile with allocator headroom: the plan, its compile and the stock policies'
+    "fits" are held to budget x (1 - headroom); the report and the plan file say so; an
+    infeasible budget names the hbm_gb that works with the headroom."""
+    import dataclasses
+
+    import cost_models as cm
+    from planner.report import build_report, render
+
+    step, args = llama.make_train_step(llama.LlamaConfig(n_layers=2, seq=64))
+    hw = dataclasses.replace(cm.load_profile("cpu"), allocator_headroom=0.1)
+    full = planner.solve(step, *args, hbm_gb=1.0, hardware="cpu", verify_compile=False)
+    every = {b.name: b.prediction.peak_bytes for b in full.baselines}["everything_saveable"]
+    budget = every / 1e9  # saving everything fits the budget, but not the budget less 10%
+    plan = planner.solve(step, *args, hbm_gb=budget, hardware=hw)
+    assert plan.headroom_bytes == int(plan.budget_bytes * 0.1)
+    usable = plan.budget_bytes - plan.headroom_bytes
+    assert plan.prediction.peak_bytes <= usable < every
+    assert plan.verification.compiled_device_bytes <= usable
+    assert not {b.name: b for b in plan.baselines}["everything_saveable"].fits
+    text = render(build_report(plan), "markdown")
+    assert f"planned to {usable / 1e9:.3f} GB" in text
+    plan.save(tmp_path / "plan.json")
+    assert f"planned to {usable / 1e9:.3f} GB" in planner.load_plan(tmp_path / "plan.json").report()
+    lo = {b.name: b.prediction.peak_bytes for b in full.baselines}["nothing_saveable"]
+    with pytest.raises(planner.InfeasibleBudgetError, match="allocator headroom") as e:
+        planner.solve(step, *args, hbm_gb=lo * 1.02 / 1e9, hardware=hw, verify_compile=False)
+    assert e.value.min_feasible_bytes > lo * 1.02
