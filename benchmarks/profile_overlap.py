@@ -2,6 +2,7 @@
 
     python benchmarks/profile_overlap.py --out benchmarks/results/h200-YYYY-MM-DD-profile
     python benchmarks/profile_overlap.py --out DIR --budget 80 --flag-sets default,planner,pipelined
+    python benchmarks/profile_overlap.py --out DIR --flag-sets all --trace-saved   # every set
     python benchmarks/profile_overlap.py worker JOB.json          # one profile, fresh process
 
 Model: examples/llama.py H200_BENCH (8 layers under lax.scan, 32k tokens, bf16), as
@@ -11,13 +12,18 @@ benchmarks/results/h200-2026-11-30.md. Steps:
    GB with the measured H200 profile; if the plan offloads nothing, fall back to the probe's
    offloading policy (save six projections, offload ``mlpwi_0``) and say so;
 2. for each flag set (``default``: none; ``planner``: the plan's ``xla_flags``; ``pipelined``:
-   ``--xla_gpu_enable_pipelined_host_offloading=true``), in a fresh process: build the step with
+   ``--xla_gpu_enable_pipelined_host_offloading=true``; or any set of
+   ``benchmarks/flag_sets.json``, with its environment, e.g. ``JAX_OPTIMIZATION_LEVEL=O1``;
+   ``all``: every one), in a fresh process: build the step with
    the policy, ``planner.profile`` it (1 warm-up, ``--steps`` traced), write the figures and a
    timeline PNG of step 0, and time ``--steps`` more steps untraced (the profiler's own cost);
 3. the same untraced timing with the offloaded tensors **saved** instead (same flags): the
    step-time cost of offloading. Issue 8 asks whether ``exposed copy time`` (trace) accounts for
    ``step(offload) - step(save)``; the summary table puts them side by side, with the
-   efficiency ``hidden / copy`` and the profile ``overlap_from_trace`` would write.
+   efficiency ``hidden / copy`` and the profile ``overlap_from_trace`` would write. With
+   ``--trace-saved`` the saved-instead run is traced too, and the table gives both programs'
+   compute-busy time: what besides the copies differs between them (2026-12-01: the step
+   difference was 37% below the trace's exposed copy time).
 
 Results: DIR/results.jsonl (one record per job), DIR/<flag set>.png, DIR/summary.md,
 DIR/<flag set>-measured.json (the hardware profile with the measured overlap).
@@ -139,8 +145,9 @@ def spawn(job, out_dir: Path, timeout: float):
         json.dump(job, f)
     t = time.perf_counter()
     try:
+        env = {**os.environ, **job.get("env", {})}  # e.g. JAX_OPTIMIZATION_LEVEL for a set
         done = subprocess.run([sys.executable, __file__, "worker", f.name], capture_output=True,
-                              text=True, timeout=timeout, cwd=ROOT, check=False)
+                              text=True, timeout=timeout, cwd=ROOT, check=False, env=env)
         rec = {"job": job, "rc": done.returncode, "wall_s": time.perf_counter() - t}
         if done.returncode == 0:
             rec["result"] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -160,19 +167,24 @@ def _summary(out_dir: Path, plan, recs, date):
         return "n/a" if x is None else f"{x * 1e3:,.1f}"
 
     rows = ["| flag set | XLA flags | step ms (offload, untraced) | step ms (saved instead) | "
-            "difference ms | host copy ms (trace) | exposed ms (trace) | hidden / copy |",
-            "|---|---|---|---|---|---|---|---|"]
+            "difference ms | host copy ms (trace) | exposed ms (trace) | hidden / copy | "
+            "compute busy ms (offload / saved) |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for name, (off, sav) in recs.items():
         ro, rs = off.get("result", {}), sav.get("result", {})
         med = (ro.get("profile") or {}).get("median", {})
+        med_s = (rs.get("profile") or {}).get("median", {})
         so, ss = ro.get("untraced_step_ms"), rs.get("untraced_step_ms")
         diff = f"{so - ss:,.1f}" if so is not None and ss is not None else "n/a"
         eff = med.get("overlap_efficiency")
-        rows.append(f"| {name} | `{off['job']['flags'] or 'none'}` | "
+        env = off["job"].get("env") or {}
+        shown = " ".join([f"{k}={v}" for k, v in env.items()] + [off["job"]["flags"]]).strip()
+        rows.append(f"| {name} | `{shown or 'none'}` | "
                     f"{'n/a' if so is None else f'{so:,.1f}'} | "
                     f"{'n/a' if ss is None else f'{ss:,.1f}'} | {diff} | "
                     f"{ms(med.get('copy_s'))} | {ms(med.get('exposed_s'))} | "
-                    f"{'n/a' if eff is None else f'{eff:.3f}'} |")
+                    f"{'n/a' if eff is None else f'{eff:.3f}'} | "
+                    f"{ms(med.get('compute_s'))} / {ms(med_s.get('compute_s'))} |")
     status = "\n".join(f"- {n}: {(o.get('result', {}).get('profile') or {}).get('status', o.get('error', '')[:300])}"
                        for n, (o, _) in recs.items())
     text = (f"# Exposed host-copy time from a device trace ({date})\n\n"
@@ -201,7 +213,11 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     ap.add_argument("--budget", type=float, default=80.0, help="planning budget, GB")
     ap.add_argument("--hardware", default=str(MEASURED_PROFILE))
-    ap.add_argument("--flag-sets", default="default,planner,pipelined")
+    ap.add_argument("--flag-sets", default="default,planner,pipelined",
+                    help="comma-separated: default, planner, pipelined, any name in "
+                         "benchmarks/flag_sets.json, or 'all'")
+    ap.add_argument("--trace-saved", action="store_true",
+                    help="also trace the saved-instead run (compute-busy time of both)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=540.0, help="seconds per job")
     ap.add_argument("--keep-traces", action="store_true",
@@ -227,15 +243,29 @@ def main(argv=None):
                 f"{a.budget:g} GB offloaded nothing or failed: {rec.get('error', '')[:200]})",
                 "offloads": FALLBACK["offload"]}
         saved = {"kind": "names", "save": FALLBACK["save"] + FALLBACK["offload"], "offload": []}
-    sets = {"default": "", "planner": flags, "pipelined": PIPELINED}
+    sets = {"default": ("", {}), "planner": (flags, {}), "pipelined": (PIPELINED, {})}
+    # Every set of benchmarks/flag_sets.json too (docs/xla-flags-research.md ranks them).
+    for fs in json.loads((ROOT / "benchmarks" / "flag_sets.json").read_text()):
+        sets.setdefault(fs["name"], (fs["xla_flags"], fs.get("env", {})))
+    names = list(sets) if a.flag_sets == "all" else a.flag_sets.split(",")
+    unknown = [n for n in names if n not in sets]
+    if unknown:
+        raise SystemExit(f"unknown flag set(s) {unknown}; known: {sorted(sets)} or 'all'")
     recs = {}
-    for name in a.flag_sets.split(","):
-        base = {"kind": "profile", "flags": sets[name], "steps": a.steps, "config": config}
+    for name in names:
+        xla_flags, env = sets[name]
+        base = {"kind": "profile", "flags": xla_flags, "env": env, "steps": a.steps,
+                "config": config}
         logdir = str(out_dir / f"trace-{name}") if a.keep_traces else None
         off = spawn({**base, "policy": policy, "logdir": logdir,
                      "png": str(out_dir / f"{name}.png"),
                      "profile_json": str(out_dir / f"{name}-measured.json")}, out_dir, a.timeout)
-        sav = spawn({**base, "policy": saved, "trace": False}, out_dir, a.timeout)
+        # The same step with the offloads saved instead: untraced by default; traced with
+        # --trace-saved, so that its compute-busy time shows what else differs between them.
+        sav = spawn({**base, "policy": saved, "trace": a.trace_saved,
+                     "png": str(out_dir / f"{name}-saved.png"),
+                     "profile_json": str(out_dir / f"{name}-saved-measured.json")},
+                    out_dir, a.timeout)
         recs[name] = (off, sav)
     _summary(out_dir, plan, recs, date)
     return 0

@@ -546,7 +546,7 @@ class ProfileResult:
     predicted_transfer_s: float | None = None
 
     def _median(self, field: str) -> float | None:
-        if not self.measured or not self.steps:
+        if not self.steps:  # (steps without host copies still have their compute time)
             return None
         return statistics.median(getattr(s, field) for s in self.steps)
 
@@ -591,7 +591,10 @@ class ProfileResult:
     def summary(self) -> str:
         head = f"profile of {self.step_name} on {self.device} ({self.backend}), {self.date}"
         if not self.measured:
-            return f"{head}\nstatus: {self.status}\ntrace: {self.trace_path}"
+            busy = (f"\ncompute busy {self._median('compute_s') * 1e3:.4g} ms of a "
+                    f"{self._median('step_s') * 1e3:.4g} ms step (median of {len(self.steps)})"
+                    if self.steps else "")
+            return f"{head}\nstatus: {self.status}{busy}\ntrace: {self.trace_path}"
         f = self.figures()
 
         def ms(x):
@@ -699,9 +702,12 @@ def analyze_trace(source, *, host_ops: Mapping[str, str] | None = None,
     if n_copies == 0:
         why = (" although the plan offloads: was the step built with plan.policy?"
                if expect_offload else "")
+        # No overlap to measure, but the steps' compute-busy time is still reported (a
+        # program without offloads, traced beside one with them: benchmarks/profile_overlap.py
+        # --trace-saved).
         return ProfileResult(measured=False, status=(
-            f"no device->host or host->device copies in the trace{why}; nothing measured "
-            f"({sum(len(s.events) for s in steps)} compute events seen)"), steps=(), **common)
+            f"no device->host or host->device copies in the trace{why}; no overlap measured "
+            f"({sum(len(s.events) for s in steps)} compute events seen)"), steps=steps, **common)
     status = (f"measured: {len(steps)} steps, {n_copies} host copies "
               f"({sum(s.n_d2h for s in steps)} d2h, {sum(s.n_h2d for s in steps)} h2d)")
     return ProfileResult(measured=True, status=status, steps=steps, **common)

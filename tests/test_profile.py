@@ -268,3 +268,22 @@ def test_overlap_from_trace_with_a_profile_result():
     for text in ("synthetic GPU", "2026-11-30", "train_step", "2 profiled steps", "'--a=true'",
                  "d2h 0.050/0.072 ms hidden", "gpu_synthetic.xplane.pbtxt"):
         assert text in src
+
+
+def test_a_trace_without_host_copies_still_reports_compute_busy_time(monkeypatch):
+    """A program with nothing offloaded (the saved-instead run of profile_overlap.py
+    --trace-saved): no overlap is measured, but each step's compute-busy time is there to
+    compare with the offloading program's."""
+    import dataclasses
+
+    ops = pp.host_transfer_ops(Path(HLO).read_text())
+    full = pp.read_trace(GPU_TRACE, host_ops=ops, module="jit_step")
+    td = dataclasses.replace(full, events=tuple(e for e in full.events if e.kind == "compute"))
+    monkeypatch.setattr(pp, "read_trace", lambda *a, **k: td)
+    r = pp.analyze_trace(GPU_TRACE, host_ops=ops, module="jit_step")
+    assert not r.measured and "no overlap measured" in r.status
+    assert len(r.steps) == 2 and r.to_json()["median"]["compute_s"] > 0
+    monkeypatch.undo()
+    ref = pp.analyze_trace(GPU_TRACE, host_ops=ops, module="jit_step")
+    assert r.to_json()["median"]["compute_s"] == pytest.approx(ref.to_json()["median"]["compute_s"])
+    assert r.to_json()["median"]["copy_s"] == 0
