@@ -46,7 +46,6 @@ def _policy_from_spec(spec: dict):
     """A checkpoint policy from a job spec: a stock name, or a plan's decisions."""
     from planner.baselines import STOCK
     from planner.cost import Assignment
-    from planner.emit import policy_for
 
     if spec["kind"] == "stock":
         return STOCK[spec["name"]][0]()
@@ -56,7 +55,11 @@ def _policy_from_spec(spec: dict):
             names_which_can_be_saved=spec["save"], names_which_can_be_offloaded=spec["offload"],
             offload_src="device", offload_dst="pinned_host")
     if spec["kind"] == "plan":
-        return policy_for(Assignment.of(dict(spec["decisions"])), dict(spec["names"]))[0]
+        from planner.emit import policies_for
+        policy, _, _, per_group, _ = policies_for(Assignment.of(dict(spec["decisions"])),
+                                                 dict(spec["names"]))
+        # A per-layer-group plan whose groups differ: one policy per scan (layer_groups).
+        return policy if policy is not None else per_group
     raise ValueError(spec)
 
 
@@ -349,6 +352,8 @@ def compare(args):
     bench = MOE_BENCH if args.model == "moe" else BENCH
     if args.attention:
         bench = {**bench, "attention_impl": args.attention}
+    if args.layer_groups > 1:
+        bench = {**bench, "layer_groups": args.layer_groups}
     r = d.job({"type": "plan", "name": "plan", "config": bench, "model": args.model,
                "budgets": budgets, "hardware": args.hardware}, need_s=90)
     specs = (r or {}).get("result") or {}
@@ -406,6 +411,9 @@ def main():
                         "predicted peak to saving everything's (planner.pareto(hbm_gb=None))")
     c.add_argument("--per-layer", default="",
                    help="stock policies to also run with half the layers (per-layer time)")
+    c.add_argument("--layer-groups", type=int, default=1,
+                   help="split the layer scan into this many scans (examples/llama.py "
+                        "layer_groups); the planner may then decide per group")
     c.add_argument("--forward", action="store_true",
                    help="also time the forward pass alone at full and half depth")
     c.add_argument("--hardware", default="h200")
