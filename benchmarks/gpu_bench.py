@@ -82,12 +82,11 @@ def run_worker(job: dict) -> dict:
     module, cfg = _model(job, _policy_from_spec(job["policy"]))
     step, args = module.make_train_step(cfg, concrete=True)
     if job.get("forward_only"):  # the loss alone: per-layer forward time from two depths
-        import jax.numpy as jnp
+        from examples.llama import lm_loss
+        loss_of = lm_loss(lambda params, tokens: module.forward(cfg, params, tokens))
 
         def step(state, batch):
-            logp = jax.nn.log_softmax(module.forward(cfg, state["params"], batch["tokens"]))
-            loss = -jnp.mean(jnp.take_along_axis(logp, batch["targets"][..., None], axis=-1))
-            return state, loss
+            return state, loss_of(state["params"], batch)
     from planner.profile import flags_to_compiler_options
     opts = flags_to_compiler_options(job.get("flags", ""))
     t0 = time.perf_counter()

@@ -411,15 +411,8 @@ def make_train_step(cfg: FrontierConfig = TINY_LLAMA, *, mesh=None, lr: float = 
     mesh = make_mesh(cfg) if mesh is None else mesh
     args = abstract_args(cfg, mesh)
 
-    def loss_of(params, batch):
-        logp = jax.nn.log_softmax(forward(cfg, params, batch["tokens"], mesh))
-        return -jnp.mean(jnp.take_along_axis(logp, batch["targets"][..., None], axis=-1))
-
-    def train_step(state, batch):
-        loss, grads = jax.value_and_grad(loss_of)(state["params"], batch)
-        mom = jax.tree.map(lambda m, g: momentum * m + g.astype(m.dtype), state["momentum"], grads)
-        params = jax.tree.map(lambda p, m: (p - lr * m).astype(p.dtype), state["params"], mom)
-        return {"params": params, "momentum": mom}, loss
+    train_step = llama.sgd_momentum_step(
+        lambda params, tokens: forward(cfg, params, tokens, mesh), lr=lr, momentum=momentum)
 
     state_sh = jax.tree.map(lambda s: s.sharding, args[0])
     step = jax.jit(train_step, donate_argnums=(0,),

@@ -194,19 +194,34 @@ def make_train_step(cfg: LlamaConfig = LlamaConfig(), *, concrete: bool = False,
                          concrete=concrete, lr=lr, momentum=momentum)
 
 
-def lm_train_step(cfg, forward_fn, init_fn, *, concrete: bool, lr: float, momentum: float):
-    """A language-model train step (next-token cross-entropy, SGD with momentum) for any
-    ``forward_fn(params, tokens) -> logits``, and its example arguments."""
+def lm_loss(forward_fn):
+    """Next-token cross-entropy ``loss_of(params, batch)`` of ``forward_fn(params, tokens)``."""
 
     def loss_of(params, batch):
         logp = jax.nn.log_softmax(forward_fn(params, batch["tokens"]))
         return -jnp.mean(jnp.take_along_axis(logp, batch["targets"][..., None], axis=-1))
+
+    return loss_of
+
+
+def sgd_momentum_step(forward_fn, *, lr: float, momentum: float):
+    """``train_step(state, batch) -> (state, loss)``: the LM loss of ``forward_fn``, SGD with
+    momentum; ``state = {"params", "momentum"}``."""
+    loss_of = lm_loss(forward_fn)
 
     def train_step(state, batch):
         loss, grads = jax.value_and_grad(loss_of)(state["params"], batch)
         mom = jax.tree.map(lambda m, g: momentum * m + g.astype(m.dtype), state["momentum"], grads)
         params = jax.tree.map(lambda p, m: (p - lr * m).astype(p.dtype), state["params"], mom)
         return {"params": params, "momentum": mom}, loss
+
+    return train_step
+
+
+def lm_train_step(cfg, forward_fn, init_fn, *, concrete: bool, lr: float, momentum: float):
+    """A language-model train step (next-token cross-entropy, SGD with momentum) for any
+    ``forward_fn(params, tokens) -> logits``, and its example arguments."""
+    train_step = sgd_momentum_step(forward_fn, lr=lr, momentum=momentum)
 
     def make_args():
         params = init_fn(jax.random.key(0))

@@ -62,6 +62,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from planner.shard import split_shape
+
 Interval = tuple[float, float]
 
 STEP_ANNOTATION = "planner_profile_step"
@@ -188,20 +190,6 @@ def _split_top(s: str) -> list[str]:
     return [p.strip() for p in parts]
 
 
-def _shape_and_rest(rhs: str) -> tuple[str, str]:
-    """``'(a, b) op(x)'`` or ``'bf16[..]{..} op(x)'`` -> (shape, 'op(x)...')."""
-    rhs = rhs.strip()
-    if rhs.startswith("("):
-        depth = 0
-        for i, ch in enumerate(rhs):
-            depth += ch == "("
-            depth -= ch == ")"
-            if depth == 0:
-                return rhs[: i + 1], rhs[i + 1:].strip()
-    m = re.match(r"(\S+)\s+(.*)$", rhs)
-    return (m.group(1), m.group(2)) if m else (rhs, "")
-
-
 def host_transfer_ops(hlo_text: str) -> dict[str, str]:
     """Instruction name -> ``"d2h"`` or ``"h2d"`` for the host transfers of a compiled HLO.
 
@@ -230,7 +218,7 @@ def host_transfer_ops(hlo_text: str) -> dict[str, str]:
         name, rhs = m.group(1), m.group(2)
         if current:
             bodies[current].append(name)
-        shape, rest = _shape_and_rest(rhs)
+        shape, rest = split_shape(rhs)
         shapes[name] = shape
         om = re.match(r"([\w\-]+)\((.*)", rest)
         if not om:

@@ -99,17 +99,20 @@ class HloIndex:
         return self.ops.get((primitive, where), []) if where else []
 
 
-def _split_shape(rest: str) -> tuple[str, str]:
-    """('f32[8,32]{1,0}' or '(f32[..], ...)', remainder) of the text after ``= ``."""
-    if rest.startswith("("):
+def split_shape(rhs: str) -> tuple[str, str]:
+    """The shape of an HLO instruction's right-hand side and what follows it:
+    ``'(f32[8], s32[]) tuple(...)'`` or ``'bf16[8,32]{1,0} dot(...)'`` -> (shape, rest).
+    Also used by planner/profile.py to read the compiled program's host transfers."""
+    rhs = rhs.strip()
+    if rhs.startswith("("):
         depth = 0
-        for i, ch in enumerate(rest):
+        for i, ch in enumerate(rhs):
             depth += ch == "("
             depth -= ch == ")"
             if depth == 0:
-                return rest[:i + 1], rest[i + 1:].lstrip()
-    head, _, tail = rest.partition(" ")
-    return head, tail
+                return rhs[:i + 1], rhs[i + 1:].strip()
+    head, _, tail = rhs.partition(" ")
+    return head, tail.strip()
 
 
 def _group_size(line: str, num_partitions: int) -> int:
@@ -185,7 +188,7 @@ def parse_hlo(texts: Iterable[str]) -> HloIndex:
         for ln in lines:  # per-device shapes of every named value, for operands
             m = _INSTR.match(ln)
             if m:
-                shape, _ = _split_shape(m.group(2))
+                shape, _ = split_shape(m.group(2))
                 arr = _ARRAY.search(shape)
                 if arr and not shape.startswith("("):
                     shapes[m.group(1)] = tuple(int(d) for d in arr.group(2).split(",") if d)
@@ -194,7 +197,7 @@ def parse_hlo(texts: Iterable[str]) -> HloIndex:
             meta = _META.search(ln)
             if not m or not meta:
                 continue
-            shape, rest = _split_shape(m.group(2))
+            shape, rest = split_shape(m.group(2))
             opcode = rest.split("(", 1)[0].strip()
             op_name = re.search(r'op_name="([^"]*)"', meta.group(1))
             if not op_name:
