@@ -335,15 +335,15 @@ def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
     if auto:
         budgets = _span_budgets(tr, graph, hw, offload, points)
     out = []
+    solves = _Solves()
     for b in budgets:
         try:
             use = (tr, graph)
-            usable = int(b * GB) - int(b * GB * hw.allocator_headroom)
             if grouped is not None and (layer_groups or _groups_pay(
-                    *grouped, hw, offload, usable, opts, say)):
+                    *grouped, hw, offload, _usable(int(b * GB), hw), solves, opts, say)):
                 use = grouped
-            out.append(_plan_one(step_fn, example_args, *use, hw, offload, int(b * GB), opts,
-                                 verify_compile, max_rounds, list(timings), say))
+            out.append(_plan_one(step_fn, example_args, *use, hw, offload, int(b * GB), solves,
+                                 opts, verify_compile, max_rounds, list(timings), say))
         except PlannerError as e:
             if _raise:
                 raise
@@ -354,13 +354,39 @@ def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
 UNIFORM = "planner, one policy for all groups"
 
 
-def _uniform_baseline(graph, cost, budget, opts) -> tuple[Baseline, ...]:
+def _usable(requested: int, hw) -> int:
+    """The bytes a plan may use of ``requested``: less the profile's allocator headroom."""
+    return requested - int(requested * hw.allocator_headroom)
+
+
+class _Solves:
+    """The CP-SAT solves of one ``pareto`` call, each (graph, cost model, budget, uniform)
+    solved once: deciding whether layer groups pay solves the per-group and the uniform
+    problem, which are also a plan's first round and its uniform baseline."""
+
+    def __init__(self):
+        self._done: dict[tuple, Solution | InfeasibleBudgetError] = {}
+
+    def __call__(self, graph, cost, budget, opts, *, uniform: bool = False) -> Solution:
+        key = (id(graph), cost, budget, uniform)  # graphs live as long as the pareto call
+        if key not in self._done:
+            try:
+                self._done[key] = solve_assignment(graph, cost, budget, opts, uniform=uniform)
+            except InfeasibleBudgetError as e:
+                self._done[key] = e
+        got = self._done[key]
+        if isinstance(got, InfeasibleBudgetError):
+            raise got
+        return got
+
+
+def _uniform_baseline(graph, cost, budget, solves, opts) -> tuple[Baseline, ...]:
     """For a per-group plan: the best plan that gives every group the same decisions, on the
     same model, so the report shows what deciding per group bought."""
     if all(c.group is None for c in graph.classes):
         return ()
     try:
-        sol = solve_assignment(graph, cost, budget, opts, uniform=True)
+        sol = solves(graph, cost, budget, opts, uniform=True)
     except InfeasibleBudgetError:
         return ()
     a = _normalize(graph, cost, sol.assignment)
@@ -372,17 +398,17 @@ def _uniform_baseline(graph, cost, budget, opts) -> tuple[Baseline, ...]:
 GROUP_GAIN = 1e-3  # per-group plans when they predict a step this much faster than uniform
 
 
-def _groups_pay(tr, graph, hw, offload, budget, opts, say) -> bool:
+def _groups_pay(tr, graph, hw, offload, budget, solves, opts, say) -> bool:
     """Whether deciding each layer group separately predicts a faster step than one decision
     for every group, on the same per-call-site model (the tie is the only difference)."""
     say(f"solving per layer group and uniform for {budget / GB:g} GB")
     cost = build_cost_model(tr, graph, hw, allow_offload=offload)
     try:
-        per_group = solve_assignment(graph, cost, budget, opts)
+        per_group = solves(graph, cost, budget, opts)
     except InfeasibleBudgetError:
         return False
     try:
-        uniform = solve_assignment(graph, cost, budget, opts, uniform=True)
+        uniform = solves(graph, cost, budget, opts, uniform=True)
     except InfeasibleBudgetError:
         return True  # only a per-group plan fits the model
     return per_group.objective_s < uniform.objective_s * (1 - GROUP_GAIN)
@@ -401,11 +427,10 @@ def _span_budgets(tr, graph, hw, offload, points: int) -> list[float]:
     return [(lo + (hi - lo) * k / points) / GB for k in range(1, points + 1)]
 
 
-def _plan_one(step_fn, example_args, tr, graph, hw, offload, requested, opts, verify_compile,
-              max_rounds, timings, say=lambda message: None) -> Plan:
-    # What the plan may use: the requested budget less the allocator's headroom.
-    headroom = int(requested * hw.allocator_headroom)
-    budget = requested - headroom
+def _plan_one(step_fn, example_args, tr, graph, hw, offload, requested, solves, opts,
+              verify_compile, max_rounds, timings, say=lambda message: None) -> Plan:
+    budget = _usable(requested, hw)  # what the plan may use
+    headroom = requested - budget
     correction = 0
     rounds = []
     class_names = {c.key: c.name for c in graph.classes}
@@ -432,7 +457,7 @@ def _plan_one(step_fn, example_args, tr, graph, hw, offload, requested, opts, ve
         t = time.perf_counter()
         try:
             try:
-                sol = solve_assignment(graph, cost, budget, opts)
+                sol = solves(graph, cost, budget, opts)
             except InfeasibleBudgetError as e:
                 if not verify_compile:
                     raise
@@ -452,7 +477,8 @@ def _plan_one(step_fn, example_args, tr, graph, hw, offload, requested, opts, ve
         # The compiler needs more than the model said: learn the error and solve again.
         correction += max(1, ver.compiled_device_bytes - pred.peak_bytes)
 
-    baselines = evaluate_baselines(graph, cost, budget) + _uniform_baseline(graph, cost, budget, opts)
+    baselines = (evaluate_baselines(graph, cost, budget)
+                 + _uniform_baseline(graph, cost, budget, solves, opts))
     plan = Plan(
         budget_bytes=requested, hardware=hw, trace=tr, graph=graph, cost=cost, solution=sol,
         prediction=pred, baselines=baselines, emitted=emitted, verification=ver,

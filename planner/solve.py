@@ -4,8 +4,8 @@ The model encodes exactly the formulas of ``cost.py`` (read its docstring first)
 variable family and constraint family below says what it stands for. Four lexicographic
 phases: first the fastest predicted step under the budget; then, at that step time, the
 fewest bytes sent to the host; then, at both, the smallest peak; then the fewest residual
-bytes (ties between saving and recomputing free tensors). Deterministic: one search worker and a fixed seed, so the same inputs give
-the same plan.
+bytes (ties between saving and recomputing free tensors). Deterministic: one search worker
+and a fixed seed, so the same inputs give the same plan.
 
 Layer groups: when the trace keeps each checkpoint call site as its own region (``group``
 set), the classes are per (group, signature) (graph.class_key), so the variables ``x`` below
