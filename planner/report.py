@@ -192,7 +192,11 @@ def build_report(plan) -> Report:
         transfer_ms=pred.transfer_s * 1e3, exposed_ms=pred.exposed_transfer_s * 1e3, fixed_gb=pred.fixed_bytes / GB,
         residual_gb=pred.residual_bytes / GB, working_set_gb=pred.working_set_bytes / GB,
         solver=(f"CP-SAT {sol.status}, gap {sol.gap:.2%}, {sol.num_classes} classes, "
-                f"{sol.num_variables} variables, {sol.wall_s:.2f} s"),
+                f"{sol.num_variables} variables, {sol.wall_s:.2f} s"
+                + ("" if sol.reproducible else
+                   "; stopped by the wall-clock guard on a slow or loaded machine, so another "
+                   "run may pick another plan of similar cost (solve on an idle machine, or "
+                   "name fewer classes with checkpoint_name)")),
         regions=regions, rows=tuple(rows), small_rows=(small[0], small[1]),
         policies=tuple(policies), policy_source=plan.emitted.policy_source,
         xla_flags=plan.emitted.xla_flags, flag_notes=plan.emitted.xla_flag_notes,
