@@ -353,6 +353,8 @@ def compare(args):
         bench = {**bench, "attention_impl": args.attention}
     if args.layer_groups > 1:
         bench = {**bench, "layer_groups": args.layer_groups}
+    if args.layers_per_iter > 1:
+        bench = {**bench, "layers_per_iter": args.layers_per_iter}
     r = d.job({"type": "plan", "name": "plan", "config": bench, "model": args.model,
                "budgets": budgets, "hardware": args.hardware}, need_s=90)
     specs = (r or {}).get("result") or {}
@@ -413,6 +415,9 @@ def main():
     c.add_argument("--layer-groups", type=int, default=1,
                    help="split the layer scan into this many scans (examples/llama.py "
                         "layer_groups); the planner may then decide per group")
+    c.add_argument("--layers-per-iter", type=int, default=1,
+                   help="layers per scan iteration, each its own checkpoint (examples/llama.py "
+                        "layers_per_iter): a copy window wider than one layer")
     c.add_argument("--forward", action="store_true",
                    help="also time the forward pass alone at full and half depth")
     c.add_argument("--hardware", default="h200")

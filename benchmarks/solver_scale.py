@@ -19,6 +19,7 @@ the number of CP-SAT variables, and the time to build the problem.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import math
 import os
@@ -36,7 +37,7 @@ def shape_for(n: int) -> tuple[int, int, int]:
     return regions, max(1, n // regions), max(4, n // 5)
 
 
-def run_one(n: int, time_limit: float, seed: int = 0) -> dict:
+def run_one(n: int, time_limit: float, seed: int = 0, linearization: int | None = None) -> dict:
     from synthetic import random_problem
 
     from planner.cost import Assignment, evaluate
@@ -55,7 +56,10 @@ def run_one(n: int, time_limit: float, seed: int = 0) -> dict:
            "build_s": build_s, "budget_mb": budget / 1e6, "time_limit_s": time_limit}
     t0 = time.perf_counter()
     try:
-        sol = solve_assignment(graph, cost, budget, SolverOptions(time_limit_s=time_limit))
+        opts = SolverOptions(time_limit_s=time_limit)
+        if linearization is not None:
+            opts = dataclasses.replace(opts, linearization_level=linearization)
+        sol = solve_assignment(graph, cost, budget, opts)
         row.update(status=sol.status, gap=sol.gap, variables=sol.num_variables,
                    solve_s=sol.wall_s)
     except InfeasibleBudgetError:
@@ -82,20 +86,25 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=30.0,
                     help="CP-SAT deterministic seconds per phase (the planner's default: 30)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--linearization", type=int, default=None,
+                    help="CP-SAT linearization_level (default: the planner's SolverOptions)")
     ap.add_argument("--out", help="also write the Markdown here")
     a = ap.parse_args(argv)
     rows = []
     for n in a.counts:
         print(f"solving {n} candidates ...", file=sys.stderr, flush=True)
-        rows.append(run_one(n, a.time_limit, a.seed))
+        rows.append(run_one(n, a.time_limit, a.seed, a.linearization))
         print(f"  {rows[-1]['status']} in {rows[-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
     args = argv if argv is not None else sys.argv[1:]
     cmd = "python benchmarks/solver_scale.py " + " ".join(args)
+    from planner.solve import SolverOptions
+    level = a.linearization if a.linearization is not None else SolverOptions().linearization_level
     text = "\n".join([
         f"Command: `{cmd.strip()}`",
         f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"Machine: {os.cpu_count()} CPU cores (nproc), Python {platform.python_version()}, "
-        "CP-SAT with 1 worker (the planner's setting); load average (1, 5, 15 min) at the end: "
+        f"CP-SAT with 1 worker (the planner's setting), linearization_level {level}; "
+        "load average (1, 5, 15 min) at the end: "
         + ", ".join(f"{x:.2f}" for x in os.getloadavg()),
         "", table(rows), ""])
     print(text)

@@ -48,6 +48,13 @@ class LlamaConfig:
     # lax.scan per group. remat_policy may then be one policy (every group) or a sequence of
     # layer_groups policies, one per group (plan.policies of a per-group plan).
     layer_groups: int = 1
+    # Under "scan": layers applied per scan iteration, each its own jax.checkpoint call (the
+    # stacked weights reshaped to [n / k, k, ...]). Not scan(unroll=k), which concatenates
+    # host-space residuals and fails to compile with offloading (docs/xla-flags-research.md,
+    # T2 / T3): here each sub-layer's residual is its own scan output, so the offload of
+    # sub-layer j may finish during sub-layers j+1..k-1 of the same iteration, a wider copy
+    # window than one layer, with the same HBM.
+    layers_per_iter: int = 1
     # what the user wrote; the planner overrides it while it plans
     remat_policy: Callable[..., Any] | Sequence[Callable[..., Any] | None] | None = None
     prevent_cse: bool = False  # MaxText passes prevent_cse=not scan_layers
@@ -157,11 +164,29 @@ def group_policies(cfg: LlamaConfig) -> tuple:
     return (pol,) * G
 
 
+def _layers_per_iter(cfg) -> int:
+    k, per = cfg.layers_per_iter, cfg.n_layers // cfg.layer_groups
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1 or per % k:
+        raise ValueError(f"layers_per_iter must be an int >= 1 dividing the {per} layers of a "
+                         f"group (n_layers={cfg.n_layers}, layer_groups={cfg.layer_groups}), "
+                         f"got {k!r}")
+    if k > 1 and cfg.layer_loop != "scan":
+        raise ValueError(f"layers_per_iter={k} applies to layer_loop='scan' only; "
+                         f"got layer_loop={cfg.layer_loop!r}")
+    return k
+
+
+def _sub_layer(cfg: LlamaConfig, j: int, x, block, positions):
+    """Layer ``j`` of a ``[k, ...]`` block of stacked weights (``layers_per_iter``)."""
+    return decoder_layer(cfg, x, jax.tree.map(lambda w: w[j], block), positions)
+
+
 def forward(cfg: LlamaConfig, params, tokens):
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
     x = params["embed"][tokens]
     policies = group_policies(cfg)
     G, per = cfg.layer_groups, cfg.n_layers // cfg.layer_groups
+    k = _layers_per_iter(cfg)
     for g in range(G):
         layer_fn = jax.checkpoint(
             functools.partial(decoder_layer, cfg), policy=policies[g],
@@ -170,10 +195,25 @@ def forward(cfg: LlamaConfig, params, tokens):
         # G = 1 uses the stacked weights as they are (no slice): the program of one scan.
         layers = params["layers"] if G == 1 else jax.tree.map(
             lambda w: w[g * per:(g + 1) * per], params["layers"])
-        if cfg.layer_loop == "scan":
+        if cfg.layer_loop == "scan" and k == 1:
             def body(x, layer):
                 return layer_fn(x, layer, positions), None
             x, _ = jax.lax.scan(body, x, layers)
+        elif cfg.layer_loop == "scan":
+            # Each of the k checkpoints takes the whole [k, ...] block and slices its layer
+            # inside: a checkpoint input that is the scan's xs is forwarded by JAX, not
+            # stacked again as a residual (slicing outside would keep a second copy of
+            # every weight under full remat).
+            sub_fns = [jax.checkpoint(functools.partial(_sub_layer, cfg, j),
+                                      policy=policies[g], prevent_cse=cfg.prevent_cse)
+                       for j in range(k)]
+
+            def body_k(x, block):  # k layers, k checkpoint call sites, one iteration
+                for fn in sub_fns:
+                    x = fn(x, block, positions)
+                return x, None
+            blocks = jax.tree.map(lambda w: w.reshape(per // k, k, *w.shape[1:]), layers)
+            x, _ = jax.lax.scan(body_k, x, blocks)
         elif cfg.layer_loop == "loop":
             for i in range(per):
                 x = layer_fn(x, jax.tree.map(lambda w: w[i], layers), positions)
@@ -190,6 +230,7 @@ def make_train_step(cfg: LlamaConfig = LlamaConfig(), *, concrete: bool = False,
     ``train_step(state, batch) -> (state, loss)`` with ``state = {"params", "momentum"}``.
     With ``concrete=False`` the example arguments are ``jax.ShapeDtypeStruct``s.
     """
+    group_policies(cfg), _layers_per_iter(cfg)  # bad layer layouts fail here, not when traced
     return lm_train_step(cfg, functools.partial(forward, cfg), functools.partial(init_params, cfg),
                          concrete=concrete, lr=lr, momentum=momentum)
 

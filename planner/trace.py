@@ -56,7 +56,7 @@ class Candidate:
     name: str | None               # checkpoint_name, if the equation is one
     shape: tuple[int, ...]         # of the (first) output
     dtype: str
-    nbytes: int                    # all outputs, per device, one trip of the region
+    nbytes: int                    # its live outputs, per device, one trip of the region
                                    # (global bytes / shard_divisor, see the module docstring)
     source: str                    # file:line of the user's code
     inputs: tuple[int, ...]        # indices of candidates whose outputs this equation reads
@@ -66,6 +66,12 @@ class Candidate:
                                    # so as a residual it is stored once, not once per trip
     eqn: Any = dataclasses.field(repr=False, compare=False)  # the JAX equation, for the cost stage
     input_reads: tuple[int, ...] = ()  # indices of the region inputs this equation reads
+    # Positions of the outputs that can be residuals: read by the backward pass or by a forward
+    # equation that may be recomputed for it. Another output (the sorted keys of
+    # jnp.argsort's multi-operand sort) is never kept, so it is not counted in nbytes. An
+    # output read only by such equations counts even when the plan saves all its readers
+    # (conservative: then it is not kept).
+    live_outputs: tuple[int, ...] = ()
     # Sharded steps (see the module docstring and planner/shard.py):
     global_nbytes: int = 0         # all outputs at their global (jaxpr) shapes
     shard_divisor: int = 1         # global elements / per-device elements of its outputs
@@ -379,7 +385,7 @@ def _per_device(cands: list[Candidate], inputs: tuple[RegionInput, ...], in_vars
         d, src = f or fallback
         out.append(dataclasses.replace(
             c, global_nbytes=c.nbytes,
-            nbytes=sum(-(-_nbytes(v.aval) // d) for v in c.eqn.outvars),
+            nbytes=sum(-(-_nbytes(c.eqn.outvars[k].aval) // d) for k in c.live_outputs),
             shard_divisor=d, shard_source=src, flop_divisor=m.flop_divisor or d,
             collective_bytes=m.collective_bytes, collectives=m.collectives))
     return out, tuple(new_inputs)
@@ -407,8 +413,19 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
             invariant.update(eqn.outvars)
     producer: dict[Any, int] = {}
     cands: list[Candidate] = []
+    # Outputs that can be residuals: read by the backward pass, or by an equation that may
+    # be recomputed for it (one the backward pass reads, or that feeds one, transitively).
+    made_by = {v: i for i, eqn in enumerate(eqns) for v in eqn.outvars}
+    feeds_backward = {i for i, eqn in enumerate(eqns) if any(v in needed_vars for v in eqn.outvars)}
+    for i in range(len(eqns) - 1, -1, -1):
+        if i in feeds_backward:
+            feeds_backward.update(made_by[v] for v in eqns[i].invars
+                                  if isinstance(v, adapter.Var) and v in made_by)
+    read = {v for i in feeds_backward for v in eqns[i].invars if isinstance(v, adapter.Var)}
     for i, eqn in enumerate(eqns):
         outs = [v for v in eqn.outvars]
+        live = tuple(k for k, v in enumerate(outs) if v in needed_vars or v in read) or (
+            tuple(range(len(outs))) if eqn.effects else ())
         first = outs[0].aval if outs else None
         in_vars = [v for v in eqn.invars if isinstance(v, adapter.Var)]
         ins = tuple(sorted({producer[v] for v in in_vars if v in producer}))
@@ -420,7 +437,8 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
             name=eqn.params.get("name") if eqn.primitive is adapter.name_p else None,
             shape=tuple(getattr(first, "shape", ())),
             dtype=_short_dtype(first.dtype) if first is not None and hasattr(first, "dtype") else "",
-            nbytes=sum(_nbytes(v.aval) for v in outs),
+            nbytes=sum(_nbytes(outs[k].aval) for k in live),
+            live_outputs=live,
             source=adapter.eqn_source(eqn),
             inputs=ins,
             needed=any(v in needed_vars for v in outs),

@@ -55,3 +55,37 @@ def test_error_hierarchy():
                 planner.PlanFileError):
         assert issubclass(cls, planner.PlannerError)
     assert jnp is not None
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_an_estimated_compiled_size_never_overrules_an_infeasible_model(exact):
+    """When the model fits nothing, the smallest plan's compiled size may prove it fits after
+    all, but only an exact figure: on a backend whose host arrays share device memory it is
+    an estimate (host bytes subtracted) and the model's bound stands."""
+    from planner.cost import evaluate
+    from planner.errors import InfeasibleBudgetError
+    from planner.plan import _smallest_plan
+    from planner.solve import SolverOptions, min_feasible_bytes
+    from planner.verify import STATUS_OK, Verification
+    from synthetic import random_problem
+
+    graph, cost = random_problem(3, n_nodes=8, n_classes=4)
+    opts = SolverOptions(time_limit_s=5)
+    need = min_feasible_bytes(graph, cost, opts)
+    budget = int(need * 0.9)
+
+    def attempt(cost_, assignment):
+        pred = evaluate(cost_, graph, assignment)
+        ver = Verification(status=STATUS_OK, compiled=None, compiled_device_bytes=budget // 2,
+                           predicted_peak_bytes=pred.peak_bytes, budget_bytes=budget, checks=(),
+                           backend="cpu", exact=exact)
+        return assignment, pred, None, ver
+
+    error = InfeasibleBudgetError("model", budget_bytes=budget, min_feasible_bytes=need)
+    if exact:
+        sol, pred, _, ver = _smallest_plan(graph, cost, opts, budget, attempt, error)
+        assert ver.compiled_device_bytes <= budget and sol.budget_bytes == budget
+    else:
+        with pytest.raises(InfeasibleBudgetError, match="is an estimate") as e:
+            _smallest_plan(graph, cost, opts, budget, attempt, error)
+        assert e.value.min_feasible_bytes == need

@@ -158,3 +158,48 @@ def test_moe_capacity_dispatch_is_planned_with_expert_names():
     assert {"moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo"} <= names
     shapes = {tuple(c["shape"]) for c in plan.candidates() if c["name"] == "moe_mlpwi_0"}
     assert shapes == {(cfg.n_experts, moe.capacity(cfg), cfg.d_expert)}
+
+
+def test_llama_layers_per_iter_computes_the_same_step_and_plans_per_sub_layer():
+    """k layers per scan iteration (docs/xla-flags-research.md, T2): the same loss and
+    gradient as one layer per iteration, k checkpoint call sites each run n/k times, no
+    weight stacked again as a residual, and a plan for it verifies."""
+    import dataclasses
+
+    import numpy as np
+
+    from examples import llama
+    cfg1 = llama.LlamaConfig(vocab=128, d_model=64, n_heads=4, n_kv_heads=2, d_ff=192, seq=64)
+    cfg2 = dataclasses.replace(cfg1, layers_per_iter=2)
+    (step1, args), (step2, _) = (llama.make_train_step(c, concrete=True) for c in (cfg1, cfg2))
+    (s1, l1), (s2, l2) = step1(*args), step2(*args)
+    np.testing.assert_allclose(l2, l1, rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(s1), jax.tree.leaves(s2)):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+
+    def make(policy=None):
+        return llama.make_train_step(dataclasses.replace(cfg2, remat_policy=policy))
+
+    plan = _plan(make, lambda: make(cp.nothing_saveable), lambda: make(cp.everything_saveable))
+    regions = [rg.region for rg in plan.graph.regions]
+    assert [(r.multiplicity, r.in_scan) for r in regions] == [(2, True), (2, True)]
+    # Full remat stacks only the layer inputs, as with one layer per iteration: the
+    # checkpoint inputs are the scan's xs (the weight block), which JAX forwards.
+    assert plan.trace.anchor.stacked_device_bytes == 2 * 2 * cfg1.batch * cfg1.seq * cfg1.d_model * 4
+    assert {"save", "remat"} <= set(plan.decisions().values())
+    _assert_verified(plan)
+
+
+@pytest.mark.parametrize("changes, match", [
+    (dict(layers_per_iter=3), "dividing the 4 layers"),
+    (dict(layers_per_iter=0), "int >= 1"),
+    (dict(layers_per_iter=2, layer_loop="loop"), "layer_loop='scan' only"),
+    (dict(layers_per_iter=4, layer_groups=2), "dividing the 2 layers"),
+])
+def test_llama_layers_per_iter_errors_teach(changes, match):
+    import dataclasses
+
+    from examples import llama
+    cfg = dataclasses.replace(llama.LlamaConfig(), **changes)
+    with pytest.raises(ValueError, match=match):
+        llama.make_train_step(cfg)

@@ -141,7 +141,9 @@ def test_a_search_cut_by_its_time_limit_is_still_deterministic():
     graph, cost = random_problem(1, n_nodes=400, n_classes=60, eta=0.2)
     lo = evaluate(cost, graph, Assignment.of({})).peak_bytes
     hi = evaluate(cost, graph, Assignment.of({c.key: "save" for c in graph.classes})).peak_bytes
-    opts = SolverOptions(time_limit_s=0.5)
+    opts = SolverOptions(time_limit_s=0.1)
     a = solve_assignment(graph, cost, (lo + hi) / 2, opts)
     b = solve_assignment(graph, cost, (lo + hi) / 2, opts)
+    assert a.status == "FEASIBLE" and a.gap > 0, "the limit must cut the search for this test"
+    assert a.reproducible and b.reproducible
     assert a.assignment == b.assignment and a.objective_s == b.objective_s

@@ -99,3 +99,33 @@ def test_signature_key_is_what_a_policy_can_see():
     assert keys[0].startswith("sin(f32[2,3])")
     assert keys[-1] == "name:h"
     assert "np.int64" not in "".join(keys)
+
+
+def test_a_dead_output_of_a_multi_output_equation_is_not_counted():
+    """jnp.argsort is a multi-operand sort whose sorted keys nothing reads: saving the sort keeps
+    only the permutation, so its candidate weighs one output (the MoE router's argsort made the
+    plan over-count 1 KiB per layer against the compiled program)."""
+    def layer(x, w):
+        order = jnp.argsort(x[:, 0])          # sort(keys, iota, ...): only the iota is read
+        return jnp.tanh(x[order] @ w)
+
+    def step(x, w):
+        def body(h, wi):
+            return jax.checkpoint(layer)(h, wi), None
+        return jnp.sum(jax.lax.scan(body, x, w)[0])
+
+    x = jax.ShapeDtypeStruct((64, 32), jnp.float32)
+    w = jax.ShapeDtypeStruct((2, 32, 32), jnp.float32)
+    tr = trace_step(jax.jit(jax.grad(step, argnums=1)), (x, w))
+    (r,) = tr.regions
+    (sort,) = [c for c in r.candidates if c.primitive == "sort"]
+    assert len(sort.eqn.outvars) >= 2 and 0 not in sort.live_outputs
+    assert sort.nbytes == 64 * 4 * len(sort.live_outputs) < 64 * 4 * len(sort.eqn.outvars)
+    # Saving it stacks exactly that many bytes per trip in the traced program.
+    only_sort = lambda prim, *_, **__: prim.name == "sort"  # noqa: E731
+    base = stacked_residuals(jax.make_jaxpr(jax.grad(step, argnums=1))(x, w).jaxpr)[0]
+    with_sort = stacked_residuals(jax.make_jaxpr(jax.grad(
+        lambda x, w: jnp.sum(jax.lax.scan(
+            lambda h, wi: (jax.checkpoint(layer, policy=only_sort)(h, wi), None), x, w)[0]),
+        argnums=1))(x, w).jaxpr)[0]
+    assert with_sort - base == 2 * sort.nbytes
