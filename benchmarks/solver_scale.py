@@ -2,6 +2,7 @@
 
     python benchmarks/solver_scale.py                          # 100, 1,000, 10,000 candidates
     python benchmarks/solver_scale.py --counts 100 --time-limit 5
+    python benchmarks/solver_scale.py --examples --time-limit 10   # levels 1 vs 2, real traces
 
 The graphs come from ``tests/synthetic.py``'s ``random_problem``: random DAGs of candidates
 with hand-set costs. For ``n`` candidates: ``ceil(n / 1000)`` regions of ``n / regions``
@@ -61,21 +62,76 @@ def run_one(n: int, time_limit: float, seed: int = 0, linearization: int | None 
             opts = dataclasses.replace(opts, linearization_level=linearization)
         sol = solve_assignment(graph, cost, budget, opts)
         row.update(status=sol.status, gap=sol.gap, variables=sol.num_variables,
-                   solve_s=sol.wall_s)
+                   solve_s=sol.wall_s, step_ms=sol.objective_s * 1e3)
     except InfeasibleBudgetError:
         row.update(status="INFEASIBLE", gap=float("nan"), variables=0,
-                   solve_s=time.perf_counter() - t0)
+                   solve_s=time.perf_counter() - t0, step_ms=float("nan"))
     row["wall_s"] = time.perf_counter() - t0
     return row
 
 
+def example_problems():
+    """(name, graph, cost, budget) of the bundled examples' real traces at two budgets each,
+    20% and 50% of the way from full remat's predicted peak to saving everything's."""
+    import warnings
+
+    import planner
+    from examples import llama, moe
+    from planner.cost import Assignment, evaluate
+
+    steps = (
+        ("llama quickstart", llama.quickstart()),
+        ("llama, 2 layers per scan iteration", llama.make_train_step(
+            llama.LlamaConfig(layers_per_iter=2))),
+        ("llama quickstart, 2 layer groups", llama.make_train_step(
+            dataclasses.replace(llama.QUICKSTART, layer_groups=2))),
+        ("MoE example", moe.make()),
+    )
+    for name, (step, args) in steps:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            plan = planner.solve(step, *args, hbm_gb=100, hardware="h200", verify_compile=False,
+                                 solver_time_limit_s=1, layer_groups=None)
+        g, c = plan.graph, plan.cost
+        keys = [k.key for k in g.classes]
+        lo = evaluate(c, g, Assignment.of({k: "remat" for k in keys})).peak_bytes
+        hi = evaluate(c, g, Assignment.of({k: "save" for k in keys})).peak_bytes
+        for f in (0.2, 0.5):
+            yield f"{name} @ {f:.0%}", g, c, lo + f * (hi - lo)
+
+
+def compare_levels(time_limit: float) -> str:
+    """Markdown: linearization levels 1 and 2 on the example traces."""
+    from planner.errors import PlannerError
+    from planner.solve import SolverOptions, solve_assignment
+
+    out = ["| trace @ budget | candidates | level 1: status, gap, step ms, wall s | "
+           "level 2: status, gap, step ms, wall s |", "|---|---|---|---|"]
+    for name, g, c, b in example_problems():
+        cells = []
+        for level in (1, 2):
+            t0 = time.perf_counter()
+            try:
+                sol = solve_assignment(g, c, b, SolverOptions(time_limit_s=time_limit,
+                                                              linearization_level=level))
+                cells.append(f"{sol.status}, {sol.gap:.1%}, {sol.objective_s * 1e3:.4f}, "
+                             f"{time.perf_counter() - t0:.1f}")
+            except PlannerError as e:
+                cells.append(type(e).__name__)
+        n = sum(len(rg.region.candidates) for rg in g.regions)
+        out.append(f"| {name} | {n} | {cells[0]} | {cells[1]} |")
+        print(out[-1], file=sys.stderr, flush=True)
+    return "\n".join(out)
+
+
 def table(rows: list[dict]) -> str:
     out = ["| candidates | regions | classes | CP-SAT variables | status (phase 1) | gap | "
-           "solve wall s | time limit / phase s | problem build s |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "plan's step ms | solve wall s | time limit / phase s | problem build s |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['candidates']:,} | {r['regions']} | {r['classes']:,} | "
-                   f"{r['variables']:,} | {r['status']} | {r['gap']:.2%} | {r['wall_s']:.2f} | "
+                   f"{r['variables']:,} | {r['status']} | {r['gap']:.2%} | {r['step_ms']:,.1f} | "
+                   f"{r['wall_s']:.2f} | "
                    f"{r['time_limit_s']:g} | {r['build_s']:.2f} |")
     return "\n".join(out)
 
@@ -88,9 +144,14 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--linearization", type=int, default=None,
                     help="CP-SAT linearization_level (default: the planner's SolverOptions)")
+    ap.add_argument("--examples", action="store_true",
+                    help="instead: linearization levels 1 and 2 on the bundled examples' traces")
     ap.add_argument("--out", help="also write the Markdown here")
     a = ap.parse_args(argv)
     rows = []
+    if a.examples:
+        body = compare_levels(a.time_limit)
+        a.counts = []
     for n in a.counts:
         print(f"solving {n} candidates ...", file=sys.stderr, flush=True)
         rows.append(run_one(n, a.time_limit, a.seed, a.linearization))
@@ -103,10 +164,11 @@ def main(argv=None) -> int:
         f"Command: `{cmd.strip()}`",
         f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"Machine: {os.cpu_count()} CPU cores (nproc), Python {platform.python_version()}, "
-        f"CP-SAT with 1 worker (the planner's setting), linearization_level {level}; "
+        f"CP-SAT with 1 worker (the planner's setting), linearization_level "
+        f"{'1 and 2' if a.examples else level}; "
         "load average (1, 5, 15 min) at the end: "
         + ", ".join(f"{x:.2f}" for x in os.getloadavg()),
-        "", table(rows), ""])
+        "", body if a.examples else table(rows), ""])
     print(text)
     if a.out:
         with open(a.out, "w") as f:
