@@ -3,6 +3,8 @@
     python benchmarks/profile_overlap.py --out benchmarks/results/h200-YYYY-MM-DD-profile
     python benchmarks/profile_overlap.py --out DIR --budget 80 --flag-sets default,planner,pipelined
     python benchmarks/profile_overlap.py --out DIR --flag-sets all --trace-saved   # every set
+    python benchmarks/profile_overlap.py --out DIR --probe-policy --config '{..., "layers_per_iter": 2}'
+                                          # one fixed policy, k layers per scan iteration
     python benchmarks/profile_overlap.py worker JOB.json          # one profile, fresh process
 
 Model: examples/llama.py H200_BENCH (8 layers under lax.scan, 32k tokens, bf16), as
@@ -222,6 +224,9 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=540.0, help="seconds per job")
     ap.add_argument("--keep-traces", action="store_true",
                     help="keep the .xplane.pb traces under DIR/trace-<set> (tens of MB each)")
+    ap.add_argument("--probe-policy", action="store_true",
+                    help="skip planning; profile the probe's policy (save six projections, "
+                         "offload mlpwi_0), the same program for any --config")
     ap.add_argument("--config", default="", help="JSON LlamaConfig fields instead of "
                     "H200_BENCH, for a CPU smoke test: '{\"n_layers\": 2}'")
     a = ap.parse_args(argv)
@@ -229,8 +234,11 @@ def main(argv=None):
     out_dir.mkdir(parents=True, exist_ok=True)
     date = datetime.date.today().isoformat()
     config = json.loads(a.config) if a.config else None
-    rec = spawn({"kind": "plan", "budget": a.budget, "hardware": a.hardware, "config": config},
-                out_dir, a.timeout)
+    if a.probe_policy:  # the same policy for every layout: compare layers_per_iter values
+        rec = {"error": "not planned: --probe-policy"}
+    else:
+        rec = spawn({"kind": "plan", "budget": a.budget, "hardware": a.hardware,
+                     "config": config}, out_dir, a.timeout)
     plan = rec.get("result") or {}
     if plan.get("offloads"):
         policy, flags = plan["policy"], plan["flags"]
@@ -239,8 +247,11 @@ def main(argv=None):
     else:
         policy, flags = FALLBACK, "--xla_gpu_enable_host_memory_offloading=true " \
                                   "--xla_gpu_enable_latency_hiding_scheduler=true"
-        plan = {"label": "fallback: the probe's offload of mlpwi_0 (the plan at "
-                f"{a.budget:g} GB offloaded nothing or failed: {rec.get('error', '')[:200]})",
+        why = (f"failed: {rec['error'][:200]}" if rec.get("error")
+               else "offloaded nothing: at this budget saving or recomputing was faster")
+        plan = {"label": "the probe's policy, saving six projections and offloading mlpwi_0 "
+                "(--probe-policy)" if a.probe_policy else
+                f"fallback: the probe's offload of mlpwi_0 (the plan at {a.budget:g} GB {why})",
                 "offloads": FALLBACK["offload"]}
         saved = {"kind": "names", "save": FALLBACK["save"] + FALLBACK["offload"], "offload": []}
     sets = {"default": ("", {}), "planner": (flags, {}), "pipelined": (PIPELINED, {})}
