@@ -61,7 +61,10 @@ def evaluate_baselines(graph: LivenessGraph, cost: CostModel, budget_bytes: floa
         factory, offloads, needs_names = STOCK[name]
         a = assignment_from_policy(graph, factory())
         p = evaluate(cost, graph, a)
-        applicable = (cost.allow_offload or not offloads) and (
+        # Offloading is not applicable where it is not allowed, nor where XLA cannot compile
+        # it (a class of a region under scan(unroll > 1), cost.no_offload_classes).
+        blocked = any(d == "offload" and k in cost.no_offload_classes for k, d in a.decisions)
+        applicable = (cost.allow_offload or not offloads) and not blocked and (
             not needs_names or bool(present & set(_DOTS)))
         fits = p.peak_bytes <= budget_bytes and p.host_bytes <= cost.host_cap_bytes
         out.append(Baseline(name=name, assignment=a, prediction=p, fits=fits and applicable,

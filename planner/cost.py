@@ -132,6 +132,9 @@ class CostModel:
     overlap_efficiency: float
     allow_offload: bool
     unknown_primitives: tuple[str, ...]
+    # Classes never offloaded although offloading is allowed: those of a region under
+    # lax.scan(unroll > 1) (trace.Region.scan_unroll), whose offloads XLA cannot compile.
+    no_offload_classes: frozenset = frozenset()
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,6 +261,9 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
         overlap_efficiency=float(hw.overlap_efficiency),
         allow_offload=bool(allow_offload and link.kind != "none"),
         unknown_primitives=tuple(sorted(unknown)),
+        no_offload_classes=frozenset(
+            class_key(rg.region, c) for rg in graph.regions if rg.region.scan_unroll > 1
+            for c in rg.region.candidates),
     )
     # Two compiles measure the two unknowns of the memory model: the fixed bytes F and the
     # working-set scale omega (how much of the modelled backward working set the compiler

@@ -162,7 +162,16 @@ def build_report(plan) -> Report:
         notes.append(f"{plan.trace.undifferentiated_regions} checkpoint region(s) are never "
                      "differentiated and were ignored.")
     for rg in graph.regions:
-        if not rg.region.in_scan and cost.allow_offload:
+        if rg.region.scan_unroll > 1 and cost.allow_offload:
+            notes.append(
+                f"Region {rg.region.id} runs under lax.scan(unroll={rg.region.scan_unroll}): "
+                "its tensors are never offloaded (nor by the stock offload policies compared), "
+                "because JAX concatenates the unrolled trips' residuals before stacking them "
+                "and XLA's host offloader cannot compile compute on host data (our H200 "
+                "failed to compile it; docs/xla-flags-research.md). To offload there, use "
+                "unroll=1, or k layers per iteration each in its own jax.checkpoint "
+                "(examples/llama.py, layers_per_iter).")
+        elif not rg.region.in_scan and cost.allow_offload:
             notes.append(f"Region {rg.region.id} is not under lax.scan: on GPU, XLA dropped "
                          "offloads of unrolled layers in our measurements; check the compiled "
                          "program (verification) before trusting offloads there.")

@@ -83,6 +83,10 @@ class _Model:
             for d in decisions:
                 self.x[cls.key, d] = m.NewBoolVar(f"x[{cls.label}|{d}]")
             m.AddExactlyOne(self.x[cls.key, d] for d in decisions)
+            # A class of a region under scan(unroll > 1) stays on the device: XLA cannot
+            # compile its offload (cost.CostModel.no_offload_classes).
+            if "offload" in decisions and cls.key in cost.no_offload_classes:
+                m.Add(self.x[cls.key, "offload"] == 0)
         # uniform: every group takes the same decision for the same signature (one policy for
         # all groups), the baseline a per-group plan must beat.
         if uniform:

@@ -113,6 +113,11 @@ class Region:
     user_policy: str               # the policy the user's code passed (overridden while planning)
     prevent_cse: bool
     in_scan: bool                  # runs inside lax.scan (the loop form matters, see DESIGN.md)
+    # The largest lax.scan unroll around it. Above 1 JAX concatenates the unrolled trips'
+    # residuals before stacking them, and XLA's host offloader rejects compute on host data
+    # between the offload and its store (docs/xla-flags-research.md, finding 5; the H200
+    # failed to compile such a program): the planner does not offload in such a region.
+    scan_unroll: int = 1
     inputs: tuple[RegionInput, ...] = ()
     backward_eqns: tuple = dataclasses.field(repr=False, compare=False, default=())
     # Layer groups (see merge_call_sites): a region of one call site, decided on its own
@@ -193,14 +198,18 @@ def _region_structure_key(jaxpr) -> str:
     return str(jaxpr)
 
 
-def _in_scan(jaxpr, rid: int, inside: bool = False) -> bool | None:
+def _scan_context(jaxpr, rid: int, inside: bool = False,
+                  unroll: int = 1) -> tuple[bool, int] | None:
+    """(under a lax.scan, the largest ``unroll`` of the scans around it) for region ``rid``."""
     for eqn in jaxpr.eqns:
         if adapter.is_differentiated_remat(eqn):
             pol = eqn.params["policy"]
             if isinstance(pol, adapter.RegionPolicy) and pol.region_id == rid:
-                return inside
+                return inside, unroll
+        is_scan = eqn.primitive.name == "scan"
+        u = max(unroll, int(eqn.params.get("unroll", 1) or 1)) if is_scan else unroll
         for sub, _ in adapter.subjaxprs(eqn):
-            r = _in_scan(sub, rid, inside or eqn.primitive.name == "scan")
+            r = _scan_context(sub, rid, inside or is_scan, u)
             if r is not None:
                 return r
     return None
@@ -573,6 +582,7 @@ def merge_regions(sites: Sequence[Region]) -> tuple[Region, ...]:
             m = merged[key]
             merged[key] = dataclasses.replace(
                 m, multiplicity=m.multiplicity + r.multiplicity,
+                scan_unroll=max(m.scan_unroll, r.scan_unroll),
                 call_sites=m.call_sites + r.call_sites, bind_ids=m.bind_ids + r.bind_ids)
         else:
             merged[key] = dataclasses.replace(r, id=len(merged), group=None)
@@ -649,11 +659,12 @@ def trace_step(step_fn: Callable, args: Sequence[Any], *, split_call_sites: bool
         if key not in analysed:
             analysed[key] = _candidates(br, step_jaxpr, anchor_jaxpr, br.region_id, index)
         cands, bwd, inputs = analysed[key]
+        in_scan, unroll = _scan_context(adapter.open_jaxpr(step_jaxpr), br.region_id) or (False, 1)
         sites.append(Region(
             id=len(sites), source=br.source, multiplicity=mult[br.region_id], call_sites=1,
             candidates=cands, user_policy=_policy_text(br.user_policy),
             prevent_cse=bool(br.prevent_cse) if isinstance(br.prevent_cse, bool) else True,
-            in_scan=bool(_in_scan(adapter.open_jaxpr(step_jaxpr), br.region_id)), backward_eqns=bwd,
+            in_scan=in_scan, scan_unroll=unroll, backward_eqns=bwd,
             inputs=inputs, group=len(sites), bind_ids=(br.region_id,),
             body=hashlib.sha256(key.encode()).hexdigest()[:16],
         ))

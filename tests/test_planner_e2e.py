@@ -197,3 +197,55 @@ def test_allocator_headroom_is_left_free_and_reported(tmp_path):
     with pytest.raises(planner.InfeasibleBudgetError, match="allocator headroom") as e:
         planner.solve(step, *args, hbm_gb=lo * 1.02 / 1e9, hardware=hw, verify_compile=False)
     assert e.value.min_feasible_bytes > lo * 1.02
+
+
+def _unrolled_scan_step(unroll):
+    import jax.numpy as jnp
+    from jax.ad_checkpoint import checkpoint_name
+
+    def layer(x, w):
+        h = checkpoint_name(jnp.tanh(x @ w), "h")
+        return jnp.tanh(h @ w.T) + x
+
+    def step(w, x):
+        def loss(w):
+            y, _ = jax.lax.scan(lambda c, wi: (jax.checkpoint(layer)(c, wi), None), x, w,
+                                unroll=unroll)
+            return jnp.sum(y ** 2)
+        return jax.grad(loss)(w)
+
+    return step, (jax.ShapeDtypeStruct((4, 256, 256), jnp.float32),
+                  jax.ShapeDtypeStruct((512, 256), jnp.float32))
+
+
+def test_no_offload_under_an_unrolled_scan():
+    """scan(unroll=2) concatenates host-space residuals, which XLA's host offloader cannot
+    compile (our H200): the planner keeps every tensor of such a region on the device, the
+    stock offload policies are not compared, and the report says why. On the same model
+    without that restriction, a budget below the smallest on-device plan is met by offloading."""
+    from planner.errors import InfeasibleBudgetError
+    from planner.solve import SolverOptions, min_feasible_bytes, solve_assignment
+
+    step, args = _unrolled_scan_step(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", planner.PlanWarning)
+        plan = planner.solve(step, *args, hbm_gb=0.012, hardware="h200")
+    (rg,) = plan.graph.regions
+    assert rg.region.scan_unroll == 2 and rg.region.in_scan
+    assert plan.cost.allow_offload and plan.cost.no_offload_classes
+    assert plan.prediction.host_bytes == 0
+    assert "offload" not in set(plan.decisions().values())
+    offloading = [b for b in plan.baselines if b.name in ("offload_dot_with_no_batch_dims",
+                                                         "maxtext:minimal_offloaded")]
+    assert offloading and not any(b.applicable or b.fits for b in offloading)
+    assert "lax.scan(unroll=2)" in plan.report("markdown")
+
+    opts = SolverOptions(time_limit_s=10)
+    on_device = min_feasible_bytes(plan.graph, plan.cost, opts)
+    free = dataclasses.replace(plan.cost, no_offload_classes=frozenset())
+    below = (on_device + min_feasible_bytes(plan.graph, free, opts)) / 2
+    assert below < on_device
+    with pytest.raises(InfeasibleBudgetError):
+        solve_assignment(plan.graph, plan.cost, below, opts)
+    sol = solve_assignment(plan.graph, free, below, opts)
+    assert "offload" in dict(sol.assignment.decisions).values()
