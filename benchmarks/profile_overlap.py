@@ -187,8 +187,18 @@ def _summary(out_dir: Path, plan, recs, date):
                     f"{ms(med.get('copy_s'))} | {ms(med.get('exposed_s'))} | "
                     f"{'n/a' if eff is None else f'{eff:.3f}'} | "
                     f"{ms(med.get('compute_s'))} / {ms(med_s.get('compute_s'))} |")
-    status = "\n".join(f"- {n}: {(o.get('result', {}).get('profile') or {}).get('status', o.get('error', '')[:300])}"
-                       for n, (o, _) in recs.items())
+    def status_of(o):
+        prof = o.get("result", {}).get("profile") or {}
+        text = prof.get("status", o.get("error", "")[:300])
+        streams = prof.get("streams") or {}
+        if streams.get("copies"):
+            text += (f"; copies on {', '.join(streams['copies'])}, compute on "
+                     f"{', '.join(streams.get('compute', []))}")
+        if prof.get("stream_diagnosis"):
+            text += f" ({prof['stream_diagnosis']})"
+        return text
+
+    status = "\n".join(f"- {n}: {status_of(o)}" for n, (o, _) in recs.items())
     text = (f"# Exposed host-copy time from a device trace ({date})\n\n"
             f"Command: `python benchmarks/profile_overlap.py {' '.join(sys.argv[1:])}`\n\n"
             f"Policy: {plan.get('label')}; offloaded: {plan.get('offloads')}"

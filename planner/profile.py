@@ -560,6 +560,28 @@ class ProfileResult:
         out["steps"] = len(self.steps)
         return out
 
+    def streams(self) -> dict[str, tuple[str, ...]]:
+        """The device stream lines that carried host copies and compute, over all steps."""
+        ev = [e for s in self.steps for e in s.events]
+        return {"copies": tuple(sorted({e.line for e in ev if e.kind in ("d2h", "h2d")})),
+                "compute": tuple(sorted({e.line for e in ev if e.kind == "compute"}))}
+
+    def stream_diagnosis(self) -> str:
+        """Why copies could not overlap, when the trace shows it: every host copy ran on a
+        stream that also ran compute kernels, which execute one after another."""
+        st = self.streams()
+        if not self.measured or not st["copies"] or not set(st["copies"]) <= set(st["compute"]):
+            return ""
+        hidden = sum(s.hidden_s for s in self.steps)
+        return (f"every host copy ran on a stream that also runs compute ({', '.join(st['copies'])})"
+                + (f", yet {hidden * 1e3:.3g} ms overlapped: another compute stream ran beside it"
+                   if hidden > 0 else
+                   ": work on one CUDA stream runs in order, so no schedule can hide these "
+                   "copies. XLA puts its host dynamic-(update-)slice copies on an async stream "
+                   "(docs/xla-flags-research.md, finding 4) unless something serializes them; "
+                   "CUDA-graph command buffers capture them by default (DYNAMIC_SLICE_FUSION), "
+                   "so try XLA_FLAGS=--xla_gpu_enable_command_buffer= (graphs off) first"))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "measured": self.measured, "status": self.status, "backend": self.backend,
@@ -569,6 +591,8 @@ class ProfileResult:
             "predicted_exposed_s": self.predicted_exposed_s,
             "predicted_transfer_s": self.predicted_transfer_s,
             "median": self.figures(),
+            "streams": {k: list(v) for k, v in self.streams().items()},
+            "stream_diagnosis": self.stream_diagnosis(),
             "steps": [{**{f: getattr(s, f) for f in _FIELDS}, "index": s.index,
                        "n_d2h": s.n_d2h, "n_h2d": s.n_h2d,
                        "overlap_efficiency": s.overlap_efficiency,
@@ -608,6 +632,9 @@ class ProfileResult:
                 f"#{t.trip} d2h {t.d2h_s * 1e3:.2f}/{t.d2h_exposed_s * 1e3:.2f} exp, "
                 f"h2d {t.h2d_s * 1e3:.2f}/{t.h2d_exposed_s * 1e3:.2f} exp" for t in s0.per_trip))
         lines.append(f"  {s0.per_trip_note}")
+        diagnosis = self.stream_diagnosis()
+        if diagnosis:
+            lines.append(f"  streams: {diagnosis}")
         lines.append(f"trace: {self.trace_path}")
         return "\n".join(lines)
 

@@ -287,3 +287,34 @@ def test_a_trace_without_host_copies_still_reports_compute_busy_time(monkeypatch
     ref = pp.analyze_trace(GPU_TRACE, host_ops=ops, module="jit_step")
     assert r.to_json()["median"]["compute_s"] == pytest.approx(ref.to_json()["median"]["compute_s"])
     assert r.to_json()["median"]["copy_s"] == 0
+
+
+def _result(events):
+    step = pp.step_overlap(events, (0, 100 * US))
+    return pp.ProfileResult(measured=True, status="measured", backend="gpu", device="test",
+                            date="2026-12-02", step_name="step", xla_flags="", trace_path="t",
+                            steps=(step,))
+
+
+def test_copies_on_the_compute_stream_are_diagnosed_as_serialized():
+    """The H200 trace (2026-12-01) had every host copy on the compute stream (one device line,
+    'Stream #14(MemcpyD2H,Compute,...)'): the result says they could not overlap and what to
+    try. Copies on their own stream get no such note; nor do copies on a compute stream while
+    another compute stream ran beside them."""
+    one = "Stream #14(MemcpyD2H,Compute)"
+    serial = _result([_ev("compute", 0, 40, line=one), _ev("d2h", 40, 50, line=one),
+                      _ev("compute", 50, 90, line=one), _ev("h2d", 90, 95, line=one)])
+    assert serial.streams() == {"copies": (one,), "compute": (one,)}
+    text = serial.stream_diagnosis()
+    assert "runs in order" in text and "--xla_gpu_enable_command_buffer=" in text
+    assert "streams: every host copy" in serial.summary()
+    assert serial.to_json()["stream_diagnosis"] == text
+
+    apart = _result([_ev("compute", 0, 40, line="Stream #14"),
+                     _ev("d2h", 10, 30, line="Stream #15(MemcpyD2H)")])
+    assert apart.stream_diagnosis() == "" and "streams:" not in apart.summary()
+
+    beside = _result([_ev("compute", 0, 40, line="Stream #14"),
+                      _ev("compute", 0, 40, line="Stream #15"),
+                      _ev("d2h", 10, 30, line="Stream #15")])
+    assert "yet 0.02 ms overlapped" in beside.stream_diagnosis()
