@@ -434,7 +434,11 @@ def _span_budgets(tr, graph, hw, offload, points: int) -> list[float]:
     # the span ends at its capacity (the profile's hbm_bytes).
     if lo < hw.hbm_bytes < hi:
         hi = hw.hbm_bytes
-    return [(lo + (hi - lo) * k / points) / GB for k in range(1, points + 1)]
+    # The plan may use a budget less the allocator headroom (_usable): ask for enough that
+    # what it may use spans lo..hi (capped at the device's HBM again).
+    keep = 1.0 - hw.allocator_headroom
+    return [min(hw.hbm_bytes, (lo + (hi - lo) * k / points) / keep) / GB
+            for k in range(1, points + 1)]
 
 
 def _plan_one(step_fn, example_args, tr, graph, hw, offload, requested, solves, opts,

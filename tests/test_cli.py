@@ -181,3 +181,21 @@ def test_pareto_auto_stops_at_the_devices_hbm():
     assert capped[-1].budget_bytes == pytest.approx(0.9 * top, rel=1e-6)
     # lo + (hi - lo) / 2 with hi lowered by 0.1 * top: the first budget drops by 0.05 * top.
     assert capped[0].budget_bytes == pytest.approx(full[0].budget_bytes - 0.05 * top, rel=1e-6)
+
+
+def test_pareto_auto_budgets_leave_the_allocator_headroom_on_top():
+    """With a profile's allocator headroom h, the plans may use budget x (1 - h): the auto
+    budgets are raised so that what the plans may use spans full remat .. save everything."""
+    import dataclasses
+
+    import cost_models as cm
+    import planner
+    step, args = tiny()
+    plain = planner.pareto(step, *args, hbm_gb=None, points=2, hardware="cpu",
+                           verify_compile=False)
+    roomy = dataclasses.replace(cm.load_profile("cpu"), allocator_headroom=0.1)
+    spaced = planner.pareto(step, *args, hbm_gb=None, points=2, hardware=roomy,
+                            verify_compile=False)
+    for a, b in zip(plain, spaced):
+        assert b.budget_bytes == pytest.approx(a.budget_bytes / 0.9, rel=1e-6)
+        assert b.budget_bytes - b.headroom_bytes == pytest.approx(a.budget_bytes, rel=1e-6)
