@@ -48,12 +48,16 @@ class LlamaConfig:
     # lax.scan per group. remat_policy may then be one policy (every group) or a sequence of
     # layer_groups policies, one per group (plan.policies of a per-group plan).
     layer_groups: int = 1
-    # Under "scan": layers applied per scan iteration, each its own jax.checkpoint call (the
-    # stacked weights reshaped to [n / k, k, ...]). Not scan(unroll=k), which concatenates
-    # host-space residuals and fails to compile with offloading (docs/xla-flags-research.md,
-    # T2 / T3): here each sub-layer's residual is its own scan output, so the offload of
-    # sub-layer j may finish during sub-layers j+1..k-1 of the same iteration, a wider copy
-    # window than one layer, with the same HBM.
+    # Under "scan": layers applied per scan iteration, each its own jax.checkpoint call site.
+    # The weights are then stored as k stacks (params["layers"] is a tuple: stack j holds
+    # layers j, j + k, j + 2k, ...), so each call site's weights are a slice of the scan's
+    # xs, which JAX forwards instead of stacking again, and the weight gradients need no
+    # padding. Not scan(unroll=k), which concatenates host-space residuals and fails to
+    # compile with offloading (docs/xla-flags-research.md, T2 / T3): here each sub-layer's
+    # residual is its own scan output, so the offload of sub-layer j may finish during
+    # sub-layers j+1..k-1 of the same iteration, a wider copy window than one layer.
+    # remat_policy may be one policy, one per layer group, or one per call site
+    # (layer_groups x layers_per_iter, group-major: plan.policies of a per-call-site plan).
     layers_per_iter: int = 1
     # what the user wrote; the planner overrides it while it plans
     remat_policy: Callable[..., Any] | Sequence[Callable[..., Any] | None] | None = None
@@ -128,7 +132,16 @@ def init_params(cfg: LlamaConfig, key) -> dict:
         "wq": (L, D, D), "wk": (L, D, kv), "wv": (L, D, kv), "wo": (L, D, D),
         "w1": (L, D, F), "w3": (L, D, F), "w2": (L, F, D),
     }
-    return init_decoder_params(cfg, key, shapes)
+    params = init_decoder_params(cfg, key, shapes)
+    return {**params, "layers": interleave_layers(params["layers"], cfg.layers_per_iter)}
+
+
+def interleave_layers(layers, k: int):
+    """Stacked ``[n, ...]`` layer weights as ``k`` stacks (stack j: layers j, j + k, ...),
+    the layout of ``layers_per_iter=k``; ``k = 1`` returns them unchanged."""
+    if k == 1:
+        return layers
+    return tuple(jax.tree.map(lambda w: w[j::k], layers) for j in range(k))
 
 
 def init_decoder_params(cfg, key, shapes: dict) -> dict:
@@ -150,18 +163,24 @@ def init_decoder_params(cfg, key, shapes: dict) -> dict:
 
 
 def group_policies(cfg: LlamaConfig) -> tuple:
-    """``cfg.remat_policy`` as one policy per layer group."""
+    """``cfg.remat_policy`` as one policy per checkpoint call site: layer_groups x
+    layers_per_iter of them, group-major."""
     G = cfg.layer_groups
     if isinstance(G, bool) or not isinstance(G, int) or G < 1 or cfg.n_layers % G:
         raise ValueError(f"layer_groups must be an int >= 1 dividing n_layers={cfg.n_layers}, "
                          f"got {G!r}")
+    k = _layers_per_iter(cfg)
     pol = cfg.remat_policy
     if isinstance(pol, (list, tuple)):
-        if len(pol) != G:
-            raise ValueError(f"remat_policy is a sequence of {len(pol)} policies but "
-                             f"layer_groups={G}: give one policy, or one per group")
-        return tuple(pol)
-    return (pol,) * G
+        if len(pol) == G:
+            return tuple(p for p in pol for _ in range(k))
+        if len(pol) == G * k:
+            return tuple(pol)
+        raise ValueError(f"remat_policy is a sequence of {len(pol)} policies but "
+                         f"layer_groups={G}" + (f" x layers_per_iter={k}" if k > 1 else "")
+                         + ": give one policy, one per group"
+                         + (f", or one per call site ({G * k})" if k > 1 else ""))
+    return (pol,) * (G * k)
 
 
 def _layers_per_iter(cfg) -> int:
@@ -176,47 +195,32 @@ def _layers_per_iter(cfg) -> int:
     return k
 
 
-def _sub_layer(cfg: LlamaConfig, j: int, x, block, positions):
-    """Layer ``j`` of a ``[k, ...]`` block of stacked weights (``layers_per_iter``)."""
-    return decoder_layer(cfg, x, jax.tree.map(lambda w: w[j], block), positions)
-
-
 def forward(cfg: LlamaConfig, params, tokens):
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
     x = params["embed"][tokens]
     policies = group_policies(cfg)
     G, per = cfg.layer_groups, cfg.n_layers // cfg.layer_groups
     k = _layers_per_iter(cfg)
+    trips = per // k
     for g in range(G):
-        layer_fn = jax.checkpoint(
-            functools.partial(decoder_layer, cfg), policy=policies[g],
-            prevent_cse=cfg.prevent_cse,
-        )
+        fns = [jax.checkpoint(functools.partial(decoder_layer, cfg), policy=policies[g * k + j],
+                              prevent_cse=cfg.prevent_cse) for j in range(k)]
         # G = 1 uses the stacked weights as they are (no slice): the program of one scan.
         layers = params["layers"] if G == 1 else jax.tree.map(
-            lambda w: w[g * per:(g + 1) * per], params["layers"])
+            lambda w: w[g * trips:(g + 1) * trips], params["layers"])
         if cfg.layer_loop == "scan" and k == 1:
             def body(x, layer):
-                return layer_fn(x, layer, positions), None
+                return fns[0](x, layer, positions), None
             x, _ = jax.lax.scan(body, x, layers)
         elif cfg.layer_loop == "scan":
-            # Each of the k checkpoints takes the whole [k, ...] block and slices its layer
-            # inside: a checkpoint input that is the scan's xs is forwarded by JAX, not
-            # stacked again as a residual (slicing outside would keep a second copy of
-            # every weight under full remat).
-            sub_fns = [jax.checkpoint(functools.partial(_sub_layer, cfg, j),
-                                      policy=policies[g], prevent_cse=cfg.prevent_cse)
-                       for j in range(k)]
-
-            def body_k(x, block):  # k layers, k checkpoint call sites, one iteration
-                for fn in sub_fns:
-                    x = fn(x, block, positions)
+            def body_k(x, stacks):  # one trip: layer j of the trip from stack j, k call sites
+                for fn, layer in zip(fns, stacks):
+                    x = fn(x, layer, positions)
                 return x, None
-            blocks = jax.tree.map(lambda w: w.reshape(per // k, k, *w.shape[1:]), layers)
-            x, _ = jax.lax.scan(body_k, x, blocks)
+            x, _ = jax.lax.scan(body_k, x, layers)
         elif cfg.layer_loop == "loop":
             for i in range(per):
-                x = layer_fn(x, jax.tree.map(lambda w: w[i], layers), positions)
+                x = fns[0](x, jax.tree.map(lambda w: w[i], layers), positions)
         else:
             raise ValueError(f"layer_loop must be 'scan' or 'loop', got {cfg.layer_loop!r}")
     x = _rms_norm(x, params["final_norm"])

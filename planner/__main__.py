@@ -290,7 +290,7 @@ def _common(p, planning: bool = False) -> None:
         p.add_argument("factory", help="MODULE:FACTORY returning (step_fn, example_args)")
         p.add_argument("--hardware", default="h200", help="profile name or JSON file")
         p.add_argument("--no-offload", action="store_true", help="never offload to host memory")
-        p.add_argument("--time-limit", type=float, default=30.0, help="CP-SAT seconds per solve")
+        p.add_argument("--time-limit", type=float, default=30.0, help="CP-SAT deterministic seconds per solver phase (4 phases per solve)")
         p.add_argument("--layer-groups", choices=tuple(_LAYER_GROUPS), default="auto",
                        help="decide each checkpoint call site (layer group) separately: auto "
                             "(when the model predicts a gain), on, off")

@@ -62,8 +62,10 @@ def evaluate_baselines(graph: LivenessGraph, cost: CostModel, budget_bytes: floa
         a = assignment_from_policy(graph, factory())
         p = evaluate(cost, graph, a)
         # Offloading is not applicable where it is not allowed, nor where XLA cannot compile
-        # it (a class of a region under scan(unroll > 1), cost.no_offload_classes).
-        blocked = any(d == "offload" and k in cost.no_offload_classes for k, d in a.decisions)
+        # it: a region under scan(unroll > 1) (cost.no_offload_classes) whose backward pass
+        # would read an offloaded tensor.
+        blocked = any(rg.region.scan_unroll > 1 and rp.host_residual_bytes + rp.invariant_host_bytes
+                      for rg, rp in zip(graph.regions, p.regions))
         applicable = (cost.allow_offload or not offloads) and not blocked and (
             not needs_names or bool(present & set(_DOTS)))
         fits = p.peak_bytes <= budget_bytes and p.host_bytes <= cost.host_cap_bytes

@@ -236,11 +236,12 @@ def _smallest_plan(graph, cost, opts, budget, attempt, error):
         need = float(compiled)
         what = f"the plan with the smallest memory compiles to {need / GB:.3f} GB on this backend"
     else:
-        need = float(max(error.min_feasible_bytes, compiled or 0))
+        need = float(max(pred.peak_bytes, compiled or 0))
         what = (f"the plan with the smallest memory needs {need / GB:.3f} GB"
                 + ("" if compiled is None else
-                   f" (its compiled size on {ver.backend}, {compiled / GB:.3f} GB, is an "
-                   "estimate there: host arrays share device memory, so the model decides)"))
+                   f" (the larger of the model's {pred.peak_bytes / GB:.3f} GB and its compiled "
+                   f"size on {ver.backend}, {compiled / GB:.3f} GB, an estimate there: host "
+                   "arrays share device memory)"))
     raise InfeasibleBudgetError(
         f"No plan fits {budget / GB:.3f} GB: {what} (the model's lower bound for any plan: "
         f"{error.min_feasible_bytes / GB:.3f} GB).\nWhy: {cost.fixed_bytes / GB:.3f} GB do not "
@@ -267,7 +268,8 @@ def solve(step_fn: Callable, *example_args, hbm_gb: float, hardware="h200",
       hardware: a profile name (``cost_models.list_profiles()``), a JSON file, or a profile.
       allow_offload: None (default) offloads when the local backend has a ``pinned_host``
         memory kind and the hardware has a host link; False never offloads.
-      solver_time_limit_s: CP-SAT time limit per solve; the gap is reported.
+      solver_time_limit_s: CP-SAT deterministic seconds per solver phase (four phases per
+        solve; one is 1-4 wall seconds, see SolverOptions); the gap is reported.
       verify_compile: compile the step with the emitted policy and check it (recommended).
       max_rounds: solve / compile rounds when the compiled program exceeds the budget.
       progress: called with a short message as each slow stage starts (trace, solve,
@@ -435,10 +437,12 @@ def _span_budgets(tr, graph, hw, offload, points: int) -> list[float]:
     if lo < hw.hbm_bytes < hi:
         hi = hw.hbm_bytes
     # The plan may use a budget less the allocator headroom (_usable): ask for enough that
-    # what it may use spans lo..hi (capped at the device's HBM again).
+    # what it may use spans lo..hi, capped at the device's HBM where that leaves a span
+    # (where even full remat does not fit the device, the span is left uncapped, as above).
     keep = 1.0 - hw.allocator_headroom
-    return [min(hw.hbm_bytes, (lo + (hi - lo) * k / points) / keep) / GB
-            for k in range(1, points + 1)]
+    top = hw.hbm_bytes if lo / keep < hw.hbm_bytes else math.inf
+    return sorted({min(top, (lo + (hi - lo) * k / points) / keep) / GB
+                   for k in range(1, points + 1)})
 
 
 def _plan_one(step_fn, example_args, tr, graph, hw, offload, requested, solves, opts,

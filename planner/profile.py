@@ -572,6 +572,8 @@ class ProfileResult:
         st = self.streams()
         if not self.measured or not st["copies"] or not set(st["copies"]) <= set(st["compute"]):
             return ""
+        if not all(line.startswith("Stream #") for line in st["copies"]):
+            return ""  # TPU-style planes: one "XLA Ops" line holds everything; no CUDA streams
         hidden = sum(s.hidden_s for s in self.steps)
         return (f"every host copy ran on a stream that also runs compute ({', '.join(st['copies'])})"
                 + (f", yet {hidden * 1e3:.3g} ms overlapped: another compute stream ran beside it"

@@ -81,6 +81,9 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
         d = decisions.get(key, "remat")
         if d == "offload" and not cost.allow_offload:
             raise PlanViolation(f"{key} is offloaded but offloading is not allowed")
+        if d == "offload" and key in cost.no_offload_classes:
+            raise PlanViolation(f"{key} is offloaded under lax.scan(unroll > 1), which XLA "
+                                "cannot compile")
         if c.effectful and d != "save":
             # JAX keeps effectful equations in the forward pass whatever the policy says.
             return "save"

@@ -267,7 +267,8 @@ class _Model:
         s.parameters.random_seed = opts.seed
         s.parameters.linearization_level = opts.linearization_level
         status = s.Solve(self.m)
-        if status == cp_model.FEASIBLE and s.WallTime() >= 0.99 * s.parameters.max_time_in_seconds:
+        if (status in (cp_model.FEASIBLE, cp_model.UNKNOWN)
+                and s.WallTime() >= 0.99 * s.parameters.max_time_in_seconds):
             self.wall_stopped = True
         return s, status
 

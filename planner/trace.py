@@ -70,10 +70,11 @@ class Candidate:
     # equation that may be recomputed for it. Another output (the sorted keys of
     # jnp.argsort's multi-operand sort) is never kept, so it is not counted in nbytes. An
     # output read only by such equations counts even when the plan saves all its readers
-    # (conservative: then it is not kept).
-    live_outputs: tuple[int, ...] = ()
+    # (conservative: then it is not kept). None (a candidate built by hand): every output.
+    # shape and dtype above stay those of the first output, live or not (the policy's view).
+    live_outputs: tuple[int, ...] | None = None
     # Sharded steps (see the module docstring and planner/shard.py):
-    global_nbytes: int = 0         # all outputs at their global (jaxpr) shapes
+    global_nbytes: int = 0         # its live outputs at their global (jaxpr) shapes
     shard_divisor: int = 1         # global elements / per-device elements of its outputs
     shard_source: str = "single device"  # hlo | hlo (reshaped) | hlo (ambiguous) | sharding-constraint |
                                    # input-sharding | reader-sharding | same-shape |
@@ -394,7 +395,8 @@ def _per_device(cands: list[Candidate], inputs: tuple[RegionInput, ...], in_vars
         d, src = f or fallback
         out.append(dataclasses.replace(
             c, global_nbytes=c.nbytes,
-            nbytes=sum(-(-_nbytes(c.eqn.outvars[k].aval) // d) for k in c.live_outputs),
+            nbytes=sum(-(-_nbytes(c.eqn.outvars[k].aval) // d) for k in (
+                range(len(c.eqn.outvars)) if c.live_outputs is None else c.live_outputs)),
             shard_divisor=d, shard_source=src, flop_divisor=m.flop_divisor or d,
             collective_bytes=m.collective_bytes, collectives=m.collectives))
     return out, tuple(new_inputs)

@@ -249,3 +249,8 @@ def test_no_offload_under_an_unrolled_scan():
         solve_assignment(plan.graph, plan.cost, below, opts)
     sol = solve_assignment(plan.graph, free, below, opts)
     assert "offload" in dict(sol.assignment.decisions).values()
+    # The independent simulator refuses that assignment on the real model.
+    from planner.simulate import PlanViolation, simulate
+    simulate(plan.graph, free, sol.assignment)
+    with pytest.raises(PlanViolation, match="unroll"):
+        simulate(plan.graph, plan.cost, sol.assignment)

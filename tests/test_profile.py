@@ -318,3 +318,7 @@ def test_copies_on_the_compute_stream_are_diagnosed_as_serialized():
                       _ev("compute", 0, 40, line="Stream #15"),
                       _ev("d2h", 10, 30, line="Stream #15")])
     assert "yet 0.02 ms overlapped" in beside.stream_diagnosis()
+
+    # TPU-style planes put everything on one "XLA Ops" line: no CUDA stream to blame.
+    tpu = _result([_ev("compute", 0, 40, line="XLA Ops"), _ev("d2h", 40, 50, line="XLA Ops")])
+    assert tpu.streams()["copies"] == ("XLA Ops",) and tpu.stream_diagnosis() == ""
