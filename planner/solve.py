@@ -39,9 +39,10 @@ class SolverOptions:
     time_limit_s: float = 30.0
     workers: int = 1          # 1 keeps the search deterministic (CP-SAT's parallel portfolio is not)
     seed: int = 0
-    # CP-SAT's linear relaxation: 2 adds the LP of every constraint (default 1). The
-    # two-call-site example trace (examples/llama.py, layers_per_iter=2) proved optimal in
-    # 3.5 s at 2, and stopped FEASIBLE at a 64% gap after 26 s at 1 (benchmarks/solver_scale.py).
+    # CP-SAT's linear relaxation: 2 adds the LP of every constraint (default 1). At 2 the MoE
+    # example's trace and a synthetic 1,000-candidate graph are proved optimal in 1.5 and 2.0
+    # s; at 1 they stop at the limit with gaps of 56% and 39%, with worse plans
+    # (benchmarks/results/solver-2026-12-02.md).
     linearization_level: int = 2
 
 
