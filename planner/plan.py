@@ -432,17 +432,14 @@ def _span_budgets(tr, graph, hw, offload, points: int) -> list[float]:
     ends = {b.name: b.prediction.peak_bytes for b in evaluate_baselines(
         graph, cost, math.inf, names=("nothing_saveable", "everything_saveable"))}
     lo, hi = ends["nothing_saveable"], max(ends["everything_saveable"], ends["nothing_saveable"])
-    # No budget above the device's HBM: when saving everything would not fit the device,
-    # the span ends at its capacity (the profile's hbm_bytes).
-    if lo < hw.hbm_bytes < hi:
-        hi = hw.hbm_bytes
-    # The plan may use a budget less the allocator headroom (_usable): ask for enough that
-    # what it may use spans lo..hi, capped at the device's HBM where that leaves a span
-    # (where even full remat does not fit the device, the span is left uncapped, as above).
+    # A plan may use its budget less the allocator headroom (_usable), so the budgets are
+    # what it may use, lo..hi, divided by (1 - headroom). No budget above the device's HBM:
+    # when saving everything would not fit, what the plans may use ends at the HBM less the
+    # headroom (where even full remat does not fit, the span is left as it is).
     keep = 1.0 - hw.allocator_headroom
-    top = hw.hbm_bytes if lo / keep < hw.hbm_bytes else math.inf
-    return sorted({min(top, (lo + (hi - lo) * k / points) / keep) / GB
-                   for k in range(1, points + 1)})
+    if lo < hw.hbm_bytes * keep < hi:
+        hi = hw.hbm_bytes * keep
+    return [(lo + (hi - lo) * k / points) / keep / GB for k in range(1, points + 1)]
 
 
 def _plan_one(step_fn, example_args, tr, graph, hw, offload, requested, solves, opts,

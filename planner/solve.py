@@ -27,6 +27,7 @@ from ortools.sat.python import cp_model
 from planner.cost import Assignment, CostModel, evaluate, regions_in_order
 from planner.errors import InfeasibleBudgetError, SolverError
 from planner.graph import LivenessGraph, class_key
+from planner.trace import can_be_needed
 
 KIB = 1024
 NS = 1e9  # nanoseconds per second
@@ -106,13 +107,7 @@ class _Model:
             cands = rg.region.candidates
             L = rc.multiplicity
             # Which candidates can ever be needed: the needed ones and their ancestors.
-            possible = set()
-            for c in cands:
-                if c.needed:
-                    possible.add(c.index)
-            for c in reversed(cands):
-                if c.index in possible:
-                    possible.update(c.inputs)
+            possible = can_be_needed(cands)
 
             def dec(c, d):
                 if c.effectful:  # JAX always runs effectful equations forward and keeps them

@@ -402,6 +402,16 @@ def _per_device(cands: list[Candidate], inputs: tuple[RegionInput, ...], in_vars
     return out, tuple(new_inputs)
 
 
+def can_be_needed(cands: Sequence[Candidate]) -> set[int]:
+    """Indices of the candidates the backward pass can ever need: those it reads and,
+    transitively, their inputs (which a recompute would read)."""
+    possible = {c.index for c in cands if c.needed}
+    for c in reversed(cands):
+        if c.index in possible:
+            possible.update(c.inputs)
+    return possible
+
+
 def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_region: int,
                 index: "shard.HloIndex | None" = None):
     jvp, n_primal, n_hoisted = adapter.region_jvp(region)
@@ -424,19 +434,8 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
             invariant.update(eqn.outvars)
     producer: dict[Any, int] = {}
     cands: list[Candidate] = []
-    # Outputs that can be residuals: read by the backward pass, or by an equation that may
-    # be recomputed for it (one the backward pass reads, or that feeds one, transitively).
-    made_by = {v: i for i, eqn in enumerate(eqns) for v in eqn.outvars}
-    feeds_backward = {i for i, eqn in enumerate(eqns) if any(v in needed_vars for v in eqn.outvars)}
-    for i in range(len(eqns) - 1, -1, -1):
-        if i in feeds_backward:
-            feeds_backward.update(made_by[v] for v in eqns[i].invars
-                                  if isinstance(v, adapter.Var) and v in made_by)
-    read = {v for i in feeds_backward for v in eqns[i].invars if isinstance(v, adapter.Var)}
     for i, eqn in enumerate(eqns):
         outs = [v for v in eqn.outvars]
-        live = tuple(k for k, v in enumerate(outs) if v in needed_vars or v in read) or (
-            tuple(range(len(outs))) if eqn.effects else ())
         first = outs[0].aval if outs else None
         in_vars = [v for v in eqn.invars if isinstance(v, adapter.Var)]
         ins = tuple(sorted({producer[v] for v in in_vars if v in producer}))
@@ -448,8 +447,7 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
             name=eqn.params.get("name") if eqn.primitive is adapter.name_p else None,
             shape=tuple(getattr(first, "shape", ())),
             dtype=_short_dtype(first.dtype) if first is not None and hasattr(first, "dtype") else "",
-            nbytes=sum(_nbytes(outs[k].aval) for k in live),
-            live_outputs=live,
+            nbytes=sum(_nbytes(v.aval) for v in outs),
             source=adapter.eqn_source(eqn),
             inputs=ins,
             needed=any(v in needed_vars for v in outs),
@@ -459,6 +457,17 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
         ))
         for v in outs:
             producer[v] = i
+    # Outputs that can be residuals: read by the backward pass, or by an equation that may
+    # be recomputed for it (can_be_needed); the rest are never kept and weigh nothing.
+    possible = can_be_needed(cands)
+    read = {v for c in cands if c.index in possible for v in c.eqn.invars
+            if isinstance(v, adapter.Var)}
+    for c in cands:
+        outs = c.eqn.outvars
+        live = tuple(k for k, v in enumerate(outs) if v in needed_vars or v in read) or (
+            tuple(range(len(outs))) if c.effectful else ())
+        cands[c.index] = dataclasses.replace(
+            c, live_outputs=live, nbytes=sum(_nbytes(outs[k].aval) for k in live))
     # Region inputs: under full remat every input the backward pass reads is a residual;
     # the anchor program shows which of them a scan stacks per trip (the layer's input
     # activation) and which it had anyway (weights, loop constants).
