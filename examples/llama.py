@@ -234,7 +234,7 @@ def make_train_step(cfg: LlamaConfig = LlamaConfig(), *, concrete: bool = False,
     ``train_step(state, batch) -> (state, loss)`` with ``state = {"params", "momentum"}``.
     With ``concrete=False`` the example arguments are ``jax.ShapeDtypeStruct``s.
     """
-    group_policies(cfg), _layers_per_iter(cfg)  # bad layer layouts fail here, not when traced
+    group_policies(cfg)  # bad layer layouts (groups, layers_per_iter) fail here, not when traced
     return lm_train_step(cfg, functools.partial(forward, cfg), functools.partial(init_params, cfg),
                          concrete=concrete, lr=lr, momentum=momentum)
 

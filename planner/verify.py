@@ -177,7 +177,8 @@ def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: Liveness
     separate_host = backend in _SEPARATE_HOST_MEMORY
     device_bytes = figs.device_bytes
     note = ""
-    if not separate_host and figs.jaxpr_host_bytes:
+    estimated = not separate_host and bool(figs.jaxpr_host_bytes)
+    if estimated:
         # Same RAM for both memory kinds: the compiler counts host arrays in temp.
         device_bytes -= figs.jaxpr_host_bytes
         note = (f"The {backend} backend keeps {adapter.HOST_KIND} arrays in the same memory as "
@@ -195,5 +196,5 @@ def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: Liveness
     return Verification(
         status=status, compiled=figs, compiled_device_bytes=int(device_bytes),
         predicted_peak_bytes=prediction.peak_bytes, budget_bytes=budget_bytes,
-        checks=tuple(checks), backend=backend, note=note, exact=not note,
+        checks=tuple(checks), backend=backend, note=note, exact=not estimated,
     )
