@@ -476,8 +476,13 @@ def test_required_profiles_are_shipped():
 def test_h200_uses_our_measurements():
     assert HW.link.d2h_bytes_per_s == 52.65e9 and HW.link.h2d_bytes_per_s == 52.31e9
     assert HW.matmul_rate("bfloat16") == 790e12 and HW.hbm_bytes_per_s == 4.3e12
-    assert HW.overlap_efficiency == 0.0  # trace-measured: benchmarks/results/h200-2026-12-01-profile
-    assert "h200-2026-12-01-profile" in HW.source("overlap_efficiency")
+    # Trace-measured with the planner's flags (graphs off): the profile carries the figure
+    # overlap_from_trace wrote for that run, and says it holds only with those flags.
+    measured = json.loads((Path(__file__).resolve().parents[1] / "benchmarks/results/h200-2026-12-02-overlap/k1/"
+                           "lhs_no_cmd_buffer-measured.json").read_text())
+    assert HW.overlap_efficiency == round(measured["overlap_efficiency"]["value"], 4) > 0
+    assert "h200-2026-12-02-overlap" in HW.source("overlap_efficiency")
+    assert "planner's XLA flags" in HW.source("overlap_efficiency")
     assert HW.allocator_headroom == 0.01 and "99.98%" in HW.source("allocator_headroom")
     assert "h200-2026-11-30-probe" in HW.source("link.d2h_bytes_per_s")
     assert "64 GB/s" in HW.source("link.d2h_bytes_per_s")  # the nominal figure is mentioned
@@ -638,10 +643,14 @@ def test_xla_flags():
     assert names == {
         "xla_gpu_enable_latency_hiding_scheduler",
         "xla_gpu_enable_host_memory_offloading",
+        "xla_gpu_enable_command_buffer",
     }
     assert all(flag.why and "debug_options_flags.cc" in flag.source for flag in flags)
     text = cm.format_xla_flags(flags)
-    assert "--xla_gpu_enable_host_memory_offloading=true" in text and text.count("--") == 2
+    assert "--xla_gpu_enable_host_memory_offloading=true" in text and text.count("--") == 3
+    # An empty command-type list (graphs off) is written as "name=" with nothing after it,
+    # which XLA's flag parser reads as the empty list (the H200 overlap fix).
+    assert "--xla_gpu_enable_command_buffer= " in text + " "
     assert cm.xla_flags_for(HW, offloading=False) == ()
     assert cm.xla_flags_for(cm.load_profile("cpu"), offloading=True) == ()
 
