@@ -23,7 +23,13 @@ from ._cost import (
     register_rule,
     registered_primitives,
 )
-from ._flags import XlaFlag, format_xla_flags, xla_flags_for
+from ._flags import (
+    XLA_GPU_MEMORY_LIMIT_SLOP,
+    XlaFlag,
+    compiler_temp_fraction,
+    format_xla_flags,
+    xla_flags_for,
+)
 from ._fusion import (
     FUSIBLE,
     eqn_seconds,
@@ -58,6 +64,8 @@ __all__ = [
     "eqn_cost",
     "exposed_seconds",
     "format_xla_flags",
+    "compiler_temp_fraction",
+    "XLA_GPU_MEMORY_LIMIT_SLOP",
     "fused_costs",
     "fused_eqn_costs",
     "fused_jaxpr_cost",

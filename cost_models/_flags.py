@@ -123,3 +123,22 @@ def xla_flags_for(hw: HardwareProfile, *, offloading: bool) -> tuple[XlaFlag, ..
 def format_xla_flags(flags: Iterable[XlaFlag]) -> str:
     """The XLA_FLAGS string: "--a=b --c=d"."""
     return " ".join(str(flag) for flag in flags)
+
+
+# XLA:GPU compiles each program against a memory limit and rematerializes (recomputes, a
+# slower program than the plan) when the scheduled peak exceeds it:
+#   limit = (device_memory_size - parameters - outputs + aliased) * slop / 100,
+# with slop = xla_gpu_memory_limit_slop_factor, default 95 (xla/debug_options_flags.cc;
+# xla/service/gpu/gpu_hlo_schedule.cc GetSchedulerMemoryLimit, used by the latency-hiding
+# scheduler and by HloRematerialization in gpu_compiler.cc's remat pipeline). JAX passes the
+# allocator's bytes_limit as device_memory_size (jaxlib/py_client.cc, CompileAndLoadIfrtProgram),
+# i.e. XLA_PYTHON_CLIENT_MEM_FRACTION x HBM (default 0.75). Measured on our H200 (MoE example,
+# benchmarks/results/h200-2026-12-02.md): a plan whose temporaries came to 97% of
+# (cap - I/O) ran 624 ms against 453 ms for a plan one budget up that was not near its cap.
+XLA_GPU_MEMORY_LIMIT_SLOP = 0.95
+
+
+def compiler_temp_fraction(hw: HardwareProfile) -> float:
+    """The fraction of (budget - program inputs/outputs) that XLA lets temporaries use on
+    ``hw``'s platform before it recomputes on its own: 0.95 on GPU (above), 1 elsewhere."""
+    return XLA_GPU_MEMORY_LIMIT_SLOP if hw.platform == "gpu" else 1.0

@@ -15,9 +15,12 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   recompute ``C_r = sum t_v [need_v and a(v) = remat]`` with ``t_v`` the roofline time of
   ``v``'s equation (cost_models), where a *fusible* equation (elementwise, casts, layout,
   reductions: ``cost_models.FUSIBLE``) costs only its arithmetic, because XLA recomputes it
-  inside the backward fusion that reads it; saving such a value instead forces the forward
-  pass to write it, ``M_r = sum bytes_v / HBM bandwidth [need_v and a(v) = save]`` over
-  fusible, per-trip ``v`` (other values are materialized in any case). Measured on the H200
+  inside the backward fusion that reads it; saving or offloading such a value instead forces
+  the forward pass to write it, ``M_r = sum bytes_v / HBM bandwidth [need_v and a(v) in
+  {save, offload}]`` over fusible, per-trip ``v`` (other values are materialized in any case;
+  an offloaded value is written to HBM and copied from there: without this term the H200
+  plans of 2026-12-02 offloaded eight small fusible values at every budget, as if moving
+  them to the host were cheaper than keeping them). Measured on the H200
   (benchmarks/results/h200-2026-12-01.md): plans that saved such values ran no faster than
   recomputing them, where the roofline of their standalone kernels had promised 3-5%;
   working set of one backward trip
@@ -366,6 +369,7 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
                     HI += c.nbytes
                 else:
                     H += c.nbytes
+                    M += rc.materialize_s[i]
                 W += c.nbytes
                 d2h += rc.d2h_s[i]
                 h2d += rc.h2d_s[i]

@@ -58,6 +58,22 @@ class Emitted:
     maxtext_yaml: str
     policies: tuple = ()              # per layer group (call order); () when the plan is uniform
     policy_sources: tuple[str, ...] = ()
+    # The same flags as JAX compiler options ((name, value) pairs, e.g. for
+    # ``lowered.compile(compiler_options=dict(...))``): the verify stage compiles with them, so
+    # the compiled figures are those of the program that runs under ``xla_flags``.
+    compiler_options: tuple[tuple[str, bool | int | str], ...] = ()
+
+
+def compiler_option_value(text: str) -> bool | int | str:
+    """An XLA flag's text value as a compiler option: XLA's option setter (unlike the
+    XLA_FLAGS parser) takes booleans only as bools ("'true' is not a valid bool value") and
+    integers as ints; lists and enums stay text ("" is the empty list)."""
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text
 
 
 def _name_lists(assignment: Assignment, named: dict[str, str]):
@@ -199,4 +215,5 @@ def emit(assignment: Assignment, class_names: dict[str, str | None], hardware) -
         xla_flags=cm.format_xla_flags(flags),
         xla_flag_notes=tuple((str(f), f.why, f.source) for f in flags),
         maxtext_yaml=yaml, policies=policies, policy_sources=sources,
+        compiler_options=tuple((f.name, compiler_option_value(f.value)) for f in flags),
     )

@@ -112,6 +112,10 @@ class Plan:
     def assignment(self) -> Assignment:
         return self.solution.assignment
 
+    def headroom_why(self) -> str:
+        """Why ``headroom_bytes`` of the budget is left free (allocator, XLA's own limit)."""
+        return _headroom_why(self.hardware)
+
     def decisions(self) -> dict[str, str]:
         """Decision per tensor label for the classes the backward pass reads."""
         from planner.report import build_report
@@ -206,17 +210,30 @@ def _normalize(graph: LivenessGraph, cost: CostModel, a: Assignment) -> Assignme
     return Assignment.of({k: d for k, d in a.decisions if k in relevant and d != "remat"})
 
 
-def _with_headroom(e: InfeasibleBudgetError, requested: int, headroom: int, hw):
+def _with_headroom(e: InfeasibleBudgetError, requested: int, headroom: int, hw, io_bytes: int):
     """The infeasible-budget error restated for the budget the user asked for."""
     if not headroom:
         return e
-    need = e.min_feasible_bytes / (1 - hw.allocator_headroom)
+    need = _requested_for(e.min_feasible_bytes, hw, io_bytes)
     return InfeasibleBudgetError(
         f"{e}\nNote: of hbm_gb={requested / GB:g} the planner plans to {(requested - headroom) / GB:.3f} GB, "
-        f"leaving the {hw.name} profile's allocator headroom of {hw.allocator_headroom:.0%} "
-        f"({headroom / GB:.3f} GB) free for the device allocator ({hw.source('allocator_headroom')[:120]}...); "
-        f"with it, the smallest budget that works is hbm_gb >= {math.ceil(need / 1e6) / 1000:.3f}.",
+        f"leaving {headroom / GB:.3f} GB free: {_headroom_why(hw)}; with it, the smallest budget "
+        f"that works is hbm_gb >= {math.ceil(need / 1e6) / 1000:.3f}.",
         budget_bytes=requested, min_feasible_bytes=need)
+
+
+def _headroom_why(hw) -> str:
+    """Why a plan leaves part of its budget free, for error messages and the report."""
+    why = []
+    if hw.allocator_headroom:
+        why.append(f"the {hw.name} profile's allocator headroom of {hw.allocator_headroom:.0%} "
+                   f"for the device allocator ({hw.source('allocator_headroom')[:120]}...)")
+    f = cm.compiler_temp_fraction(hw)
+    if f < 1.0:
+        why.append(f"XLA:GPU compiles against {f:.0%} of the budget left after the step's "
+                   "inputs and outputs and recomputes on its own above it (a slower program "
+                   "than the plan; cost_models.compiler_temp_fraction)")
+    return " and ".join(why)
 
 
 def _smallest_plan(graph, cost, opts, budget, attempt, error):
@@ -352,7 +369,8 @@ def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
         try:
             use = (tr, graph)
             if grouped is not None and (layer_groups or _groups_pay(
-                    *grouped, hw, offload, _usable(int(b * GB), hw), solves, opts, say)):
+                    *grouped, hw, offload, _usable(int(b * GB), hw, _io_bytes(tr)), solves,
+                    opts, say)):
                 use = grouped
             out.append(_plan_one(step_fn, example_args, *use, hw, offload, int(b * GB), solves,
                                  opts, verify_compile, max_rounds, list(timings), say))
@@ -366,9 +384,37 @@ def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
 UNIFORM = "planner, one policy for all groups"
 
 
-def _usable(requested: int, hw) -> int:
-    """The bytes a plan may use of ``requested``: less the profile's allocator headroom."""
-    return requested - int(requested * hw.allocator_headroom)
+def _io_bytes(tr: Trace) -> int:
+    """The step's arguments and outputs on the device (aliased outputs once): what XLA's
+    compile-time memory limit subtracts before it limits the temporaries."""
+    a = tr.anchor
+    return a.argument_bytes + a.output_bytes - a.alias_bytes
+
+
+def _usable(requested: int, hw, io_bytes: int) -> int:
+    """The bytes a plan may use of ``requested``, the least of
+
+    * ``requested`` less the profile's allocator headroom (fragmentation room), and
+    * on GPU, what XLA itself lets the program use when the allocator is capped at
+      ``requested``: inputs/outputs plus ``slop`` (0.95) of the rest for temporaries
+      (cost_models.compiler_temp_fraction). Above that XLA rematerializes on its own, a
+      program slower than the plan: on the H200 every plan whose temporaries reached that
+      limit ran slower than the plan one budget below it (benchmarks/results/h200-2026-12-02.md).
+    """
+    alloc = requested - int(requested * hw.allocator_headroom)
+    f = cm.compiler_temp_fraction(hw)
+    if f >= 1.0 or requested <= io_bytes:
+        return alloc
+    return min(alloc, io_bytes + int(f * (requested - io_bytes)))
+
+
+def _requested_for(usable: float, hw, io_bytes: int) -> float:
+    """The smallest budget whose ``_usable`` is at least ``usable`` (its inverse)."""
+    need = usable / (1 - hw.allocator_headroom)
+    f = cm.compiler_temp_fraction(hw)
+    if f < 1.0 and usable > io_bytes:
+        need = max(need, io_bytes + (usable - io_bytes) / f)
+    return need
 
 
 class _Solves:
@@ -432,19 +478,21 @@ def _span_budgets(tr, graph, hw, offload, points: int) -> list[float]:
     ends = {b.name: b.prediction.peak_bytes for b in evaluate_baselines(
         graph, cost, math.inf, names=("nothing_saveable", "everything_saveable"))}
     lo, hi = ends["nothing_saveable"], max(ends["everything_saveable"], ends["nothing_saveable"])
-    # A plan may use its budget less the allocator headroom (_usable), so the budgets are
-    # what it may use, lo..hi, divided by (1 - headroom). No budget above the device's HBM:
-    # when saving everything would not fit, what the plans may use ends at the HBM less the
-    # headroom (where even full remat does not fit, the span is left as it is).
-    keep = 1.0 - hw.allocator_headroom
-    if lo < hw.hbm_bytes * keep < hi:
-        hi = hw.hbm_bytes * keep
-    return [(lo + (hi - lo) * k / points) / keep / GB for k in range(1, points + 1)]
+    # A plan may use less than its budget (_usable: allocator headroom, XLA's own limit), so
+    # the budgets are those whose usable bytes span lo..hi (_requested_for). No budget above
+    # the device's HBM: when saving everything would not fit, what the plans may use ends at
+    # what the HBM leaves usable (where even full remat does not fit, the span stays).
+    io = _io_bytes(tr)
+    top = _usable(int(hw.hbm_bytes), hw, io)
+    if lo < top < hi:
+        hi = top
+    return [_requested_for(lo + (hi - lo) * k / points, hw, io) / GB
+            for k in range(1, points + 1)]
 
 
 def _plan_one(step_fn, example_args, tr, graph, hw, offload, requested, solves, opts,
               verify_compile, max_rounds, timings, say=lambda message: None) -> Plan:
-    budget = _usable(requested, hw)  # what the plan may use
+    budget = _usable(requested, hw, _io_bytes(tr))  # what the plan may use
     headroom = requested - budget
     correction = 0
     rounds = []
@@ -458,7 +506,8 @@ def _plan_one(step_fn, example_args, tr, graph, hw, offload, requested, solves, 
             say(f"compiling the plan for {budget / GB:g} GB to verify it (round {len(rounds) + 1})")
         t = time.perf_counter()
         ver = verify(step_fn, example_args, tr, graph, cost, assignment, emitted.policy, pred,
-                     budget, compile=verify_compile, policies=emitted.policies)
+                     budget, compile=verify_compile, policies=emitted.policies,
+                     compiler_options=emitted.compiler_options)
         timings.append((f"verify (round {len(rounds) + 1})", time.perf_counter() - t))
         rounds.append(Round(correction_bytes=correction, predicted_peak_bytes=pred.peak_bytes,
                             compiled_device_bytes=ver.compiled_device_bytes, status=ver.status))
@@ -482,7 +531,7 @@ def _plan_one(step_fn, example_args, tr, graph, hw, offload, requested, solves, 
                 sol, pred, emitted, ver = _smallest_plan(graph, cost, opts, budget, attempt, e)
                 break
         except InfeasibleBudgetError as e:
-            raise _with_headroom(e, requested, headroom, hw) from None
+            raise _with_headroom(e, requested, headroom, hw, _io_bytes(tr)) from None
         check_solution(graph, cost, sol)
         timings.append((f"solve (round {round_no + 1})", time.perf_counter() - t))
         assignment, pred, emitted, ver = attempt(cost, sol.assignment)

@@ -48,7 +48,7 @@ class Report:
     hardware: str
     backend: str
     budget_gb: float
-    headroom_gb: float            # of the budget, left free for the allocator (profile)
+    headroom_gb: float            # of the budget, left free (allocator headroom, XLA's limit)
     predicted_peak_gb: float
     compiled_gb: float | None
     host_gb: float
@@ -73,6 +73,7 @@ class Report:
     notes: tuple[str, ...]
     rounds: tuple[tuple[int, int, int | None, str], ...]
     layer_groups: int = 0         # groups decided separately (0: one decision for all layers)
+    headroom_why: str = ""        # why headroom_gb of the budget is left free
 
 
 def _reason(d: str, rec_ms: float, xfer_ms: float, nbytes: int, plan) -> str:
@@ -194,6 +195,7 @@ def build_report(plan) -> Report:
         checks=tuple((c.name, c.ok, c.detail) for c in ver.checks),
         hardware=plan.hardware.name, backend=ver.backend,
         budget_gb=plan.budget_bytes / GB, headroom_gb=plan.headroom_bytes / GB,
+        headroom_why=plan.headroom_why() if plan.headroom_bytes else "",
         predicted_peak_gb=pred.peak_bytes / GB,
         compiled_gb=None if ver.compiled_device_bytes is None else ver.compiled_device_bytes / GB,
         host_gb=pred.host_bytes / GB, step_ms=pred.step_s * 1e3, base_ms=pred.base_step_s * 1e3,
@@ -248,6 +250,7 @@ def report_from_dict(d: dict) -> Report:
     d = dict(d)
     # Figures later versions added (plan files written before them read as zero).
     d.setdefault("headroom_gb", 0.0)
+    d.setdefault("headroom_why", "the profile's allocator_headroom" if d["headroom_gb"] else "")
     d.setdefault("saving_ms", 0.0)
     d["rows"] = tuple(Row(**r) for r in d["rows"])
     d["policies"] = tuple(PolicyLine(**p) for p in d["policies"])
@@ -373,8 +376,8 @@ def _text(r: Report) -> str:
 def _headroom(r: Report) -> str:
     if not r.headroom_gb:
         return ""
-    return (f" (planned to {r.budget_gb - r.headroom_gb:.3f} GB: {r.headroom_gb:.3f} GB left to "
-            "the allocator, the profile's allocator_headroom)")
+    return (f" (planned to {r.budget_gb - r.headroom_gb:.3f} GB: {r.headroom_gb:.3f} GB left "
+            f"free: {r.headroom_why})")
 
 
 def render(report: Report, fmt: str = "text") -> str:

@@ -154,9 +154,10 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
         jobs = [(rc.fwd_s - rc.fwd_after_s[i], rc.d2h_s[i]) for i, d in kept.items()
                 if d == "offload"]
         exposure = _copy_queue_exposure(jobs, eta, rc.fwd_s)
-        # Saving a value the forward would keep in a fusion costs its write, every trip.
+        # Saving or offloading a value the forward would keep in a fusion costs its write to
+        # HBM, every trip (an offload copies it from there).
         exposure += sum(rc.materialize_s[i] for i, d in kept.items()
-                        if d == "save" and not cands[i].loop_invariant)
+                        if d in ("save", "offload") and not cands[i].loop_invariant)
         for _ in range(rc.multiplicity):
             alloc(dev_b)
             host += host_b

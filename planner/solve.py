@@ -162,12 +162,14 @@ class _Model:
                 kib = _kib_up(c.nbytes)
                 s = both(c, "save")
                 r = both(c, "remat")
+                o = both(c, "offload") if "offload" in decisions else 0
                 # A loop-invariant residual is stored once, the others once per trip.
                 (I if c.loop_invariant else R).append(kib * s)
                 tie_terms.append((1 if c.loop_invariant else L) * kib * (len(cands) + i) * s)
                 if not c.loop_invariant and rc.materialize_s[i]:
-                    # M_r: saving a fusible value costs the forward write of it.
+                    # M_r: saving or offloading a fusible value costs the forward write of it.
                     C.append(_ns(rc.materialize_s[i]) * s)
+                    C.append(_ns(rc.materialize_s[i]) * o)
                 # Working-set terms carry the measured scale omega, rounded up per term.
                 w_kib = math.ceil(omega * kib)
                 if c.needed:
@@ -176,7 +178,6 @@ class _Model:
                     m.Add(T >= w_kib * r)
                 C.append(_ns(rc.recompute_s[i]) * r)
                 if "offload" in decisions:
-                    o = both(c, "offload")
                     W.append(w_kib * o)
                     # Loop-invariant residuals are hoisted: one host copy, not one per trip.
                     host_terms.append((1 if c.loop_invariant else L) * kib * o)

@@ -734,17 +734,21 @@ def step_fingerprint(step_fn: Callable, args: Sequence[Any]) -> str:
         return _fingerprint(_traced(step_fn, args).jaxpr)
 
 
-def compile_with(step_fn: Callable, args: Sequence[Any], make_policy):
+def compile_with(step_fn: Callable, args: Sequence[Any], make_policy,
+                 compiler_options: Sequence[tuple[str, Any]] = ()):
     """Trace and compile the step with ``make_policy(rid, region)`` in every region.
 
-    Returns ``(step_jaxpr, compiled)``. Caches are cleared around it (see the adapter).
+    ``compiler_options``: XLA debug options for this compile only (``(name, value)`` pairs,
+    the same names as XLA_FLAGS without ``--``), e.g. a plan's flags: the latency-hiding
+    scheduler changes the schedule and with it the peak. Returns ``(step_jaxpr, compiled)``.
+    Caches are cleared around it (see the adapter).
     """
     def wrap(rid, r):
         pol = make_policy(rid, r)
         return lambda prim, *a, **p: _as_enum(pol(prim, *a, **p))
     with adapter.controlled_policies(wrap):
         traced = _traced(step_fn, args)
-        compiled = traced.lower().compile()
+        compiled = traced.lower().compile(compiler_options=dict(compiler_options) or None)
     return traced.jaxpr, compiled
 
 

@@ -125,9 +125,15 @@ def _at_global_sizes(graph: LivenessGraph) -> LivenessGraph:
 
 def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: LivenessGraph,
            cost, assignment: Assignment, policy, prediction: Prediction, budget_bytes: int,
-           *, compile: bool = True, policies: tuple = ()) -> Verification:
+           *, compile: bool = True, policies: tuple = (),
+           compiler_options: Sequence[tuple[str, Any]] = ()) -> Verification:
     """``policy``: the one emitted policy; ``policies``: one per layer group (call site, in
-    call order) when the plan decides groups separately (then ``policy`` may be None)."""
+    call order) when the plan decides groups separately (then ``policy`` may be None).
+    ``compiler_options``: the plan's XLA flags as compiler options (``Emitted``); the step is
+    compiled with them, because they change the schedule and so the peak: on the H200
+    (benchmarks/results/h200-2026-12-02.md) two plans verified under the default flags
+    compiled under their own flags to 33.13 GB (Llama, 32.87 GB usable) and 53.70 GB (MoE,
+    52.97 GB usable) and ran out of memory at their budgets."""
     checks = list(_policy_checks(graph, assignment, policy, prediction, policies))
     backend = jax.default_backend()
     if not compile:
@@ -140,7 +146,8 @@ def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: Liveness
     by_bind = {b: _region_policy(rg.region, policy, policies)
                for rg in graph.regions for b in rg.region.bind_ids}
     fallback = policy if policy is not None else policies[0]
-    step_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: by_bind.get(rid, fallback))
+    step_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: by_bind.get(rid, fallback),
+                                        compiler_options)
     figs = compiled_figures(compiled, step_jaxpr)
 
     # Level 2: stacked residuals of the traced step against the full-remat anchor.

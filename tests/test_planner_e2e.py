@@ -1,6 +1,7 @@
 """The planner end to end on the bundled example: compile the emitted policy and check it."""
 
 import dataclasses
+import math
 import warnings
 
 import jax
@@ -254,3 +255,85 @@ def test_no_offload_under_an_unrolled_scan():
     simulate(plan.graph, free, sol.assignment)
     with pytest.raises(PlanViolation, match="unroll"):
         simulate(plan.graph, plan.cost, sol.assignment)
+
+
+def test_verify_compiles_under_the_plans_own_flags(monkeypatch):
+    """The plan runs under its XLA flags, which change the schedule and the peak (the H200
+    compare of 2026-12-02: plans verified under the default flags compiled larger under their
+    own and ran out of memory). The verify compile gets the same flags as compiler options,
+    and XLA accepts them (the compile really runs with them, here on XLA:CPU)."""
+    import jax.stages
+
+    seen = []
+    original = jax.stages.Lowered.compile
+
+    def spy(self, compiler_options=None, **kw):
+        seen.append(dict(compiler_options or {}))
+        return original(self, compiler_options=compiler_options, **kw)
+
+    from planner.solve import SolverOptions, min_feasible_bytes
+
+    step, args = _unrolled_scan_step(1)
+    free = planner.solve(step, *args, hbm_gb=1.0, hardware="h200", verify_compile=False)
+    full_remat = {b.name: b for b in free.baselines}["nothing_saveable"].prediction.peak_bytes
+    smallest = min_feasible_bytes(free.graph, free.cost, SolverOptions(time_limit_s=10))
+    assert smallest < full_remat  # only offloading gets below full remat here
+    monkeypatch.setattr(jax.stages.Lowered, "compile", spy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", planner.PlanWarning)
+        budget = (smallest + full_remat) / 2 / (1 - free.hardware.allocator_headroom)
+        # One round: XLA:CPU's compiled size of an offloading plan is only an estimate (host
+        # arrays share its memory), and a correction round would plan without offloads.
+        plan = planner.solve(step, *args, hbm_gb=budget / 1e9, hardware="h200", max_rounds=1)
+    assert "offload" in set(plan.decisions().values())  # so the GPU flags apply
+    options = dict(plan.emitted.compiler_options)
+    assert options == {"xla_gpu_enable_host_memory_offloading": True,
+                       "xla_gpu_enable_latency_hiding_scheduler": True,
+                       "xla_gpu_enable_command_buffer": ""}
+    assert plan.xla_flags.split() == [f"--{k}={str(v).lower()}" for k, v in options.items()]
+    # The trace stage's anchors compile without options; the verify compile with the plan's.
+    assert seen[0] == {} and seen[-1] == options
+    assert plan.verification.compiled_device_bytes is not None
+
+
+def test_gpu_plans_stay_under_xlas_own_memory_limit():
+    """XLA:GPU compiles against (cap - inputs/outputs) x 0.95 for temporaries and recomputes
+    on its own above it (H200, 2026-12-02: such plans ran slower than the plan one budget
+    down). A GPU plan therefore uses at most inputs/outputs + 0.95 x the rest; the report says
+    why; an infeasible budget names one whose usable part fits; auto budgets span full remat
+    to saving everything in usable bytes."""
+    import cost_models as cm
+    from planner.report import build_report, render
+
+    step, args = llama.make_train_step(llama.LlamaConfig(n_layers=2, seq=64))
+    free = planner.solve(step, *args, hbm_gb=1.0, hardware="h200", verify_compile=False)
+    a = free.trace.anchor
+    io = a.argument_bytes + a.output_bytes - a.alias_bytes
+    ends = {b.name: b.prediction.peak_bytes for b in free.baselines}
+    lo, hi = ends["nothing_saveable"], ends["everything_saveable"]
+    assert io < lo < hi
+    # A budget where saving everything fits the budget less the 1% allocator headroom, but
+    # not XLA's limit: between hi / 0.99 and io + (hi - io) / 0.95.
+    budget = int((hi / 0.99 + io + (hi - io) / 0.95) / 2)
+    assert budget * 0.99 >= hi > io + 0.95 * (budget - io)
+    plan = planner.solve(step, *args, hbm_gb=budget / 1e9, hardware="h200",
+                         verify_compile=False)
+    usable = io + int(cm.compiler_temp_fraction(plan.hardware) * (budget - io))
+    assert plan.budget_bytes - plan.headroom_bytes == usable
+    assert plan.prediction.peak_bytes <= usable
+    assert not {b.name: b for b in plan.baselines}["everything_saveable"].fits
+    assert "XLA:GPU compiles against 95%" in render(build_report(plan), "markdown")
+    from planner.solve import SolverOptions, min_feasible_bytes
+
+    smallest = min_feasible_bytes(free.graph, free.cost, SolverOptions(time_limit_s=10))
+    with pytest.raises(planner.InfeasibleBudgetError, match="XLA:GPU") as e:
+        planner.solve(step, *args, hbm_gb=smallest * 1.001 / 1e9, hardware="h200",
+                      verify_compile=False)
+    need = e.value.min_feasible_bytes
+    assert need >= io + (smallest - io) / 0.95 - 1
+    ok = planner.solve(step, *args, hbm_gb=math.ceil(need / 1e6) / 1e3, hardware="h200",
+                       verify_compile=False)
+    assert ok.prediction.peak_bytes <= ok.budget_bytes - ok.headroom_bytes
+    auto = planner.pareto(step, *args, hbm_gb=None, hardware="h200", verify_compile=False)
+    used = [p.budget_bytes - p.headroom_bytes for p in auto]
+    assert used[0] >= lo - 1 and abs(used[-1] - hi) <= 0.001 * hi
