@@ -211,6 +211,9 @@ def run_plan_worker(job: dict) -> dict:
             "baselines": {x.name: [x.prediction.peak_bytes, x.prediction.step_s * 1e3]
                           for x in p.baselines},
             "plan_budget_bytes": p.budget_bytes,
+            # The verify stage's compile (under the plan's flags; exact on GPU): the peak the
+            # planner checked before the run, beside the model's predicted_peak.
+            "verified_peak": p.verification.compiled_device_bytes,
         }
     first = next((p for p in plans if not isinstance(p, Exception)), None)
     per_layer = {}
