@@ -383,7 +383,7 @@ def compare(args):
             d.record("same_program", {"stock": name, "as": measured[key]})
             continue
         d.job({"name": f"stock:{name}", "config": bench, "model": args.model,
-               "policy": {"kind": "stock", "name": name},
+               "policy": {"kind": "stock", "name": name}, "flags": args.stock_flags,
                "steps": 10}, need_s=35)
         if key is not None:
             measured[key] = name
@@ -392,7 +392,8 @@ def compare(args):
     half = {**bench, "n_layers": bench.get("n_layers", 8) // 2}
     for name in filter(None, args.per_layer.split(",")):
         d.job({"name": f"half:{name}", "config": half, "model": args.model,
-               "policy": {"kind": "stock", "name": name}, "steps": 10}, need_s=30)
+               "policy": {"kind": "stock", "name": name}, "flags": args.stock_flags,
+               "steps": 10}, need_s=30)
     if args.per_layer or args.forward:  # the forward alone at both depths: fwd vs bwd per layer
         for depth, cfg in (("full", bench), ("half", half)):
             d.job({"name": f"forward:{depth}", "config": cfg, "model": args.model,
@@ -424,6 +425,10 @@ def main():
     c.add_argument("--forward", action="store_true",
                    help="also time the forward pass alone at full and half depth")
     c.add_argument("--hardware", default="h200")
+    c.add_argument("--stock-flags", default="",
+                   help="XLA_FLAGS for the stock and half-depth runs (default none, as users "
+                        "run them today); e.g. the planner's, to time a stock offload policy "
+                        "with copies that can overlap")
     c.add_argument("--model", choices=("llama", "moe"), default="llama")
     c.add_argument("--attention", choices=("xla", "cudnn"), default=None,
                    help="jax.nn.dot_product_attention implementation (default: JAX picks)")

@@ -15,6 +15,7 @@ to use ``plan.policies[g]``).
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import cost_models as cm
@@ -61,19 +62,32 @@ class Emitted:
     # The same flags as JAX compiler options ((name, value) pairs, e.g. for
     # ``lowered.compile(compiler_options=dict(...))``): the verify stage compiles with them, so
     # the compiled figures are those of the program that runs under ``xla_flags``.
-    compiler_options: tuple[tuple[str, bool | int | str], ...] = ()
+    compiler_options: tuple[tuple[str, Any], ...] = ()
 
 
-def compiler_option_value(text: str) -> bool | int | str:
-    """An XLA flag's text value as a compiler option: XLA's option setter (unlike the
-    XLA_FLAGS parser) takes booleans only as bools ("'true' is not a valid bool value") and
-    integers as ints; lists and enums stay text ("" is the empty list)."""
-    if text in ("true", "false"):
-        return text == "true"
-    try:
-        return int(text)
-    except ValueError:
-        return text
+def flags_to_compiler_options(flags: str) -> dict[str, Any]:
+    """``"--a=true --b=7 --c=x"`` -> ``{"a": True, "b": 7, "c": "x"}`` for ``compile()``.
+
+    "true"/"false" (any case) become bools, whole numbers ints; everything else stays a string
+    ("" is an empty list, e.g. no command buffers): XLA's option setter, unlike the XLA_FLAGS
+    parser, rejects "'true' is not a valid bool value". A flag without ``=`` means true.
+    """
+    out: dict[str, Any] = {}
+    for tok in (flags or "").split():
+        if not tok.startswith("--"):
+            raise ValueError(f"XLA flag {tok!r} does not start with '--' (in {flags!r}).")
+        name, sep, value = tok[2:].partition("=")
+        if not sep:
+            out[name] = True
+            continue
+        low = value.lower()
+        if low in ("true", "false"):
+            out[name] = low == "true"
+        elif re.fullmatch(r"-?\d+", value):
+            out[name] = int(value)
+        else:
+            out[name] = value
+    return out
 
 
 def _name_lists(assignment: Assignment, named: dict[str, str]):
@@ -215,5 +229,5 @@ def emit(assignment: Assignment, class_names: dict[str, str | None], hardware) -
         xla_flags=cm.format_xla_flags(flags),
         xla_flag_notes=tuple((str(f), f.why, f.source) for f in flags),
         maxtext_yaml=yaml, policies=policies, policy_sources=sources,
-        compiler_options=tuple((f.name, compiler_option_value(f.value)) for f in flags),
+        compiler_options=tuple(flags_to_compiler_options(cm.format_xla_flags(flags)).items()),
     )

@@ -62,6 +62,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from planner.emit import flags_to_compiler_options  # noqa: F401  (public here too)
 from planner.shard import split_shape
 
 Interval = tuple[float, float]
@@ -140,31 +141,7 @@ def clip(intervals: Iterable[Interval], lo: float, hi: float) -> list[Interval]:
 
 
 # ----------------------------------------------------------------------------------------------
-# Flags and the compiled program's host transfers.
-
-def flags_to_compiler_options(flags: str) -> dict[str, Any]:
-    """``"--a=true --b=7 --c=x"`` -> ``{"a": True, "b": 7, "c": "x"}`` for ``compile()``.
-
-    "true"/"false" (any case) become bools, whole numbers ints; everything else stays a string.
-    A flag without ``=`` means true.
-    """
-    out: dict[str, Any] = {}
-    for tok in (flags or "").split():
-        if not tok.startswith("--"):
-            raise ValueError(f"XLA flag {tok!r} does not start with '--' (in {flags!r}).")
-        name, sep, value = tok[2:].partition("=")
-        if not sep:
-            out[name] = True
-            continue
-        low = value.lower()
-        if low in ("true", "false"):
-            out[name] = low == "true"
-        elif re.fullmatch(r"-?\d+", value):
-            out[name] = int(value)
-        else:
-            out[name] = value
-    return out
-
+# Flags (flags_to_compiler_options lives in emit.py) and the compiled program's host transfers.
 
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _COMP = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s*(?:\(.*\))?.*\{\s*$")
