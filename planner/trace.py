@@ -36,6 +36,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import re
+from collections import Counter
 from typing import Any, Callable, Sequence
 
 import jax
@@ -126,6 +128,11 @@ class Region:
     group: int | None = None
     bind_ids: tuple[int, ...] = ()   # the region ids the adapter gave its call sites (bind order)
     body: str = ""                   # hash of the body: equal bodies are identical regions
+    # The candidates as the traced (jaxpr) program keeps them, where they differ: residuals
+    # the compiled program drops (residuals_xla_drops) are still stacked by JAX when the
+    # policy keeps them. None: the same as ``candidates``. Only the verify stage reads it.
+    traced_candidates: tuple[Candidate, ...] | None = dataclasses.field(
+        default=None, repr=False, compare=False)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,6 +185,74 @@ def _nbytes(aval) -> int:
 
 def _short_dtype(dtype) -> str:
     return np.dtype(dtype).name
+
+
+_HLO_SHAPE = re.compile(r"\b(pred|[a-z]+\d+)\[([\d,]*)\]")
+
+
+def _hlo_dtype(dtype) -> str:
+    """XLA's name for a numpy/JAX dtype: float32 -> f32, int32 -> s32, bool -> pred."""
+    d = np.dtype(dtype)
+    if d == np.bool_:
+        return "pred"
+    if d.name == "bfloat16":
+        return "bf16"
+    return {"f": "f", "i": "s", "u": "u", "c": "c"}.get(d.kind, d.kind) + str(8 * d.itemsize)
+
+
+def compiled_loop_stacks(hlo_text: str) -> Counter:
+    """``(dtype, elements per trip) -> count`` of the arrays with a leading (trip) dimension
+    that one compiled while loop carries, the most any loop carries of each: where a scan's
+    stacked residuals live in the compiled program (each also appears in the backward loop,
+    hence the max, not the sum)."""
+    out: Counter = Counter()
+    for line in hlo_text.splitlines():
+        head, sep, _ = line.partition(" while(")
+        if not sep or "=" not in head:
+            continue
+        loop: Counter = Counter()
+        for dtype, dims in _HLO_SHAPE.findall(head.partition("=")[2]):
+            ds = [int(x) for x in dims.split(",") if x]
+            if len(ds) >= 2:
+                loop[(dtype, int(math.prod(ds[1:])))] += 1
+        out |= loop
+    return out
+
+
+# A residual matches a compiled stack of the same dtype this close in size: XLA may stack a
+# slice of it, e.g. the [E*C, d] rows a capacity dispatch reads of its [E*C + 1, d] buffer.
+_STACK_SLACK = 0.1
+
+
+def residuals_xla_drops(avals: Sequence[Any], stacks: Counter) -> set[int]:
+    """Indices of the per-trip residuals (``avals``) that no compiled loop stack holds.
+
+    A multiset match: exact (dtype, size) pairs first, then the rest, largest first, each to
+    the closest unused stack of its dtype within ``_STACK_SLACK``. What stays unmatched was
+    dropped by XLA: JAX's backward jaxpr reads it only in code XLA finds dead (JAX's scatter
+    JVP for non-unique indices keeps the scattered ids for masks of a zero tangent; on the
+    MoE example the traced program stacked 2 GB of them per layer on the H200 and the
+    compiled one none: the model's peak was 19-21% high at the largest budgets, 2026-12-02).
+    Conservative where unsure: any stack of about the right size counts as holding it.
+    """
+    pool = Counter(stacks)
+    keys = [(_hlo_dtype(a.dtype), int(math.prod(a.shape))) for a in avals]
+    left = []
+    for i, k in enumerate(keys):
+        if pool[k] > 0:
+            pool[k] -= 1
+        else:
+            left.append(i)
+    dropped = set()
+    for i in sorted(left, key=lambda i: -keys[i][1]):
+        dtype, n = keys[i]
+        near = [k for k, c in pool.items() if c > 0 and k[0] == dtype and n > 0
+                and abs(k[1] - n) <= _STACK_SLACK * n]
+        if near:
+            pool[min(near, key=lambda k: abs(k[1] - n))] -= 1
+        else:
+            dropped.add(i)
+    return dropped
 
 
 def _find_differentiated(jaxpr, mult: int, out: dict[int, int]) -> None:
@@ -413,7 +488,10 @@ def can_be_needed(cands: Sequence[Candidate]) -> set[int]:
 
 
 def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_region: int,
-                index: "shard.HloIndex | None" = None):
+                index: "shard.HloIndex | None" = None, loop_stacks: Counter | None = None):
+    """``loop_stacks``: for a region in a scan of a single-device step, what the compiled
+    everything-saveable program's loops stack (compiled_loop_stacks): a per-trip residual XLA
+    drops there is not counted as read by the backward pass (residuals_xla_drops)."""
     jvp, n_primal, n_hoisted = adapter.region_jvp(region)
     replay = adapter.replay_partial_eval(jvp, n_primal, adapter.everything_saveable)
     needed_vars = set(replay.residuals)
@@ -432,42 +510,60 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
         ins = [v for v in eqn.invars if isinstance(v, adapter.Var)]
         if all(v in invariant for v in ins) and (ins or not eqn.effects):
             invariant.update(eqn.outvars)
-    producer: dict[Any, int] = {}
-    cands: list[Candidate] = []
-    for i, eqn in enumerate(eqns):
-        outs = [v for v in eqn.outvars]
-        first = outs[0].aval if outs else None
-        in_vars = [v for v in eqn.invars if isinstance(v, adapter.Var)]
-        ins = tuple(sorted({producer[v] for v in in_vars if v in producer}))
-        cands.append(Candidate(
-            index=i,
-            signature=adapter.signature_key(eqn.primitive, *[v.aval for v in eqn.invars],
-                                            **eqn.params),
-            primitive=eqn.primitive.name,
-            name=eqn.params.get("name") if eqn.primitive is adapter.name_p else None,
-            shape=tuple(getattr(first, "shape", ())),
-            dtype=_short_dtype(first.dtype) if first is not None and hasattr(first, "dtype") else "",
-            nbytes=sum(_nbytes(v.aval) for v in outs),
-            source=adapter.eqn_source(eqn),
-            inputs=ins,
-            needed=any(v in needed_vars for v in outs),
-            effectful=bool(eqn.effects),
-            loop_invariant=bool(outs) and all(v in invariant for v in outs),
-            eqn=eqn,
-        ))
-        for v in outs:
-            producer[v] = i
-    # Outputs that can be residuals: read by the backward pass, or by an equation that may
-    # be recomputed for it (can_be_needed); the rest are never kept and weigh nothing.
-    possible = can_be_needed(cands)
-    read = {v for c in cands if c.index in possible for v in c.eqn.invars
-            if isinstance(v, adapter.Var)}
-    for c in cands:
-        outs = c.eqn.outvars
-        live = tuple(k for k, v in enumerate(outs) if v in needed_vars or v in read) or (
-            tuple(range(len(outs))) if c.effectful else ())
-        cands[c.index] = dataclasses.replace(
-            c, live_outputs=live, nbytes=sum(_nbytes(outs[k].aval) for k in live))
+    if loop_stacks is not None:
+        # Residuals made in the loop body, stacked per trip (not loop constants, and not
+        # the loop's own inputs, which the program stacks anyway).
+        kinds = dict(zip(real_res, observed)) if observed else {}
+        per_trip = [v for v in real_res if v not in invariant and hasattr(v.aval, "shape")
+                    and kinds.get(v, "stacked") == "stacked"]
+        dead_vars = {per_trip[i] for i in residuals_xla_drops([v.aval for v in per_trip],
+                                                              loop_stacks)}
+    else:
+        dead_vars = set()
+
+    def build(needed_vars) -> list[Candidate]:
+        producer: dict[Any, int] = {}
+        cands: list[Candidate] = []
+        for i, eqn in enumerate(eqns):
+            outs = [v for v in eqn.outvars]
+            first = outs[0].aval if outs else None
+            in_vars = [v for v in eqn.invars if isinstance(v, adapter.Var)]
+            ins = tuple(sorted({producer[v] for v in in_vars if v in producer}))
+            cands.append(Candidate(
+                index=i,
+                signature=adapter.signature_key(eqn.primitive, *[v.aval for v in eqn.invars],
+                                                **eqn.params),
+                primitive=eqn.primitive.name,
+                name=eqn.params.get("name") if eqn.primitive is adapter.name_p else None,
+                shape=tuple(getattr(first, "shape", ())),
+                dtype=_short_dtype(first.dtype) if first is not None and hasattr(first, "dtype") else "",
+                nbytes=sum(_nbytes(v.aval) for v in outs),
+                source=adapter.eqn_source(eqn),
+                inputs=ins,
+                needed=any(v in needed_vars for v in outs),
+                effectful=bool(eqn.effects),
+                loop_invariant=bool(outs) and all(v in invariant for v in outs),
+                eqn=eqn,
+            ))
+            for v in outs:
+                producer[v] = i
+        # Outputs that can be residuals: read by the backward pass, or by an equation that may
+        # be recomputed for it (can_be_needed); the rest are never kept and weigh nothing.
+        possible = can_be_needed(cands)
+        read = {v for c in cands if c.index in possible for v in c.eqn.invars
+                if isinstance(v, adapter.Var)}
+        for c in cands:
+            outs = c.eqn.outvars
+            live = tuple(k for k, v in enumerate(outs) if v in needed_vars or v in read) or (
+                tuple(range(len(outs))) if c.effectful else ())
+            cands[c.index] = dataclasses.replace(
+                c, live_outputs=live, nbytes=sum(_nbytes(outs[k].aval) for k in live))
+        return cands
+
+    cands = build(needed_vars - dead_vars)
+    # The traced program's view (JAX stacks what its backward jaxpr reads, dead or not):
+    # the verify stage checks the traced step against it.
+    traced = build(needed_vars) if dead_vars else None
     # Region inputs: under full remat every input the backward pass reads is a residual;
     # the anchor program shows which of them a scan stacks per trip (the layer's input
     # activation) and which it had anyway (weights, loop constants).
@@ -483,11 +579,16 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
                     needed=k < len(replay.staged_inputs_used) and replay.staged_inputs_used[k])
         for k, v in enumerate(jvp.invars[:n_primal]))
     in_pos = {v: k for k, v in enumerate(jvp.invars[:n_primal])}
-    cands = [dataclasses.replace(c, input_reads=tuple(sorted(
-        {in_pos[v] for v in c.eqn.invars if isinstance(v, adapter.Var) and v in in_pos})))
-        for c in cands]
-    cands, inputs = _per_device(cands, inputs, jvp.invars[:n_primal], index)
-    return tuple(cands), tuple(replay.staged_jaxpr.eqns), inputs
+
+    def finish(cands):
+        return [dataclasses.replace(c, input_reads=tuple(sorted(
+            {in_pos[v] for v in c.eqn.invars if isinstance(v, adapter.Var) and v in in_pos})))
+            for c in cands]
+
+    cands, out_inputs = _per_device(finish(cands), inputs, jvp.invars[:n_primal], index)
+    if traced is not None:
+        traced = tuple(_per_device(finish(traced), inputs, jvp.invars[:n_primal], index)[0])
+    return tuple(cands), tuple(replay.staged_jaxpr.eqns), out_inputs, traced
 
 
 def _policy_text(policy) -> str:
@@ -661,23 +762,27 @@ def trace_step(step_fn: Callable, args: Sequence[Any], *, split_call_sites: bool
 
     # One region per differentiated call site, in bind order (a scan's trips are one call
     # site, multiplicity = trip count). Identical bodies share one candidate analysis.
+    # What the compiled everything-saveable program's loops really stack (single device:
+    # a partitioned program's shapes are per device, the jaxpr's global).
+    stacks = compiled_loop_stacks(saved_text) if index.num_partitions == 1 else None
     sites: list[Region] = []
-    analysed: dict[str, tuple] = {}
+    analysed: dict[tuple, tuple] = {}
     for br in bound:
         if br.region_id not in mult:
             continue
-        key = _region_structure_key(br.jaxpr)
-        if key not in analysed:
-            analysed[key] = _candidates(br, step_jaxpr, anchor_jaxpr, br.region_id, index)
-        cands, bwd, inputs = analysed[key]
         in_scan, unroll = _scan_context(adapter.open_jaxpr(step_jaxpr), br.region_id) or (False, 1)
+        key = (_region_structure_key(br.jaxpr), in_scan)
+        if key not in analysed:
+            analysed[key] = _candidates(br, step_jaxpr, anchor_jaxpr, br.region_id, index,
+                                        stacks if in_scan else None)
+        cands, bwd, inputs, traced = analysed[key]
         sites.append(Region(
             id=len(sites), source=br.source, multiplicity=mult[br.region_id], call_sites=1,
             candidates=cands, user_policy=_policy_text(br.user_policy),
             prevent_cse=bool(br.prevent_cse) if isinstance(br.prevent_cse, bool) else True,
-            in_scan=in_scan, scan_unroll=unroll, backward_eqns=bwd,
+            in_scan=in_scan, scan_unroll=unroll, backward_eqns=bwd, traced_candidates=traced,
             inputs=inputs, group=len(sites), bind_ids=(br.region_id,),
-            body=hashlib.sha256(key.encode()).hexdigest()[:16],
+            body=hashlib.sha256(key[0].encode()).hexdigest()[:16],
         ))
     regions = tuple(sites) if split_call_sites else merge_regions(sites)
     arg_bytes = sum(_shard_nbytes(x) for x in jax.tree.leaves(args))

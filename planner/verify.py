@@ -110,6 +110,17 @@ def _policy_checks(graph: LivenessGraph, assignment: Assignment, policy, predict
     return checks
 
 
+def _as_traced(graph: LivenessGraph) -> LivenessGraph:
+    """``graph`` with each region's candidates as the traced program keeps them
+    (``Region.traced_candidates``); ``graph`` itself where no region has another view."""
+    if all(rg.region.traced_candidates is None for rg in graph.regions):
+        return graph
+    regions = tuple(rg if rg.region.traced_candidates is None else dataclasses.replace(
+        rg, region=dataclasses.replace(rg.region, candidates=rg.region.traced_candidates))
+        for rg in graph.regions)
+    return dataclasses.replace(graph, regions=regions)
+
+
 def _at_global_sizes(graph: LivenessGraph) -> LivenessGraph:
     """``graph`` with every candidate and region input at its global (jaxpr) size, for
     checks against the traced jaxpr of a sharded step (see trace.py on sharded steps)."""
@@ -154,11 +165,13 @@ def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: Liveness
     scanned = [(rg, rp) for rg, rp in zip(graph.regions, prediction.regions) if rg.region.in_scan]
     if scanned:
         from planner.cost import Assignment, evaluate
-        g = graph
+        # The plan as the traced program keeps it (residuals XLA drops later still stacked).
+        g = _as_traced(graph)
         if trace.num_partitions > 1:
             # The traced step's avals are global (the jaxpr is not partitioned): compare it
             # with the plan at global sizes, not with the per-device prediction.
-            g = _at_global_sizes(graph)
+            g = _at_global_sizes(g)
+        if g is not graph:
             scanned = [(rg, rp) for rg, rp in zip(g.regions, evaluate(cost, g, assignment).regions)
                        if rg.region.in_scan]
         full = {p.region_id: p for p in evaluate(cost, g, Assignment.of({})).regions}
