@@ -336,6 +336,8 @@ def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
         raise InvalidArgumentError("hbm_gb is an empty list; give at least one budget in GB.")
     for b in budgets:
         hw = _validate(step_fn, example_args, b, hardware, solver_time_limit_s, max_rounds)
+    if not auto:
+        _warn_above_allocator_limit(max(budgets), hw)
     host_ok = _host_memory_available()
     if allow_offload and not host_ok:
         raise UnsupportedError(
@@ -382,6 +384,34 @@ def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
 
 
 UNIFORM = "planner, one policy for all groups"
+
+
+def _allocator_limit_bytes() -> int | None:
+    """This process's device allocator limit (``memory_stats()["bytes_limit"]``), or None
+    where the backend does not say (XLA:CPU)."""
+    try:
+        stats = jax.devices()[0].memory_stats()
+    except Exception:  # a backend without memory statistics
+        return None
+    limit = (stats or {}).get("bytes_limit")
+    return int(limit) if limit else None
+
+
+def _warn_above_allocator_limit(budget_gb: float, hw) -> None:
+    """A GPU budget above what this process's allocator may use: XLA compiles against the
+    allocator's limit, not hbm_gb, so say so before the plan is trusted."""
+    limit = _allocator_limit_bytes() if hw.platform == "gpu" else None
+    if limit is None or budget_gb * GB <= limit:
+        return
+    warnings.warn(
+        f"hbm_gb={budget_gb:g} is above this process's device allocator limit of "
+        f"{limit / GB:.2f} GB (memory_stats()['bytes_limit'] = XLA_PYTHON_CLIENT_MEM_FRACTION "
+        "x HBM; JAX's default fraction is 0.75).\nWhy: XLA compiles the step against the "
+        "allocator's limit, not against hbm_gb; a training process with this limit would "
+        "rematerialize on its own or run out of memory with a plan for hbm_gb.\nFix: plan for "
+        f"hbm_gb <= {limit / GB:.2f}, or start the training (and planning) process with an "
+        f"XLA_PYTHON_CLIENT_MEM_FRACTION whose share of HBM is at least {budget_gb:g} GB.",
+        PlanWarning, stacklevel=3)
 
 
 def _io_bytes(tr: Trace) -> int:
