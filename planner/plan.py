@@ -68,9 +68,9 @@ class Plan:
     verification: Verification
     rounds: tuple[Round, ...]
     timings: tuple[tuple[str, float], ...]
-    # Bytes of the budget left free for the device allocator (the hardware profile's
-    # allocator_headroom): the plan, its verify compile and the stock policies' "fits" are
-    # held to budget_bytes - headroom_bytes.
+    # Bytes of the budget left free (_usable: the hardware profile's allocator_headroom and,
+    # on GPU, XLA's own compile-time limit; headroom_why() says which): the plan, its verify
+    # compile and the stock policies' "fits" are held to budget_bytes - headroom_bytes.
     headroom_bytes: int = 0
 
     @property
@@ -365,6 +365,7 @@ def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
     timings.append(("graph", time.perf_counter() - t))
     if auto:
         budgets = _span_budgets(tr, graph, hw, offload, points)
+        _warn_above_allocator_limit(max(budgets), hw)
     out = []
     solves = _Solves()
     for b in budgets:

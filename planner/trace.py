@@ -63,6 +63,7 @@ class Candidate:
     source: str                    # file:line of the user's code
     inputs: tuple[int, ...]        # indices of candidates whose outputs this equation reads
     needed: bool                   # the backward pass reads an output (residual when all is saved)
+                                   # and the compiled program keeps it (residuals_xla_drops)
     effectful: bool                # JAX always runs effectful equations forward; never recomputed
     loop_invariant: bool           # depends only on loop constants: JAX hoists it out of the scan,
                                    # so as a residual it is stored once, not once per trip
@@ -187,24 +188,31 @@ def _short_dtype(dtype) -> str:
     return np.dtype(dtype).name
 
 
-_HLO_SHAPE = re.compile(r"\b(pred|[a-z]+\d+)\[([\d,]*)\]")
+_HLO_SHAPE = re.compile(r"\b([a-z][a-z0-9]*)\[([\d,]*)\]")
 
 
-def _hlo_dtype(dtype) -> str:
-    """XLA's name for a numpy/JAX dtype: float32 -> f32, int32 -> s32, bool -> pred."""
-    d = np.dtype(dtype)
-    if d == np.bool_:
+def _hlo_dtype(dtype) -> str | None:
+    """XLA's name for a numpy/JAX dtype (float32 -> f32, int32 -> s32, bool -> pred,
+    bfloat16 -> bf16, float8_e4m3fn -> f8e4m3fn, int4 -> s4); None if unknown."""
+    name = np.dtype(dtype).name
+    if name == "bool":
         return "pred"
-    if d.name == "bfloat16":
+    if name == "bfloat16":
         return "bf16"
-    return {"f": "f", "i": "s", "u": "u", "c": "c"}.get(d.kind, d.kind) + str(8 * d.itemsize)
+    for prefix, short in (("float8_", "f8"), ("float6_", "f6"), ("float4_", "f4")):
+        if name.startswith(prefix):
+            return short + name[len(prefix):]
+    m = re.fullmatch(r"(float|int|uint|complex)(\d+)", name)
+    if m:
+        return {"float": "f", "int": "s", "uint": "u", "complex": "c"}[m.group(1)] + m.group(2)
+    return None
 
 
 def compiled_loop_stacks(hlo_text: str) -> Counter:
-    """``(dtype, elements per trip) -> count`` of the arrays with a leading (trip) dimension
-    that one compiled while loop carries, the most any loop carries of each: where a scan's
-    stacked residuals live in the compiled program (each also appears in the backward loop,
-    hence the max, not the sum)."""
+    """``(dtype, leading dimension, elements per slice) -> count`` of the arrays one compiled
+    while loop carries, the most any loop carries of each: a scan's stacked residuals are
+    among them with the trip count as leading dimension (each also appears in the backward
+    loop, hence the max, not the sum)."""
     out: Counter = Counter()
     for line in hlo_text.splitlines():
         head, sep, _ = line.partition(" while(")
@@ -213,10 +221,18 @@ def compiled_loop_stacks(hlo_text: str) -> Counter:
         loop: Counter = Counter()
         for dtype, dims in _HLO_SHAPE.findall(head.partition("=")[2]):
             ds = [int(x) for x in dims.split(",") if x]
-            if len(ds) >= 2:
-                loop[(dtype, int(math.prod(ds[1:])))] += 1
+            if ds:
+                loop[(dtype, ds[0], int(math.prod(ds[1:])))] += 1
         out |= loop
     return out
+
+
+def _stacks_of_trip_count(stacks: Counter, trips: int) -> Counter | None:
+    """``(dtype, elements per trip) -> count`` of the stacks with ``trips`` slices; None when
+    no loop carries any (a fully unrolled or one-trip scan, or a scan nested in another):
+    then nothing can be said about what XLA drops."""
+    out = Counter({(d, n): c for (d, lead, n), c in stacks.items() if lead == trips})
+    return out or None
 
 
 # A residual matches a compiled stack of the same dtype this close in size: XLA may stack a
@@ -233,12 +249,16 @@ def residuals_xla_drops(avals: Sequence[Any], stacks: Counter) -> set[int]:
     JVP for non-unique indices keeps the scattered ids for masks of a zero tangent; on the
     MoE example the traced program stacked 2 GB of them per layer on the H200 and the
     compiled one none: the model's peak was 19-21% high at the largest budgets, 2026-12-02).
-    Conservative where unsure: any stack of about the right size counts as holding it.
+    Conservative where unsure: any stack of about the right size counts as holding it, and
+    a residual of a dtype without a known XLA name is kept. ``stacks``: ``(dtype, elements
+    per trip) -> count`` for the region's trip count (_stacks_of_trip_count).
     """
     pool = Counter(stacks)
     keys = [(_hlo_dtype(a.dtype), int(math.prod(a.shape))) for a in avals]
     left = []
     for i, k in enumerate(keys):
+        if k[0] is None:  # a dtype this reader does not know: assume XLA keeps it
+            continue
         if pool[k] > 0:
             pool[k] -= 1
         else:
@@ -771,10 +791,14 @@ def trace_step(step_fn: Callable, args: Sequence[Any], *, split_call_sites: bool
         if br.region_id not in mult:
             continue
         in_scan, unroll = _scan_context(adapter.open_jaxpr(step_jaxpr), br.region_id) or (False, 1)
-        key = (_region_structure_key(br.jaxpr), in_scan)
+        # Only a scan with one layer per loop trip stacks [trips, ...] residuals that can be
+        # matched (scan(unroll=u) stacks [trips/u, u, ...]).
+        trip_stacks = (_stacks_of_trip_count(stacks, mult[br.region_id])
+                       if stacks is not None and in_scan and unroll == 1 else None)
+        key = (_region_structure_key(br.jaxpr), in_scan, trip_stacks is not None)
         if key not in analysed:
             analysed[key] = _candidates(br, step_jaxpr, anchor_jaxpr, br.region_id, index,
-                                        stacks if in_scan else None)
+                                        trip_stacks)
         cands, bwd, inputs, traced = analysed[key]
         sites.append(Region(
             id=len(sites), source=br.source, multiplicity=mult[br.region_id], call_sites=1,
@@ -782,7 +806,7 @@ def trace_step(step_fn: Callable, args: Sequence[Any], *, split_call_sites: bool
             prevent_cse=bool(br.prevent_cse) if isinstance(br.prevent_cse, bool) else True,
             in_scan=in_scan, scan_unroll=unroll, backward_eqns=bwd, traced_candidates=traced,
             inputs=inputs, group=len(sites), bind_ids=(br.region_id,),
-            body=hashlib.sha256(key[0].encode()).hexdigest()[:16],
+            body=hashlib.sha256(repr(key).encode()).hexdigest()[:16],
         ))
     regions = tuple(sites) if split_call_sites else merge_regions(sites)
     arg_bytes = sum(_shard_nbytes(x) for x in jax.tree.leaves(args))

@@ -351,6 +351,8 @@ def test_a_gpu_budget_above_the_allocator_limit_warns(monkeypatch):
     monkeypatch.setattr(pp, "_allocator_limit_bytes", lambda: 5_000_000)
     with pytest.warns(planner.PlanWarning, match=r"allocator limit of 0\.01 GB[\s\S]*Fix: plan"):
         planner.solve(step, *args, hbm_gb=0.02, hardware="h200", verify_compile=False)
+    with pytest.warns(planner.PlanWarning, match="allocator limit"):  # automatic budgets too
+        planner.pareto(step, *args, hbm_gb=None, hardware="h200", verify_compile=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", planner.PlanWarning)
         monkeypatch.setattr(pp, "_allocator_limit_bytes", lambda: 50_000_000)

@@ -163,9 +163,9 @@ def test_a_residual_xla_drops_is_not_counted():
     traced = stacked_residuals(jax.make_jaxpr(grad_all)(*args).jaxpr)[0]
     stacks = compiled_loop_stacks(jax.jit(grad_all).lower(*args).compile().as_text())
     width = {"f32": 4, "s32": 4, "u32": 4, "pred": 1}
-    # Per-trip residual stacks (not the [3, 32, 32] weights, not the [64, 32] carries).
-    kept = sum(3 * c * size * width[dtype] for (dtype, size), c in stacks.items()
-               if size not in (32, 32 * 32))
+    # Per-trip residual stacks: 3 slices (not the [64, 32] carries), not the weights.
+    kept = sum(lead * c * size * width[dtype] for (dtype, lead, size), c in stacks.items()
+               if lead == 3 and size != 32 * 32)
     assert kept < traced  # XLA stacks less than the traced program does
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", planner.PlanWarning)
@@ -177,21 +177,53 @@ def test_a_residual_xla_drops_is_not_counted():
 def test_residuals_xla_drops_matches_sizes_and_dtypes():
     from collections import Counter
 
-    from planner.trace import compiled_loop_stacks, residuals_xla_drops
+    from planner.trace import (_hlo_dtype, _stacks_of_trip_count, compiled_loop_stacks,
+                               residuals_xla_drops)
 
     text = ("  %while.3 = (s32[], f32[64,32]{1,0}, f32[4,2560,256]{2,1,0}, pred[4,2048]{1,0}, "
-            "u32[4,2048,256]) while(%tuple.1), condition=%c, body=%b\n"
+            "u32[4,2048,256], f8e4m3fn[4,16]) while(%tuple.1), condition=%c, body=%b\n"
             "  %while.9 = (s32[], f32[4,2560,256]{2,1,0}, pred[4,2048]{1,0}) while(%t), "
             "condition=%c2, body=%b2\n"
             "  %x = f32[4,9]{1,0} add(%a, %b)\n")
     stacks = compiled_loop_stacks(text)
     # The forward and backward loops carry the same stacks: counted once (max, not sum).
-    assert stacks == Counter({("f32", 32): 1, ("f32", 2560 * 256): 1, ("pred", 2048): 1,
-                              ("u32", 2048 * 256): 1})
+    assert stacks[("f32", 4, 2560 * 256)] == 1 and stacks[("f8e4m3fn", 4, 16)] == 1
+    per_trip = _stacks_of_trip_count(stacks, 4)
+    assert per_trip == Counter({("f32", 2560 * 256): 1, ("pred", 2048): 1,
+                                ("u32", 2048 * 256): 1, ("f8e4m3fn", 16): 1})
+    assert _stacks_of_trip_count(stacks, 8) is None  # no loop of 8 trips: nothing to say
     a = jax.ShapeDtypeStruct
     avals = [a((2048, 256), jnp.uint32),   # exact match
              a((2561, 256), jnp.uint32),   # no u32 stack left: dropped
              a((2561, 256), jnp.float32),  # a stacked slice of it (2560 rows): kept
              a((2048,), jnp.bool_),        # exact
-             a((2048,), jnp.bool_)]        # a second one: dropped
-    assert residuals_xla_drops(avals, stacks) == {1, 4}
+             a((2048,), jnp.bool_),        # a second one: dropped
+             a((16,), jnp.float8_e4m3fn)]  # XLA's f8e4m3fn: kept
+    assert residuals_xla_drops(avals, per_trip) == {1, 4}
+    assert [_hlo_dtype(d) for d in (jnp.float32, jnp.bfloat16, jnp.int4, jnp.uint8,
+                                    jnp.float8_e5m2, jnp.bool_)] == \
+        ["f32", "bf16", "s4", "u8", "f8e5m2", "pred"]
+
+
+def test_residual_matching_is_off_where_loops_do_not_stack_per_trip():
+    """scan(unroll=2) stacks [trips / 2, 2, ...] and a fully unrolled scan has no loop: the
+    trace then counts every residual the backward jaxpr reads (a review found plans 13%
+    over budget when the matching ran there)."""
+    def layer(x, w):
+        h = checkpoint_name(jnp.tanh(x @ w), "h")
+        return jnp.tanh(h @ w.T) + x
+
+    def step(w, x, unroll):
+        def loss(w):
+            y, _ = jax.lax.scan(lambda c, wi: (jax.checkpoint(layer)(c, wi), None), x, w,
+                                unroll=unroll)
+            return jnp.sum(y ** 2)
+        return jax.grad(loss)(w)
+
+    args = (jax.ShapeDtypeStruct((4, 256, 256), jnp.float32),
+            jax.ShapeDtypeStruct((512, 256), jnp.float32))
+    import functools
+    needed = {u: sorted(c.index for c in trace_step(
+        jax.jit(functools.partial(step, unroll=u)), args).regions[0].candidates if c.needed)
+        for u in (1, 2, True)}
+    assert needed[1] and needed[2] == needed[1] and needed[True] == needed[1]
