@@ -316,23 +316,23 @@ def test_gpu_plans_stay_under_xlas_own_memory_limit():
     # not XLA's limit: between hi / 0.99 and io + (hi - io) / 0.95.
     budget = int((hi / 0.99 + io + (hi - io) / 0.95) / 2)
     assert budget * 0.99 >= hi > io + 0.95 * (budget - io)
-    plan = planner.solve(step, *args, hbm_gb=budget / 1e9, hardware="h200",
-                         verify_compile=False)
+    from planner.solve import SolverOptions, min_feasible_bytes
+
+    smallest = min_feasible_bytes(free.graph, free.cost, SolverOptions(time_limit_s=10))
+    need = max(smallest / 0.99, io + (smallest - io) / 0.95)  # the smallest budget that works
+    # One trace for three budgets: the one above, one just over the smallest plan (too small
+    # once XLA's limit is left free), and the budget the error names.
+    plan, small, ok = planner.pareto(
+        step, *args, hbm_gb=[budget / 1e9, smallest * 1.001 / 1e9, math.ceil(need / 1e6) / 1e3],
+        hardware="h200", verify_compile=False)
     usable = io + int(cm.compiler_temp_fraction(plan.hardware) * (budget - io))
     assert plan.budget_bytes - plan.headroom_bytes == usable
     assert plan.prediction.peak_bytes <= usable
     assert not {b.name: b for b in plan.baselines}["everything_saveable"].fits
     assert "XLA:GPU compiles against 95%" in render(build_report(plan), "markdown")
-    from planner.solve import SolverOptions, min_feasible_bytes
-
-    smallest = min_feasible_bytes(free.graph, free.cost, SolverOptions(time_limit_s=10))
-    with pytest.raises(planner.InfeasibleBudgetError, match="XLA:GPU") as e:
-        planner.solve(step, *args, hbm_gb=smallest * 1.001 / 1e9, hardware="h200",
-                      verify_compile=False)
-    need = e.value.min_feasible_bytes
-    assert need >= io + (smallest - io) / 0.95 - 1
-    ok = planner.solve(step, *args, hbm_gb=math.ceil(need / 1e6) / 1e3, hardware="h200",
-                       verify_compile=False)
+    assert isinstance(small, planner.InfeasibleBudgetError) and "XLA:GPU" in str(small)
+    assert abs(small.min_feasible_bytes - need) <= 1e-6 * need
+    assert isinstance(ok, planner.Plan)
     assert ok.prediction.peak_bytes <= ok.budget_bytes - ok.headroom_bytes
     auto = planner.pareto(step, *args, hbm_gb=None, hardware="h200", verify_compile=False)
     used = [p.budget_bytes - p.headroom_bytes for p in auto]
