@@ -59,10 +59,13 @@ class Emitted:
     maxtext_yaml: str
     policies: tuple = ()              # per layer group (call order); () when the plan is uniform
     policy_sources: tuple[str, ...] = ()
-    # The same flags as JAX compiler options ((name, value) pairs, e.g. for
-    # ``lowered.compile(compiler_options=dict(...))``): the verify stage compiles with them, so
-    # the compiled figures are those of the program that runs under ``xla_flags``.
-    compiler_options: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def compiler_options(self) -> tuple[tuple[str, Any], ...]:
+        """``xla_flags`` as JAX compiler options ((name, value) pairs, e.g. for
+        ``lowered.compile(compiler_options=dict(...))``): the verify stage compiles with them,
+        so the compiled figures are those of the program that runs under ``xla_flags``."""
+        return tuple(flags_to_compiler_options(self.xla_flags).items())
 
 
 def flags_to_compiler_options(flags: str) -> dict[str, Any]:
@@ -229,5 +232,4 @@ def emit(assignment: Assignment, class_names: dict[str, str | None], hardware) -
         xla_flags=cm.format_xla_flags(flags),
         xla_flag_notes=tuple((str(f), f.why, f.source) for f in flags),
         maxtext_yaml=yaml, policies=policies, policy_sources=sources,
-        compiler_options=tuple(flags_to_compiler_options(cm.format_xla_flags(flags)).items()),
     )

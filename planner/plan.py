@@ -336,8 +336,6 @@ def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
         raise InvalidArgumentError("hbm_gb is an empty list; give at least one budget in GB.")
     for b in budgets:
         hw = _validate(step_fn, example_args, b, hardware, solver_time_limit_s, max_rounds)
-    if not auto:
-        _warn_above_allocator_limit(max(budgets), hw)
     host_ok = _host_memory_available()
     if allow_offload and not host_ok:
         raise UnsupportedError(
@@ -365,7 +363,7 @@ def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
     timings.append(("graph", time.perf_counter() - t))
     if auto:
         budgets = _span_budgets(tr, graph, hw, offload, points)
-        _warn_above_allocator_limit(max(budgets), hw)
+    _warn_above_allocator_limit(max(budgets), hw)
     out = []
     solves = _Solves()
     for b in budgets:

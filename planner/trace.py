@@ -507,6 +507,26 @@ def can_be_needed(cands: Sequence[Candidate]) -> set[int]:
     return possible
 
 
+def _reading(cands: Sequence[Candidate], needed_vars) -> list[Candidate]:
+    """``cands`` with ``needed``, ``live_outputs`` and ``nbytes`` for a backward pass that
+    reads ``needed_vars``."""
+    cands = [dataclasses.replace(c, needed=any(v in needed_vars for v in c.eqn.outvars))
+             for c in cands]
+    # Outputs that can be residuals: read by the backward pass, or by an equation that may
+    # be recomputed for it (can_be_needed); the rest are never kept and weigh nothing.
+    possible = can_be_needed(cands)
+    read = {v for c in cands if c.index in possible for v in c.eqn.invars
+            if isinstance(v, adapter.Var)}
+    out = []
+    for c in cands:
+        outs = c.eqn.outvars
+        live = tuple(k for k, v in enumerate(outs) if v in needed_vars or v in read) or (
+            tuple(range(len(outs))) if c.effectful else ())
+        out.append(dataclasses.replace(
+            c, live_outputs=live, nbytes=sum(_nbytes(outs[k].aval) for k in live)))
+    return out
+
+
 def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_region: int,
                 index: "shard.HloIndex | None" = None, loop_stacks: Counter | None = None):
     """``loop_stacks``: for a region in a scan of a single-device step, what the compiled
@@ -541,49 +561,32 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
     else:
         dead_vars = set()
 
-    def build(needed_vars) -> list[Candidate]:
-        producer: dict[Any, int] = {}
-        cands: list[Candidate] = []
-        for i, eqn in enumerate(eqns):
-            outs = [v for v in eqn.outvars]
-            first = outs[0].aval if outs else None
-            in_vars = [v for v in eqn.invars if isinstance(v, adapter.Var)]
-            ins = tuple(sorted({producer[v] for v in in_vars if v in producer}))
-            cands.append(Candidate(
-                index=i,
-                signature=adapter.signature_key(eqn.primitive, *[v.aval for v in eqn.invars],
-                                                **eqn.params),
-                primitive=eqn.primitive.name,
-                name=eqn.params.get("name") if eqn.primitive is adapter.name_p else None,
-                shape=tuple(getattr(first, "shape", ())),
-                dtype=_short_dtype(first.dtype) if first is not None and hasattr(first, "dtype") else "",
-                nbytes=sum(_nbytes(v.aval) for v in outs),
-                source=adapter.eqn_source(eqn),
-                inputs=ins,
-                needed=any(v in needed_vars for v in outs),
-                effectful=bool(eqn.effects),
-                loop_invariant=bool(outs) and all(v in invariant for v in outs),
-                eqn=eqn,
-            ))
-            for v in outs:
-                producer[v] = i
-        # Outputs that can be residuals: read by the backward pass, or by an equation that may
-        # be recomputed for it (can_be_needed); the rest are never kept and weigh nothing.
-        possible = can_be_needed(cands)
-        read = {v for c in cands if c.index in possible for v in c.eqn.invars
-                if isinstance(v, adapter.Var)}
-        for c in cands:
-            outs = c.eqn.outvars
-            live = tuple(k for k, v in enumerate(outs) if v in needed_vars or v in read) or (
-                tuple(range(len(outs))) if c.effectful else ())
-            cands[c.index] = dataclasses.replace(
-                c, live_outputs=live, nbytes=sum(_nbytes(outs[k].aval) for k in live))
-        return cands
-
-    cands = build(needed_vars - dead_vars)
-    # The traced program's view (JAX stacks what its backward jaxpr reads, dead or not):
-    # the verify stage checks the traced step against it.
-    traced = build(needed_vars) if dead_vars else None
+    producer: dict[Any, int] = {}
+    cands: list[Candidate] = []
+    for i, eqn in enumerate(eqns):
+        outs = [v for v in eqn.outvars]
+        first = outs[0].aval if outs else None
+        in_vars = [v for v in eqn.invars if isinstance(v, adapter.Var)]
+        ins = tuple(sorted({producer[v] for v in in_vars if v in producer}))
+        cands.append(Candidate(
+            index=i,
+            signature=adapter.signature_key(eqn.primitive, *[v.aval for v in eqn.invars],
+                                            **eqn.params),
+            primitive=eqn.primitive.name,
+            name=eqn.params.get("name") if eqn.primitive is adapter.name_p else None,
+            shape=tuple(getattr(first, "shape", ())),
+            dtype=_short_dtype(first.dtype) if first is not None and hasattr(first, "dtype") else "",
+            nbytes=sum(_nbytes(v.aval) for v in outs),
+            source=adapter.eqn_source(eqn),
+            inputs=ins,
+            needed=False,  # set by _reading below
+            effectful=bool(eqn.effects),
+            loop_invariant=bool(outs) and all(v in invariant for v in outs),
+            eqn=eqn,
+        ))
+        for v in outs:
+            producer[v] = i
+    cands = _reading(cands, needed_vars - dead_vars)
     # Region inputs: under full remat every input the backward pass reads is a residual;
     # the anchor program shows which of them a scan stacks per trip (the layer's input
     # activation) and which it had anyway (weights, loop constants).
@@ -599,16 +602,15 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
                     needed=k < len(replay.staged_inputs_used) and replay.staged_inputs_used[k])
         for k, v in enumerate(jvp.invars[:n_primal]))
     in_pos = {v: k for k, v in enumerate(jvp.invars[:n_primal])}
-
-    def finish(cands):
-        return [dataclasses.replace(c, input_reads=tuple(sorted(
-            {in_pos[v] for v in c.eqn.invars if isinstance(v, adapter.Var) and v in in_pos})))
-            for c in cands]
-
-    cands, out_inputs = _per_device(finish(cands), inputs, jvp.invars[:n_primal], index)
-    if traced is not None:
-        traced = tuple(_per_device(finish(traced), inputs, jvp.invars[:n_primal], index)[0])
-    return tuple(cands), tuple(replay.staged_jaxpr.eqns), out_inputs, traced
+    cands = [dataclasses.replace(c, input_reads=tuple(sorted(
+        {in_pos[v] for v in c.eqn.invars if isinstance(v, adapter.Var) and v in in_pos})))
+        for c in cands]
+    cands, inputs = _per_device(cands, inputs, jvp.invars[:n_primal], index)
+    # The traced program's view (JAX stacks what its backward jaxpr reads, dead or not), for
+    # the verify stage. Residuals are matched only on one device (trace_step), where the
+    # per-device bytes _reading recomputes are the global ones.
+    traced = tuple(_reading(cands, needed_vars)) if dead_vars else None
+    return tuple(cands), tuple(replay.staged_jaxpr.eqns), inputs, traced
 
 
 def _policy_text(policy) -> str:
