@@ -43,6 +43,16 @@ remat_p = _adc.remat_p
 # Source lines reported to users should point at their code, not at this adapter.
 _siu.register_exclusion(__file__.rsplit("/", 1)[0])
 Var = _core.Var
+# JAX <= 0.11 has two classes, Jaxpr and ClosedJaxpr (a Jaxpr with its constants); JAX 0.12
+# merged them into Jaxpr (jax._src.core has no ClosedJaxpr; jax.extend.core.ClosedJaxpr is
+# an alias of Jaxpr).
+_CLOSED = getattr(_core, "ClosedJaxpr", None)
+JAXPR_TYPES = (_core.Jaxpr,) if _CLOSED is None else (_core.Jaxpr, _CLOSED)
+
+
+def is_closed_jaxpr(j) -> bool:
+    """Whether ``j`` carries its constants (a ClosedJaxpr; every Jaxpr on JAX 0.12)."""
+    return isinstance(j, _CLOSED) if _CLOSED is not None else isinstance(j, _core.Jaxpr)
 name_p = _adc.name_p
 Saveable = _pe.Saveable
 Recompute = _pe.Recompute
@@ -61,7 +71,7 @@ def _param_repr(value: Any) -> str | None:
     Jaxprs and callables have no stable text across traces (their reprs carry addresses),
     so they are left out of the key; the primitive name and the avals still separate them.
     """
-    if isinstance(value, (_core.Jaxpr, _core.ClosedJaxpr)) or callable(value):
+    if isinstance(value, JAXPR_TYPES) or callable(value):
         return None
     if isinstance(value, (tuple, list)):
         parts = [_param_repr(v) for v in value]
@@ -265,7 +275,7 @@ def inline_calls(jaxpr, n_consts: int = 0):
         for eqn in jx.eqns:
             if eqn.primitive.name in _INLINED:
                 inner = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
-                closed = inner if isinstance(inner, _core.ClosedJaxpr) else _pe.close_jaxpr(inner)
+                closed = inner if is_closed_jaxpr(inner) else _pe.close_jaxpr(inner)
                 outs = run_closed(closed, [read(v) for v in eqn.invars])
             else:
                 params = eqn.primitive.get_bind_params(eqn.params)
@@ -337,10 +347,8 @@ def subjaxprs(eqn) -> Iterator[tuple[Any, int]]:
     trips = int(eqn.params["length"]) if eqn.primitive.name == "scan" else 1
     for value in eqn.params.values():
         for v in (value if isinstance(value, (tuple, list)) else (value,)):
-            if isinstance(v, _core.ClosedJaxpr):
-                yield v.jaxpr, trips
-            elif isinstance(v, _core.Jaxpr):
-                yield v, trips
+            if isinstance(v, JAXPR_TYPES):
+                yield open_jaxpr(v), trips
 
 
 def to_jax_decision(decision: str):
