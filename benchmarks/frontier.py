@@ -42,7 +42,7 @@ def _one(model: str, hardware: str, fraction: float, profile: bool, n_devices: i
     import cost_models as cm
     import planner
     from examples import frontier as F
-    from planner.report import build_report
+    from planner._src.report import build_report
 
     cfg = F.CONFIGS[model]
     hw = cm.load_profile(hardware)

@@ -22,10 +22,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from synthetic import all_assignments, brute_force, random_problem  # noqa: E402
 
-from planner.cost import Assignment, evaluate  # noqa: E402
-from planner.errors import InfeasibleBudgetError  # noqa: E402
-from planner.simulate import simulate  # noqa: E402
-from planner.solve import SolverOptions, solve_assignment  # noqa: E402
+from planner._src.cost import Assignment, evaluate  # noqa: E402
+from planner._src.errors import InfeasibleBudgetError  # noqa: E402
+from planner._src.simulate import simulate  # noqa: E402
+from planner._src.solve import SolverOptions, solve_assignment  # noqa: E402
 
 
 def check(seed: int) -> str | None:

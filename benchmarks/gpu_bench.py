@@ -44,8 +44,8 @@ def _model(job: dict, policy=None):
 
 def _policy_from_spec(spec: dict):
     """A checkpoint policy from a job spec: a stock name, or a plan's decisions."""
-    from planner.baselines import STOCK
-    from planner.cost import Assignment
+    from planner._src.baselines import STOCK
+    from planner._src.cost import Assignment
 
     if spec["kind"] == "stock":
         return STOCK[spec["name"]][0]()
@@ -55,7 +55,7 @@ def _policy_from_spec(spec: dict):
             names_which_can_be_saved=spec["save"], names_which_can_be_offloaded=spec["offload"],
             offload_src="device", offload_dst="pinned_host")
     if spec["kind"] == "plan":
-        from planner.emit import policies_for
+        from planner._src.emit import policies_for
         policy, _, _, per_group, _ = policies_for(Assignment.of(dict(spec["decisions"])),
                                                  dict(spec["names"]))
         # A per-layer-group plan whose groups differ: one policy per scan (layer_groups).
@@ -87,7 +87,7 @@ def run_worker(job: dict) -> dict:
 
         def step(state, batch):
             return state, loss_of(state["params"], batch)
-    from planner.profile import flags_to_compiler_options
+    from planner._src.emit import flags_to_compiler_options
     opts = flags_to_compiler_options(job.get("flags", ""))
     t0 = time.perf_counter()
     lowered = jax.jit(step, donate_argnums=(0,)).lower(*args)
@@ -129,9 +129,10 @@ def run_layer_worker(job: dict) -> dict:
     import jax.numpy as jnp
 
     from examples import llama
-    from planner.cost import assignment_from_policy, build_cost_model, evaluate
-    from planner.graph import build_graph
-    from planner.trace import trace_step
+    from planner._src.baselines import policy_assignment
+    from planner._src.cost import build_cost_model, evaluate
+    from planner._src.graph import build_graph
+    from planner._src.trace import trace_step
 
     cfg = llama.LlamaConfig(**job["config"])
     policy = _policy_from_spec(job["policy"])
@@ -159,12 +160,12 @@ def run_layer_worker(job: dict) -> dict:
 
     res = {"fwd_ms": timeit(fwd), "fwd_bwd_ms": timeit(both)}
     # Prediction: the planner's trace of this one-layer step and the cost model.
-    tr = trace_step(lambda x, w: jax.grad(functools.partial(loss, policy=None), argnums=(0, 1))(x, w),
-                    (x, layer_w))
+    planned = lambda x, w: jax.grad(functools.partial(loss, policy=None), argnums=(0, 1))(x, w)
+    tr = trace_step(planned, (x, layer_w))
     g = build_graph(tr)
     hw = job.get("hardware", "h200")
     cmod = build_cost_model(tr, g, hw, allow_offload=True)
-    pred = evaluate(cmod, g, assignment_from_policy(g, policy))
+    pred = evaluate(cmod, g, policy_assignment(g, planned, (x, layer_w), policy))
     rc = cmod.regions[0]
     res.update({"pred_fwd_ms": 1e3 * rc.fwd_s,
                 "pred_fwd_bwd_ms": 1e3 * (rc.fwd_s + rc.bwd_s + pred.recompute_s

@@ -64,8 +64,8 @@ def _policy(spec):
             names_which_can_be_saved=spec["save"], names_which_can_be_offloaded=spec["offload"],
             offload_src="device", offload_dst="pinned_host")
     if spec["kind"] == "plan":
-        from planner.cost import Assignment
-        from planner.emit import emit
+        from planner._src.cost import Assignment
+        from planner._src.emit import emit
 
         a = Assignment.of(dict(spec["decisions"]))
         if spec.get("saved_instead"):
@@ -105,7 +105,8 @@ def run_profile(job):
     import jax
 
     from examples import llama
-    from planner.profile import flags_to_compiler_options, profile
+    from planner._src.emit import flags_to_compiler_options
+    from planner import profile
 
     cfg = dataclasses.replace(_config(job), remat_policy=_policy(job["policy"]))
     step, args = llama.make_train_step(cfg, concrete=True)

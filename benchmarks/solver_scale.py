@@ -41,9 +41,9 @@ def shape_for(n: int) -> tuple[int, int, int]:
 def run_one(n: int, time_limit: float, seed: int = 0, linearization: int | None = None) -> dict:
     from synthetic import random_problem
 
-    from planner.cost import Assignment, evaluate
-    from planner.errors import InfeasibleBudgetError
-    from planner.solve import SolverOptions, solve_assignment
+    from planner._src.cost import Assignment, evaluate
+    from planner._src.errors import InfeasibleBudgetError
+    from planner._src.solve import SolverOptions, solve_assignment
 
     regions, nodes, classes = shape_for(n)
     t0 = time.perf_counter()
@@ -77,7 +77,7 @@ def example_problems():
 
     import planner
     from examples import llama, moe
-    from planner.cost import Assignment, evaluate
+    from planner._src.cost import Assignment, evaluate
 
     steps = (
         ("llama quickstart", llama.quickstart()),
@@ -102,8 +102,8 @@ def example_problems():
 
 def compare_levels(time_limit: float) -> str:
     """Markdown: linearization levels 1 and 2 on the example traces."""
-    from planner.errors import PlannerError
-    from planner.solve import SolverOptions, solve_assignment
+    from planner._src.errors import PlannerError
+    from planner._src.solve import SolverOptions, solve_assignment
 
     out = ["| trace @ budget | candidates | level 1: status, gap, step ms, wall s | "
            "level 2: status, gap, step ms, wall s |", "|---|---|---|---|"]
@@ -158,7 +158,7 @@ def main(argv=None) -> int:
         print(f"  {rows[-1]['status']} in {rows[-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
     args = argv if argv is not None else sys.argv[1:]
     cmd = "python benchmarks/solver_scale.py " + " ".join(args)
-    from planner.solve import SolverOptions
+    from planner._src.solve import SolverOptions
     level = a.linearization if a.linearization is not None else SolverOptions().linearization_level
     text = "\n".join([
         f"Command: `{cmd.strip()}`",

@@ -7,6 +7,8 @@ experiment on the device.
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -142,3 +144,28 @@ def compiler_temp_fraction(hw: HardwareProfile) -> float:
     """The fraction of (budget - program inputs/outputs) that XLA lets temporaries use on
     ``hw``'s platform before it recomputes on its own: 0.95 on GPU (above), 1 elsewhere."""
     return XLA_GPU_MEMORY_LIMIT_SLOP if hw.platform == "gpu" else 1.0
+
+
+def flags_to_compiler_options(flags: str) -> dict[str, object]:
+    """``"--a=true --b=7 --c=x"`` -> ``{"a": True, "b": 7, "c": "x"}`` for ``compile()``.
+
+    "true"/"false" (any case) become bools, whole numbers ints; everything else stays a string
+    ("" is an empty list, e.g. no command buffers): XLA's option setter, unlike the XLA_FLAGS
+    parser, rejects "'true' is not a valid bool value". A flag without ``=`` means true.
+    """
+    out: dict[str, object] = {}
+    for tok in (flags or "").split():
+        if not tok.startswith("--"):
+            raise ValueError(f"XLA flag {tok!r} does not start with '--' (in {flags!r}).")
+        name, sep, value = tok[2:].partition("=")
+        if not sep:
+            out[name] = True
+            continue
+        low = value.lower()
+        if low in ("true", "false"):
+            out[name] = low == "true"
+        elif re.fullmatch(r"-?\d+", value):
+            out[name] = int(value)
+        else:
+            out[name] = value
+    return out

@@ -156,3 +156,106 @@ def fused_seconds(jaxpr: Any, hw, dtype: str | None = None) -> float:
         else:
             total += c.seconds(hw, dtype) if dtype else eqn_seconds(e, c, hw)
     return total
+
+
+# --------------------------------------------------------------------------------------------
+# Hardware-independent work: what the planner's trace stage records, so that the cost stage
+# needs no jaxpr (only a hardware profile) to turn it into time.
+
+
+def matmul_key(eqn) -> str:
+    """The hardware-independent part of :func:`matmul_dtype`: the operand float dtype's name,
+    with ``":highest"`` when the equation asks for HIGHEST precision."""
+    dtypes = [getattr(v.aval, "dtype", None) for v in eqn.invars if hasattr(v, "aval")]
+    name = next((str(d) for d in dtypes if d is not None and "float" in str(d)), "bfloat16")
+    if name == "float32" and "HIGHEST" in str(eqn.params.get("precision", "")):
+        return "float32:highest"
+    return name
+
+
+def rate_key(key: str, hw) -> str:
+    """The matrix-rate key of ``hw`` for a :func:`matmul_key`: float32 matmuls run in TF32 on
+    GPUs at JAX's default precision (jax.default_matmul_precision docs), in true fp32
+    elsewhere or at HIGHEST."""
+    if key == "float32:highest":
+        return "float32"
+    if key == "float32" and hw.platform == "gpu":
+        return "tf32"
+    return key
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Work:
+    """The roofline inputs of a run of kernels, free of any jaxpr and of any hardware.
+
+    ``kernels``: one ``(matmul key, Cost)`` per equation, fusion-aware (:func:`fused_costs`),
+    loops already multiplied by their trip counts; ``alternatives``: per ``cond``, the work of
+    each branch (one of them runs). ``seconds(hw)`` is what :func:`fused_seconds` computes
+    from the jaxpr itself.
+    """
+
+    kernels: tuple[tuple[str, Cost], ...] = ()
+    alternatives: tuple[tuple["Work", ...], ...] = ()
+
+    def seconds(self, hw) -> float:
+        return (sum(c.seconds(hw, rate_key(k, hw)) for k, c in self.kernels)
+                + sum(max((w.seconds(hw) for w in alts), default=0.0)
+                      for alts in self.alternatives))
+
+    def total(self) -> Cost:
+        """Every kernel's cost summed (for the branches: their elementwise maximum)."""
+        out = Cost()
+        for _, c in self.kernels:
+            out = out + c
+        for alts in self.alternatives:
+            if alts:
+                m = alts[0].total()
+                for w in alts[1:]:
+                    m = m.elementwise_max(w.total())
+                out = out + m
+        return out
+
+    def scale(self, k: float) -> "Work":
+        return Work(kernels=tuple((key, c.scale(k)) for key, c in self.kernels),
+                    alternatives=tuple(tuple(w.scale(k) for w in alts)
+                                       for alts in self.alternatives))
+
+    def __add__(self, other: "Work") -> "Work":
+        return Work(kernels=self.kernels + other.kernels,
+                    alternatives=self.alternatives + other.alternatives)
+
+
+def eqn_work(eqn, cost: Cost) -> tuple[str, Cost]:
+    """One equation's ``(matmul key, cost)``."""
+    return matmul_key(eqn), cost
+
+
+def eqns_work(eqns, escaping) -> Work:
+    """:func:`fused_costs` of a run of equations, as :class:`Work`."""
+    return Work(kernels=tuple(eqn_work(e, c) for e, c in zip(eqns, fused_costs(eqns, escaping))))
+
+
+def work_of(jaxpr: Any) -> Work:
+    """The :class:`Work` of a jaxpr, nested loops, conds and calls as :func:`fused_seconds`
+    walks them (scans times their length, a while loop's body once, calls inlined)."""
+    jx = _inner(jaxpr)
+    kernels: list[tuple[str, Cost]] = []
+    alternatives: list[tuple[Work, ...]] = []
+    for e, c in zip(jx.eqns, fused_eqn_costs(jx)):
+        name = e.primitive.name
+        subs = _subjaxprs(e)
+        if subs and name == "scan":
+            inner = work_of(subs[0]).scale(int(e.params["length"]))
+        elif subs and name == "cond":
+            alternatives.append(tuple(work_of(s) for s in subs))
+            continue
+        elif subs and name in _CALLS + ("while",):
+            inner = Work()
+            for s in (subs if name == "while" else subs[:1]):
+                inner = inner + work_of(s)
+        else:
+            kernels.append(eqn_work(e, c))
+            continue
+        kernels.extend(inner.kernels)
+        alternatives.extend(inner.alternatives)
+    return Work(kernels=tuple(kernels), alternatives=tuple(alternatives))

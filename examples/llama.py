@@ -277,6 +277,12 @@ def lm_train_step(cfg, forward_fn, init_fn, *, concrete: bool, lr: float, moment
     return train_step, (make_args() if concrete else jax.eval_shape(make_args))
 
 
+def profile_quickstart(policy=None):
+    """Profile factory for the quickstart model: ``(step built with policy, concrete args)``,
+    for ``python -m planner profile examples.llama:profile_quickstart``."""
+    return make_train_step(dataclasses.replace(QUICKSTART, remat_policy=policy), concrete=True)
+
+
 def quickstart():
     """The README's example: ``python -m planner solve examples.llama:quickstart ...``."""
     return make_train_step(QUICKSTART)

@@ -7,9 +7,10 @@ import random
 
 import cost_models as cm
 
-from planner.cost import DECISIONS, Assignment, CostModel, RegionCost, evaluate
-from planner.graph import LivenessGraph, build_graph
-from planner.trace import Candidate, CompiledFigures, Region, RegionInput, Trace
+from planner._src.cost import evaluate
+from planner._src.types import DECISIONS, Assignment, CostModel, RegionCost
+from planner._src.graph import LivenessGraph, build_graph
+from planner._src.types import Candidate, CompiledFigures, Region, RegionInput, Trace
 
 
 def random_problem(seed: int, *, n_nodes: int = 7, n_regions: int = 1, n_classes: int = 4,
@@ -27,11 +28,12 @@ def random_problem(seed: int, *, n_nodes: int = 7, n_regions: int = 1, n_classes
             inputs = tuple(sorted(rnd.sample(range(i), k=min(i, rnd.randint(0, 2)))))
             reads = tuple(sorted(rnd.sample(range(n_inputs), k=rnd.randint(0, 1)))) if i < 3 else ()
             cands.append(Candidate(
-                index=i, signature=f"sig{k}", primitive=f"p{k}", name=f"t{k}" if k % 2 else None,
+                index=i, signature=f"sig{k}", primitive="reshape" if k == 0 else f"p{k}",
+                name=f"t{k}" if k % 2 else None,
                 shape=(rnd.randint(1, 8),), dtype="float32", nbytes=rnd.choice([1, 2, 4, 8]) * 1024 * 64,
                 source="synthetic", inputs=inputs,
                 needed=rnd.random() < 0.5, effectful=False,
-                loop_invariant=rnd.random() < 0.1 and not inputs and not reads, eqn=None,
+                loop_invariant=rnd.random() < 0.1 and not inputs and not reads,
                 input_reads=reads))
         region_inputs = tuple(RegionInput(index=j, nbytes=1024 * 64 * rnd.choice([1, 4]),
                                           stacked=j == 0, needed=rnd.random() < 0.3)
@@ -45,7 +47,7 @@ def random_problem(seed: int, *, n_nodes: int = 7, n_regions: int = 1, n_classes
                            host_temp_bytes=0, host_buffers_in_hlo=0, async_host_copies_in_hlo=0,
                            jaxpr_host_bytes=0, stacked_device_bytes=0, stacked_host_bytes=0,
                            stacked_host_arrays=0, backend="cpu")
-    trace = Trace(regions=tuple(regions), step_jaxpr=None, anchor=figs, argument_bytes=0,
+    trace = Trace(regions=tuple(regions), anchor=figs, argument_bytes=0,
                   backend="cpu", fingerprint="synthetic", undifferentiated_regions=0)
     graph = build_graph(trace)
     hw = cm.load_profile("cpu")

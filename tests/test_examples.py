@@ -11,7 +11,7 @@ import pytest
 from jax.ad_checkpoint import checkpoint_policies as cp
 
 import planner
-from planner.trace import compiled_figures
+from planner._src.trace import compiled_figures
 
 def _device_bytes(step, args):
     jaxpr = jax.make_jaxpr(step)(*args)
@@ -90,16 +90,17 @@ def test_maxtext_block_round_trips_through_the_config(maxtext_plan):
     # named tensor as the plan did, and the step still compiles within the budget.
     yaml = pytest.importorskip("yaml")
     from examples import maxtext_style as m
-    from planner import _jax_adapter as adapter
+    from planner._src import jax_adapter as adapter
     config = m.apply_yaml(m.DEFAULT_CONFIG, yaml.safe_load(maxtext_plan.maxtext_yaml))
     policy = m.policy_from_config(config)
+    got = adapter.decisions_of(*m.make(), policy)
     for rg in maxtext_plan.graph.regions:
         for c in rg.region.candidates:
             if c.name:
-                e = c.eqn
-                got = adapter.decision_text(policy(e.primitive, *[v.aval for v in e.invars],
-                                                   **e.params))
-                assert got == maxtext_plan.assignment.get(c.signature), c.name
+                want = maxtext_plan.assignment.get(c.signature)
+                if c.name == "decoder_layer_input" and want == "remat":
+                    want = "save"  # written 'device': MaxText cannot remat it (emit.py)
+                assert got[c.signature] == want, c.name
 
 
 def test_maxtext_config_errors_teach():

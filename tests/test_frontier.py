@@ -12,7 +12,7 @@ import pytest
 from jax.sharding import AbstractMesh, NamedSharding
 
 from examples import frontier as F
-from planner import _jax_adapter as adapter
+from planner._src import jax_adapter as adapter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))

@@ -10,8 +10,8 @@ from jax.ad_checkpoint import checkpoint_policies as cp
 
 import planner
 from examples import llama
-from planner.cost import Assignment, evaluate
-from planner.trace import compiled_figures, stacked_residuals
+from planner._src.cost import Assignment, evaluate
+from planner._src.trace import compiled_figures, stacked_residuals
 
 CFG = llama.LlamaConfig(n_layers=4)
 
@@ -78,17 +78,16 @@ def test_pasted_policy_keeps_exactly_the_planned_residuals(plans):
 def test_saved_names_are_saved_and_remat_names_absent(plans):
     # The emitted policy, called as JAX calls it on each checkpoint_name equation, decides
     # exactly what the plan decided for that name.
-    from planner import _jax_adapter as adapter
+    from planner._src import jax_adapter as adapter
+    step, args = llama.make_train_step(CFG)
     for p in plans:
+        got = adapter.decisions_of(step, args, p.policy)
         seen = 0
         for rg in p.graph.regions:
             for c in rg.region.candidates:
                 if c.name is None:
                     continue
-                e = c.eqn
-                got = adapter.decision_text(
-                    p.policy(e.primitive, *[v.aval for v in e.invars], **e.params))
-                assert got == p.assignment.get(c.signature), c.name
+                assert got[c.signature] == p.assignment.get(c.signature), c.name
                 seen += 1
         assert seen >= 9  # the example's MaxText names
 
@@ -125,8 +124,8 @@ def test_planning_leaves_the_users_program_alone(peaks):
     lo, _ = peaks
     assert _user_compile(cp.nothing_saveable)[1].device_bytes == lo
     from jax._src import ad_checkpoint
-    from planner import _jax_adapter
-    assert ad_checkpoint.remat_p.bind is _jax_adapter._orig_bind
+    from planner._src import jax_adapter
+    assert ad_checkpoint.remat_p.bind is jax_adapter._orig_bind
 
 
 def test_plan_file_round_trips_and_detects_a_stale_step(plans, tmp_path):
@@ -138,12 +137,12 @@ def test_plan_file_round_trips_and_detects_a_stale_step(plans, tmp_path):
     assert saved.report("markdown") == p.report("markdown")
     e = saved.policy
     # The loaded policy decides every candidate as the plan did.
-    from planner import _jax_adapter as adapter
-    for c in p.graph.regions[0].region.candidates:
-        q = c.eqn
-        assert adapter.decision_text(e(q.primitive, *[v.aval for v in q.invars], **q.params)) == \
-            p.assignment.get(c.signature)
+    from planner._src import jax_adapter as adapter
     step, args = llama.make_train_step(CFG)
+    got = adapter.decisions_of(step, args, e)
+    for c in p.graph.regions[0].region.candidates:
+        if c.decidable:
+            assert got[c.signature] == p.assignment.get(c.signature)
     saved.check(step, *args)
     other, other_args = llama.make_train_step(dataclasses.replace(CFG, d_ff=512))
     with pytest.raises(planner.PlanFileError, match="made for another step"):
@@ -177,7 +176,7 @@ def test_allocator_headroom_is_left_free_and_reported(tmp_path):
     import dataclasses
 
     import cost_models as cm
-    from planner.report import build_report, render
+    from planner._src.report import build_report, render
 
     step, args = llama.make_train_step(llama.LlamaConfig(n_layers=2, seq=64))
     hw = dataclasses.replace(cm.load_profile("cpu"), allocator_headroom=0.1)
@@ -187,7 +186,10 @@ def test_allocator_headroom_is_left_free_and_reported(tmp_path):
     plan = planner.solve(step, *args, hbm_gb=budget, hardware=hw)
     assert plan.headroom_bytes == int(plan.budget_bytes * 0.1)
     usable = plan.budget_bytes - plan.headroom_bytes
-    assert plan.prediction.peak_bytes <= usable < every
+    assert usable < every
+    # The compiler is the judge: the plan (or a stock policy that compiles within, returned
+    # instead) fits what the headroom leaves.
+    assert plan.prediction.peak_bytes <= usable or plan.choice != "planner"
     assert plan.verification.compiled_device_bytes <= usable
     assert not {b.name: b for b in plan.baselines}["everything_saveable"].fits
     text = render(build_report(plan), "markdown")
@@ -224,8 +226,8 @@ def test_no_offload_under_an_unrolled_scan():
     compile (our H200): the planner keeps every tensor of such a region on the device, the
     stock offload policies are not compared, and the report says why. On the same model
     without that restriction, a budget below the smallest on-device plan is met by offloading."""
-    from planner.errors import InfeasibleBudgetError
-    from planner.solve import SolverOptions, min_feasible_bytes, solve_assignment
+    from planner._src.errors import InfeasibleBudgetError
+    from planner._src.solve import SolverOptions, min_feasible_bytes, solve_assignment
 
     step, args = _unrolled_scan_step(2)
     with warnings.catch_warnings():
@@ -251,7 +253,7 @@ def test_no_offload_under_an_unrolled_scan():
     sol = solve_assignment(plan.graph, free, below, opts)
     assert "offload" in dict(sol.assignment.decisions).values()
     # The independent simulator refuses that assignment on the real model.
-    from planner.simulate import PlanViolation, simulate
+    from planner._src.simulate import PlanViolation, simulate
     simulate(plan.graph, free, sol.assignment)
     with pytest.raises(PlanViolation, match="unroll"):
         simulate(plan.graph, plan.cost, sol.assignment)
@@ -271,7 +273,7 @@ def test_verify_compiles_under_the_plans_own_flags(monkeypatch):
         seen.append(dict(compiler_options or {}))
         return original(self, compiler_options=compiler_options, **kw)
 
-    from planner.solve import SolverOptions, min_feasible_bytes
+    from planner._src.solve import SolverOptions, min_feasible_bytes
 
     step, args = _unrolled_scan_step(1)
     free = planner.solve(step, *args, hbm_gb=1.0, hardware="h200", verify_compile=False)
@@ -303,7 +305,7 @@ def test_gpu_plans_stay_under_xlas_own_memory_limit():
     why; an infeasible budget names one whose usable part fits; auto budgets span full remat
     to saving everything in usable bytes."""
     import cost_models as cm
-    from planner.report import build_report, render
+    from planner._src.report import build_report, render
 
     step, args = llama.make_train_step(llama.LlamaConfig(n_layers=2, seq=64))
     free = planner.solve(step, *args, hbm_gb=1.0, hardware="h200", verify_compile=False)
@@ -316,7 +318,7 @@ def test_gpu_plans_stay_under_xlas_own_memory_limit():
     # not XLA's limit: between hi / 0.99 and io + (hi - io) / 0.95.
     budget = int((hi / 0.99 + io + (hi - io) / 0.95) / 2)
     assert budget * 0.99 >= hi > io + 0.95 * (budget - io)
-    from planner.solve import SolverOptions, min_feasible_bytes
+    from planner._src.solve import SolverOptions, min_feasible_bytes
 
     smallest = min_feasible_bytes(free.graph, free.cost, SolverOptions(time_limit_s=10))
     need = max(smallest / 0.99, io + (smallest - io) / 0.95)  # the smallest budget that works
@@ -343,7 +345,7 @@ def test_a_gpu_budget_above_the_allocator_limit_warns(monkeypatch):
     """XLA:GPU compiles against the allocator's limit (XLA_PYTHON_CLIENT_MEM_FRACTION x HBM),
     not hbm_gb: a GPU plan for more than this process's allocator holds is warned about, with
     the limit and the fix; within the limit, or on a backend without the figure, no warning."""
-    import planner.plan as pp
+    import planner._src.session as pp
 
     if jax.default_backend() == "cpu":
         assert pp._allocator_limit_bytes() is None  # XLA:CPU reports no memory statistics

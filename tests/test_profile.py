@@ -7,7 +7,6 @@ tests/data/make_gpu_synthetic.py), the host-transfer names of a real H200 HLO ex
 """
 
 import dataclasses
-import importlib
 import math
 import os
 import types
@@ -17,9 +16,11 @@ import pytest
 
 from cost_models import load_profile
 from cost_models._trace_overlap import measured_overlap_efficiency, overlap_from_trace
-from planner.errors import InvalidArgumentError
+from planner._src.errors import InvalidArgumentError
 
-pp = importlib.import_module("planner.profile")  # `planner.profile` the attribute is the function
+from planner._src import profiling as pp  # noqa: E402
+from planner._src.profiling import overlap as _overlap  # noqa: E402, F401  (pp.overlap)
+from planner._src.emit import flags_to_compiler_options  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 CPU_TRACE = os.path.join(DATA, "cpu_tiny.xplane.pb")
@@ -92,13 +93,13 @@ def test_per_trip_from_repeated_copy_instructions():
 # ---------------------------------------------------------------------------- flags, HLO, rules
 
 def test_flags_to_compiler_options():
-    assert pp.flags_to_compiler_options(
+    assert flags_to_compiler_options(
         "--xla_gpu_enable_latency_hiding_scheduler=true --a=FALSE --b=95 --c=x --d= --e") == {
         "xla_gpu_enable_latency_hiding_scheduler": True, "a": False, "b": 95, "c": "x",
         "d": "", "e": True}
-    assert pp.flags_to_compiler_options("") == {}
+    assert flags_to_compiler_options("") == {}
     with pytest.raises(ValueError, match="does not start with '--'"):
-        pp.flags_to_compiler_options("xla_a=true")
+        flags_to_compiler_options("xla_a=true")
 
 
 def test_host_transfer_ops_on_h200_hlo_excerpt():
@@ -279,7 +280,7 @@ def test_a_trace_without_host_copies_still_reports_compute_busy_time(monkeypatch
     ops = pp.host_transfer_ops(Path(HLO).read_text())
     full = pp.read_trace(GPU_TRACE, host_ops=ops, module="jit_step")
     td = dataclasses.replace(full, events=tuple(e for e in full.events if e.kind == "compute"))
-    monkeypatch.setattr(pp, "read_trace", lambda *a, **k: td)
+    monkeypatch.setattr(pp.overlap, "read_trace", lambda *a, **k: td)
     r = pp.analyze_trace(GPU_TRACE, host_ops=ops, module="jit_step")
     assert not r.measured and "no overlap measured" in r.status
     assert len(r.steps) == 2 and r.to_json()["median"]["compute_s"] > 0

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 from synthetic import random_problem
 
 import planner
-from planner.cost import Assignment, evaluate
-from planner.errors import InfeasibleBudgetError
-from planner.simulate import simulate
-from planner.solve import SolverOptions, solve_assignment
+from planner._src.cost import Assignment, evaluate
+from planner._src.errors import InfeasibleBudgetError
+from planner._src.simulate import simulate
+from planner._src.solve import SolverOptions, solve_assignment
 
 
 def _layer(x, w):

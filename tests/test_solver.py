@@ -3,10 +3,10 @@
 import pytest
 from synthetic import all_assignments, brute_force, random_problem
 
-from planner.cost import Assignment, evaluate
-from planner.errors import InfeasibleBudgetError
-from planner.simulate import PlanViolation, simulate
-from planner.solve import SolverOptions, min_feasible_bytes, solve_assignment
+from planner._src.cost import Assignment, evaluate
+from planner._src.errors import InfeasibleBudgetError
+from planner._src.simulate import PlanViolation, simulate
+from planner._src.solve import SolverOptions, min_feasible_bytes, solve_assignment
 
 OPTS = SolverOptions(time_limit_s=20)
 SEEDS = range(60)

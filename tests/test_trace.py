@@ -10,8 +10,8 @@ from jax.ad_checkpoint import checkpoint_policies as cp
 
 import planner
 from examples import llama
-from planner import _jax_adapter as adapter
-from planner.trace import compile_with, compiled_figures, stacked_residuals, trace_step
+from planner._src import jax_adapter as adapter
+from planner._src.trace import compile_with, compiled_figures, stacked_residuals, trace_step
 
 CFG = llama.LlamaConfig(n_layers=3)
 
@@ -119,8 +119,8 @@ def test_a_dead_output_of_a_multi_output_equation_is_not_counted():
     tr = trace_step(jax.jit(jax.grad(step, argnums=1)), (x, w))
     (r,) = tr.regions
     (sort,) = [c for c in r.candidates if c.primitive == "sort"]
-    assert len(sort.eqn.outvars) >= 2 and 0 not in sort.live_outputs
-    assert sort.nbytes == 64 * 4 * len(sort.live_outputs) < 64 * 4 * len(sort.eqn.outvars)
+    assert sort.n_outputs >= 2 and 0 not in sort.live_outputs
+    assert sort.nbytes == 64 * 4 * len(sort.live_outputs) < 64 * 4 * sort.n_outputs
     # Saving it stacks exactly that many bytes per trip in the traced program.
     only_sort = lambda prim, *_, **__: prim.name == "sort"  # noqa: E731
     base = stacked_residuals(jax.make_jaxpr(jax.grad(step, argnums=1))(x, w).jaxpr)[0]
@@ -156,7 +156,7 @@ def test_a_residual_xla_drops_is_not_counted():
     dropped ones: the plan's peak then matches the compiled one."""
     import warnings
 
-    from planner.trace import compiled_loop_stacks
+    from planner._src.trace import compiled_loop_stacks
 
     loss, args = _scatter_dispatch_step()
     grad_all = jax.grad(lambda w, x: loss(w, x, cp.everything_saveable))
@@ -177,7 +177,7 @@ def test_a_residual_xla_drops_is_not_counted():
 def test_residuals_xla_drops_matches_sizes_and_dtypes():
     from collections import Counter
 
-    from planner.trace import (_hlo_dtype, _stacks_of_trip_count, compiled_loop_stacks,
+    from planner._src.trace import (_hlo_dtype, _stacks_of_trip_count, compiled_loop_stacks,
                                residuals_xla_drops)
 
     text = ("  %while.3 = (s32[], f32[64,32]{1,0}, f32[4,2560,256]{2,1,0}, pred[4,2048]{1,0}, "

@@ -24,41 +24,16 @@ import time
 
 from ortools.sat.python import cp_model
 
-from planner.cost import Assignment, CostModel, evaluate, regions_in_order
-from planner.errors import InfeasibleBudgetError, SolverError
-from planner.graph import LivenessGraph, class_key
-from planner.trace import can_be_needed
+from planner._src.cost import CostModel, evaluate, regions_in_order
+from planner._src.errors import InfeasibleBudgetError, SolverError
+from planner._src.graph import LivenessGraph, class_key
+from planner._src.types import Assignment, Solution, SolverOptions
+
+__all__ = ["Solution", "SolverOptions", "check_solution", "min_feasible_bytes",
+           "min_peak_assignment", "solve_assignment"]
 
 KIB = 1024
 NS = 1e9  # nanoseconds per second
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class SolverOptions:
-    # CP-SAT deterministic seconds per phase: work counted, not time elapsed; one is 1-4 wall
-    # seconds on one core with linearization_level 2 (benchmarks/solver_scale.py)
-    time_limit_s: float = 30.0
-    workers: int = 1          # 1 keeps the search deterministic (CP-SAT's parallel portfolio is not)
-    seed: int = 0
-    # CP-SAT's linear relaxation: 2 adds the LP of every constraint (default 1). At 2 the MoE
-    # example's trace and a synthetic 1,000-candidate graph are proved optimal in 1.5 and 2.0
-    # s; at 1 they stop at the limit with gaps of 56% and 39%, with worse plans
-    # (benchmarks/results/solver-2026-12-02.md).
-    linearization_level: int = 2
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Solution:
-    assignment: Assignment
-    status: str               # OPTIMAL or FEASIBLE (time limit hit: see gap)
-    objective_s: float        # predicted step time as the solver scored it
-    bound_s: float            # best lower bound CP-SAT proved
-    gap: float                # (objective - bound) / objective
-    wall_s: float
-    num_classes: int
-    num_variables: int
-    budget_bytes: int
-    reproducible: bool = True  # False: the wall-clock guard, not deterministic time, stopped a phase
 
 
 def _kib_up(b: float) -> int:
@@ -74,21 +49,26 @@ class _Model:
 
     def __init__(self, graph: LivenessGraph, cost: CostModel, budget_bytes: float | None,
                  uniform: bool = False):
-        m = self.m = cp_model.CpModel()
+        m = self.cp = cp_model.CpModel()
         decisions = ("save", "remat", "offload") if cost.allow_offload else ("save", "remat")
         self.decisions = decisions
-        # x[k, d]: class k takes decision d. One decision per class. With layer groups a class
-        # is (group, signature): each group's call site has its own policy, so the same
+        forced = graph.forced()
+        # choose[k, d]: class k takes decision d. One decision per class. With layer groups a
+        # class is (group, signature): each group's call site has its own policy, so the same
         # tensor may be kept in one group and recomputed in another.
-        self.x = {}
+        self.choose = {}
         for cls in graph.classes:
             for d in decisions:
-                self.x[cls.key, d] = m.NewBoolVar(f"x[{cls.label}|{d}]")
-            m.AddExactlyOne(self.x[cls.key, d] for d in decisions)
+                self.choose[cls.key, d] = m.NewBoolVar(f"choose[{cls.label}|{d}]")
+            m.AddExactlyOne(self.choose[cls.key, d] for d in decisions)
+            # A forced class (graph.py: a policy cannot keep it as the model counts it) takes
+            # its forced decision.
+            if cls.key in forced:
+                m.Add(self.choose[cls.key, forced[cls.key]] == 1)
             # A class of a region under scan(unroll > 1) stays on the device: XLA cannot
             # compile its offload (cost.CostModel.no_offload_classes).
             if "offload" in decisions and cls.key in cost.no_offload_classes:
-                m.Add(self.x[cls.key, "offload"] == 0)
+                m.Add(self.choose[cls.key, "offload"] == 0)
         # uniform: every group takes the same decision for the same signature (one policy for
         # all groups), the baseline a per-group plan must beat.
         if uniform:
@@ -99,20 +79,20 @@ class _Model:
                 other = first.setdefault(cls.signature, cls.key)
                 for d in decisions:
                     if other != cls.key:
-                        m.Add(self.x[cls.key, d] == self.x[other, d])
+                        m.Add(self.choose[cls.key, d] == self.choose[other, d])
 
         residual_terms, host_terms, time_terms, ws_terms = [], [], [], []
         tie_terms = []  # phase 4: residual bytes, weighted by forward position (see there)
         for rg, rc in zip(graph.regions, cost.regions):
             cands = rg.region.candidates
-            L = rc.multiplicity
+            trips = rc.multiplicity
             # Which candidates can ever be needed: the needed ones and their ancestors.
-            possible = can_be_needed(cands)
+            possible = rg.possibly_needed
 
-            def dec(c, d):
+            def dec(c, d, rg=rg):
                 if c.effectful:  # JAX always runs effectful equations forward and keeps them
                     return 1 if d == "save" else 0
-                return self.x[class_key(rg.region, c), d] if d in decisions else 0
+                return self.choose[class_key(rg.region, c), d] if d in decisions else 0
 
             # need[v]: the backward pass reads v, or v feeds a needed recomputed value.
             need = {}
@@ -124,7 +104,7 @@ class _Model:
                 if c.index not in need:
                     continue
                 r = dec(c, "remat")
-                for u in c.inputs:
+                for u in rg.reads(c.index):
                     if isinstance(need[u], int):
                         continue
                     if isinstance(need[c.index], int):
@@ -135,8 +115,9 @@ class _Model:
                     else:
                         m.Add(need[u] >= need[c.index] + r - 1)
 
-            # y[v, d] >= need[v] AND decision d: v is a residual (save/offload) or recomputed.
-            def both(c, d):
+            # both(v, d) = need[v] AND decision d: v is a residual (save/offload) or recomputed.
+            # Exact (both bounds): it is read as a benefit too, by held[] below.
+            def both(c, d, need=need):
                 n, x = need[c.index], dec(c, d)
                 if isinstance(x, int) and isinstance(n, int):
                     return n * x
@@ -144,17 +125,24 @@ class _Model:
                     return n if x else 0
                 if isinstance(n, int):
                     return x if n else 0
-                y = m.NewBoolVar(f"y[{rg.region.id},{c.index},{d}]")
+                y = m.NewBoolVar(f"both[{rg.region.id},{c.index},{d}]")
                 m.Add(y >= n + x - 1)
+                m.Add(y <= n)
+                m.Add(y <= x)
                 return y
 
-            R, I, W, C, offl = [], [], [], [], []
-            omega = cost.working_set_scale
-            # T: the largest recompute intermediate (read by no gradient), live one at a time.
-            T = m.NewIntVar(0, 1 << 50, f"transient_kib[{rg.region.id}]")
-            xf = m.NewIntVar(0, 1 << 50, f"exposed_fwd_ns[{rg.region.id}]")
-            xb = m.NewIntVar(0, 1 << 50, f"exposed_bwd_ns[{rg.region.id}]")
-            eta = cost.overlap_efficiency
+            per_trip_kib, invariant_kib, working_kib, extra_ns, offloads = [], [], [], [], []
+            ws_scale = cost.working_set_scale
+            # transient: the largest recompute intermediate (read by no gradient), live one at a time.
+            transient = m.NewIntVar(0, 1 << 50, f"transient_kib[{rg.region.id}]")
+            exposed_fwd = m.NewIntVar(0, 1 << 50, f"exposed_fwd_ns[{rg.region.id}]")
+            exposed_bwd = m.NewIntVar(0, 1 << 50, f"exposed_bwd_ns[{rg.region.id}]")
+            link_share = cost.overlap_efficiency
+            # held[v]: v's buffer is in memory without a new allocation in the backward pass:
+            # v is kept (saved or reloaded), or it is a recomputed view of a held value or of
+            # a region input (cost.held_values). free[v] (<= remat, <= held of its source):
+            # a recomputed view that adds nothing to the working set.
+            held = {}
             for c in cands:
                 if c.index not in need:
                     continue
@@ -163,57 +151,68 @@ class _Model:
                 s = both(c, "save")
                 r = both(c, "remat")
                 o = both(c, "offload") if "offload" in decisions else 0
+                free = 0
+                src = rg.view_of(i)
+                if src is not None and (not isinstance(r, int) or r):
+                    if src[0] == "input":
+                        free = r
+                    elif src[1] in held:
+                        free = m.NewBoolVar(f"free[{rg.region.id},{i}]")
+                        m.Add(free <= r)
+                        m.Add(free <= held[src[1]])
+                held[i] = s + o + free
                 # A loop-invariant residual is stored once, the others once per trip.
-                (I if c.loop_invariant else R).append(kib * s)
-                tie_terms.append((1 if c.loop_invariant else L) * kib * (len(cands) + i) * s)
+                (invariant_kib if c.loop_invariant else per_trip_kib).append(kib * s)
+                tie_terms.append((1 if c.loop_invariant else trips) * kib * (len(cands) + i) * s)
                 if not c.loop_invariant and rc.materialize_s[i]:
-                    # M_r: saving or offloading a fusible value costs the forward write of it.
-                    C.append(_ns(rc.materialize_s[i]) * s)
-                    C.append(_ns(rc.materialize_s[i]) * o)
-                # Working-set terms carry the measured scale omega, rounded up per term.
-                w_kib = math.ceil(omega * kib)
+                    # Saving or offloading a fusible value costs the forward write of it.
+                    extra_ns.append(_ns(rc.materialize_s[i]) * s)
+                    extra_ns.append(_ns(rc.materialize_s[i]) * o)
+                # Working-set terms carry the measured scale, rounded up per term.
+                w_kib = math.ceil(ws_scale * kib)
                 if c.needed:
-                    W.append(w_kib * r)
+                    working_kib.append(w_kib * (r - free))
                 elif not isinstance(r, int) or r:
-                    m.Add(T >= w_kib * r)
-                C.append(_ns(rc.recompute_s[i]) * r)
+                    m.Add(transient >= w_kib * (r - free))
+                extra_ns.append(_ns(rc.recompute_s[i]) * r)
                 if "offload" in decisions:
-                    W.append(w_kib * o)
+                    working_kib.append(w_kib * o)
                     # Loop-invariant residuals are hoisted: one host copy, not one per trip.
-                    host_terms.append((1 if c.loop_invariant else L) * kib * o)
+                    host_terms.append((1 if c.loop_invariant else trips) * kib * o)
                     if not isinstance(o, int) or o:
-                        offl.append((i, o))
+                        offloads.append((i, o))
             # Exposed copy time of one trip: the copies queue on one link and hide behind
-            # eta times the compute that runs meanwhile; the worst tail of the queue is
-            # exposed (cost.py). With eta = 0 only the whole queue matters.
-            starts = offl if eta > 0 else offl[:1]
+            # link_share times the compute that runs meanwhile; the worst tail of the queue is
+            # exposed (cost.py). With link_share = 0 only the whole queue matters.
+            starts = offloads if link_share > 0 else offloads[:1]
             for k, (u, _) in enumerate(starts):
-                tail = offl[k:] if eta > 0 else offl
-                m.Add(xf >= sum(_ns(rc.d2h_s[v]) * o for v, o in tail)
-                      - _ns(eta * rc.fwd_after_s[u]))
-                m.Add(xb >= sum(_ns(rc.h2d_s[v]) * o for v, o in tail)
-                      - _ns(eta * rc.bwd_before_s[u]))
+                tail = offloads[k:] if link_share > 0 else offloads
+                m.Add(exposed_fwd >= sum(_ns(rc.d2h_s[v]) * o for v, o in tail)
+                      - _ns(link_share * rc.fwd_after_s[u]))
+                m.Add(exposed_bwd >= sum(_ns(rc.h2d_s[v]) * o for v, o in tail)
+                      - _ns(link_share * rc.bwd_before_s[u]))
             # need_in[u]: a region input the scan stacks is kept when the backward pass reads
             # it or a needed recompute does.
-            S = []
+            stacked_inputs = []
             for inp in rg.region.inputs:
                 if not inp.stacked:
                     continue
                 if inp.needed:
-                    S.append(_kib_up(inp.nbytes))
+                    stacked_inputs.append(_kib_up(inp.nbytes))
                     continue
-                readers = [c for c in cands if inp.index in c.input_reads and c.index in need]
+                readers = [c for c in cands
+                           if inp.index in rg.reads_inputs(c.index) and c.index in need]
                 if not readers:
                     continue
                 n_in = m.NewBoolVar(f"need_in[{rg.region.id},{inp.index}]")
                 for c in readers:
                     m.Add(n_in >= both(c, "remat"))
-                S.append(_kib_up(inp.nbytes) * n_in)
-            R.extend(S)
+                stacked_inputs.append(_kib_up(inp.nbytes) * n_in)
+            per_trip_kib.extend(stacked_inputs)
             # Working set of one backward trip of this region.
-            ws_terms.append(sum(W) + T)
-            residual_terms.append(L * sum(R) + sum(I))
-            time_terms.append(L * (sum(C) + xf + xb))
+            ws_terms.append(sum(working_kib) + transient)
+            residual_terms.append(trips * sum(per_trip_kib) + sum(invariant_kib))
+            time_terms.append(trips * (sum(extra_ns) + exposed_fwd + exposed_bwd))
 
         # Peak HBM: fixed bytes + the residuals still held while region k runs backward (its
         # own and those of the regions before it) + region k's working set, worst k.
@@ -230,7 +229,7 @@ class _Model:
         # Host memory: every offloaded residual of every trip at once.
         if host_terms:
             m.Add(sum(host_terms) <= int(cost.host_cap_bytes // KIB))
-        # Step time beyond the base: recompute + exposed transfers.
+        # Step time beyond the base: recompute + forced writes + exposed transfers.
         self.extra_ns = sum(time_terms)
         # Bytes the plan sends to the host per step (phase 2's objective, below).
         self.host_kib = sum(host_terms) if host_terms else 0
@@ -244,11 +243,11 @@ class _Model:
         self.wall_stopped = False
 
     def hint_all_remat(self):
-        for (k, d), v in self.x.items():
-            self.m.AddHint(v, 1 if d == "remat" else 0)
+        for (k, d), v in self.choose.items():
+            self.cp.AddHint(v, 1 if d == "remat" else 0)
 
     def run(self, objective, opts: SolverOptions, time_limit: float):
-        self.m.Minimize(objective)
+        self.cp.Minimize(objective)
         s = cp_model.CpSolver()
         # The limit is in CP-SAT's deterministic time (work counted, not seconds elapsed), so
         # a search stopped by it gives the same plan on a busy or an idle machine. The wall
@@ -263,7 +262,7 @@ class _Model:
         s.parameters.num_workers = opts.workers
         s.parameters.random_seed = opts.seed
         s.parameters.linearization_level = opts.linearization_level
-        status = s.Solve(self.m)
+        status = s.Solve(self.cp)
         if (status in (cp_model.FEASIBLE, cp_model.UNKNOWN)
                 and s.WallTime() >= 0.99 * s.parameters.max_time_in_seconds):
             self.wall_stopped = True
@@ -271,7 +270,7 @@ class _Model:
 
     def assignment(self, solver) -> Assignment:
         out = {}
-        for (k, d), v in self.x.items():
+        for (k, d), v in self.choose.items():
             if solver.Value(v):
                 out[k] = d
         return Assignment.of(out)
@@ -341,20 +340,20 @@ def solve_assignment(graph: LivenessGraph, cost: CostModel, budget_bytes: float,
     # ties break the same way in every region and layer group. Each phase has its own
     # deterministic time budget, so the answer does not depend on the machine's load.
     final = s
-    mod.m.Add(mod.extra_ns <= int(first))
+    mod.cp.Add(mod.extra_ns <= int(first))
     for objective, keep in ((mod.host_kib, True), (mod.peak_kib, True),
                             (mod.residual_kib, False)):
         if isinstance(objective, int):  # nothing can be offloaded
             continue
-        mod.m.ClearHints()
-        for (k, d), v in mod.x.items():
-            mod.m.AddHint(v, final.Value(v))
+        mod.cp.ClearHints()
+        for (k, d), v in mod.choose.items():
+            mod.cp.AddHint(v, final.Value(v))
         s2, status2 = mod.run(objective, opts, opts.time_limit_s)
         if status2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             break
         final = s2
         if keep:
-            mod.m.Add(objective <= int(s2.ObjectiveValue()))
+            mod.cp.Add(objective <= int(s2.ObjectiveValue()))
     assignment = mod.assignment(final)
     obj_s = (mod.base_ns + first) / NS
     bound_s = (mod.base_ns + bound) / NS

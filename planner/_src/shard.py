@@ -43,6 +43,8 @@ import math
 import re
 from typing import Iterable
 
+from planner._src import hlo
+
 # HLO opcodes whose shape is not the output of the equation named in their metadata.
 # (custom-call stays: a cuBLAS gemm is one, its first tuple element is the matmul's output.)
 _NOT_OUTPUTS = frozenset({
@@ -59,16 +61,13 @@ _EXPLICIT_COLLECTIVES = frozenset({
     "reduce_scatter", "psum_scatter", "all_to_all", "ragged_all_to_all", "ppermute",
     "pbroadcast", "unreduced_psum", "unreduced_reduce_scatter"})
 
-_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%(\S+)\s*=\s*(.*)$")
-_ARRAY = re.compile(r"([a-z]+\d*)\[([\d,]*)\]")
-_META = re.compile(r'metadata=\{([^}]*)\}')
 _GROUPS_LIST = re.compile(r"replica_groups=\{(\{[\d,]*\}(?:,\{[\d,]*\})*)\}")
 _GROUPS_IOTA = re.compile(r"replica_groups=\[([\d,]+)\]<=")
 _GROUPS_MESH = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
-
-_ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
-             "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16,
-             "f8e4m3fn": 1, "f8e5m2": 1, "s4": 1, "u4": 1}
+# Instructions a collective's result passes through unchanged on its way to its reader.
+_PASS_THROUGH = frozenset({"bitcast", "copy", "get-tuple-element", "all-gather-done",
+                           "all-reduce-done", "collective-permute-done", "async-done",
+                           "reshape", "transpose"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -97,22 +96,6 @@ class HloIndex:
 
     def find(self, primitive: str, where: tuple[str, int] | None) -> list[HloOp]:
         return self.ops.get((primitive, where), []) if where else []
-
-
-def split_shape(rhs: str) -> tuple[str, str]:
-    """The shape of an HLO instruction's right-hand side and what follows it:
-    ``'(f32[8], s32[]) tuple(...)'`` or ``'bf16[8,32]{1,0} dot(...)'`` -> (shape, rest).
-    Also used by planner/profile.py to read the compiled program's host transfers."""
-    rhs = rhs.strip()
-    if rhs.startswith("("):
-        depth = 0
-        for i, ch in enumerate(rhs):
-            depth += ch == "("
-            depth -= ch == ")"
-            if depth == 0:
-                return rhs[:i + 1], rhs[i + 1:].strip()
-    head, _, tail = rhs.partition(" ")
-    return head, tail.strip()
 
 
 def _group_size(line: str, num_partitions: int) -> int:
@@ -149,88 +132,78 @@ def _collective_bytes(opcode: str, out_bytes: float, n: int) -> float:
 
 
 def parse_hlo(texts: Iterable[str]) -> HloIndex:
-    """Index the instructions of compiled HLO modules (``compiled.as_text()``)."""
+    """Index the instructions of compiled HLO modules (``compiled.as_text()``).
+
+    A collective is indexed under its own metadata and, where its result feeds another
+    instruction (through bitcasts, copies, async dones), also under that reader's: XLA 0.12's
+    partitioner names the remat call (``.../remat2``) as the source of the all-gather of an
+    FSDP weight, while the matmul reading it carries the equation's own metadata."""
     index = HloIndex(num_partitions=1)
     parts = 1
     for program, text in enumerate(texts):
         if not text:
             continue
-        m = re.search(r"num_partitions=(\d+)", text)
-        parts = max(parts, int(m.group(1)) if m else 1)
+        module = hlo.parse(text)
+        parts = max(parts, module.num_partitions)
         if parts <= 1:
             continue  # one device: global sizes are per-device sizes, nothing to match
-        files: dict[int, str] = {}
-        locs: dict[int, tuple[int, int]] = {}
-        frames: dict[int, int] = {}
-        section = None
-        shapes: dict[str, tuple[int, ...]] = {}
-        lines = text.splitlines()
-        for ln in lines:  # the stack-frame tables: FileNames, FileLocations, StackFrames
-            s = ln.strip()
-            if s in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
-                section = s
+        by_name = module.by_name()
+        shapes = {i.name: i.arrays[0][1] for i in module.instructions
+                  if i.arrays and not i.shape.startswith("(")}
+        ops: dict[str, HloOp] = {}
+        for ins in module.instructions:
+            if not ins.op_name:
                 continue
-            if not s or s.startswith("%") or s.startswith("ROOT") or s.startswith("HloModule"):
-                section = None if s.startswith("%") else section
-                continue
-            head, _, body = s.partition(" ")
-            if section == "FileNames" and head.isdigit():
-                files[int(head)] = body.strip('"').rsplit("/", 1)[-1]
-            elif section == "FileLocations" and head.isdigit():
-                f = re.search(r"file_name_id=(\d+)", body)
-                line = re.search(r"\bline=(\d+)", body)
-                if f and line:
-                    locs[int(head)] = (int(f.group(1)), int(line.group(1)))
-            elif section == "StackFrames" and head.isdigit():
-                f = re.search(r"file_location_id=(\d+)", body)
-                if f:
-                    frames[int(head)] = int(f.group(1))
-        for ln in lines:  # per-device shapes of every named value, for operands
-            m = _INSTR.match(ln)
-            if m:
-                shape, _ = split_shape(m.group(2))
-                arr = _ARRAY.search(shape)
-                if arr and not shape.startswith("("):
-                    shapes[m.group(1)] = tuple(int(d) for d in arr.group(2).split(",") if d)
-        for ln in lines:
-            m = _INSTR.match(ln)
-            meta = _META.search(ln)
-            if not m or not meta:
-                continue
-            shape, rest = split_shape(m.group(2))
-            opcode = rest.split("(", 1)[0].strip()
-            op_name = re.search(r'op_name="([^"]*)"', meta.group(1))
-            if not op_name:
-                continue
-            op_name = op_name.group(1)
-            where = None
-            sf = re.search(r'source_file="([^"]*)"', meta.group(1))
-            sl = re.search(r"source_line=(\d+)", meta.group(1))
-            fid = re.search(r"stack_frame_id=(\d+)", meta.group(1))
-            if sf and sl:
-                where = (sf.group(1).rsplit("/", 1)[-1], int(sl.group(1)))
-            elif fid and int(fid.group(1)) in frames:
-                loc = locs.get(frames[int(fid.group(1))])
-                if loc and loc[0] in files:
-                    where = (files[loc[0]], loc[1])
-            outs = tuple((d, tuple(int(x) for x in dims.split(",") if x))
-                         for d, dims in _ARRAY.findall(shape))
-            arg_text = rest.split("(", 1)[1] if "(" in rest else ""
-            arg_text = arg_text.split("), ")[0]
-            operands = tuple(shapes.get(n) for n in re.findall(r"%([\w.\-]+)", arg_text))
-            forward = "transpose(" not in op_name or "rematted_computation" in op_name
+            outs = ins.arrays
             coll = 0.0
-            if opcode.removesuffix("-start") in _COLLECTIVES:
-                out_b = sum(math.prod(d) * _ITEMSIZE.get(t, 4) for t, d in outs)
-                if opcode.endswith("-start") and len(outs) > 1:
+            if ins.opcode.removesuffix("-start") in _COLLECTIVES:
+                out_b = sum(hlo.array_bytes(t, d) for t, d in outs)
+                if ins.opcode.endswith("-start") and len(outs) > 1:
                     out_b /= 2  # async start returns (operand, result): count the result
-                coll = _collective_bytes(opcode, out_b, _group_size(ln, parts))
-            op = HloOp(name=m.group(1), opcode=opcode, shapes=outs, operands=operands,
-                       primitive=op_name.rsplit("/", 1)[-1], where=where, forward=forward,
-                       rematted="rematted_computation" in op_name, program=program,
-                       collective_bytes=coll, attrs=rest)
-            index.ops.setdefault((op.primitive, where), []).append(op)
+                coll = _collective_bytes(ins.opcode, out_b, _group_size(ins.line, parts))
+            op = HloOp(name=ins.name, opcode=ins.opcode, shapes=outs,
+                       operands=tuple(shapes.get(n) for n in ins.operands),
+                       primitive=ins.primitive, where=ins.where,
+                       forward="transpose(" not in ins.op_name
+                       or "rematted_computation" in ins.op_name,
+                       rematted="rematted_computation" in ins.op_name, program=program,
+                       collective_bytes=coll, attrs=ins.attrs)
+            ops[ins.name] = op
+            index.ops.setdefault((op.primitive, op.where), []).append(op)
+        # Collectives feeding a reader of another key: indexed under the reader's key too,
+        # as the reader sees them (forward or recompute).
+        for ins in module.instructions:
+            reader = ops.get(ins.name)
+            if reader is None or reader.opcode.removesuffix("-start") in _COLLECTIVES:
+                continue
+            key = (reader.primitive, reader.where)
+            have = {o.name for o in index.ops.get(key, ()) if o.program == program}
+            for src in _collectives_feeding(ins, by_name):
+                c = ops.get(src)
+                if c is None or c.name in have or (c.primitive, c.where) == key:
+                    continue
+                have.add(c.name)
+                index.ops.setdefault(key, []).append(dataclasses.replace(
+                    c, primitive=reader.primitive, where=reader.where, forward=reader.forward,
+                    rematted=reader.rematted))
     return dataclasses.replace(index, num_partitions=parts)
+
+
+def _collectives_feeding(ins: "hlo.Instruction", by_name: dict) -> list[str]:
+    """Names of the collectives whose results reach ``ins``'s operands directly or through
+    pass-through instructions (bitcast, copy, get-tuple-element, async done)."""
+    found, stack, seen = [], list(ins.operands), set()
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in by_name:
+            continue
+        seen.add(name)
+        src = by_name[name]
+        if src.opcode.removesuffix("-start") in _COLLECTIVES:
+            found.append(name)
+        elif src.opcode in _PASS_THROUGH:
+            stack.extend(src.operands)
+    return found
 
 
 def dims_divisor(global_shape: tuple[int, ...], local: tuple[int, ...] | None) -> int | None:
@@ -340,5 +313,8 @@ def _one_program(colls: list[HloOp]) -> list[HloOp]:
     groups: dict[int, list[HloOp]] = {}
     for o in colls:
         if not o.rematted:
+            groups.setdefault(o.program, []).append(o)
+    if not groups:  # XLA dropped the forward pass's (nothing reads its output): the
+        for o in colls:  # recompute's collectives are the ones the equation pays
             groups.setdefault(o.program, []).append(o)
     return max(groups.values(), key=len) if groups else []

@@ -11,10 +11,9 @@ import dataclasses
 import io
 import json
 
-from planner.cost import evaluate
+from planner._src.cost import evaluate
+from planner._src.units import GB, MB
 
-MB = 1e6
-GB = 1e9
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -40,161 +40,30 @@ import re
 from collections import Counter
 from typing import Any, Callable, Sequence
 
+import cost_models as cm
 import jax
+from cost_models._cost import aval_size  # per-device elements, as cost_models counts them
 import numpy as np
 
-from planner import _jax_adapter as adapter
-from planner import shard
-from planner.errors import NoCheckpointRegionError, TraceError, UnsupportedError
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Candidate:
-    """One equation of a region's forward pass whose outputs the backward pass could keep."""
-
-    index: int                     # position in the region's forward equations
-    signature: str                 # what a policy sees: equations with equal signatures share a decision
-    primitive: str
-    name: str | None               # checkpoint_name, if the equation is one
-    shape: tuple[int, ...]         # of the (first) output
-    dtype: str
-    nbytes: int                    # its live outputs, per device, one trip of the region
-                                   # (global bytes / shard_divisor, see the module docstring)
-    source: str                    # file:line of the user's code
-    inputs: tuple[int, ...]        # indices of candidates whose outputs this equation reads
-    needed: bool                   # the backward pass reads an output (residual when all is saved)
-                                   # and the compiled program keeps it (residuals_xla_drops)
-    effectful: bool                # JAX always runs effectful equations forward; never recomputed
-    loop_invariant: bool           # depends only on loop constants: JAX hoists it out of the scan,
-                                   # so as a residual it is stored once, not once per trip
-    eqn: Any = dataclasses.field(repr=False, compare=False)  # the JAX equation, for the cost stage
-    input_reads: tuple[int, ...] = ()  # indices of the region inputs this equation reads
-    # Positions of the outputs that can be residuals: read by the backward pass or by a forward
-    # equation that may be recomputed for it. Another output (the sorted keys of
-    # jnp.argsort's multi-operand sort) is never kept, so it is not counted in nbytes. An
-    # output read only by such equations counts even when the plan saves all its readers
-    # (conservative: then it is not kept). None (a candidate built by hand): every output.
-    # shape and dtype above stay those of the first output, live or not (the policy's view).
-    live_outputs: tuple[int, ...] | None = None
-    # Sharded steps (see the module docstring and planner/shard.py):
-    global_nbytes: int = 0         # its live outputs at their global (jaxpr) shapes
-    shard_divisor: int = 1         # global elements / per-device elements of its outputs
-    shard_source: str = "single device"  # hlo | hlo (reshaped) | hlo (ambiguous) | sharding-constraint |
-                                   # input-sharding | reader-sharding | same-shape |
-                                   # unsharded (conservative) | single device
-    flop_divisor: int = 1          # global work / per-device work of the equation (matmuls:
-                                   # from the partitioned dot, contraction sharding included)
-    collective_bytes: float = 0.0  # per device per run: collectives the partitioner inserted
-                                   # for this equation (FSDP all-gather, TP all-reduce); a
-                                   # recompute of it pays them again
-    collectives: tuple[str, ...] = ()  # those collectives, e.g. "all-gather f32[32,32]"
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class RegionInput:
-    """An input of the region. The backward pass keeps it when it or a recompute reads it."""
-
-    index: int
-    nbytes: int        # per device (global_nbytes / shard_divisor)
-    stacked: bool      # kept per trip (a scan stacks it: the layer's input activation); else
-                       # the program holds it anyway (weights, loop constants): no extra bytes
-    needed: bool       # the backward pass reads it directly when everything is saved
-    global_nbytes: int = 0
-    shard_divisor: int = 1
-    shard_source: str = "single device"  # hlo (a reader's partitioned operand) |
-                                         # input-sharding | unsharded (conservative) | ...
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Region:
-    """A checkpointed region (one ``jax.checkpoint`` call site, or several identical ones)."""
-
-    id: int
-    source: str
-    multiplicity: int              # executions per step
-    call_sites: int                # identical regions merged into this one
-    candidates: tuple[Candidate, ...]
-    user_policy: str               # the policy the user's code passed (overridden while planning)
-    prevent_cse: bool
-    in_scan: bool                  # runs inside lax.scan (the loop form matters, see DESIGN.md)
-    # The largest lax.scan unroll around it. Above 1 JAX concatenates the unrolled trips'
-    # residuals before stacking them, and XLA's host offloader rejects compute on host data
-    # between the offload and its store (docs/xla-flags-research.md, finding 5; the H200
-    # failed to compile such a program): the planner does not offload in such a region.
-    scan_unroll: int = 1
-    inputs: tuple[RegionInput, ...] = ()
-    backward_eqns: tuple = dataclasses.field(repr=False, compare=False, default=())
-    # Layer groups (see merge_call_sites): a region of one call site, decided on its own
-    # (its classes are per group), has group = its call-site position; merged regions: None.
-    group: int | None = None
-    bind_ids: tuple[int, ...] = ()   # the region ids the adapter gave its call sites (bind order)
-    body: str = ""                   # hash of the body: equal bodies are identical regions
-    # The candidates as the traced (jaxpr) program keeps them, where they differ: residuals
-    # the compiled program drops (residuals_xla_drops) are still stacked by JAX when the
-    # policy keeps them. None: the same as ``candidates``. Only the verify stage reads it.
-    traced_candidates: tuple[Candidate, ...] | None = dataclasses.field(
-        default=None, repr=False, compare=False)
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class CompiledFigures:
-    """``compiled.memory_analysis()`` of one compile, plus what the HLO says about host memory."""
-
-    argument_bytes: int
-    output_bytes: int
-    alias_bytes: int
-    temp_bytes: int
-    host_temp_bytes: int
-    host_buffers_in_hlo: int       # instructions with a host memory space S(5) in the HLO
-    async_host_copies_in_hlo: int  # copy-start / async fusions touching host memory
-    jaxpr_host_bytes: int          # bytes the traced program places in pinned_host (all trips)
-    stacked_device_bytes: int      # arrays forward scans stack for backward scans, in HBM
-    stacked_host_bytes: int        # ... and in pinned_host
-    stacked_host_arrays: int
-    backend: str
-
-    @property
-    def device_bytes(self) -> int:
-        """Device memory the program needs: arguments + outputs - aliased + temporaries."""
-        return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Trace:
-    """Everything stage 1 learned about the step."""
-
-    regions: tuple[Region, ...]
-    step_jaxpr: Any = dataclasses.field(repr=False, compare=False)  # under everything_saveable
-    anchor: CompiledFigures        # the step compiled with every region fully rematerialized
-    argument_bytes: int            # per device (each argument's shard shape)
-    backend: str
-    fingerprint: str               # of the step's program, to detect stale plans
-    undifferentiated_regions: int  # checkpoint regions the gradient never reached
-    anchor_saved: CompiledFigures | None = None  # ... and with everything saved (second anchor)
-    num_partitions: int = 1        # devices the step is partitioned over (SPMD)
-
+from planner._src import hlo, policies, shard
+from planner._src import jax_adapter as adapter
+from planner._src.errors import NoCheckpointRegionError, TraceError, UnsupportedError
+from planner._src.types import Candidate, CompiledFigures, Region, RegionInput, Trace
 
 # ----------------------------------------------------------------------------- helpers
 
-def _nbytes(aval) -> int:
-    shape = getattr(aval, "shape", ())
-    dtype = getattr(aval, "dtype", None)
-    if dtype is None:
-        return 0
-    return int(math.prod(shape)) * np.dtype(dtype).itemsize
+_nbytes = adapter.nbytes  # typed PRNG keys included (their dtype carries its itemsize)
 
 
-def _short_dtype(dtype) -> str:
-    return np.dtype(dtype).name
-
-
-_HLO_SHAPE = re.compile(r"\b([a-z][a-z0-9]*)\[([\d,]*)\]")
 
 
 def _hlo_dtype(dtype) -> str | None:
     """XLA's name for a numpy/JAX dtype (float32 -> f32, int32 -> s32, bool -> pred,
     bfloat16 -> bf16, float8_e4m3fn -> f8e4m3fn, int4 -> s4); None if unknown."""
-    name = np.dtype(dtype).name
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:  # an extended dtype (typed PRNG keys): no XLA name known here
+        return None
     if name == "bool":
         return "pred"
     if name == "bfloat16":
@@ -209,22 +78,8 @@ def _hlo_dtype(dtype) -> str | None:
 
 
 def compiled_loop_stacks(hlo_text: str) -> Counter:
-    """``(dtype, leading dimension, elements per slice) -> count`` of the arrays one compiled
-    while loop carries, the most any loop carries of each: a scan's stacked residuals are
-    among them with the trip count as leading dimension (each also appears in the backward
-    loop, hence the max, not the sum)."""
-    out: Counter = Counter()
-    for line in hlo_text.splitlines():
-        head, sep, _ = line.partition(" while(")
-        if not sep or "=" not in head:
-            continue
-        loop: Counter = Counter()
-        for dtype, dims in _HLO_SHAPE.findall(head.partition("=")[2]):
-            ds = [int(x) for x in dims.split(",") if x]
-            if ds:
-                loop[(dtype, ds[0], int(math.prod(ds[1:])))] += 1
-        out |= loop
-    return out
+    """What the compiled loops stack (hlo.loop_stacks) of a program's text."""
+    return hlo.loop_stacks(hlo.parse(hlo_text))
 
 
 def _stacks_of_trip_count(stacks: Counter, trips: int) -> Counter | None:
@@ -275,17 +130,16 @@ def residuals_xla_drops(avals: Sequence[Any], stacks: Counter) -> set[int]:
     return dropped
 
 
-def _find_differentiated(jaxpr, mult: int, out: dict[int, int]) -> None:
-    """Sum, per region id, the trip counts of the differentiated remat equations."""
-    for eqn in jaxpr.eqns:
-        if adapter.is_differentiated_remat(eqn):
-            pol = eqn.params["policy"]
+def _find_differentiated(jaxpr) -> dict[int, int]:
+    """Per region id, the executions per step of its backward remat equation (the trip
+    counts of the scans around it multiplied, summed over its places)."""
+    out: dict[int, int] = {}
+    for site in adapter.walk(jaxpr):
+        if adapter.is_differentiated_remat(site.eqn):
+            pol = site.eqn.params["policy"]
             if isinstance(pol, adapter.RegionPolicy):
-                # The backward remat equation of a region: runs once per enclosing trip.
-                out[pol.region_id] = out.get(pol.region_id, 0) + mult
-                continue
-        for sub, trips in adapter.subjaxprs(eqn):
-            _find_differentiated(sub, mult * trips, out)
+                out[pol.region_id] = out.get(pol.region_id, 0) + site.mult
+    return out
 
 
 def _region_structure_key(jaxpr) -> str:
@@ -294,20 +148,13 @@ def _region_structure_key(jaxpr) -> str:
     return str(jaxpr)
 
 
-def _scan_context(jaxpr, rid: int, inside: bool = False,
-                  unroll: int = 1) -> tuple[bool, int] | None:
+def _scan_context(jaxpr, rid: int) -> tuple[bool, int] | None:
     """(under a lax.scan, the largest ``unroll`` of the scans around it) for region ``rid``."""
-    for eqn in jaxpr.eqns:
-        if adapter.is_differentiated_remat(eqn):
-            pol = eqn.params["policy"]
-            if isinstance(pol, adapter.RegionPolicy) and pol.region_id == rid:
-                return inside, unroll
-        is_scan = eqn.primitive.name == "scan"
-        u = max(unroll, int(eqn.params.get("unroll", 1) or 1)) if is_scan else unroll
-        for sub, _ in adapter.subjaxprs(eqn):
-            r = _scan_context(sub, rid, inside or is_scan, u)
-            if r is not None:
-                return r
+    for site in adapter.walk(jaxpr):
+        pol = site.eqn.params.get("policy") if adapter.is_differentiated_remat(site.eqn) else None
+        if isinstance(pol, adapter.RegionPolicy) and pol.region_id == rid:
+            unroll = max((int(e.params.get("unroll", 1) or 1) for e, _ in site.scans), default=1)
+            return bool(site.scans), unroll
     return None
 
 
@@ -321,37 +168,32 @@ def _observe_residual_sources(step_jaxpr, rid: int, n_res: int | None = None) ->
     are loop inputs (``_scan_partial_eval`` in jax/_src/lax/control_flow/loops.py); the
     backward remat equation's first ``n_res`` operands are the residuals, in replay order.
     """
-    def walk(jx, scan, parent):
-        for e in jx.eqns:
-            pol = e.params.get("policy") if e.primitive is adapter.remat_p else None
-            if (adapter.is_differentiated_remat(e) and isinstance(pol, adapter.RegionPolicy)
-                    and pol.region_id == rid):
-                operands = e.invars if n_res is None else e.invars[:n_res]
-                if scan is None:
-                    return ["unscanned"] * len(operands)
-                body = adapter.open_jaxpr(scan.params["jaxpr"])
-                pos = {v: i for i, v in enumerate(body.invars)}
-                nc = adapter.scan_layout(scan)[0]
-                scan_outs = {v for pe in parent.eqns if pe.primitive.name == "scan"
-                             for v in pe.outvars}
-                out = []
-                for v in operands:
-                    i = pos.get(v)
-                    if i is None:
-                        out.append("stacked")  # made inside the loop body: per trip
-                    elif i < nc:
-                        out.append("const")
-                    else:
-                        outer = scan.invars[i]
-                        out.append("stacked" if outer in scan_outs else "forwarded")
-                return out
-            for sub, _ in adapter.subjaxprs(e):
-                found = walk(sub, e if e.primitive.name == "scan" else scan,
-                             jx if e.primitive.name == "scan" else parent)
-                if found is not None:
-                    return found
-        return None
-    return walk(adapter.open_jaxpr(step_jaxpr), None, None)
+    for site in adapter.walk(step_jaxpr):
+        e = site.eqn
+        pol = e.params.get("policy") if adapter.is_differentiated_remat(e) else None
+        if not (isinstance(pol, adapter.RegionPolicy) and pol.region_id == rid):
+            continue
+        operands = e.invars if n_res is None else e.invars[:n_res]
+        if not site.scans:
+            return ["unscanned"] * len(operands)
+        scan, parent = site.scans[-1]
+        body = adapter.open_jaxpr(scan.params["jaxpr"])
+        pos = {v: i for i, v in enumerate(body.invars)}
+        nc = adapter.scan_layout(scan)[0]
+        scan_outs = {v for pe in parent.eqns if pe.primitive.name == "scan" for v in pe.outvars}
+        out = []
+        for v in operands:
+            i = pos.get(v) if adapter.is_var(v) else None
+            if i is None:
+                out.append("stacked")  # made inside the loop body: per trip
+            elif i < nc:
+                out.append("const")
+            else:
+                outer = scan.invars[i]
+                out.append("stacked" if adapter.is_var(outer) and outer in scan_outs
+                           else "forwarded")
+        return out
+    return None
 
 
 def _constraint_divisor(eqn) -> int | None:
@@ -367,9 +209,10 @@ def _constraint_divisor(eqn) -> int | None:
     return shard.dims_divisor(shape, local)
 
 
-def _per_device(cands: list[Candidate], inputs: tuple[RegionInput, ...], in_vars,
-                index: "shard.HloIndex | None"):
-    """Candidates and region inputs with per-device bytes (module docstring, planner/shard.py).
+def _per_device(cands: list[Candidate], eqns: Sequence[Any],
+                inputs: tuple[RegionInput, ...], in_vars, index: "shard.HloIndex | None"):
+    """Candidates and region inputs with per-device bytes (module docstring, planner/shard.py);
+    ``eqns[i]`` is candidate ``i``'s equation.
 
     ``in_vars`` are the region's primal input variables, in ``inputs`` order. First what the
     partitioned program says (each equation's matched instructions; a region input: the
@@ -385,25 +228,25 @@ def _per_device(cands: list[Candidate], inputs: tuple[RegionInput, ...], in_vars
     in_pos = {v: k for k, v in enumerate(in_vars)}
     key_count: dict[tuple, int] = {}
     for c in cands:
-        key = (c.primitive, adapter.eqn_where(c.eqn))
+        key = (c.primitive, adapter.eqn_where(eqns[c.index]))
         key_count[key] = key_count.get(key, 0) + 1
     input_divs: dict[int, set[int]] = {}
     matches = []
     for c in cands:
-        e = c.eqn
+        e = eqns[c.index]
         where = adapter.eqn_where(e)
         in_shapes = tuple(tuple(getattr(v.aval, "shape", ())) for v in e.invars)
         m = shard.match_equation(index, c.primitive, where, c.shape, in_shapes, e.params,
                                  sharers=key_count[(c.primitive, where)])
         matches.append(m)
         for k, v in enumerate(e.invars):
-            if isinstance(v, adapter.Var) and v in in_pos and m.operand_divisors[k]:
+            if adapter.is_var(v) and v in in_pos and m.operand_divisors[k]:
                 input_divs.setdefault(in_pos[v], set()).add(m.operand_divisors[k])
     # (divisor, source) per candidate and per region input; None: not known yet.
     found: list[tuple[int, str] | None] = []
     for c, m in zip(cands, matches):
-        if c.primitive == "sharding_constraint" and _constraint_divisor(c.eqn):
-            found.append((_constraint_divisor(c.eqn), "sharding-constraint"))
+        if c.primitive == "sharding_constraint" and _constraint_divisor(eqns[c.index]):
+            found.append((_constraint_divisor(eqns[c.index]), "sharding-constraint"))
         elif m.divisor is not None:
             found.append((m.divisor, "hlo (ambiguous)" if m.ambiguous else
                           "hlo (reshaped)" if m.reshaped else "hlo"))
@@ -416,8 +259,8 @@ def _per_device(cands: list[Candidate], inputs: tuple[RegionInput, ...], in_vars
     size = lambda v: math.prod(getattr(v.aval, "shape", ()))
     readers: dict[Any, list[int]] = {}
     for j, c in enumerate(cands):
-        for v in c.eqn.invars:
-            if isinstance(v, adapter.Var):
+        for v in eqns[c.index].invars:
+            if adapter.is_var(v):
                 readers.setdefault(v, []).append(j)
 
     def div_of(v):  # the known divisor of a value: a candidate's output or a region input
@@ -426,7 +269,7 @@ def _per_device(cands: list[Candidate], inputs: tuple[RegionInput, ...], in_vars
             return f[0] if f else None
         return None
 
-    producer = {v: j for j, c in enumerate(cands) for v in c.eqn.outvars}
+    producer = {v: j for j, c in enumerate(cands) for v in eqns[c.index].outvars}
     var_div = lambda v: (div_of(v) if v in in_pos else
                          (found[producer[v]][0] if v in producer and found[producer[v]] else None))
     def propagate():
@@ -434,24 +277,24 @@ def _per_device(cands: list[Candidate], inputs: tuple[RegionInput, ...], in_vars
         while changed:
             changed = False
             for j, c in enumerate(cands):  # forward: from an operand of the same size
-                if found[j] is None and c.eqn.outvars:
-                    n = size(c.eqn.outvars[0])
-                    ds = [var_div(v) for v in c.eqn.invars if isinstance(v, adapter.Var)
+                if found[j] is None and eqns[c.index].outvars:
+                    n = size(eqns[c.index].outvars[0])
+                    ds = [var_div(v) for v in eqns[c.index].invars if adapter.is_var(v)
                           and size(v) == n and var_div(v)]
                     if ds:
                         found[j], changed = (min(ds), "input-sharding"), True
             for j in reversed(range(len(cands))):  # backward: from a reader of the same size
                 c = cands[j]
-                if found[j] is None and c.eqn.outvars:
-                    v = c.eqn.outvars[0]
+                if found[j] is None and eqns[c.index].outvars:
+                    v = eqns[c.index].outvars[0]
                     ds = [found[r][0] for r in readers.get(v, ()) if found[r]
-                          and cands[r].eqn.outvars and size(cands[r].eqn.outvars[0]) == size(v)]
+                          and eqns[r].outvars and size(eqns[r].outvars[0]) == size(v)]
                     if ds:
                         found[j], changed = (min(ds), "reader-sharding"), True
             for v, k in in_pos.items():
                 if in_found.get(k) is None:
                     ds = [found[r][0] for r in readers.get(v, ()) if found[r]
-                          and cands[r].eqn.outvars and size(cands[r].eqn.outvars[0]) == size(v)]
+                          and eqns[r].outvars and size(eqns[r].outvars[0]) == size(v)]
                     if ds:
                         in_found[k], changed = (min(ds), "reader-sharding"), True
 
@@ -467,13 +310,13 @@ def _per_device(cands: list[Candidate], inputs: tuple[RegionInput, ...], in_vars
         if found[j]:
             by_shape.setdefault(tuple(c.shape), []).append(found[j][0])
     for j, c in enumerate(cands):
-        if found[j] is None and c.eqn.outvars and c.shape:
+        if found[j] is None and eqns[c.index].outvars and c.shape:
             if tuple(c.shape) in by_shape:
                 found[j] = (min(by_shape[tuple(c.shape)]), "same-shape")
                 continue
-            constant = not any(isinstance(v, adapter.Var) for v in c.eqn.invars)
-            n = size(c.eqn.outvars[0])
-            ds = [found[r][0] for r in readers.get(c.eqn.outvars[0], ())
+            constant = not any(adapter.is_var(v) for v in eqns[c.index].invars)
+            n = size(eqns[c.index].outvars[0])
+            ds = [found[r][0] for r in readers.get(eqns[c.index].outvars[0], ())
                   if found[r] and n % found[r][0] == 0]
             if constant and ds:  # a constant XLA builds inside each reader's fusion
                 found[j] = (min(ds), "reader-sharding")
@@ -490,8 +333,8 @@ def _per_device(cands: list[Candidate], inputs: tuple[RegionInput, ...], in_vars
         d, src = f or fallback
         out.append(dataclasses.replace(
             c, global_nbytes=c.nbytes,
-            nbytes=sum(-(-_nbytes(c.eqn.outvars[k].aval) // d) for k in (
-                range(len(c.eqn.outvars)) if c.live_outputs is None else c.live_outputs)),
+            nbytes=sum(-(-_nbytes(eqns[c.index].outvars[k].aval) // d) for k in (
+                range(len(eqns[c.index].outvars)) if c.live_outputs is None else c.live_outputs)),
             shard_divisor=d, shard_source=src, flop_divisor=m.flop_divisor or d,
             collective_bytes=m.collective_bytes, collectives=m.collectives))
     return out, tuple(new_inputs)
@@ -499,7 +342,8 @@ def _per_device(cands: list[Candidate], inputs: tuple[RegionInput, ...], in_vars
 
 def can_be_needed(cands: Sequence[Candidate]) -> set[int]:
     """Indices of the candidates the backward pass can ever need: those it reads and,
-    transitively, their inputs (which a recompute would read)."""
+    transitively, their inputs (which a recompute would read). Used while the trace stage
+    builds candidates; later stages read it off the liveness graph."""
     possible = {c.index for c in cands if c.needed}
     for c in reversed(cands):
         if c.index in possible:
@@ -507,31 +351,87 @@ def can_be_needed(cands: Sequence[Candidate]) -> set[int]:
     return possible
 
 
-def _reading(cands: Sequence[Candidate], needed_vars) -> list[Candidate]:
+def _reading(cands: Sequence[Candidate], eqns: Sequence[Any], needed_vars) -> list[Candidate]:
     """``cands`` with ``needed``, ``live_outputs`` and ``nbytes`` for a backward pass that
     reads ``needed_vars``."""
-    cands = [dataclasses.replace(c, needed=any(v in needed_vars for v in c.eqn.outvars))
+    cands = [dataclasses.replace(c, needed=any(v in needed_vars for v in eqns[c.index].outvars
+                                               if adapter.is_var(v)))
              for c in cands]
     # Outputs that can be residuals: read by the backward pass, or by an equation that may
     # be recomputed for it (can_be_needed); the rest are never kept and weigh nothing.
     possible = can_be_needed(cands)
-    read = {v for c in cands if c.index in possible for v in c.eqn.invars
-            if isinstance(v, adapter.Var)}
+    read = {v for c in cands if c.index in possible for v in eqns[c.index].invars
+            if adapter.is_var(v)}
     out = []
     for c in cands:
-        outs = c.eqn.outvars
-        live = tuple(k for k, v in enumerate(outs) if v in needed_vars or v in read) or (
+        outs = eqns[c.index].outvars
+        live = tuple(k for k, v in enumerate(outs)
+                     if adapter.is_var(v) and (v in needed_vars or v in read)) or (
             tuple(range(len(outs))) if c.effectful else ())
         out.append(dataclasses.replace(
             c, live_outputs=live, nbytes=sum(_nbytes(outs[k].aval) for k in live)))
     return out
 
 
+def _inner_signatures(eqn) -> frozenset[str]:
+    """The policy signatures of the first-order equations inside a higher-order equation
+    (a cond's branches, a loop's body), which the policy decides when JAX splits it."""
+    out = set()
+    for sub, _ in adapter.subjaxprs(eqn):
+        for site in adapter.walk(sub):
+            e = site.eqn
+            if adapter.decidable(e):
+                out.add(adapter.signature_key(e.primitive, *[v.aval for v in e.invars],
+                                              **e.params))
+    return frozenset(out)
+
+
+def _read_by_kernel(replay) -> set:
+    """The residuals (vars of the forward jaxpr) the backward pass reads with a non-fusible
+    equation, directly or through views, or returns: those XLA must materialize."""
+    staged = replay.staged_jaxpr
+    to_known = dict(zip(staged.invars[:len(replay.residuals)], replay.residuals))
+    readers: dict[Any, list] = {}
+    for e in staged.eqns:
+        for v in e.invars:
+            if adapter.is_var(v):
+                readers.setdefault(v, []).append(e)
+    outs = {v for v in staged.outvars if adapter.is_var(v)}
+    views = {"name", "reshape", "squeeze", "expand_dims", "copy", "copy_p"}
+
+    def by_kernel(v, depth=0) -> bool:
+        if v in outs or depth > 32:
+            return True
+        for e in readers.get(v, ()):
+            name = e.primitive.name
+            if name not in cm.FUSIBLE:
+                return True
+            if name in views and any(by_kernel(o, depth + 1) for o in e.outvars
+                                     if adapter.is_var(o)):
+                return True
+        return False
+
+    return {known for staged_v, known in to_known.items() if by_kernel(staged_v)}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Analysed:
+    """One region body's candidates, inputs and work (shared by identical call sites)."""
+
+    candidates: tuple[Candidate, ...]
+    inputs: tuple[RegionInput, ...]
+    backward_work: cm.Work
+    traced: tuple[Candidate, ...] | None
+    inner_signatures: frozenset[str]   # decided inside higher-order equations (see graph.py)
+
+
 def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_region: int,
-                index: "shard.HloIndex | None" = None, loop_stacks: Counter | None = None):
-    """``loop_stacks``: for a region in a scan of a single-device step, what the compiled
-    everything-saveable program's loops stack (compiled_loop_stacks): a per-trip residual XLA
-    drops there is not counted as read by the backward pass (residuals_xla_drops)."""
+                index: "shard.HloIndex | None" = None,
+                loop_stacks: Counter | None = None) -> _Analysed:
+    """The candidates of one region (module docstring). ``loop_stacks``: for a region in a
+    scan of a single-device step, what the compiled everything-saveable program's loops
+    stack (compiled_loop_stacks): a per-trip residual XLA drops there is not counted as read
+    by the backward pass (residuals_xla_drops)."""
     jvp, n_primal, n_hoisted = adapter.region_jvp(region)
     replay = adapter.replay_partial_eval(jvp, n_primal, adapter.everything_saveable)
     needed_vars = set(replay.residuals)
@@ -542,14 +442,14 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
     real_res = [v for v in replay.residuals if v not in hoisted]
     observed = _observe_residual_sources(step_jaxpr, region.region_id, len(real_res)) or []
     invariant = {v for v, src in zip(real_res, observed) if src == "const"} | hoisted
-    eqns = replay.known_eqns
+    eqns = list(replay.known_eqns)
     for eqn in reversed(eqns):
-        if any(v in invariant for v in eqn.outvars):
-            invariant.update(v for v in eqn.invars if isinstance(v, adapter.Var))
+        if any(adapter.is_var(v) and v in invariant for v in eqn.outvars):
+            invariant.update(v for v in eqn.invars if adapter.is_var(v))
     for eqn in eqns:
-        ins = [v for v in eqn.invars if isinstance(v, adapter.Var)]
+        ins = [v for v in eqn.invars if adapter.is_var(v)]
         if all(v in invariant for v in ins) and (ins or not eqn.effects):
-            invariant.update(eqn.outvars)
+            invariant.update(v for v in eqn.outvars if adapter.is_var(v))
     if loop_stacks is not None:
         # Residuals made in the loop body, stacked per trip (not loop constants, and not
         # the loop's own inputs, which the program stacks anyway).
@@ -561,32 +461,53 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
     else:
         dead_vars = set()
 
+    user_policy = region.user_policy
     producer: dict[Any, int] = {}
     cands: list[Candidate] = []
+    inner: set[str] = set()
     for i, eqn in enumerate(eqns):
-        outs = [v for v in eqn.outvars]
+        outs = [v for v in eqn.outvars if adapter.is_var(v)]
         first = outs[0].aval if outs else None
-        in_vars = [v for v in eqn.invars if isinstance(v, adapter.Var)]
+        in_vars = [v for v in eqn.invars if adapter.is_var(v)]
         ins = tuple(sorted({producer[v] for v in in_vars if v in producer}))
+        avals = [v.aval for v in eqn.invars]
+        decidable = adapter.decidable(eqn)
+        if not decidable and not eqn.effects:
+            inner |= _inner_signatures(eqn)
+        user = (adapter.decision_text(user_policy(eqn.primitive, *avals, **eqn.params))
+                if user_policy is not None and decidable else "remat")
         cands.append(Candidate(
             index=i,
-            signature=adapter.signature_key(eqn.primitive, *[v.aval for v in eqn.invars],
-                                            **eqn.params),
+            signature=adapter.signature_key(eqn.primitive, *avals, **eqn.params),
             primitive=eqn.primitive.name,
             name=eqn.params.get("name") if eqn.primitive is adapter.name_p else None,
             shape=tuple(getattr(first, "shape", ())),
-            dtype=_short_dtype(first.dtype) if first is not None and hasattr(first, "dtype") else "",
+            dtype=adapter.dtype_name(first) if first is not None else "",
             nbytes=sum(_nbytes(v.aval) for v in outs),
             source=adapter.eqn_source(eqn),
             inputs=ins,
+            n_outputs=len(eqn.outvars),
             needed=False,  # set by _reading below
             effectful=bool(eqn.effects),
+            decidable=decidable,
             loop_invariant=bool(outs) and all(v in invariant for v in outs),
-            eqn=eqn,
+            local_elements=int(aval_size(first)) if first is not None else 0,
+            stock=(policies.decide_all(eqn.primitive, avals, eqn.params) if decidable
+                   else tuple((n, "remat") for n in policies.STOCK)),
+            user_decision=user,
         ))
         for v in outs:
             producer[v] = i
-    cands = _reading(cands, needed_vars - dead_vars)
+    cands = _reading(cands, eqns, needed_vars - dead_vars)
+    kernel_read = _read_by_kernel(replay)
+    cands = [dataclasses.replace(c, read_by_kernel=any(
+        adapter.is_var(v) and v in kernel_read for v in eqns[c.index].outvars))
+        for c in cands]
+    # Forward work, fusion-aware: values the backward pass reads are materialized; the rest of
+    # a fusible chain stays in registers (cost_models._fusion).
+    escaping = [v for c in cands if c.needed for v in eqns[c.index].outvars if adapter.is_var(v)]
+    works = cm.eqns_work(eqns, escaping).kernels
+    cands = [dataclasses.replace(c, work=cm.Work(kernels=(k,))) for c, k in zip(cands, works)]
     # Region inputs: under full remat every input the backward pass reads is a residual;
     # the anchor program shows which of them a scan stacks per trip (the layer's input
     # activation) and which it had anyway (weights, loop constants).
@@ -603,14 +524,17 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
         for k, v in enumerate(jvp.invars[:n_primal]))
     in_pos = {v: k for k, v in enumerate(jvp.invars[:n_primal])}
     cands = [dataclasses.replace(c, input_reads=tuple(sorted(
-        {in_pos[v] for v in c.eqn.invars if isinstance(v, adapter.Var) and v in in_pos})))
+        {in_pos[v] for v in eqns[c.index].invars if adapter.is_var(v) and v in in_pos})))
         for c in cands]
-    cands, inputs = _per_device(cands, inputs, jvp.invars[:n_primal], index)
+    cands, inputs = _per_device(cands, eqns, inputs, jvp.invars[:n_primal], index)
     # The traced program's view (JAX stacks what its backward jaxpr reads, dead or not), for
     # the verify stage. Residuals are matched only on one device (trace_step), where the
     # per-device bytes _reading recomputes are the global ones.
-    traced = tuple(_reading(cands, needed_vars)) if dead_vars else None
-    return tuple(cands), tuple(replay.staged_jaxpr.eqns), inputs, traced
+    traced = tuple(_reading(cands, eqns, needed_vars)) if dead_vars else None
+    staged = replay.staged_jaxpr
+    backward = cm.eqns_work(staged.eqns, [])
+    return _Analysed(candidates=tuple(cands), inputs=inputs, backward_work=backward,
+                     traced=traced, inner_signatures=frozenset(inner))
 
 
 def _policy_text(policy) -> str:
@@ -620,21 +544,13 @@ def _policy_text(policy) -> str:
     return repr(policy) if dataclasses.is_dataclass(policy) else name
 
 
-def _traced(step_fn: Callable, args: Sequence[Any]):
-    """``jax.jit(step_fn).trace(*args)``: one trace gives both the jaxpr and the lowering
-    (a step the user already jitted keeps its own options, donation included)."""
-    fn = step_fn if hasattr(step_fn, "trace") else jax.jit(step_fn)
-    return fn.trace(*args)
-
-
 def compiled_figures(compiled, step_jaxpr=None, text: str | None = None) -> CompiledFigures:
     """Read the compiler's memory figures and host-memory markers from a compiled step
     (``text``: its ``as_text()``, when the caller has it already)."""
     m = compiled.memory_analysis()
-    text = (compiled.as_text() if text is None else text) or ""
-    host_lines = [ln for ln in text.splitlines() if "S(5)" in ln]
-    async_host = [ln for ln in host_lines
-                  if "copy-start" in ln or "fusion-start" in ln or "-start" in ln]
+    module = hlo.parse((compiled.as_text() if text is None else text) or "")
+    host_lines = hlo.host_memory_instructions(module)
+    async_host = hlo.async_host_copies(module)
     stacks = stacked_residuals(adapter.open_jaxpr(step_jaxpr)) if step_jaxpr is not None else (0, 0, 0, 0)
     return CompiledFigures(
         stacked_device_bytes=stacks[0], stacked_host_bytes=stacks[1], stacked_host_arrays=stacks[3],
@@ -650,7 +566,7 @@ def compiled_figures(compiled, step_jaxpr=None, text: str | None = None) -> Comp
     )
 
 
-def host_bytes_in_jaxpr(jaxpr, mult: int = 1) -> int:
+def host_bytes_in_jaxpr(jaxpr) -> int:
     """Bytes of values placed in host memory by top-level or scan-stacked outputs.
 
     Counts the outputs of equations whose abstract value lives in a host memory space,
@@ -658,17 +574,20 @@ def host_bytes_in_jaxpr(jaxpr, mult: int = 1) -> int:
     that leave a scan as stacked outputs are counted once at their full stacked size.
     """
     total = 0
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "scan":
-            n_carry = adapter.scan_layout(eqn)[1]
-            total += sum(_nbytes(v.aval) for v in eqn.outvars[n_carry:]
+    inside_scan_outputs = set()
+    for site in adapter.walk(jaxpr):
+        e = site.eqn
+        if any(id(s) in inside_scan_outputs for s, _ in site.scans):
+            continue  # inside a scan already counted by its stacked outputs
+        if e.primitive.name == "scan":
+            n_carry = adapter.scan_layout(e)[1]
+            total += sum(_nbytes(v.aval) for v in e.outvars[n_carry:]
                          if adapter.memory_space_is_host(v.aval))
+            inside_scan_outputs.add(id(e))
             continue
-        for sub, trips in adapter.subjaxprs(eqn):
-            total += host_bytes_in_jaxpr(sub, mult * trips)
-        if not list(adapter.subjaxprs(eqn)):
-            total += mult * sum(_nbytes(v.aval) for v in eqn.outvars
-                                if adapter.memory_space_is_host(v.aval))
+        if not list(adapter.subjaxprs(e)):
+            total += site.mult * sum(_nbytes(v.aval) for v in e.outvars
+                                     if adapter.memory_space_is_host(v.aval))
     return total
 
 
@@ -679,30 +598,28 @@ def stacked_residuals(jaxpr) -> tuple[int, int, int, int]:
     loop: extensive outputs of a scan that a later scan in the same jaxpr reads.
     """
     dev_b = host_b = dev_n = host_n = 0
-
-    def walk(jx):
-        nonlocal dev_b, host_b, dev_n, host_n
-        scan_reads = {v for e in jx.eqns if e.primitive.name == "scan"
-                      for v in e.invars if isinstance(v, adapter.Var)}
-        for e in jx.eqns:
-            if e.primitive.name == "scan":
-                for v in e.outvars[adapter.scan_layout(e)[1]:]:
-                    if v not in scan_reads:
-                        continue
-                    if adapter.memory_space_is_host(v.aval):
-                        host_b, host_n = host_b + _nbytes(v.aval), host_n + 1
-                    else:
-                        dev_b, dev_n = dev_b + _nbytes(v.aval), dev_n + 1
-            for sub, _ in adapter.subjaxprs(e):
-                walk(sub)
-
-    walk(jaxpr)
+    scan_reads: dict[int, set] = {}
+    for site in adapter.walk(jaxpr):
+        e = site.eqn
+        if e.primitive.name != "scan":
+            continue
+        reads = scan_reads.get(id(site.jaxpr))
+        if reads is None:
+            reads = scan_reads[id(site.jaxpr)] = {
+                v for q in site.jaxpr.eqns if q.primitive.name == "scan"
+                for v in q.invars if adapter.is_var(v)}
+        for v in e.outvars[adapter.scan_layout(e)[1]:]:
+            if v not in reads:
+                continue
+            if adapter.memory_space_is_host(v.aval):
+                host_b, host_n = host_b + _nbytes(v.aval), host_n + 1
+            else:
+                dev_b, dev_n = dev_b + _nbytes(v.aval), dev_n + 1
     return dev_b, host_b, dev_n, host_n
 
 
 def _fingerprint(step_jaxpr) -> str:
     """Hash of the step's program text (shapes, dtypes, operations), without source lines."""
-    import hashlib
     return hashlib.sha256(str(adapter.open_jaxpr(step_jaxpr)).encode()).hexdigest()[:16]
 
 
@@ -730,6 +647,15 @@ def merge_call_sites(trace: Trace) -> Trace:
     return dataclasses.replace(trace, regions=merge_regions(trace.regions))
 
 
+def site_key(br: "adapter.BoundRegion") -> str:
+    """Where the user's code can give a call site its own policy: the source line that bound
+    it and, when the code passed a policy of its own, that policy object's identity. Every
+    layer of a Python loop over one ``jax.checkpoint``-ed function binds from one line with
+    one policy, so they share a key: the user's code gives them one policy."""
+    pol = br.user_policy
+    return br.source + ("" if pol is None else f"|policy@{id(pol):x}")
+
+
 def trace_step(step_fn: Callable, args: Sequence[Any], *, split_call_sites: bool = False) -> Trace:
     """Trace ``step_fn(*args)`` and list the candidates of every checkpointed region.
 
@@ -738,10 +664,9 @@ def trace_step(step_fn: Callable, args: Sequence[Any], *, split_call_sites: bool
     region with its own ``group`` (layer groups: per-group decisions, one policy per call site).
     """
     try:
-        with adapter.controlled_policies(lambda rid, r: adapter.everything_saveable) as bound:
-            traced = _traced(step_fn, args)
-            step_jaxpr = traced.jaxpr
-            bound = list(bound)
+        traced, bound = adapter.trace_step_with(step_fn, args,
+                                                lambda rid, r: adapter.everything_saveable)
+        step_jaxpr = traced.jaxpr
     except Exception as e:  # the user's code failed to trace: say so, keep the cause
         raise TraceError(
             f"Tracing the train step failed with {type(e).__name__}: {e}\n"
@@ -752,8 +677,7 @@ def trace_step(step_fn: Callable, args: Sequence[Any], *, split_call_sites: bool
         ) from e
 
     _refuse_nested(bound)
-    mult: dict[int, int] = {}
-    _find_differentiated(adapter.open_jaxpr(step_jaxpr), 1, mult)
+    mult = _find_differentiated(step_jaxpr)
     if not bound or not mult:
         why = ("it binds no jax.checkpoint / jax.remat region" if not bound else
                f"its {len(bound)} checkpoint region(s) are never differentiated "
@@ -788,36 +712,40 @@ def trace_step(step_fn: Callable, args: Sequence[Any], *, split_call_sites: bool
     # a partitioned program's shapes are per device, the jaxpr's global).
     stacks = compiled_loop_stacks(saved_text) if index.num_partitions == 1 else None
     sites: list[Region] = []
-    analysed: dict[tuple, tuple] = {}
+    analysed: dict[tuple, _Analysed] = {}
     for br in bound:
         if br.region_id not in mult:
             continue
-        in_scan, unroll = _scan_context(adapter.open_jaxpr(step_jaxpr), br.region_id) or (False, 1)
+        in_scan, unroll = _scan_context(step_jaxpr, br.region_id) or (False, 1)
         # Only a scan with one layer per loop trip stacks [trips, ...] residuals that can be
         # matched (scan(unroll=u) stacks [trips/u, u, ...]).
         trip_stacks = (_stacks_of_trip_count(stacks, mult[br.region_id])
                        if stacks is not None and in_scan and unroll == 1 else None)
         key = (_region_structure_key(br.jaxpr), in_scan, trip_stacks is not None)
-        if key not in analysed:
-            analysed[key] = _candidates(br, step_jaxpr, anchor_jaxpr, br.region_id, index,
-                                        trip_stacks)
-        cands, bwd, inputs, traced = analysed[key]
+        cache_key = key + (id(br.user_policy),)  # the user's own decisions are per policy
+        if cache_key not in analysed:
+            analysed[cache_key] = _candidates(br, step_jaxpr, anchor_jaxpr, br.region_id,
+                                              index, trip_stacks)
+        a = analysed[cache_key]
         sites.append(Region(
             id=len(sites), source=br.source, multiplicity=mult[br.region_id], call_sites=1,
-            candidates=cands, user_policy=_policy_text(br.user_policy),
+            candidates=a.candidates, user_policy=_policy_text(br.user_policy),
             prevent_cse=bool(br.prevent_cse) if isinstance(br.prevent_cse, bool) else True,
-            in_scan=in_scan, scan_unroll=unroll, backward_eqns=bwd, traced_candidates=traced,
-            inputs=inputs, group=len(sites), bind_ids=(br.region_id,),
+            in_scan=in_scan, scan_unroll=unroll, backward_work=a.backward_work,
+            traced_candidates=a.traced, inputs=a.inputs, group=len(sites),
+            bind_ids=(br.region_id,), site_key=site_key(br),
+            inner_signatures=a.inner_signatures,
             body=hashlib.sha256(repr(key).encode()).hexdigest()[:16],
         ))
     regions = tuple(sites) if split_call_sites else merge_regions(sites)
     arg_bytes = sum(_shard_nbytes(x) for x in jax.tree.leaves(args))
     return Trace(
-        regions=regions, step_jaxpr=step_jaxpr, anchor=anchor,
+        regions=regions, anchor=anchor,
         argument_bytes=arg_bytes, backend=jax.default_backend(),
         fingerprint=_fingerprint(step_jaxpr),
         undifferentiated_regions=sum(1 for br in bound if br.region_id not in mult),
         anchor_saved=anchor_saved, num_partitions=index.num_partitions,
+        step_work=cm.work_of(step_jaxpr), jax_version=jax.__version__,
     )
 
 
@@ -861,25 +789,27 @@ def _refuse_nested(bound) -> None:
 
 def step_fingerprint(step_fn: Callable, args: Sequence[Any]) -> str:
     """The fingerprint ``trace_step`` records, without the rest of the trace."""
-    with adapter.controlled_policies(lambda rid, r: adapter.everything_saveable):
-        return _fingerprint(_traced(step_fn, args).jaxpr)
+    traced, _ = adapter.trace_step_with(step_fn, args, lambda rid, r: adapter.everything_saveable)
+    return _fingerprint(traced.jaxpr)
 
 
 def compile_with(step_fn: Callable, args: Sequence[Any], make_policy,
-                 compiler_options: Sequence[tuple[str, Any]] = ()):
+                 compiler_options: Sequence[tuple[str, Any]] = (), *, bound_out: list | None = None):
     """Trace and compile the step with ``make_policy(rid, region)`` in every region.
 
     ``compiler_options``: XLA debug options for this compile only (``(name, value)`` pairs,
     the same names as XLA_FLAGS without ``--``), e.g. a plan's flags: the latency-hiding
-    scheduler changes the schedule and with it the peak. Returns ``(step_jaxpr, compiled)``.
-    Caches are cleared around it (see the adapter).
+    scheduler changes the schedule and with it the peak. Returns ``(step_jaxpr, compiled)``;
+    ``bound_out``, when given, receives the regions the trace bound (the verify stage replays
+    JAX's residual choice on them).
     """
     def wrap(rid, r):
         pol = make_policy(rid, r)
         return lambda prim, *a, **p: _as_enum(pol(prim, *a, **p))
-    with adapter.controlled_policies(wrap):
-        traced = _traced(step_fn, args)
-        compiled = traced.lower().compile(compiler_options=dict(compiler_options) or None)
+    traced, bound = adapter.trace_step_with(step_fn, args, wrap)
+    if bound_out is not None:
+        bound_out.extend(bound)
+    compiled = traced.lower().compile(compiler_options=dict(compiler_options) or None)
     return traced.jaxpr, compiled
 
 

@@ -18,21 +18,30 @@ JAX upgrade breaks one small, tested adapter and nothing else. It provides:
 
 Pitfall handled here: ``jax.jit`` and ``lax.scan`` cache traces keyed on the function and
 the argument types, not on the policy. Tracing the same step under a second policy would
-silently return the first program. :func:`controlled_policies` therefore clears JAX's
-caches on entry and on exit, so neither the planner nor the user ever sees a program traced
-under somebody else's policy.
+silently return the first program. :func:`controlled_policies` therefore traces under a
+private JAX configuration value that is part of JAX's trace context (``_TRACE_EPOCH``, a new
+value per controlled trace, set for the planner's thread only): every JAX cache keyed on the
+trace context (jit's, scan's, the lowering caches) misses, so the planner never sees a
+program traced under another policy, and the user's own cached programs are neither cleared
+nor replaced. A user thread tracing at the same time sees JAX as it is: the patched bind
+passes through whenever the calling thread is not the planner's.
+
+Every JAX internal used here is listed in :data:`INTERNALS` and checked by
+:func:`check_internals` (tests/test_adapter.py), which names what moved when JAX changes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import threading
 from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
 from jax._src import ad_checkpoint as _adc
+from jax._src import config as _config
 from jax._src import core as _core
 from jax._src import source_info_util as _siu
 from jax._src.interpreters import ad as _ad
@@ -132,9 +141,10 @@ class RegionPolicy:
         return self.decide(prim, *avals, **params)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class BoundRegion:
-    """What the adapter saw when the user's code bound a checkpoint region."""
+    """What the adapter saw when the user's code bound a checkpoint region (live JAX objects:
+    it never leaves the trace stage and the verify stage)."""
 
     region_id: int
     jaxpr: Any  # core.Jaxpr of the region body, consts converted to leading invars
@@ -179,8 +189,8 @@ def _patched_bind(*args, jaxpr, prevent_cse, differentiated, policy):
         if (region.jaxpr is not jaxpr and len(jaxpr.invars) == len(region.jaxpr.invars)
                 and [v.aval.shape for v in jaxpr.invars]
                 != [v.aval.shape for v in region.jaxpr.invars]):
-            region.jaxpr = jaxpr
-            region.in_nonzeros = None
+            ctl.regions[policy.region_id] = dataclasses.replace(
+                region, jaxpr=jaxpr, in_nonzeros=None)
     return _orig_bind(*args, jaxpr=jaxpr, prevent_cse=prevent_cse,
                       differentiated=differentiated, policy=policy)
 
@@ -194,11 +204,42 @@ def _patched_jvp(primals, tangents, jaxpr, prevent_cse, differentiated, policy):
             # lax.scan's JVP runs its body to a fixpoint: a carry that starts without a
             # tangent (the data) gains one on the next pass. Keep the union.
             old = region.in_nonzeros
-            region.in_nonzeros = nz if old is None else tuple(a or b for a, b in zip(old, nz))
+            ctl.regions[policy.region_id] = dataclasses.replace(
+                region, in_nonzeros=nz if old is None else tuple(a or b for a, b in zip(old, nz)))
     return _orig_jvp(primals, tangents, jaxpr, prevent_cse, differentiated, policy)
 
 
-_lock = threading.Lock()
+# A private JAX configuration value in the trace context (module docstring): a new value per
+# controlled trace keeps the planner's traces apart from every other in JAX's caches.
+_TRACE_EPOCH = _config.string_or_object_state(
+    name="jax_offload_planner_trace_epoch", default=None,
+    help="Private to jax-offload-planner: set while the planner traces under its own "
+         "checkpoint policies, so that JAX's trace caches keep those traces apart.",
+    include_in_jit_key=True, include_in_trace_context=True)
+_epochs = itertools.count(1)
+
+_patch_lock = threading.Lock()
+_patch_users = 0
+
+
+@contextlib.contextmanager
+def _patched() -> Iterator[None]:
+    """The remat bind and JVP rule replaced while at least one planner trace runs (any
+    thread); restored exactly when the last one ends."""
+    global _patch_users
+    with _patch_lock:
+        if _patch_users == 0:
+            remat_p.bind = _patched_bind
+            _ad.primitive_jvps[remat_p] = _patched_jvp
+        _patch_users += 1
+    try:
+        yield
+    finally:
+        with _patch_lock:
+            _patch_users -= 1
+            if _patch_users == 0:
+                remat_p.bind = _orig_bind
+                _ad.primitive_jvps[remat_p] = _orig_jvp
 
 
 @contextlib.contextmanager
@@ -208,24 +249,20 @@ def controlled_policies(
     """Trace with the planner's policies in every checkpoint region the code binds.
 
     ``make_policy(region_id, bound_region)`` returns the decision function for a region.
-    Yields the list of regions seen, filled in as tracing proceeds.
+    Yields the list of regions seen, filled in as tracing proceeds. Only traces made on this
+    thread inside the block are controlled; JAX's caches are left as they were (see the
+    module docstring).
     """
-    with _lock:
-        if _active() is not None:
-            raise RuntimeError("controlled_policies is not re-entrant")
-        ctl = _Controller(make_policy)
+    if _active() is not None:
+        raise RuntimeError("controlled_policies is not re-entrant on one thread")
+    ctl = _Controller(make_policy)
+    with _patched():
         _state.controller = ctl
-        remat_p.bind = _patched_bind
-        _ad.primitive_jvps[remat_p] = _patched_jvp
-        jax.clear_caches()
         try:
-            yield ctl.regions
+            with _TRACE_EPOCH(("planner", next(_epochs))):
+                yield ctl.regions
         finally:
-            remat_p.bind = _orig_bind
-            _ad.primitive_jvps[remat_p] = _orig_jvp
             _state.controller = None
-            # Programs traced under the planner's policies must not leak to the user.
-            jax.clear_caches()
 
 
 # ---------------------------------------------------------------- replay of partial eval
@@ -392,3 +429,168 @@ def open_jaxpr(j):
     merged the two classes."""
     inner = getattr(j, "jaxpr", j)
     return inner if hasattr(inner, "eqns") else j
+
+
+# ------------------------------------------------------------------------ values and bytes
+
+def nbytes(aval) -> int:
+    """Bytes of an abstract value at its (global) shape; 0 for tokens and other non-arrays.
+    Extended dtypes (typed PRNG keys, ``key<fry>``) carry their own itemsize: numpy cannot
+    interpret them."""
+    dtype = getattr(aval, "dtype", None)
+    if dtype is None:
+        return 0
+    itemsize = getattr(dtype, "itemsize", None)
+    if itemsize is None:
+        itemsize = np.dtype(dtype).itemsize
+    return int(np.prod(getattr(aval, "shape", ()), dtype=np.int64)) * int(itemsize)
+
+
+def dtype_name(aval) -> str:
+    """``float32``, ``bfloat16``, ``key<fry>``: the dtype's own name, numpy or extended."""
+    dtype = getattr(aval, "dtype", None)
+    if dtype is None:
+        return ""
+    try:
+        return np.dtype(dtype).name
+    except TypeError:  # an extended dtype (typed PRNG keys): numpy does not know it
+        return str(dtype)
+
+
+def is_var(v) -> bool:
+    """A jaxpr variable (not a literal constant): what can be a residual or a dict key."""
+    return isinstance(v, Var)
+
+
+def decidable(eqn) -> bool:
+    """Whether JAX's partial evaluation asks the checkpoint policy about ``eqn`` itself.
+
+    ``partial_eval_jaxpr_custom`` (jax/_src/interpreters/partial_eval.py) calls the policy for
+    an equation with known inputs only when its primitive has no rule of its own in
+    ``partial_eval_jaxpr_custom_rules``; effectful equations are kept whatever it says.
+    Higher-order primitives (cond, while, scan, custom_vjp) have such rules: they split
+    their bodies with the same policy, so the policy decides the equations inside them, never
+    their outputs. A policy cannot save a cond's result: JAX recomputes it from its operands.
+    """
+    return eqn.primitive not in _pe.partial_eval_jaxpr_custom_rules and not eqn.effects
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Site:
+    """Where :func:`walk` found an equation."""
+
+    eqn: Any
+    mult: int          # executions per run of the outermost jaxpr (scan trip counts multiplied)
+    jaxpr: Any         # the (open) jaxpr that holds it
+    scans: tuple       # enclosing scans, outermost first: (scan equation, jaxpr holding it)
+
+
+def walk(jaxpr, mult: int = 1, scans: tuple = ()) -> Iterator[Site]:
+    """Every equation of ``jaxpr`` and of the jaxprs nested in it, depth first, with where it
+    sits. The one walker over nested jaxprs of the planner's trace and verify stages."""
+    jx = open_jaxpr(jaxpr)
+    for eqn in jx.eqns:
+        yield Site(eqn, mult, jx, scans)
+        inner = scans + ((eqn, jx),) if eqn.primitive.name == "scan" else scans
+        for sub, trips in subjaxprs(eqn):
+            yield from walk(sub, mult * trips, inner)
+
+
+# ------------------------------------------------------------- what a policy really keeps
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Kept:
+    """What JAX's partial evaluation keeps for one region under one policy (global sizes)."""
+
+    device_bytes: int                        # residuals in device memory, one trip
+    host_bytes: int                          # residuals placed in pinned_host, one trip
+    inputs_read: tuple[int, ...]             # primal inputs the backward pass reads
+    residuals: tuple[tuple[tuple[int, ...], str, bool], ...]  # (shape, dtype, in host memory)
+
+
+def kept_by_policy(region: BoundRegion, policy: Callable[..., Any]) -> Kept:
+    """Replay JAX's residual selection on ``region`` with ``policy`` (what the emitted policy
+    really keeps: the verify stage compares it with the plan). Hoisted array constants are
+    constants of the region in the real program, not residuals, and are left out."""
+    jvp, n_primal, n_hoisted = region_jvp(region)
+    replay = replay_partial_eval(jvp, n_primal, policy)
+    hoisted = set(jvp.invars[:n_hoisted])
+    dev = host = 0
+    res = []
+    for v in replay.residuals:
+        if v in hoisted:
+            continue
+        on_host = memory_space_is_host(v.aval)
+        b = nbytes(v.aval)
+        host += b if on_host else 0
+        dev += 0 if on_host else b
+        res.append((tuple(getattr(v.aval, "shape", ())), dtype_name(v.aval), on_host))
+    used = tuple(k - n_hoisted for k, u in enumerate(replay.staged_inputs_used)
+                 if u and n_hoisted <= k < n_primal)
+    return Kept(device_bytes=dev, host_bytes=host, inputs_read=used, residuals=tuple(res))
+
+
+def trace_step_with(step_fn: Callable, args, make_policy) -> tuple[Any, list[BoundRegion]]:
+    """``jax.jit(step_fn).trace(*args)`` under ``make_policy`` (see controlled_policies):
+    ``(traced, bound regions)``. A step the user already jitted keeps its own options."""
+    with controlled_policies(make_policy) as bound:
+        fn = step_fn if hasattr(step_fn, "trace") else jax.jit(step_fn)
+        traced = fn.trace(*args)
+        return traced, list(bound)
+
+
+# --------------------------------------------------------------------------- the guard
+
+# Every JAX internal this module uses: (module, attribute). check_internals() names what a
+# JAX upgrade moved, instead of failing somewhere inside a trace.
+INTERNALS = (
+    ("jax._src.ad_checkpoint", "remat_p"), ("jax._src.ad_checkpoint", "name_p"),
+    ("jax._src.core", "Var"), ("jax._src.core", "Jaxpr"), ("jax._src.core", "Literal"),
+    ("jax._src.config", "string_or_object_state"),
+    ("jax._src.source_info_util", "register_exclusion"),
+    ("jax._src.source_info_util", "summarize"), ("jax._src.source_info_util", "current"),
+    ("jax._src.source_info_util", "user_frames"), ("jax._src.source_info_util", "user_context"),
+    ("jax._src.interpreters.ad", "primitive_jvps"), ("jax._src.interpreters.ad", "jvp_jaxpr"),
+    ("jax._src.interpreters.ad", "Zero"),
+    ("jax._src.interpreters.partial_eval", "partial_eval_jaxpr_custom"),
+    ("jax._src.interpreters.partial_eval", "partial_eval_jaxpr_custom_rules"),
+    ("jax._src.interpreters.partial_eval", "dce_jaxpr"),
+    ("jax._src.interpreters.partial_eval", "close_jaxpr"),
+    ("jax._src.interpreters.partial_eval", "convert_constvars_jaxpr"),
+    ("jax._src.interpreters.partial_eval", "Saveable"),
+    ("jax._src.interpreters.partial_eval", "Recompute"),
+    ("jax._src.interpreters.partial_eval", "Offloadable"),
+    ("jax._src.interpreters.partial_eval", "SaveableType"),
+    ("jax._src.interpreters.partial_eval", "RecomputeType"),
+)
+
+
+def check_internals() -> list[str]:
+    """The JAX internals of :data:`INTERNALS` missing from the installed JAX (empty: all
+    there), each as ``module.attribute``."""
+    import importlib
+    missing = []
+    for mod, attr in INTERNALS:
+        try:
+            if not hasattr(importlib.import_module(mod), attr):
+                missing.append(f"{mod}.{attr}")
+        except ImportError:
+            missing.append(f"{mod}.{attr}")
+    return missing
+
+
+def decisions_of(step_fn: Callable, args, policy: Callable[..., Any]) -> dict[str, str]:
+    """What ``policy`` decides for every equation JAX asks it about when the step is traced
+    with it in every checkpoint region: policy signature -> ``save`` / ``remat`` /
+    ``offload``. (How a user's or a stock policy is read: by the calls JAX makes.)"""
+    seen: dict[str, str] = {}
+
+    def make(rid, region):
+        def decide(prim, *avals, **params):
+            d = policy(prim, *avals, **params)
+            seen[signature_key(prim, *avals, **params)] = decision_text(d)
+            return Saveable if d is True else Recompute if d is False else d
+        return decide
+
+    trace_step_with(step_fn, args, make)
+    return seen

@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from planner.cost import Assignment, CostModel
-from planner.graph import LivenessGraph, class_key
+from planner._src.graph import LivenessGraph, class_key
+from planner._src.types import Assignment, CostModel
 
 
 class PlanViolation(AssertionError):
@@ -59,7 +59,7 @@ def _copy_queue_exposure(jobs, eta: float, compute_s: float) -> float:
 def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
              budget_bytes: float | None = None) -> SimulationResult:
     decisions = assignment.as_dict()
-    eta = cost.overlap_efficiency
+    eta = cost.overlap_efficiency  # the link's share of its speed while compute runs
     device = cost.fixed_bytes
     peak = device
     host = 0
@@ -76,8 +76,8 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
         if budget_bytes is not None and device > budget_bytes:
             raise PlanViolation(f"device memory {device} bytes exceeds the budget {budget_bytes}")
 
-    def decision(c):
-        key = class_key(rg.region, c)  # rg: the region of the loop below
+    def decision(region, c):
+        key = class_key(region, c)
         d = decisions.get(key, "remat")
         if d == "offload" and not cost.allow_offload:
             raise PlanViolation(f"{key} is offloaded but offloading is not allowed")
@@ -87,6 +87,10 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
         if c.effectful and d != "save":
             # JAX keeps effectful equations in the forward pass whatever the policy says.
             return "save"
+        if not c.decidable:
+            # A higher-order equation: the policy decides what is inside it; JAX recomputes
+            # the equation itself from its operands.
+            return "remat"
         return d
 
     # What each region's backward trip reads: the candidates marked needed by the trace.
@@ -96,7 +100,9 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
         kept: dict[int, str] = {}          # forward: values kept as residuals, and where
         order: list[int] = []              # recompute order of one backward trip
 
-        def ensure(root):
+        done: set[int] = set()
+
+        def ensure(root, rg=rg, cands=cands, kept=kept, order=order, done=done):
             """Make value ``root`` available in the backward trip: kept, or recomputed after
             its inputs (a depth-first walk with an explicit stack: chains can be long)."""
             stack = [(root, False)]
@@ -113,27 +119,26 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
                 if i in on_path:
                     raise PlanViolation(f"region {rg.region.id}: cyclic recompute at {i}")
                 c = cands[i]
-                d = decision(c)
+                d = decision(rg.region, c)
                 if d in ("save", "offload"):
                     kept[i] = d
                     continue
                 on_path.add(i)
                 stack.append((i, True))
-                stack.extend((u, False) for u in reversed(c.inputs))
+                stack.extend((u, False) for u in reversed(rg.reads(i)))
 
-        done: set[int] = set()
         for c in cands:
             if c.needed:
                 ensure(c.index)
         # Region inputs the backward trip reads: directly, or to recompute something.
         inputs_read = {i.index for i in rg.region.inputs if i.needed}
         for i in order:
-            inputs_read.update(cands[i].input_reads)
+            inputs_read.update(rg.reads_inputs(i))
         stacked_inputs = sum(i.nbytes for i in rg.region.inputs
                              if i.stacked and i.index in inputs_read)
         # Check every recomputed equation has its inputs: kept, recomputed, or region inputs.
         for i in order:
-            for u in cands[i].inputs:
+            for u in rg.reads(i):
                 if u not in kept and u not in done:
                     raise PlanViolation(f"region {rg.region.id}: recompute of {i} lacks input {u}")
         plans.append((rg, rc, kept, order, stacked_inputs))
@@ -178,8 +183,16 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
                      if d == "offload" and not cands[i].loop_invariant)
         # Recomputed tensors the gradient reads stay for the trip; intermediates of the
         # recompute are freed once their readers ran (one at a time at most).
-        rec_b = sum(cands[i].nbytes for i in order if cands[i].needed) + max(
-            (cands[i].nbytes for i in order if not cands[i].needed), default=0)
+        # A recomputed view (graph.VIEWS) of a value that is there anyway (kept, a region
+        # input, or such a view itself) is that buffer: no bytes of its own.
+        aliased: set[int] = set()
+        for i in order:  # in recompute order: a view's source comes first
+            src = rg.view_of(i)
+            if src is not None and (src[0] == "input" or src[1] in kept or src[1] in aliased):
+                aliased.add(i)
+        rec_b = sum(cands[i].nbytes for i in order if cands[i].needed and i not in aliased) + max(
+            (cands[i].nbytes for i in order if not cands[i].needed and i not in aliased),
+            default=0)
         rec_s = sum(rc.recompute_s[i] for i in order)
         # Reloads are issued at the trip start in first-use order (latest produced first);
         # the deadline of each is the backward compute ahead of its first use.

@@ -25,9 +25,11 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   recomputing them, where the roofline of their standalone kernels had promised 3-5%;
   working set of one backward trip
   ``W_r = sum bytes_v [v read by the backward and a(v) in {remat, offload}]
-  + max bytes_v [v recomputed only to recompute others]``: the recomputed and reloaded
-  tensors the gradient reads are assumed live together, intermediates of the recompute one
-  at a time, times a scale ``omega`` measured by compiling the step twice (full remat, save
+  + max bytes_v [v recomputed only to recompute others]``, leaving out the *held* values: a
+  recomputed view (checkpoint_name, reshape: ``graph.VIEWS``) of a saved or reloaded value or
+  of a region input is that buffer, not a new one (``held_values``); the recomputed and
+  reloaded tensors the gradient reads are assumed live together, intermediates of the
+  recompute one at a time, times a scale ``omega`` measured by compiling the step twice (full remat, save
   everything; see ``build_cost_model``), so the model matches the compiler at both ends;
   what remains between them is what the verify stage measures and corrects.
 * ``peak = F + max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r) + W_k)`` over the regions in
@@ -76,102 +78,28 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Mapping
 
 import cost_models as cm
-from cost_models._cost import aval_size  # per-device elements, as cost_models counts them
 
-from planner.graph import LivenessGraph, class_key
-from planner.trace import Trace
+from planner._src.graph import VIEWS as _VIEWS
+from planner._src.graph import LivenessGraph, class_key
+from planner._src.types import (
+    DECISIONS,
+    Assignment,
+    CostModel,
+    Prediction,
+    RegionCost,
+    RegionPrediction,
+    Trace,
+)
 
-DECISIONS = ("save", "remat", "offload")
-# Primitives whose output is a view of their input (no arithmetic, no new buffer in XLA).
-_VIEWS = frozenset({"name", "reshape", "squeeze", "expand_dims", "copy", "copy_p"})
+__all__ = ["DECISIONS", "Assignment", "CostModel", "Prediction", "RegionCost",
+           "RegionPrediction", "build_cost_model", "decisions_per_candidate", "evaluate",
+           "regions_in_order"]
 
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Assignment:
-    """A decision per class key. Keys not present default to ``remat`` (JAX's default)."""
-
-    decisions: tuple[tuple[str, str], ...]
-
-    @staticmethod
-    def of(mapping: Mapping[str, str]) -> "Assignment":
-        for k, d in mapping.items():
-            if d not in DECISIONS:
-                raise ValueError(f"decision for {k!r} is {d!r}; expected one of {DECISIONS}")
-        return Assignment(decisions=tuple(sorted(mapping.items())))
-
-    def as_dict(self) -> dict[str, str]:
-        return dict(self.decisions)
-
-    def get(self, key: str) -> str:
-        return self.as_dict().get(key, "remat")
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class RegionCost:
-    region_id: int
-    multiplicity: int
-    recompute_s: tuple[float, ...]       # per candidate: its recompute in the backward pass
-    materialize_s: tuple[float, ...]     # per candidate: the forward write saving it forces
-    d2h_s: tuple[float, ...]             # per candidate: device->host copy of its outputs
-    h2d_s: tuple[float, ...]             # per candidate: host->device copy back
-    fwd_after_s: tuple[float, ...]       # forward compute after the candidate is made
-    bwd_before_s: tuple[float, ...]      # backward compute before its first use
-    fwd_s: float                         # one forward trip of the region
-    bwd_s: float                         # one backward trip (without recompute)
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class CostModel:
-    hardware: Any                        # cost_models.HardwareProfile
-    regions: tuple[RegionCost, ...]
-    base_step_s: float                   # T0: the step with nothing recomputed
-    fixed_bytes: int                     # F
-    correction_bytes: int                # added by verify after a compile exceeded the model
-    working_set_scale: float = 1.0       # omega: measured, see build_cost_model
-    host_cap_bytes: float
-    overlap_efficiency: float
-    allow_offload: bool
-    unknown_primitives: tuple[str, ...]
-    # Classes never offloaded although offloading is allowed: those of a region under
-    # lax.scan(unroll > 1) (trace.Region.scan_unroll), whose offloads XLA cannot compile.
-    no_offload_classes: frozenset = frozenset()
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class RegionPrediction:
-    region_id: int
-    device_residual_bytes: int           # R_r, one trip, stacked per trip
-    invariant_residual_bytes: int        # I_r: loop-invariant residuals, stored once
-    input_residual_bytes: int            # S_r: region inputs a scan stacks for the backward pass
-    host_residual_bytes: int             # H_r, one trip, stacked per trip in pinned_host
-    invariant_host_bytes: int = 0        # offloaded loop-invariant residuals, stored once
-    working_set_bytes: int               # W_r
-    recompute_s: float                   # C_r, one trip
-    materialize_s: float                 # M_r, one trip
-    d2h_s: float
-    h2d_s: float
-    exposed_fwd_s: float
-    exposed_bwd_s: float
-    needed: tuple[bool, ...]             # need_v per candidate
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Prediction:
-    peak_bytes: int
-    host_bytes: int
-    step_s: float
-    base_step_s: float
-    recompute_s: float                   # whole step
-    materialize_s: float                 # whole step
-    transfer_s: float                    # whole step, both directions
-    exposed_transfer_s: float            # whole step
-    fixed_bytes: int
-    residual_bytes: int                  # sum_r L_r R_r
-    working_set_bytes: int               # W_k of the region where the peak falls
-    regions: tuple[RegionPrediction, ...]
+# The working-set scale measured from the two anchors is trusted inside these bounds; outside
+# them the model's structure does not match this compiler and the scale stays 1.
+WORKING_SET_SCALE_BOUNDS = (0.25, 2.0)
 
 
 def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offload: bool,
@@ -183,16 +111,15 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
     ratios: list[tuple[float, float]] = []  # (global, per-device) forward compute per region
     for rg in graph.regions:
         r = rg.region
-        # Fusion-aware roofline (cost_models._fusion): values the backward pass reads are
-        # materialized; the rest of a fusible chain stays in registers.
-        escaping = [v for c in r.candidates if c.needed for v in c.eqn.outvars]
-        fwd_costs = cm.fused_costs([c.eqn for c in r.candidates], escaping)
         fwd, rec, mat = [], [], []
         glob = compute_local = 0.0
         in_hbm = {}  # candidate index -> its value is in HBM whatever the policy
-        for c, cost in zip(r.candidates, fwd_costs):
-            unknown.update(cost.unknown_primitives)
-            t = cm.eqn_seconds(c.eqn, cost, hw)  # matmuls at their dtype's rate; global avals
+        for c in r.candidates:
+            # Fusion-aware roofline recorded by the trace stage (cost_models._fusion): values
+            # the backward pass reads are materialized; the rest of a fusible chain stays in
+            # registers. Matmuls at their dtype's rate; global avals.
+            unknown.update(c.work.total().unknown_primitives)
+            t = c.work.seconds(hw)
             glob += t
             local = t / _time_divisor(c)
             compute_local += local
@@ -200,12 +127,13 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
             # partitioner added for this equation (paid again when it is recomputed).
             coll = _collective_seconds(c.collective_bytes, hw)
             fwd.append(local + coll)
-            prim = c.eqn.primitive.name
+            prim = c.primitive
+            reads = rg.reads(c.index)
             # Views (checkpoint_name, reshapes) of a value in HBM are in HBM: a matmul's
             # output, a region input (the layer's input activation).
             in_hbm[c.index] = prim not in cm.FUSIBLE or (
-                prim in _VIEWS and (bool(c.input_reads) and not c.inputs
-                                    or any(in_hbm.get(u, False) for u in c.inputs)))
+                prim in _VIEWS and (bool(rg.reads_inputs(c.index)) and not reads
+                                    or any(in_hbm.get(u, False) for u in reads)))
             if in_hbm[c.index]:
                 rec.append(fwd[-1] if prim not in cm.FUSIBLE else 0.0)
                 mat.append(0.0)
@@ -215,7 +143,8 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
                 # its own (that fusion reads its inputs instead of the saved value). Saving
                 # it instead forces the forward to write a value it would keep in registers:
                 # one write of its (per-device) bytes at HBM bandwidth (M_v in the docstring).
-                arith = cm.eqn_seconds(c.eqn, dataclasses.replace(cost, hbm_bytes=0.0), hw)
+                arith = cm.Work(kernels=tuple((k, dataclasses.replace(cost, hbm_bytes=0.0))
+                                              for k, cost in c.work.kernels)).seconds(hw)
                 rec.append(arith / _time_divisor(c) + coll)
                 mat.append(c.nbytes / hw.hbm_bytes_per_s)
             else:  # matmuls, custom calls (attention), gathers...: materialized anyway
@@ -223,11 +152,8 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
                 mat.append(0.0)
         ratio = compute_local / glob if glob > 0 else 1.0
         ratios.append((glob, compute_local))
-        bwd_costs = cm.fused_costs(list(r.backward_eqns), [])
-        for cost in bwd_costs:
-            unknown.update(cost.unknown_primitives)
-        bwd_s = ratio * sum(cm.eqn_seconds(e, cost, hw)
-                            for e, cost in zip(r.backward_eqns, bwd_costs))
+        unknown.update(r.backward_work.total().unknown_primitives)
+        bwd_s = ratio * r.backward_work.seconds(hw)
         fwd_s = sum(fwd)
         after, acc = [], 0.0
         for t in reversed(fwd):
@@ -249,15 +175,14 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
             d2h_s=tuple(d2h), h2d_s=tuple(h2d), fwd_after_s=tuple(after),
             bwd_before_s=tuple(before), fwd_s=fwd_s, bwd_s=bwd_s,
         ))
-    step_cost = cm.fused_jaxpr_cost(trace.step_jaxpr)
-    unknown.update(step_cost.unknown_primitives)
+    unknown.update(trace.step_work.total().unknown_primitives)
     link = hw.link
     # T0 is costed on the global avals: per device, scale it like the regions' forward work.
     g_all = sum(g for g, _ in ratios)
     step_ratio = sum(l for _, l in ratios) / g_all if g_all > 0 else 1.0
     model = CostModel(
         hardware=hw, regions=tuple(regions),
-        base_step_s=step_ratio * cm.fused_seconds(trace.step_jaxpr, hw),
+        base_step_s=step_ratio * trace.step_work.seconds(hw),
         fixed_bytes=0,
         correction_bytes=correction_bytes,
         host_cap_bytes=float(link.host_pinned_bytes),
@@ -279,20 +204,20 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
     # full-remat compile alone; verify corrects what remains.
     full = evaluate(model, graph, Assignment.of({}), _fixed=0)
     fixed = trace.anchor.device_bytes - full.peak_bytes
-    omega = 1.0
+    ws_scale = 1.0
     if trace.anchor_saved is not None:
         every = evaluate(model, graph, Assignment.of({c.key: "save" for c in graph.classes}),
                          _fixed=0)
-        a_n, b_n = full.peak_bytes - full.working_set_bytes, full.working_set_bytes
-        a_e, b_e = every.peak_bytes - every.working_set_bytes, every.working_set_bytes
-        if b_n > b_e:
-            w = ((trace.anchor.device_bytes - a_n) - (trace.anchor_saved.device_bytes - a_e)) / (
-                b_n - b_e)
-            if 0.25 <= w <= 2.0:
-                omega = w
-                fixed = trace.anchor_saved.device_bytes - a_e - omega * b_e
+        kept_remat, ws_remat = full.peak_bytes - full.working_set_bytes, full.working_set_bytes
+        kept_all, ws_all = every.peak_bytes - every.working_set_bytes, every.working_set_bytes
+        if ws_remat > ws_all:
+            scale = ((trace.anchor.device_bytes - kept_remat)
+                     - (trace.anchor_saved.device_bytes - kept_all)) / (ws_remat - ws_all)
+            if WORKING_SET_SCALE_BOUNDS[0] <= scale <= WORKING_SET_SCALE_BOUNDS[1]:
+                ws_scale = scale
+                fixed = trace.anchor_saved.device_bytes - kept_all - ws_scale * ws_all
     return dataclasses.replace(model, fixed_bytes=int(fixed + correction_bytes),
-                               working_set_scale=omega)
+                               working_set_scale=ws_scale)
 
 
 def _time_divisor(c) -> float:
@@ -300,10 +225,9 @@ def _time_divisor(c) -> float:
 
     cost_models already divides avals sharded over Explicit mesh axes (sharding in types,
     ``cost_models._cost.local_shape``); only the rest of ``c.flop_divisor`` remains."""
-    outs = c.eqn.outvars
     already = 1.0
-    if outs and c.shape:
-        already = max(1.0, math.prod(c.shape) / max(1, aval_size(outs[0].aval)))
+    if c.local_elements and c.shape:
+        already = max(1.0, math.prod(c.shape) / max(1, c.local_elements))
     return max(1.0, c.flop_divisor / already)
 
 
@@ -324,19 +248,39 @@ def regions_in_order(graph: LivenessGraph) -> bool:
 
 
 def decisions_per_candidate(graph: LivenessGraph, assignment: Assignment):
-    """Per region, the decision of each candidate (effectful equations always run forward)."""
+    """Per region, the decision of each candidate as JAX applies it: effectful equations
+    always run forward (kept); a higher-order equation (not ``decidable``) is recomputed
+    whatever the policy says, since the policy decides the equations inside it."""
     d = assignment.as_dict()
     out = []
     for rg in graph.regions:
-        out.append(tuple("save" if c.effectful else d.get(class_key(rg.region, c), "remat")
-                         for c in rg.region.candidates))
+        out.append(tuple(
+            "save" if c.effectful else "remat" if not c.decidable
+            else d.get(class_key(rg.region, c), "remat")
+            for c in rg.region.candidates))
     return out
+
+
+def held_values(rg, dec, need) -> list[bool]:
+    """Per candidate: its buffer is held in the backward pass without a new allocation: it is
+    kept (saved or reloaded), or it is a recomputed view (graph.VIEWS) of a held value or of a
+    region input (RegionGraph.view_of)."""
+    held = [False] * len(dec)
+    for c in rg.region.candidates:
+        i = c.index
+        if not need[i]:
+            continue
+        if dec[i] in ("save", "offload"):
+            held[i] = True
+        elif dec[i] == "remat" and (src := rg.view_of(i)) is not None:
+            held[i] = src[0] == "input" or held[src[1]]
+    return held
 
 
 def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
              *, _fixed: int | None = None) -> Prediction:
     """The model's prediction for ``assignment`` (the formulas in this module's docstring)."""
-    eta = model.overlap_efficiency
+    link_share = model.overlap_efficiency  # eta: the link's speed while compute runs
     per_cand = decisions_per_candidate(graph, assignment)
     preds = []
     for rg, rc, dec in zip(graph.regions, model.regions, per_cand):
@@ -344,55 +288,61 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
         need = [c.needed for c in cands]
         for c in reversed(cands):  # inputs come earlier in the forward order
             if need[c.index] and dec[c.index] == "remat":
-                for u in c.inputs:
+                for u in rg.reads(c.index):
                     need[u] = True
-        R = I = H = HI = W = T = 0
-        C = M = d2h = h2d = 0.0
+        saved = saved_invariant = offloaded = offloaded_invariant = 0   # bytes, one trip
+        working = transient = 0                                         # backward working set
+        recompute_s = materialize_s = d2h_s = h2d_s = 0.0
         off = [c.index for c in cands if need[c.index] and dec[c.index] == "offload"]
         need_in = {i.index for i in rg.region.inputs if i.needed}
         for c in cands:
             if need[c.index] and dec[c.index] == "remat":
-                need_in.update(c.input_reads)
-        S = sum(i.nbytes for i in rg.region.inputs if i.stacked and i.index in need_in)
+                need_in.update(rg.reads_inputs(c.index))
+        stacked_inputs = sum(i.nbytes for i in rg.region.inputs
+                             if i.stacked and i.index in need_in)
+        held = held_values(rg, dec, need)
         for c in cands:
             i = c.index
             if not need[i]:
                 continue
             if dec[i] == "save":
                 if c.loop_invariant:
-                    I += c.nbytes
+                    saved_invariant += c.nbytes
                 else:
-                    R += c.nbytes
-                    M += rc.materialize_s[i]
+                    saved += c.nbytes
+                    materialize_s += rc.materialize_s[i]
             elif dec[i] == "offload":
                 if c.loop_invariant:
-                    HI += c.nbytes
+                    offloaded_invariant += c.nbytes
                 else:
-                    H += c.nbytes
-                    M += rc.materialize_s[i]
-                W += c.nbytes
-                d2h += rc.d2h_s[i]
-                h2d += rc.h2d_s[i]
+                    offloaded += c.nbytes
+                    materialize_s += rc.materialize_s[i]
+                working += c.nbytes  # reloaded for the backward trip
+                d2h_s += rc.d2h_s[i]
+                h2d_s += rc.h2d_s[i]
             else:
-                if c.needed:
-                    W += c.nbytes
+                if held[i]:
+                    pass  # the same buffer as a held value
+                elif c.needed:
+                    working += c.nbytes
                 else:  # an intermediate of a recompute: freed once its readers ran
-                    T = max(T, c.nbytes)
-                C += rc.recompute_s[i]
-        W = math.ceil(model.working_set_scale * (W + T))
-        xf = xb = 0.0
-        tail_d = tail_h = 0.0
+                    transient = max(transient, c.nbytes)
+                recompute_s += rc.recompute_s[i]
+        working = math.ceil(model.working_set_scale * (working + transient))
+        exposed_fwd = exposed_bwd = 0.0
+        tail_d2h = tail_h2d = 0.0
         for i in reversed(off):  # tails of the copy queues, in production order
-            tail_d += rc.d2h_s[i]
-            tail_h += rc.h2d_s[i]
-            xf = max(xf, tail_d - eta * rc.fwd_after_s[i])
-            xb = max(xb, tail_h - eta * rc.bwd_before_s[i])
+            tail_d2h += rc.d2h_s[i]
+            tail_h2d += rc.h2d_s[i]
+            exposed_fwd = max(exposed_fwd, tail_d2h - link_share * rc.fwd_after_s[i])
+            exposed_bwd = max(exposed_bwd, tail_h2d - link_share * rc.bwd_before_s[i])
         preds.append(RegionPrediction(
-            region_id=rc.region_id, device_residual_bytes=R, invariant_residual_bytes=I,
-            input_residual_bytes=S,
-            host_residual_bytes=H, invariant_host_bytes=HI,
-            working_set_bytes=W, recompute_s=C, materialize_s=M, d2h_s=d2h, h2d_s=h2d,
-            exposed_fwd_s=xf, exposed_bwd_s=xb, needed=tuple(need),
+            region_id=rc.region_id, device_residual_bytes=saved,
+            invariant_residual_bytes=saved_invariant, input_residual_bytes=stacked_inputs,
+            host_residual_bytes=offloaded, invariant_host_bytes=offloaded_invariant,
+            working_set_bytes=working, recompute_s=recompute_s, materialize_s=materialize_s,
+            d2h_s=d2h_s, h2d_s=h2d_s, exposed_fwd_s=exposed_fwd, exposed_bwd_s=exposed_bwd,
+            needed=tuple(need),
         ))
     fixed = model.fixed_bytes if _fixed is None else _fixed
     # Regions run forward in order and backward in reverse: while region k runs backward,
@@ -418,23 +368,7 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
         peak_bytes=int(fixed + peak_var), host_bytes=int(host),
         step_s=model.base_step_s + recompute + materialize + exposed,
         base_step_s=model.base_step_s,
-        recompute_s=recompute, materialize_s=materialize, transfer_s=transfer, exposed_transfer_s=exposed,
-        fixed_bytes=int(fixed), residual_bytes=int(residual), working_set_bytes=int(ws),
-        regions=tuple(preds),
+        recompute_s=recompute, materialize_s=materialize, transfer_s=transfer,
+        exposed_transfer_s=exposed, fixed_bytes=int(fixed), residual_bytes=int(residual),
+        working_set_bytes=int(ws), regions=tuple(preds),
     )
-
-
-def assignment_from_policy(graph: LivenessGraph, policy: Callable[..., Any]) -> Assignment:
-    """What a JAX checkpoint policy decides for each class (stock policies, user policies)."""
-    from planner import _jax_adapter as adapter
-
-    out: dict[str, str] = {}
-    for rg in graph.regions:
-        for c in rg.region.candidates:
-            key = class_key(rg.region, c)
-            if key in out:
-                continue
-            e = c.eqn
-            r = policy(e.primitive, *[v.aval for v in e.invars], **e.params)
-            out[key] = adapter.decision_text(r)
-    return Assignment.of(out)

@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from planner.cost import Assignment
-from planner.emit import differing_groups_error, policies_for
-from planner.graph import num_groups
-from planner.errors import PlanFileError
+from planner._src.emit import differing_groups_error, policies_for
+from planner._src.errors import PlanFileError
+from planner._src.graph import num_groups
+from planner._src.types import Assignment
 
 FORMAT = "jax-offload-planner/plan"
 VERSION = 1
@@ -57,14 +57,14 @@ class SavedPlan:
         return num_groups(dict(self.class_names))
 
     def report(self, fmt: str = "markdown") -> str:
-        from planner.report import Report, render, report_from_dict
+        from planner._src.report import Report, render, report_from_dict
         r = report_from_dict(self.report_data)
         assert isinstance(r, Report)
         return render(r, fmt)
 
     def check(self, step_fn, *example_args) -> None:
         """Raise PlanFileError unless ``step_fn(*example_args)`` is the step this plan is for."""
-        from planner.trace import step_fingerprint
+        from planner._src.trace import step_fingerprint
         got = step_fingerprint(step_fn, example_args)
         if got != self.fingerprint:
             raise PlanFileError(
@@ -75,7 +75,7 @@ class SavedPlan:
 
 
 def save(plan, path: str | os.PathLike) -> None:
-    from planner.report import build_report
+    from planner._src.report import build_report
     data = {
         "format": FORMAT, "version": VERSION,
         "fingerprint": plan.trace.fingerprint,

@@ -25,7 +25,7 @@ def _emitted(plan):
     if emitted is not None:
         return (emitted.policy, emitted.policy_source, bool(emitted.names_only),
                 emitted.policies, emitted.policy_sources)
-    from planner.emit import policies_for  # a SavedPlan: recompute from its assignment
+    from planner._src.emit import policies_for  # a SavedPlan: recompute from its assignment
     return policies_for(plan.assignment, dict(plan.class_names))
 
 

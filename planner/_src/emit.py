@@ -15,16 +15,17 @@ to use ``plan.policies[g]``).
 from __future__ import annotations
 
 import dataclasses
-import re
-from typing import Any
 
 import cost_models as cm
 from jax.ad_checkpoint import checkpoint_policies as cp
 
-from planner import _jax_adapter as adapter
-from planner.cost import Assignment
-from planner.errors import LayerGroupsError
-from planner.graph import num_groups, split_key
+from planner._src import jax_adapter as adapter
+from planner._src.errors import LayerGroupsError
+from planner._src.graph import num_groups, split_key
+from planner._src.policies import STOCK
+from planner._src.types import Assignment, Emitted
+
+flags_to_compiler_options = cm.flags_to_compiler_options  # (where the CLI and profile find it)
 
 # MaxText's `remat_policy: custom` keys and values (MaxText configs/base.yml, decoder_layer
 # remat options): each named tensor is 'remat', 'device' (saved in HBM) or 'offload'.
@@ -47,50 +48,6 @@ class PlannerPolicy:
     def __repr__(self) -> str:
         kept = [(k, d) for k, d in self.decisions if d != "remat"]
         return f"PlannerPolicy({len(kept)} kept classes)"
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Emitted:
-    policy: Any                       # pass to jax.checkpoint(..., policy=...); None: groups differ
-    policy_source: str                # Python text of the policy
-    names_only: bool                  # policy is JAX's own name-based policy
-    xla_flags: str                    # value for the XLA_FLAGS environment variable
-    xla_flag_notes: tuple[tuple[str, str, str], ...]  # (flag, why, source)
-    maxtext_yaml: str
-    policies: tuple = ()              # per layer group (call order); () when the plan is uniform
-    policy_sources: tuple[str, ...] = ()
-
-    @property
-    def compiler_options(self) -> tuple[tuple[str, Any], ...]:
-        """``xla_flags`` as JAX compiler options ((name, value) pairs, e.g. for
-        ``lowered.compile(compiler_options=dict(...))``): the verify stage compiles with them,
-        so the compiled figures are those of the program that runs under ``xla_flags``."""
-        return tuple(flags_to_compiler_options(self.xla_flags).items())
-
-
-def flags_to_compiler_options(flags: str) -> dict[str, Any]:
-    """``"--a=true --b=7 --c=x"`` -> ``{"a": True, "b": 7, "c": "x"}`` for ``compile()``.
-
-    "true"/"false" (any case) become bools, whole numbers ints; everything else stays a string
-    ("" is an empty list, e.g. no command buffers): XLA's option setter, unlike the XLA_FLAGS
-    parser, rejects "'true' is not a valid bool value". A flag without ``=`` means true.
-    """
-    out: dict[str, Any] = {}
-    for tok in (flags or "").split():
-        if not tok.startswith("--"):
-            raise ValueError(f"XLA flag {tok!r} does not start with '--' (in {flags!r}).")
-        name, sep, value = tok[2:].partition("=")
-        if not sep:
-            out[name] = True
-            continue
-        low = value.lower()
-        if low in ("true", "false"):
-            out[name] = low == "true"
-        elif re.fullmatch(r"-?\d+", value):
-            out[name] = int(value)
-        else:
-            out[name] = value
-    return out
 
 
 def _name_lists(assignment: Assignment, named: dict[str, str]):
@@ -215,21 +172,30 @@ def maxtext_groups_yaml(assignment: Assignment, class_names: dict[str, str | Non
     return "\n".join(blocks)
 
 
-def emit(assignment: Assignment, class_names: dict[str, str | None], hardware) -> Emitted:
-    """``class_names`` maps class key -> checkpoint name (None for unnamed classes)."""
-    policy, source, names_only, policies, sources = policies_for(assignment, class_names)
+def emit(assignment: Assignment, class_names: dict[str, str | None], hardware,
+         *, stock: str | None = None) -> Emitted:
+    """``class_names`` maps class key -> checkpoint name (None for unnamed classes).
+    ``stock``: the plan is that stock policy (planner._src.policies.STOCK), handed back as the
+    very policy object JAX or MaxText builds, with its own source text."""
     offloading = any(d == "offload" for _, d in assignment.decisions)
     hw = cm.load_profile(hardware)
     flags = cm.xla_flags_for(hw, offloading=offloading)
-    if policies and policy is None:
-        yaml = maxtext_groups_yaml(assignment, class_names)
-    elif policies:  # every group decided the same: one block for all
-        yaml = maxtext_yaml(*group_assignments(assignment, class_names)[0])
+    if stock is not None:
+        s = STOCK[stock]
+        policy, source, names_only, policies, sources = (s.policy(), s.source, True, (), ())
+        yaml = (f"remat_policy: {stock.removeprefix('maxtext:')}\n"
+                if stock.startswith("maxtext:") else maxtext_yaml(assignment, class_names))
     else:
-        yaml = maxtext_yaml(assignment, class_names)
+        policy, source, names_only, policies, sources = policies_for(assignment, class_names)
+        if policies and policy is None:
+            yaml = maxtext_groups_yaml(assignment, class_names)
+        elif policies:  # every group decided the same: one block for all
+            yaml = maxtext_yaml(*group_assignments(assignment, class_names)[0])
+        else:
+            yaml = maxtext_yaml(assignment, class_names)
     return Emitted(
         policy=policy, policy_source=source, names_only=names_only,
         xla_flags=cm.format_xla_flags(flags),
         xla_flag_notes=tuple((str(f), f.why, f.source) for f in flags),
-        maxtext_yaml=yaml, policies=policies, policy_sources=sources,
+        maxtext_yaml=yaml, policies=policies, policy_sources=sources, stock=stock,
     )

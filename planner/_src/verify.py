@@ -16,14 +16,16 @@ Three levels, as JAX's own memories tests do:
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import Any, Callable, Sequence
 
 import jax
 
-from planner import _jax_adapter as adapter
-from planner.cost import Assignment, Prediction
-from planner.graph import LivenessGraph, class_key
-from planner.trace import CompiledFigures, Trace, compile_with, compiled_figures
+from planner._src import jax_adapter as adapter
+from planner._src.cost import evaluate
+from planner._src.graph import LivenessGraph, class_key
+from planner._src.trace import compile_with, compiled_figures
+from planner._src.types import Assignment, Check, Prediction, Trace, Verification
 
 # Backends whose compiler keeps pinned_host buffers apart from device memory in
 # memory_analysis (host_temp_size_in_bytes). On the CPU backend both kinds are the same
@@ -32,40 +34,10 @@ _SEPARATE_HOST_MEMORY = ("gpu", "cuda", "rocm", "tpu")
 
 STATUS_OK = "compiled, within budget"
 STATUS_OVER = "compiled, over budget"
+STATUS_UNVERIFIED = "compiled, unverified"
 STATUS_NOT_COMPILED = "not compiled"
 
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Verification:
-    status: str
-    compiled: CompiledFigures | None
-    compiled_device_bytes: int | None     # what counts against the budget on this backend
-    predicted_peak_bytes: int
-    budget_bytes: int
-    checks: tuple[Check, ...]
-    backend: str
-    note: str = ""
-    # False when compiled_device_bytes is an estimate: on a backend that keeps host arrays in
-    # device memory the traced program's host bytes were subtracted, and the compiler's
-    # buffer sharing can make that subtraction too large.
-    exact: bool = True
-
-    @property
-    def ok(self) -> bool:
-        return self.status == STATUS_OK and all(c.ok for c in self.checks)
-
-    @property
-    def error_bytes(self) -> int | None:
-        if self.compiled_device_bytes is None:
-            return None
-        return self.compiled_device_bytes - self.predicted_peak_bytes
+CHECK_KEPT = "JAX keeps the planned residuals"
 
 
 def _region_policy(region, policy, policies):
@@ -73,41 +45,64 @@ def _region_policy(region, policy, policies):
     return policies[region.group] if policies and region.group is not None else policy
 
 
-def _policy_checks(graph: LivenessGraph, assignment: Assignment, policy, prediction: Prediction,
-                   policies=()):
-    """Level 1: replay JAX's residual choice with the emitted policy on every region."""
-    checks = []
-    for rg, rp in zip(graph.regions, prediction.regions):
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class KeptCheck:
+    """Level 1 for one region: JAX's residual choice under the emitted policy, replayed,
+    against the plan."""
+
+    check: Check
+    # Classes the plan keeps (saves or offloads) of which JAX keeps nothing of their shape
+    # in this region: the plan's saving rests on them, and it is wrong (the session solves
+    # again with them recomputed).
+    not_kept: tuple[str, ...] = ()
+
+
+def kept_checks(graph: LivenessGraph, cost, assignment: Assignment, bound, policy_of,
+                *, global_sizes: bool) -> list[KeptCheck]:
+    """Level 1: replay JAX's own residual selection (``partial_eval_jaxpr_custom``) with the
+    emitted policy on every region the verify trace bound, and compare the bytes JAX keeps,
+    in device and in host memory, with what the plan counts for that region (the traced
+    view, at global sizes where the step is sharded: the jaxpr's avals are global)."""
+    g = _as_traced(graph)
+    if global_sizes:
+        g = _at_global_sizes(g)
+    pred = evaluate(cost, g, assignment)
+    by_bind = {br.region_id: br for br in bound}
+    out = []
+    for rg, rp in zip(g.regions, pred.regions):
         r = rg.region
-        cands = r.candidates
-        want = {}
-        region_policy = _region_policy(r, policy, policies)
-        for c in cands:
-            if rp.needed[c.index]:
-                d = "save" if c.effectful else assignment.get(class_key(r, c))
-                if d in ("save", "offload"):
-                    want[c.index] = d
-        # Replay on the region's forward equations in the order the trace recorded them.
-        got = {}
-        for c in cands:
-            e = c.eqn
-            d = adapter.decision_text(region_policy(e.primitive, *[v.aval for v in e.invars],
-                                                    **e.params))
-            if c.effectful:
-                d = "save"
-            if rp.needed[c.index] and d in ("save", "offload"):
-                got[c.index] = d
-        missing = {i: d for i, d in want.items() if got.get(i) != d}
-        extra = {i: d for i, d in got.items() if i not in want}
-        label = lambda i: cands[i].name or f"{cands[i].primitive}{list(cands[i].shape)}"
-        ok = not missing and not extra
+        br = next((by_bind[b] for b in r.bind_ids if b in by_bind), None)
+        if br is None:
+            continue
+        kept = adapter.kept_by_policy(br, policy_of(r))
+        want_dev = rp.device_residual_bytes + rp.invariant_residual_bytes
+        want_host = rp.host_residual_bytes + rp.invariant_host_bytes
+        ok = kept.device_bytes == want_dev and kept.host_bytes == want_host
         where = f"region {r.id}" + ("" if r.group is None else f" (layer group {r.group})")
-        detail = (f"{where}: the emitted policy keeps the {len(want)} planned residuals"
-                  if ok else
-                  f"{where}: emitted policy differs from the plan; planned but not kept: "
-                  f"{[label(i) for i in missing]}, kept but not planned: {[label(i) for i in extra]}")
-        checks.append(Check(name="policy keeps the planned tensors", ok=ok, detail=detail))
-    return checks
+        not_kept = ()
+        if ok:
+            detail = (f"{where}: JAX keeps {kept.device_bytes:,} device and {kept.host_bytes:,} "
+                      "host bytes per trip, as planned")
+        else:
+            shapes = Counter((tuple(s), d) for s, d, _ in kept.residuals)
+            planned = {}
+            d = assignment.as_dict()
+            for c in r.candidates:
+                key = class_key(r, c)
+                if rp.needed[c.index] and c.decidable and not c.effectful and d.get(
+                        key, "remat") != "remat":
+                    planned.setdefault(key, []).append((tuple(c.shape), c.dtype))
+            not_kept = tuple(sorted(k for k, avals in planned.items()
+                                    if not any(shapes[a] for a in avals)))
+            labels = {c.key: c.label for c in graph.classes}
+            detail = (f"{where}: JAX keeps {kept.device_bytes:,} device and "
+                      f"{kept.host_bytes:,} host bytes per trip where the plan counts "
+                      f"{want_dev:,} and {want_host:,}"
+                      + (f"; kept by the plan, not by JAX: {[labels.get(k, k) for k in not_kept]}"
+                         if not_kept else ""))
+        out.append(KeptCheck(check=Check(name=CHECK_KEPT, ok=ok, detail=detail),
+                             not_kept=not_kept))
+    return out
 
 
 def _as_traced(graph: LivenessGraph) -> LivenessGraph:
@@ -137,34 +132,47 @@ def _at_global_sizes(graph: LivenessGraph) -> LivenessGraph:
 def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: LivenessGraph,
            cost, assignment: Assignment, policy, prediction: Prediction, budget_bytes: int,
            *, compile: bool = True, policies: tuple = (),
-           compiler_options: Sequence[tuple[str, Any]] = ()) -> Verification:
-    """``policy``: the one emitted policy; ``policies``: one per layer group (call site, in
+           compiler_options: Sequence[tuple[str, Any]] = ()) -> tuple[Verification, tuple[str, ...]]:
+    """Check a plan at the three levels of the module docstring.
+
+    ``policy``: the one emitted policy; ``policies``: one per layer group (call site, in
     call order) when the plan decides groups separately (then ``policy`` may be None).
     ``compiler_options``: the plan's XLA flags as compiler options (``Emitted``); the step is
     compiled with them, because they change the schedule and so the peak: on the H200
     (benchmarks/results/h200-2026-12-02.md) two plans verified under the default flags
     compiled under their own flags to 33.13 GB (Llama, 32.87 GB usable) and 53.70 GB (MoE,
-    52.97 GB usable) and ran out of memory at their budgets."""
-    checks = list(_policy_checks(graph, assignment, policy, prediction, policies))
+    52.97 GB usable) and ran out of memory at their budgets.
+
+    Returns the verification and the classes the plan keeps that JAX does not (level 1:
+    the plan is wrong about them; empty when the policy does what the plan says)."""
     backend = jax.default_backend()
-    if not compile:
-        return Verification(status=STATUS_NOT_COMPILED, compiled=None, compiled_device_bytes=None,
-                            predicted_peak_bytes=prediction.peak_bytes, budget_bytes=budget_bytes,
-                            checks=tuple(checks), backend=backend,
-                            note="compilation skipped (verify=False)")
     # Each call site gets its group's policy, as the user's code would pass it; the trace
     # stage recorded which adapter region ids (bind order) each region's call sites had.
     by_bind = {b: _region_policy(rg.region, policy, policies)
                for rg in graph.regions for b in rg.region.bind_ids}
     fallback = policy if policy is not None else policies[0]
-    step_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: by_bind.get(rid, fallback),
-                                        compiler_options)
+    make = lambda rid, r: by_bind.get(rid, fallback)  # noqa: E731
+    bound: list = []
+    if compile:
+        step_jaxpr, compiled = compile_with(step_fn, args, make, compiler_options,
+                                            bound_out=bound)
+    else:
+        traced, bound = adapter.trace_step_with(step_fn, args, make)
+    level1 = kept_checks(graph, cost, assignment, bound,
+                         lambda r: _region_policy(r, policy, policies) or fallback,
+                         global_sizes=trace.num_partitions > 1)
+    checks = [k.check for k in level1]
+    not_kept = tuple(sorted({c for k in level1 for c in k.not_kept}))
+    if not compile:
+        return Verification(status=STATUS_NOT_COMPILED, compiled=None, compiled_device_bytes=None,
+                            predicted_peak_bytes=prediction.peak_bytes, budget_bytes=budget_bytes,
+                            checks=tuple(checks), backend=backend,
+                            note="compilation skipped (verify_compile=False)"), not_kept
     figs = compiled_figures(compiled, step_jaxpr)
 
     # Level 2: stacked residuals of the traced step against the full-remat anchor.
     scanned = [(rg, rp) for rg, rp in zip(graph.regions, prediction.regions) if rg.region.in_scan]
     if scanned:
-        from planner.cost import Assignment, evaluate
         # The plan as the traced program keeps it (residuals XLA drops later still stacked).
         g = _as_traced(graph)
         if trace.num_partitions > 1:
@@ -187,23 +195,32 @@ def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: Liveness
             detail=f"forward scans stack {grown:,} more device bytes than under full remat; "
                    f"the plan keeps {want_dev:,} per-trip bytes (loop-invariant ones are "
                    "hoisted, not stacked)"))
-        checks.append(Check(
-            name="offloaded residuals live in host memory",
-            ok=figs.stacked_host_bytes == want_host,
-            detail=f"{figs.stacked_host_arrays} stacked arrays, {figs.stacked_host_bytes:,} bytes "
-                   f"in {adapter.HOST_KIND}; the plan offloads {want_host:,} bytes"))
+        if want_host or figs.stacked_host_bytes:
+            checks.append(Check(
+                name="offloaded residuals live in host memory",
+                ok=figs.stacked_host_bytes == want_host,
+                detail=f"{figs.stacked_host_arrays} stacked arrays, {figs.stacked_host_bytes:,} "
+                       f"bytes in {adapter.HOST_KIND}; the plan offloads {want_host:,} bytes"))
 
-    # Level 3: the compiled program.
+    # Level 3: the compiled program, counted as users count it (arguments + outputs -
+    # aliased + temporaries).
     separate_host = backend in _SEPARATE_HOST_MEMORY
     device_bytes = figs.device_bytes
     note = ""
-    estimated = not separate_host and bool(figs.jaxpr_host_bytes)
-    if estimated:
-        # Same RAM for both memory kinds: the compiler counts host arrays in temp.
+    status = STATUS_OK if device_bytes <= budget_bytes else STATUS_OVER
+    estimated = False
+    if not separate_host and figs.jaxpr_host_bytes and status == STATUS_OVER:
+        # Same RAM for both memory kinds: the compiler counts host arrays in temp, so it
+        # cannot tell whether the device part fits. The figure without them is an estimate.
+        estimated = True
         device_bytes -= figs.jaxpr_host_bytes
+        if device_bytes <= budget_bytes:
+            status = STATUS_UNVERIFIED
         note = (f"The {backend} backend keeps {adapter.HOST_KIND} arrays in the same memory as "
-                f"device arrays; {figs.jaxpr_host_bytes:,} host-placed bytes (from the traced "
-                "program) were subtracted from the compiler's temp size.")
+                f"device arrays, so its compiler counts the {figs.jaxpr_host_bytes:,} offloaded "
+                f"bytes in temp ({figs.device_bytes:,} bytes in all): without them the program "
+                f"needs an estimated {device_bytes:,} bytes; only a compiler with host memory "
+                "(the target GPU's) can verify the plan.")
     planned_host = prediction.host_bytes > 0
     if planned_host and separate_host:
         checks.append(Check(
@@ -212,9 +229,8 @@ def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: Liveness
             detail=f"{figs.host_buffers_in_hlo} HLO instructions in host memory space S(5), "
                    f"host temp {figs.host_temp_bytes:,} bytes; an offload the compiler dropped "
                    "shows as 0 here"))
-    status = STATUS_OK if device_bytes <= budget_bytes else STATUS_OVER
     return Verification(
         status=status, compiled=figs, compiled_device_bytes=int(device_bytes),
         predicted_peak_bytes=prediction.peak_bytes, budget_bytes=budget_bytes,
         checks=tuple(checks), backend=backend, note=note, exact=not estimated,
-    )
+    ), not_kept

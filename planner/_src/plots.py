@@ -6,7 +6,7 @@
 * :func:`pareto_curve` draws the predicted step time of the plans of ``planner.pareto``
   against their budgets, with infeasible budgets marked and the stock policies as points.
 
-The timeline replays the memory accounting of ``planner.cost.evaluate`` (formulas in cost.py's
+The timeline replays the memory accounting of ``planner._src.cost.evaluate`` (formulas in cost.py's
 docstring) trip by trip, so its highest point is the plan's predicted peak
 (``plan.prediction.peak_bytes``); it reads only the prediction, never the simulator.
 Figures are drawn with matplotlib's Agg canvas (no display needed, no pyplot state touched)
@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-GB = 1e9
+from planner._src.units import GB
 DEFAULT_POLICIES = ("planner", "nothing_saveable", "dots_saveable", "everything_saveable")
 _FORMATS = {".png": "png", ".svg": "svg"}
 
@@ -92,7 +92,7 @@ def policy_timeline(plan, policy: str = "planner") -> tuple[MemoryPoint, ...]:
             f"No prediction for policy {policy!r}.\nWhy: the timeline draws the plan and the "
             "stock policies its report compares it with, nothing else.\n"
             f"Fix: choose among {', '.join(preds)}.")
-    from planner.cost import regions_in_order
+    from planner._src.cost import regions_in_order
     return memory_timeline(preds[policy], _multiplicities(plan), regions_in_order(plan.graph))
 
 

@@ -1,0 +1,297 @@
+"""The one reader of compiled HLO text (``compiled.as_text()``).
+
+Every stage that looks at a compiled program reads it through :func:`parse`: the trace
+stage (the arrays compiled loops stack, per-device shapes of a partitioned program), the
+verify stage (host-memory buffers and async host copies) and the profiler (which
+instructions are host transfers). Nothing here touches JAX: the input is text.
+
+What the text holds, and what is read of it:
+
+* computations: ``%name (params) -> shape {`` ... ``}`` (``ENTRY`` marks the entry one);
+* instructions: ``[ROOT] %name = <shape> <opcode>(<operands>), attr=..., metadata={...}``;
+  the shape is an array ``bf16[8,32]{1,0:S(5)}`` (``S(5)``: host memory space) or a tuple
+  ``(f32[8], s32[])``;
+* metadata: ``op_name="jit(step)/jvp()/.../dot_general"`` (the last part is the JAX
+  primitive; ``transpose(`` marks the backward pass, ``rematted_computation`` a recompute)
+  and the user's source line, as ``source_file=``/``source_line=`` or as ``stack_frame_id=``
+  into the module's ``FileNames`` / ``FileLocations`` / ``StackFrames`` tables;
+* ``num_partitions=N`` in the module header (SPMD programs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections import Counter
+
+_INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_COMP = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(?:\(.*\))?.*\{\s*$")
+_ARRAY = re.compile(r"\b([a-z][a-z0-9]*)\[([\d,]*)\]")
+_META = re.compile(r"metadata=\{([^}]*)\}")
+_OPERAND = re.compile(r"%([\w.\-]+)")
+
+# Bytes per element of XLA's element types (sub-byte types rounded up to one byte).
+ITEMSIZE = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2,
+            "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8,
+            "c128": 16, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1, "f8e5m2fnuz": 1,
+            "f8e4m3fnuz": 1, "f8e4m3b11fnuz": 1, "f8e3m4": 1, "f8e8m0fnu": 1, "f4e2m1fn": 1}
+
+# Instructions that compute nothing of their own (they route, allocate or wrap).
+STRUCTURAL = frozenset({
+    "parameter", "get-tuple-element", "tuple", "while", "custom-call", "bitcast", "constant",
+    "broadcast", "call", "conditional", "opt-barrier", "after-all", "iota", "copy-done",
+    "fusion-done", "async-done"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Instruction:
+    """One instruction of a compiled module."""
+
+    name: str
+    computation: str             # the computation it belongs to
+    root: bool
+    shape: str                   # the result shape text, e.g. "bf16[8,32]{1,0}" or "(f32[8], s32[])"
+    opcode: str                  # e.g. "fusion", "dot", "all-gather-start"
+    operands: tuple[str, ...]    # names of the instructions it reads
+    operand_text: str            # the text between the opcode's parentheses
+    attrs: str                   # everything after the opcode (operands, attributes, metadata)
+    op_name: str                 # metadata op_name, "" when absent
+    where: tuple[str, int] | None  # (file basename, line) of the user's code, when known
+    line: str                    # the whole line
+
+    @property
+    def primitive(self) -> str:
+        """The JAX primitive named by the metadata (last part of op_name)."""
+        return self.op_name.rsplit("/", 1)[-1] if self.op_name else ""
+
+    @property
+    def arrays(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """``(element type, dims)`` of every array in the result shape."""
+        return array_shapes(self.shape)
+
+    @property
+    def in_host_memory(self) -> bool:
+        return "S(5)" in self.shape
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Module:
+    """A parsed compiled module: instructions in text order, by name and by computation."""
+
+    name: str
+    num_partitions: int
+    instructions: tuple[Instruction, ...]
+    entry: str = ""
+
+    def by_name(self) -> dict[str, Instruction]:
+        return {i.name: i for i in self.instructions}
+
+    def computations(self) -> dict[str, list[Instruction]]:
+        out: dict[str, list[Instruction]] = {}
+        for i in self.instructions:
+            out.setdefault(i.computation, []).append(i)
+        return out
+
+
+def array_shapes(shape: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """``"(bf16[8,32]{1,0}, s32[])"`` -> ``(("bf16", (8, 32)), ("s32", ()))``."""
+    return tuple((t, tuple(int(d) for d in dims.split(",") if d))
+                 for t, dims in _ARRAY.findall(shape))
+
+
+def array_bytes(dtype: str, dims: tuple[int, ...]) -> int:
+    return int(math.prod(dims)) * ITEMSIZE.get(dtype, 4)
+
+
+def split_shape(rhs: str) -> tuple[str, str]:
+    """The shape of an instruction's right-hand side and what follows it:
+    ``'(f32[8], s32[]) tuple(...)'`` or ``'bf16[8,32]{1,0} dot(...)'`` -> (shape, rest)."""
+    rhs = rhs.strip()
+    if rhs.startswith("("):
+        depth = 0
+        for i, ch in enumerate(rhs):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0:
+                return rhs[:i + 1], rhs[i + 1:].strip()
+    head, _, tail = rhs.partition(" ")
+    return head, tail.strip()
+
+
+def split_top(s: str) -> list[str]:
+    """Split at commas outside brackets, parentheses and braces."""
+    parts, depth, cur = [], 0, []
+    for ch in s:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts]
+
+
+def _frame_table(lines: list[str]) -> dict[int, tuple[str, int]]:
+    """``stack_frame_id -> (file basename, line)`` from the module's frame tables."""
+    files: dict[int, str] = {}
+    locs: dict[int, tuple[int, int]] = {}
+    frames: dict[int, int] = {}
+    section = None
+    for ln in lines:
+        s = ln.strip()
+        if s in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            section = s
+            continue
+        if not s or s.startswith(("%", "ROOT", "HloModule", "ENTRY")):
+            section = None if s.startswith(("%", "ENTRY")) else section
+            continue
+        head, _, body = s.partition(" ")
+        if not head.isdigit():
+            continue
+        if section == "FileNames":
+            files[int(head)] = body.strip('"').rsplit("/", 1)[-1]
+        elif section == "FileLocations":
+            f = re.search(r"file_name_id=(\d+)", body)
+            line = re.search(r"\bline=(\d+)", body)
+            if f and line:
+                locs[int(head)] = (int(f.group(1)), int(line.group(1)))
+        elif section == "StackFrames":
+            f = re.search(r"file_location_id=(\d+)", body)
+            if f:
+                frames[int(head)] = int(f.group(1))
+    out = {}
+    for fid, loc_id in frames.items():
+        loc = locs.get(loc_id)
+        if loc and loc[0] in files:
+            out[fid] = (files[loc[0]], loc[1])
+    return out
+
+
+def parse(text: str) -> Module:
+    """Parse ``compiled.as_text()`` (see the module docstring for what is read)."""
+    text = text or ""
+    lines = text.splitlines()
+    head = next((ln for ln in lines if ln.startswith("HloModule")), "")
+    m = re.search(r"num_partitions=(\d+)", head) or re.search(r"num_partitions=(\d+)", text)
+    parts = int(m.group(1)) if m else 1
+    frames = _frame_table(lines)
+    out: list[Instruction] = []
+    computation, entry = "", ""
+    for ln in lines:
+        stripped = ln.rstrip()
+        if stripped.endswith("{") and "=" not in stripped.split("{")[0].split("(")[0]:
+            cm = _COMP.match(ln)
+            if cm:
+                computation = cm.group(2)
+                if cm.group(1):
+                    entry = computation
+            continue
+        im = _INSTR.match(ln)
+        if not im:
+            continue
+        shape, rest = split_shape(im.group(3))
+        om = re.match(r"([\w\-]+)\((.*)", rest)
+        if not om:
+            continue
+        opcode = om.group(1)
+        operand_text = om.group(2).split(")")[0]
+        meta = _META.search(ln)
+        op_name, where = "", None
+        if meta:
+            name_m = re.search(r'op_name="([^"]*)"', meta.group(1))
+            op_name = name_m.group(1) if name_m else ""
+            sf = re.search(r'source_file="([^"]*)"', meta.group(1))
+            sl = re.search(r"source_line=(\d+)", meta.group(1))
+            fid = re.search(r"stack_frame_id=(\d+)", meta.group(1))
+            if sf and sl:
+                where = (sf.group(1).rsplit("/", 1)[-1], int(sl.group(1)))
+            elif fid:
+                where = frames.get(int(fid.group(1)))
+        out.append(Instruction(
+            name=im.group(2), computation=computation, root=bool(im.group(1)), shape=shape,
+            opcode=opcode, operands=tuple(_OPERAND.findall(operand_text)),
+            operand_text=operand_text, attrs=rest, op_name=op_name, where=where, line=ln))
+    name = head.split()[1].rstrip(",") if len(head.split()) > 1 else ""
+    return Module(name=name, num_partitions=parts, instructions=tuple(out), entry=entry)
+
+
+# ------------------------------------------------------------------------------ questions
+
+def loop_stacks(module: Module) -> Counter:
+    """``(dtype, leading dimension, elements per slice) -> count`` of the arrays one compiled
+    while loop carries, the most any loop carries of each: a scan's stacked residuals are
+    among them with the trip count as leading dimension (each also appears in the backward
+    loop, hence the max, not the sum)."""
+    out: Counter = Counter()
+    for ins in module.instructions:
+        if ins.opcode != "while":
+            continue
+        loop: Counter = Counter()
+        for dtype, dims in ins.arrays:
+            if dims:
+                loop[(dtype, dims[0], int(math.prod(dims[1:])))] += 1
+        out |= loop
+    return out
+
+
+def host_memory_instructions(module: Module) -> list[Instruction]:
+    """Instructions whose line names host memory space ``S(5)`` (result or operand layout)."""
+    return [i for i in module.instructions if "S(5)" in i.line]
+
+
+def async_host_copies(module: Module) -> list[Instruction]:
+    """Async starts (``copy-start``, ``fusion-start``, ...) that touch host memory."""
+    return [i for i in host_memory_instructions(module) if "-start" in i.line]
+
+
+def host_transfer_ops(module: Module | str) -> dict[str, str]:
+    """Instruction name -> ``"d2h"`` or ``"h2d"`` for the host transfers of a program.
+
+    An instruction whose result (for an async ``*-start``, the tuple's second element, its
+    output) is in ``S(5)`` writes host memory: d2h. One that reads an ``S(5)`` operand and
+    produces device memory: h2d. Structural instructions (parameters, tuples, loops, buffer
+    allocation, bitcasts) move nothing. The matching ``*-done`` and every instruction of a
+    called computation (``calls=%c``) get the same direction, so whichever name the profiler
+    attaches is found.
+    """
+    if isinstance(module, str):
+        module = parse(module)
+    shapes = {i.name: i.shape for i in module.instructions}
+    bodies = module.computations()
+    ops: dict[str, str] = {}
+    calls: dict[str, str] = {}
+    for ins in module.instructions:
+        if ins.opcode in STRUCTURAL:
+            continue
+        operands = ins.operand_text
+        if ins.opcode.endswith("-start") and ins.shape.startswith("("):
+            elems = split_top(ins.shape[1:-1])  # ((operand shapes...), output, context)
+            out_shape = elems[1] if len(elems) > 1 else ins.shape
+            operands = elems[0] + " " + operands
+        else:
+            out_shape = ins.shape
+        host_in = "S(5)" in operands or any("S(5)" in shapes.get(op, "") for op in ins.operands)
+        if "S(5)" in out_shape:
+            direction = "d2h"
+        elif host_in:
+            direction = "h2d"
+        else:
+            continue
+        ops[ins.name] = direction
+        if ins.name.endswith("-start") or "-start." in ins.name:
+            ops[ins.name.replace("-start", "-done")] = direction
+        cm = re.search(r"calls=%?([\w.\-]+)", ins.attrs)
+        if cm:
+            calls[cm.group(1)] = direction
+    for comp, direction in calls.items():
+        ops.setdefault(comp, direction)
+        for inner in bodies.get(comp, ()):
+            if inner.name.startswith(("param", "Arg_")):
+                continue
+            ops.setdefault(inner.name, direction)
+    return ops

@@ -1,0 +1,86 @@
+"""The planner's options, in one frozen record (``planner.PlanOptions``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from planner._src.errors import InvalidArgumentError
+from planner._src.types import SolverOptions
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PlanOptions:
+    """How to plan. Every field has a default; ``planner.solve(..., **fields)`` takes them as
+    keyword arguments too.
+
+    Attributes:
+      allow_offload: None (default) offloads when the local backend has a ``pinned_host``
+        memory kind and the hardware has a host link; False never offloads; True insists
+        (an error where the backend has no host memory kind).
+      verify_compile: compile the step with the emitted policy and hold the plan to the
+        compiler's figure (``argument + output - alias + temp`` of ``memory_analysis()``).
+        Without it no plan is called "within budget" and the stock policies are compared by
+        the model only.
+      max_rounds: solve / compile rounds: when the compiled program exceeds the budget, or
+        the compiler shows the model's memory figure to be off, the model is corrected by the
+        measured error and solved again, at most this many times.
+      layer_groups: decide each checkpoint call site separately, with one policy per call
+        site (``plan.policies``). True: always, where the step has several call sites. False:
+        one decision for all identical regions (``plan.policy``). None (default): per call
+        site only where the user's code can give the call sites different policies (they are
+        bound from different source lines, or the code already passes them different policy
+        objects) and the model predicts a step faster by more than ``group_gain``.
+      group_gain: the relative predicted gain per-call-site decisions must bring (0.001).
+      compare_stock: compile the stock policies (JAX's and MaxText's) the model predicts
+        faster than the plan, on the verifying compiler, and return the fastest that fits
+        instead of a slower plan; also before raising InfeasibleBudgetError. True (default).
+      solver_time_limit_s: CP-SAT deterministic seconds per solver phase (four phases per
+        solve; one is 1-4 wall seconds on one core at linearization level 2).
+      linearization_level: CP-SAT's linear relaxation (2: the LP of every constraint, which
+        proves the plans of our examples optimal; 1: CP-SAT's default).
+      solver_workers: CP-SAT search workers (1: deterministic).
+      seed: CP-SAT's random seed.
+    """
+
+    allow_offload: bool | None = None
+    verify_compile: bool = True
+    max_rounds: int = 3
+    layer_groups: bool | None = None
+    group_gain: float = 1e-3
+    compare_stock: bool = True
+    solver_time_limit_s: float = 30.0
+    linearization_level: int = 2
+    solver_workers: int = 1
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.allow_offload is not None and not isinstance(self.allow_offload, bool):
+            raise InvalidArgumentError(
+                f"allow_offload must be True, False or None (decide), got {self.allow_offload!r}.")
+        if self.layer_groups is not None and not isinstance(self.layer_groups, bool):
+            raise InvalidArgumentError(
+                f"layer_groups must be True, False or None (decide), got {self.layer_groups!r}.")
+        t = self.solver_time_limit_s
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not (
+                t > 0 and math.isfinite(t)):
+            raise InvalidArgumentError(f"solver_time_limit_s must be > 0 seconds, got {t!r}.")
+        if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or (
+                self.max_rounds < 1):
+            raise InvalidArgumentError(f"max_rounds must be an int >= 1, got {self.max_rounds!r}.")
+        g = self.group_gain
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g < 1:
+            raise InvalidArgumentError(f"group_gain must be a fraction in [0, 1), got {g!r}.")
+        if self.linearization_level not in (0, 1, 2):
+            raise InvalidArgumentError(
+                f"linearization_level must be 0, 1 or 2, got {self.linearization_level!r}.")
+        if isinstance(self.solver_workers, bool) or not isinstance(self.solver_workers, int) or (
+                self.solver_workers < 1):
+            raise InvalidArgumentError(
+                f"solver_workers must be an int >= 1, got {self.solver_workers!r}.")
+
+    @property
+    def solver(self) -> SolverOptions:
+        return SolverOptions(time_limit_s=float(self.solver_time_limit_s),
+                             workers=self.solver_workers, seed=self.seed,
+                             linearization_level=self.linearization_level)

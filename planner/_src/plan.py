@@ -1,0 +1,146 @@
+"""The result of planning one budget: :class:`Plan`, and the warning it may come with.
+
+A Plan holds what each stage produced for this budget (the trace, the liveness graph, the
+cost model: internal types), the solver's answer, the emitted policy, flags and MaxText
+block, the verification, and the stock policies on the same model. Read it through its
+methods (``report``, ``candidates``, ``decisions``, ``policy``, ``policies``, ``save``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from planner._src.graph import LivenessGraph, class_key
+from planner._src.types import (
+    Assignment,
+    Baseline,
+    CostModel,
+    Emitted,
+    Prediction,
+    Round,
+    Solution,
+    Trace,
+    Verification,
+)
+
+__all__ = ["Plan", "PlanWarning", "UNIFORM"]
+
+UNIFORM = "planner, one policy for all groups"
+
+
+class PlanWarning(UserWarning):
+    """The plan was returned but its compiled program does not meet the budget, or one of its
+    checks failed (the warning says which)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    budget_bytes: int
+    hardware: Any                    # cost_models.HardwareProfile
+    # The stage outputs the plan was made from (internal types: read them through the
+    # methods below; their fields may change between versions).
+    trace: Trace = dataclasses.field(repr=False)
+    graph: LivenessGraph = dataclasses.field(repr=False)
+    cost: CostModel = dataclasses.field(repr=False)
+    solution: Solution
+    prediction: Prediction
+    baselines: tuple[Baseline, ...]
+    emitted: Emitted
+    verification: Verification
+    rounds: tuple[Round, ...]
+    timings: tuple[tuple[str, float], ...]
+    # Bytes of the budget left free (_usable: the hardware profile's allocator_headroom and,
+    # on GPU, XLA's own compile-time limit; headroom_why() says which): the plan, its verify
+    # compile and the stock policies' "fits" are held to budget_bytes - headroom_bytes.
+    headroom_bytes: int = 0
+    # What was chosen: "planner" (the solver's plan) or the name of the stock policy
+    # (planner._src.policies.STOCK) returned instead, and why (the session's guarantees).
+    choice: str = "planner"
+    choice_why: str = ""
+
+    @property
+    def policy(self):
+        """Pass to ``jax.checkpoint(fn, policy=plan.policy)`` in your code.
+
+        A plan whose layer groups decide differently has no single policy: this raises
+        ``LayerGroupsError`` (use ``plan.policies[g]`` for the g-th group)."""
+        if self.emitted.policy is None:
+            from planner._src.emit import differing_groups_error
+            raise differing_groups_error(self.assignment,
+                                         {c.key: c.name for c in self.graph.classes})
+        return self.emitted.policy
+
+    @property
+    def policies(self) -> tuple:
+        """One policy per checkpoint call site (layer group), in call order:
+        ``jax.checkpoint(layer, policy=plan.policies[g])`` for the g-th group. A uniform plan
+        gives the same policy for every call site."""
+        if self.emitted.policies:
+            return self.emitted.policies
+        return (self.emitted.policy,) * sum(rg.region.call_sites for rg in self.graph.regions)
+
+    @property
+    def layer_groups(self) -> int:
+        """How many layer groups the plan decides separately (0: one decision for all)."""
+        return len(self.emitted.policies)
+
+    @property
+    def xla_flags(self) -> str:
+        """Set ``os.environ["XLA_FLAGS"] = plan.xla_flags`` before JAX starts."""
+        return self.emitted.xla_flags
+
+    @property
+    def maxtext_yaml(self) -> str:
+        return self.emitted.maxtext_yaml
+
+    @property
+    def assignment(self) -> Assignment:
+        return self.solution.assignment
+
+    def headroom_why(self) -> str:
+        """Why ``headroom_bytes`` of the budget is left free (allocator, XLA's own limit)."""
+        from planner._src.session import headroom_why
+        return headroom_why(self.hardware)
+
+    def decisions(self) -> dict[str, str]:
+        """Decision per tensor label for the classes the backward pass reads."""
+        from planner._src.report import build_report
+        return {row.label: row.decision for row in build_report(self).rows}
+
+    def report(self, fmt: str = "text") -> str:
+        """The report: ``text`` (rich console), ``markdown`` or ``json``."""
+        from planner._src.report import build_report, render
+        return render(build_report(self), fmt)
+
+    def save(self, path) -> None:
+        """Write a versioned JSON plan file; ``planner.load_plan(path)`` reads it back."""
+        from planner._src.planfile import save
+        save(self, path)
+
+    @staticmethod
+    def load(path):
+        """Read a plan file: a ``SavedPlan`` with ``policy``, ``xla_flags``, ``check(step, *args)``."""
+        from planner._src.planfile import load
+        return load(path)
+
+    def candidates(self) -> list[dict]:
+        """Every candidate tensor of every region, with its class's decision."""
+        out = []
+        for rg, rp in zip(self.graph.regions, self.prediction.regions):
+            r = rg.region
+            for c in r.candidates:
+                out.append({
+                    "region": r.id, "index": c.index, "name": c.name, "primitive": c.primitive,
+                    "shape": c.shape, "dtype": c.dtype, "bytes_per_trip": c.nbytes,
+                    # Sharded steps: bytes_per_trip is per device = global / shard_divisor;
+                    # shard_source says how the divisor was found (planner/shard.py).
+                    "global_bytes_per_trip": c.global_nbytes, "shard_divisor": c.shard_divisor,
+                    "shard_source": c.shard_source, "collectives": list(c.collectives),
+                    "multiplicity": r.multiplicity, "source": c.source,
+                    "needed_by_backward": rp.needed[c.index], "class": class_key(r, c),
+                    "group": r.group,
+                    # JAX keeps effectful equations whatever the policy says.
+                    "decision": "save" if c.effectful else self.assignment.get(class_key(r, c)),
+                })
+        return out

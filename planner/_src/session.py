@@ -1,0 +1,699 @@
+"""The planning session: trace a step once, plan it for any number of budgets.
+
+``Planner(step_fn, *example_args, hardware=...)`` runs the trace and graph stages once;
+``planner.plan(hbm_gb)`` runs cost -> solve -> emit -> verify for one budget and returns a
+:class:`~planner._src.plan.Plan`; ``planner.pareto(...)`` does it for several.
+``planner.solve`` and ``planner.pareto`` (the module-level verbs) are thin wrappers.
+
+What a session guarantees, by construction (the compiler is the judge):
+
+* A plan is "within budget" only when the verifying compiler's figure for it,
+  ``argument + output - alias + temp`` of ``memory_analysis()``, is within what the budget
+  leaves usable (:func:`usable_bytes`). Where the backend keeps host arrays in device memory
+  the status says "unverified", never "within budget".
+* It never returns a plan predicted slower than the fastest stock policy (JAX's, MaxText's)
+  that compiles within the budget on the same compiler: stock policies the model predicts
+  faster than the plan are compiled, fastest first, and the first that fits is returned
+  instead, with the reason in the report.
+* It never raises :class:`InfeasibleBudgetError` while a stock policy compiles within the
+  budget: before raising, every applicable stock policy is compiled.
+* A plan whose saving rests on a tensor JAX will not keep (the replay of JAX's residual
+  choice under the emitted policy disagrees) is solved again with those tensors recomputed.
+* Per-call-site decisions (``plan.policies``) only where the user's code can pass the call
+  sites different policies, unless asked for with ``layer_groups=True``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import warnings
+from typing import Any, Callable
+
+import cost_models as cm
+import jax
+
+from planner._src import jax_adapter as adapter
+from planner._src.baselines import evaluate_baselines, stock_assignment
+from planner._src.cost import build_cost_model, evaluate
+from planner._src.emit import emit
+from planner._src.errors import (
+    InfeasibleBudgetError,
+    InvalidArgumentError,
+    PlannerError,
+    UnsupportedError,
+)
+from planner._src.graph import LivenessGraph, build_graph, class_key
+from planner._src.options import PlanOptions
+from planner._src.plan import UNIFORM, Plan, PlanWarning
+from planner._src.policies import STOCK
+from planner._src.solve import check_solution, min_peak_assignment, solve_assignment
+from planner._src.trace import merge_call_sites, trace_step
+from planner._src.types import (
+    Assignment,
+    Baseline,
+    CostModel,
+    Round,
+    Solution,
+    Trace,
+    Verification,
+)
+from planner._src.units import GB
+from planner._src.verify import STATUS_OK, STATUS_OVER, STATUS_UNVERIFIED, verify
+
+__all__ = ["Planner", "pareto", "solve", "usable_bytes"]
+
+
+# ------------------------------------------------------------------------------ validation
+
+def _validate_step(step_fn, example_args) -> None:
+    if not callable(step_fn):
+        raise InvalidArgumentError(
+            f"step_fn must be a callable train step, got {type(step_fn).__name__}.\n"
+            "Fix: pass the function itself, e.g. planner.solve(train_step, state, batch, hbm_gb=80).")
+    if not example_args:
+        raise InvalidArgumentError(
+            "No example arguments were given.\nWhy: the planner traces step_fn(*example_args) "
+            "to see the shapes of every activation.\nFix: pass the arguments the step takes, "
+            "as arrays or jax.ShapeDtypeStruct: planner.solve(step, state, batch, hbm_gb=...).")
+
+
+def _validate_budget(hbm_gb) -> float:
+    if isinstance(hbm_gb, bool) or not isinstance(hbm_gb, (int, float)):
+        raise InvalidArgumentError(
+            f"hbm_gb must be a number of gigabytes (10^9 bytes), got {hbm_gb!r}.\n"
+            "Fix: e.g. hbm_gb=141 for a whole H200, or less to leave room for other buffers.")
+    if not math.isfinite(hbm_gb) or hbm_gb <= 0:
+        raise InvalidArgumentError(
+            f"hbm_gb must be a positive, finite number of gigabytes, got {hbm_gb!r}.\n"
+            "Fix: pass the device memory the step may use, e.g. hbm_gb=80.")
+    if hbm_gb > 100_000:
+        raise InvalidArgumentError(
+            f"hbm_gb={hbm_gb!r} is over 100 TB for one device: the budget is per device, in GB "
+            "(10^9 bytes), not in bytes or MB.\nFix: e.g. hbm_gb=141 for an H200.")
+    return float(hbm_gb)
+
+
+def _load_hardware(hardware):
+    try:
+        return cm.load_profile(hardware)
+    except cm.ProfileError as e:
+        raise InvalidArgumentError(str(e)) from e
+
+
+def _host_memory_available() -> bool:
+    try:
+        kinds = {m.kind for m in jax.devices()[0].addressable_memories()}
+    except Exception:  # noqa: BLE001  (backends without the memories API)
+        return False
+    return adapter.HOST_KIND in kinds
+
+
+def _options(options: PlanOptions | None, overrides: dict) -> PlanOptions:
+    options = options or PlanOptions()
+    if not overrides:
+        return options
+    names = {f.name for f in dataclasses.fields(PlanOptions)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise InvalidArgumentError(
+            f"Unknown option(s) {', '.join(unknown)}.\nFix: use the fields of "
+            f"planner.PlanOptions: {', '.join(sorted(names))}.")
+    return dataclasses.replace(options, **overrides)
+
+
+# ------------------------------------------------------------------------------ budgets
+
+def io_bytes(tr: Trace) -> int:
+    """The step's arguments and outputs on the device (aliased outputs once): what XLA's
+    compile-time memory limit subtracts before it limits the temporaries."""
+    a = tr.anchor
+    return a.argument_bytes + a.output_bytes - a.alias_bytes
+
+
+def usable_bytes(requested: int, hw, io: int) -> int:
+    """The bytes a plan may use of ``requested``, the least of
+
+    * ``requested`` less the profile's allocator headroom (fragmentation room), and
+    * on GPU, what XLA itself lets the program use when the allocator is capped at
+      ``requested``: inputs/outputs plus ``slop`` (0.95) of the rest for temporaries
+      (cost_models.compiler_temp_fraction). Above that XLA rematerializes on its own, a
+      program slower than the plan: on the H200 every plan whose temporaries reached that
+      limit ran slower than the plan one budget below it (benchmarks/results/h200-2026-12-02.md).
+    """
+    alloc = requested - int(requested * hw.allocator_headroom)
+    f = cm.compiler_temp_fraction(hw)
+    if f >= 1.0 or requested <= io:
+        return alloc
+    return min(alloc, io + int(f * (requested - io)))
+
+
+def requested_for(usable: float, hw, io: int) -> float:
+    """The smallest budget whose ``usable_bytes`` is at least ``usable`` (its inverse)."""
+    need = usable / (1 - hw.allocator_headroom)
+    f = cm.compiler_temp_fraction(hw)
+    if f < 1.0 and usable > io:
+        need = max(need, io + (usable - io) / f)
+    return need
+
+
+def headroom_why(hw) -> str:
+    """Why a plan leaves part of its budget free, for error messages and the report."""
+    why = []
+    if hw.allocator_headroom:
+        why.append(f"the {hw.name} profile's allocator headroom of {hw.allocator_headroom:.0%} "
+                   f"for the device allocator ({hw.source('allocator_headroom')[:120]}...)")
+    f = cm.compiler_temp_fraction(hw)
+    if f < 1.0:
+        why.append(f"XLA:GPU compiles against {f:.0%} of the budget left after the step's "
+                   "inputs and outputs and recomputes on its own above it (a slower program "
+                   "than the plan; cost_models.compiler_temp_fraction)")
+    return " and ".join(why)
+
+
+def _allocator_limit_bytes() -> int | None:
+    """This process's device allocator limit (``memory_stats()["bytes_limit"]``), or None
+    where the backend does not say (XLA:CPU)."""
+    try:
+        stats = jax.devices()[0].memory_stats()
+    except Exception:  # noqa: BLE001  (a backend without memory statistics)
+        return None
+    limit = (stats or {}).get("bytes_limit")
+    return int(limit) if limit else None
+
+
+def _warn_above_allocator_limit(budget_gb: float, hw) -> None:
+    """A GPU budget above what this process's allocator may use: XLA compiles against the
+    allocator's limit, not hbm_gb, so say so before the plan is trusted."""
+    limit = _allocator_limit_bytes() if hw.platform == "gpu" else None
+    if limit is None or budget_gb * GB <= limit:
+        return
+    warnings.warn(
+        f"hbm_gb={budget_gb:g} is above this process's device allocator limit of "
+        f"{limit / GB:.2f} GB (memory_stats()['bytes_limit'] = XLA_PYTHON_CLIENT_MEM_FRACTION "
+        "x HBM; JAX's default fraction is 0.75).\nWhy: XLA compiles the step against the "
+        "allocator's limit, not against hbm_gb; a training process with this limit would "
+        "rematerialize on its own or run out of memory with a plan for hbm_gb.\nFix: plan for "
+        f"hbm_gb <= {limit / GB:.2f}, or start the training (and planning) process with an "
+        f"XLA_PYTHON_CLIENT_MEM_FRACTION whose share of HBM is at least {budget_gb:g} GB.",
+        PlanWarning, stacklevel=4)
+
+
+# ------------------------------------------------------------------------------ helpers
+
+def _normalize(graph: LivenessGraph, cost: CostModel, a: Assignment) -> Assignment:
+    """Drop decisions that change nothing (classes the backward pass never reads)."""
+    p = evaluate(cost, graph, a)
+    relevant = set()
+    for rg, rp in zip(graph.regions, p.regions):
+        for c in rg.region.candidates:
+            if rp.needed[c.index]:
+                relevant.add(class_key(rg.region, c))
+    return Assignment.of({k: d for k, d in a.decisions if k in relevant and d != "remat"})
+
+
+def _with_forced(graph: LivenessGraph, keys, why: str) -> LivenessGraph:
+    """``graph`` with the classes ``keys`` forced to be recomputed, for ``why``."""
+    keys = set(keys)
+    if not keys:
+        return graph
+    classes = tuple(dataclasses.replace(c, forced="remat", forced_why=why)
+                    if c.key in keys and not c.forced else c for c in graph.classes)
+    return dataclasses.replace(graph, classes=classes)
+
+
+def _restatus(ver: Verification, budget: int) -> Verification:
+    """A compiled verification held to another budget."""
+    if ver.compiled_device_bytes is None:
+        return ver
+    if ver.compiled_device_bytes > budget:
+        status = STATUS_OVER
+    elif ver.exact or ver.compiled.device_bytes <= budget:
+        status = STATUS_OK
+    else:
+        status = STATUS_UNVERIFIED
+    return dataclasses.replace(ver, status=status, budget_bytes=budget)
+
+
+def _fits(ver: Verification, budget: int) -> bool:
+    return ver.compiled_device_bytes is not None and ver.compiled_device_bytes <= budget
+
+
+def overrules_model(ver: Verification, budget: int) -> bool:
+    """Whether a compile proves the model's "nothing fits" wrong: only an exact figure does.
+    On a backend that keeps host arrays in device memory the figure is an estimate (the host
+    bytes subtracted), which a k-layer scan body on XLA:CPU drove below the step's arguments
+    and outputs alone (35.7 MB of 52.5 MB)."""
+    return ver.exact and _fits(ver, budget)
+
+
+class _Solves:
+    """The CP-SAT solves of one session, each (graph, cost model, budget, uniform) solved
+    once: deciding whether layer groups pay solves the per-group and the uniform problem,
+    which are also a plan's first round and its uniform baseline."""
+
+    def __init__(self):
+        self._done: dict[tuple, Solution | InfeasibleBudgetError] = {}
+
+    def __call__(self, graph, cost, budget, opts, *, uniform: bool = False) -> Solution:
+        key = (id(graph), graph.classes, cost, budget, uniform)
+        if key not in self._done:
+            try:
+                self._done[key] = solve_assignment(graph, cost, budget, opts, uniform=uniform)
+            except InfeasibleBudgetError as e:
+                self._done[key] = e
+        got = self._done[key]
+        if isinstance(got, InfeasibleBudgetError):
+            raise got
+        return got
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Attempt:
+    assignment: Assignment
+    prediction: Any
+    emitted: Any
+    verification: Verification
+    not_kept: tuple[str, ...]
+
+
+# ------------------------------------------------------------------------------ the session
+
+class Planner:
+    """A train step traced once, planned for any number of budgets.
+
+        session = planner.Planner(train_step, state, batch, hardware="h200")
+        plan = session.plan(hbm_gb=80)
+        plans = session.pareto(hbm_gb=[60, 80, 100])
+
+    Args:
+      step_fn: the train step (loss, gradient and update), unmodified. Its
+        ``jax.checkpoint`` / ``jax.remat`` / Flax remat regions are what the planner decides.
+      example_args: arrays or ``jax.ShapeDtypeStruct``s, as the step takes them.
+      hardware: a profile name (``planner.list_profiles()``), a JSON file, or a profile.
+      options: a :class:`planner.PlanOptions`; its fields may also be given as keywords.
+      progress: called with a short message as each slow stage starts; None: silent.
+    """
+
+    def __init__(self, step_fn: Callable, *example_args, hardware="h200",
+                 options: PlanOptions | None = None,
+                 progress: Callable[[str], None] | None = None, **option_fields):
+        _validate_step(step_fn, example_args)
+        self.options = _options(options, option_fields)
+        self.hardware = _load_hardware(hardware)
+        self._step = step_fn
+        self._args = example_args
+        self._say = progress or (lambda message: None)
+        host_ok = _host_memory_available()
+        if self.options.allow_offload and not host_ok:
+            raise UnsupportedError(
+                f"allow_offload=True, but the {jax.default_backend()} backend here has no "
+                f"'{adapter.HOST_KIND}' memory kind, so JAX cannot place residuals in host "
+                "memory.\nFix: run on a GPU/TPU or CPU backend with host memory kinds (JAX >= "
+                "0.4.31), or pass allow_offload=False.")
+        self.offload = host_ok if self.options.allow_offload is None else self.options.allow_offload
+        self.timings: list[tuple[str, float]] = []
+        t = time.perf_counter()
+        self._say("tracing the step and compiling it under full remat and save-everything "
+                  "(the anchors)")
+        # One region per call site; merged, identical ones share their decisions (uniform).
+        self.sites = trace_step(step_fn, example_args, split_call_sites=True)
+        self.trace = merge_call_sites(self.sites)
+        self.timings.append(("trace + anchor compiles", time.perf_counter() - t))
+        t = time.perf_counter()
+        self.graph = build_graph(self.trace)
+        self._grouped = None
+        if self._groups_possible():
+            self._grouped = (self.sites, build_graph(self.sites))
+        self.timings.append(("graph", time.perf_counter() - t))
+        self._solves = _Solves()
+        # name -> the verifying compiler's verification of that stock policy (budget-free);
+        # the anchors are two of them already.
+        self._stock_ver: dict[str, Verification] = {}
+        self._stock_bytes: dict[str, int] = {
+            "nothing_saveable": self.trace.anchor.device_bytes}
+        if self.trace.anchor_saved is not None:
+            self._stock_bytes["everything_saveable"] = self.trace.anchor_saved.device_bytes
+
+    # -------------------------------------------------------------------- public
+
+    def plan(self, hbm_gb: float) -> Plan:
+        """The plan for one budget (GB per device); raises InfeasibleBudgetError when neither
+        a plan nor a stock policy fits."""
+        b = _validate_budget(hbm_gb)
+        _warn_above_allocator_limit(b, self.hardware)
+        return self._plan_one(int(b * GB))
+
+    def pareto(self, hbm_gb=None, *, points: int = 5) -> list:
+        """Plans for several budgets: ``[Plan or PlannerError per budget]``.
+
+        ``hbm_gb=None`` spans the whole trade-off: ``points`` budgets whose usable bytes are
+        evenly spaced above the predicted peak of full remat up to that of saving everything
+        (capped at the device's HBM), ``lo + (hi - lo) * k / points`` for ``k = 1..points``."""
+        if hbm_gb is None:
+            if isinstance(points, bool) or not isinstance(points, int) or points < 1:
+                raise InvalidArgumentError(f"points must be an int >= 1, got {points!r}.")
+            budgets = self._span_budgets(points)
+        else:
+            budgets = list(hbm_gb) if isinstance(hbm_gb, (list, tuple)) else [hbm_gb]
+            if not budgets:
+                raise InvalidArgumentError(
+                    "hbm_gb is an empty list; give at least one budget in GB.")
+            budgets = [_validate_budget(b) for b in budgets]
+        _warn_above_allocator_limit(max(budgets), self.hardware)
+        out = []
+        for b in budgets:
+            try:
+                out.append(self._plan_one(int(b * GB)))
+            except PlannerError as e:
+                out.append(e)
+        return out
+
+    # -------------------------------------------------------------------- groups
+
+    def _groups_possible(self) -> bool:
+        """Whether per-call-site decisions are candidates (options.layer_groups)."""
+        lg = self.options.layer_groups
+        if lg is False or len(self.sites.regions) <= 1:
+            return False
+        if lg is True:
+            return True
+        # None: only call sites the user's code can give different policies (trace.site_key).
+        keys_by_body: dict[str, set[str]] = {}
+        for r in self.sites.regions:
+            keys_by_body.setdefault(r.body, set()).add(r.site_key)
+        return any(len(keys) > 1 for keys in keys_by_body.values())
+
+    def _groups_pay(self, budget: int) -> bool:
+        """Whether deciding each call site separately predicts a faster step than one
+        decision for every call site, on the same per-call-site model."""
+        tr, graph = self._grouped
+        self._say(f"solving per layer group and uniform for {budget / GB:g} GB")
+        cost = build_cost_model(tr, graph, self.hardware, allow_offload=self.offload)
+        opts = self.options.solver
+        try:
+            per_group = self._solves(graph, cost, budget, opts)
+        except InfeasibleBudgetError:
+            return False
+        try:
+            uniform = self._solves(graph, cost, budget, opts, uniform=True)
+        except InfeasibleBudgetError:
+            return True  # only a per-group plan fits the model
+        return per_group.objective_s < uniform.objective_s * (1 - self.options.group_gain)
+
+    def _uniform_baseline(self, graph, cost, budget) -> tuple[Baseline, ...]:
+        """For a per-group plan: the best plan that gives every group the same decisions, on
+        the same model, so the report shows what deciding per group bought."""
+        if all(c.group is None for c in graph.classes):
+            return ()
+        try:
+            sol = self._solves(graph, cost, budget, self.options.solver, uniform=True)
+        except InfeasibleBudgetError:
+            return ()
+        a = _normalize(graph, cost, sol.assignment)
+        p = evaluate(cost, graph, a)
+        return (Baseline(name=UNIFORM, assignment=a, prediction=p, applicable=True,
+                         fits=p.peak_bytes <= budget and p.host_bytes <= cost.host_cap_bytes),)
+
+    # -------------------------------------------------------------------- budgets
+
+    def _span_budgets(self, points: int) -> list[float]:
+        """Budgets (GB) from just above full remat's predicted peak to saving everything's."""
+        tr, graph, hw = self.trace, self.graph, self.hardware
+        cost = build_cost_model(tr, graph, hw, allow_offload=self.offload)
+        ends = {b.name: b.prediction.peak_bytes for b in evaluate_baselines(
+            graph, cost, math.inf, names=("nothing_saveable", "everything_saveable"))}
+        lo = ends["nothing_saveable"]
+        hi = max(ends["everything_saveable"], ends["nothing_saveable"])
+        # A plan may use less than its budget (usable_bytes), so the budgets are those whose
+        # usable bytes span lo..hi. No budget above the device's HBM: when saving everything
+        # would not fit, what the plans may use ends at what the HBM leaves usable.
+        io = io_bytes(tr)
+        top = usable_bytes(int(hw.hbm_bytes), hw, io)
+        if lo < top < hi:
+            hi = top
+        return [requested_for(lo + (hi - lo) * k / points, hw, io) / GB
+                for k in range(1, points + 1)]
+
+    # -------------------------------------------------------------------- one budget
+
+    def _attempt(self, tr, graph, cost, assignment, budget, *, stock: str | None = None,
+                 label: str = "") -> _Attempt:
+        """Emit ``assignment`` (or the stock policy ``stock``) and verify it."""
+        if stock is None:
+            assignment = _normalize(graph, cost, assignment)
+        pred = evaluate(cost, graph, assignment)
+        class_names = {c.key: c.name for c in graph.classes}
+        emitted = emit(assignment, class_names, self.hardware, stock=stock)
+        if self.options.verify_compile:
+            self._say(f"compiling {label or 'the plan'} for {budget / GB:g} GB to verify it")
+        t = time.perf_counter()
+        ver, not_kept = verify(self._step, self._args, tr, graph, cost, assignment,
+                               emitted.policy, pred, budget,
+                               compile=self.options.verify_compile, policies=emitted.policies,
+                               compiler_options=emitted.compiler_options)
+        self._last_timings.append((f"verify ({label or 'plan'})", time.perf_counter() - t))
+        return _Attempt(assignment, pred, emitted, ver, not_kept)
+
+    def _stock_fit_bytes(self, name: str, tr, graph, cost) -> int | None:
+        """The verifying compiler's bytes for stock policy ``name`` (compiled once per
+        session; the anchors give two)."""
+        if name in self._stock_bytes:
+            return self._stock_bytes[name]
+        if not self.options.verify_compile:
+            return None
+        a = stock_assignment(graph, name)
+        att = self._attempt(tr, graph, cost, a, 0, stock=name, label=f"stock {name}")
+        self._stock_ver[name] = att.verification
+        self._stock_bytes[name] = att.verification.compiled_device_bytes
+        return self._stock_bytes[name]
+
+    def _stock_plan(self, name, tr, graph, cost, budget, why, rounds, timings, headroom,
+                    requested, baselines) -> Plan:
+        """The plan that is stock policy ``name``: its own policy object, verified (the
+        compile made while comparing is reused)."""
+        a = stock_assignment(graph, name)
+        if name in self._stock_ver:
+            pred = evaluate(cost, graph, a)
+            emitted = emit(a, {c.key: c.name for c in graph.classes}, self.hardware, stock=name)
+            att = _Attempt(a, pred, emitted, _restatus(self._stock_ver[name], budget), ())
+        else:
+            att = self._attempt(tr, graph, cost, a, budget, stock=name, label=f"stock {name}")
+        sol = Solution(assignment=a, status="STOCK", objective_s=att.prediction.step_s,
+                       bound_s=att.prediction.step_s, gap=0.0, wall_s=0.0,
+                       num_classes=len(graph.classes), num_variables=0,
+                       budget_bytes=budget)
+        rounds.append(Round(correction_bytes=0, predicted_peak_bytes=att.prediction.peak_bytes,
+                            compiled_device_bytes=att.verification.compiled_device_bytes,
+                            status=att.verification.status))
+        return Plan(budget_bytes=requested, hardware=self.hardware, trace=tr, graph=graph,
+                    cost=cost, solution=sol, prediction=att.prediction, baselines=baselines,
+                    emitted=att.emitted, verification=att.verification, rounds=tuple(rounds),
+                    timings=tuple(timings), headroom_bytes=headroom, choice=name,
+                    choice_why=why)
+
+    def _plan_one(self, requested: int) -> Plan:
+        hw, opts = self.hardware, self.options
+        self._last_timings = timings = list(self.timings)
+        tr, graph = self.trace, self.graph
+        budget = usable_bytes(requested, hw, io_bytes(tr))  # what the plan may use
+        headroom = requested - budget
+        if self._grouped is not None and (opts.layer_groups or self._groups_pay(budget)):
+            tr, graph = self._grouped
+        correction = 0
+        not_kept: set[str] = set()
+        rounds: list[Round] = []
+        best: _Attempt | None = None
+        sol: Solution | None = None
+        infeasible: InfeasibleBudgetError | None = None
+        cost = None
+        graph_used = graph
+        for round_no in range(opts.max_rounds):
+            t = time.perf_counter()
+            cost = build_cost_model(tr, graph, hw, allow_offload=self.offload,
+                                    correction_bytes=correction)
+            timings.append((f"cost (round {round_no + 1})", time.perf_counter() - t))
+            g = _with_forced(graph, not_kept, "the emitted policy did not keep it when JAX's "
+                             "residual choice was replayed (verify, level 1)")
+            self._say(f"solving for {budget / GB:g} GB (round {round_no + 1})")
+            t = time.perf_counter()
+            try:
+                sol = self._solves(g, cost, budget, opts.solver)
+                check_solution(g, cost, sol)
+                candidate = sol.assignment
+            except InfeasibleBudgetError as e:
+                infeasible = e
+                if not opts.verify_compile:
+                    break
+                # The model fits nothing: the smallest-memory plan as it really compiles may
+                # fit after all (the model is conservative).
+                candidate, _ = min_peak_assignment(g, cost, opts.solver)
+                sol = None
+            timings.append((f"solve (round {round_no + 1})", time.perf_counter() - t))
+            att = self._attempt(tr, g, cost, candidate, budget)
+            rounds.append(Round(correction_bytes=correction,
+                                predicted_peak_bytes=att.prediction.peak_bytes,
+                                compiled_device_bytes=att.verification.compiled_device_bytes,
+                                status=att.verification.status))
+            graph_used = g
+            if att.not_kept and not set(att.not_kept) <= not_kept:
+                # The plan rests on tensors JAX will not keep: it is wrong, solve without them.
+                not_kept |= set(att.not_kept)
+                continue
+            best = att
+            if sol is None:  # the smallest plan: fits or not, nothing smaller to try
+                if overrules_model(att.verification, budget):
+                    sol = Solution(assignment=att.assignment, status="FEASIBLE",
+                                   objective_s=att.prediction.step_s,
+                                   bound_s=att.prediction.step_s, gap=0.0, wall_s=0.0,
+                                   num_classes=len(g.classes), num_variables=0,
+                                   budget_bytes=budget)
+                    infeasible = None
+                break
+            infeasible = None
+            ver = att.verification
+            if ver.compiled_device_bytes is None or _fits(ver, budget):
+                break
+            # The compiler needs more than the model said: learn the error and solve again.
+            correction += max(1, ver.compiled_device_bytes - att.prediction.peak_bytes)
+        if cost is None:
+            raise AssertionError("max_rounds >= 1 is validated")
+        graph = graph_used
+        compiled_stock = {n: b for n, b in self._stock_bytes.items() if b is not None}
+        baselines = (evaluate_baselines(graph, cost, budget, compiled=compiled_stock)
+                     + self._uniform_baseline(graph, cost, budget))
+        plan_fits = best is not None and sol is not None and (
+            best.verification.compiled_device_bytes is None or _fits(best.verification, budget))
+
+        # Never worse than the stock policies: the fastest stock policy that compiles within
+        # the budget wins over a slower (or unfitting) plan.
+        if opts.compare_stock and opts.verify_compile:
+            plan_step = best.prediction.step_s if plan_fits else math.inf
+            faster = sorted((b for b in baselines if b.applicable and b.name in STOCK
+                             and b.prediction.step_s < plan_step),
+                            key=lambda b: b.prediction.step_s)
+            for b in faster:
+                got = self._stock_fit_bytes(b.name, tr, graph, cost)
+                if got is not None and got <= budget:
+                    if plan_fits:
+                        why = (f"{b.name} is predicted faster than the planner's own plan "
+                               f"({b.prediction.step_s * 1e3:.2f} vs "
+                               f"{best.prediction.step_s * 1e3:.2f} ms) and compiles within "
+                               f"the budget ({got / GB:.3f} of {budget / GB:.3f} GB usable), "
+                               "where the model had it "
+                               f"at {b.prediction.peak_bytes / GB:.3f} GB")
+                    else:
+                        why = (f"the planner's own plan does not fit ({self._plan_miss(best, infeasible)}"
+                               f"), while {b.name} compiles within the budget ({got / GB:.3f} "
+                               f"of {budget / GB:.3f} GB usable)")
+                    baselines = evaluate_baselines(
+                        graph, cost, budget, compiled={n: v for n, v in self._stock_bytes.items()
+                                                       if v is not None}
+                    ) + self._uniform_baseline(graph, cost, budget)
+                    return self._stock_plan(b.name, tr, graph, cost, budget, why, rounds,
+                                            timings, headroom, requested, baselines)
+        if infeasible is not None or best is None or sol is None:
+            raise self._infeasible(requested, budget, headroom, best, infeasible, cost)
+        sol = dataclasses.replace(sol, assignment=best.assignment)
+        plan = Plan(
+            budget_bytes=requested, hardware=hw, trace=tr, graph=graph, cost=cost, solution=sol,
+            prediction=best.prediction, baselines=baselines, emitted=best.emitted,
+            verification=best.verification, rounds=tuple(rounds), timings=tuple(timings),
+            headroom_bytes=headroom, choice="planner", choice_why="",
+        )
+        ver = best.verification
+        if ver.compiled_device_bytes is not None and not _fits(ver, budget):
+            warnings.warn(
+                f"After {len(rounds)} rounds the compiled step still needs "
+                f"{ver.compiled_device_bytes / GB:.3f} GB against a budget of {budget / GB:.3f} "
+                "GB, and no stock policy fits either. The plan is returned for inspection; do "
+                "not run it at this budget. Raise hbm_gb or max_rounds.", PlanWarning, stacklevel=4)
+        failed = [c for c in ver.checks if not c.ok]
+        if failed:
+            warnings.warn("Verification checks failed: " + "; ".join(c.detail for c in failed),
+                          PlanWarning, stacklevel=4)
+        return plan
+
+    @staticmethod
+    def _plan_miss(best: _Attempt | None, infeasible) -> str:
+        if best is not None and best.verification.compiled_device_bytes is not None:
+            return f"it compiles to {best.verification.compiled_device_bytes / GB:.3f} GB"
+        if infeasible is not None:
+            return f"the model's smallest plan needs {infeasible.min_feasible_bytes / GB:.3f} GB"
+        return "not compiled"
+
+    def _infeasible(self, requested, budget, headroom, best, error, cost) -> InfeasibleBudgetError:
+        """The teaching error when nothing fits: the smallest figure any plan or stock policy
+        compiled to, as the budget that works."""
+        hw = self.hardware
+        # Without verify_compile the model is the judge; with it, the compiler's figures.
+        tried = ({n: b for n, b in self._stock_bytes.items() if b is not None}
+                 if self.options.verify_compile else {})
+        if self.options.verify_compile and self.options.compare_stock:
+            # Before saying nothing fits, every applicable stock policy has been compiled.
+            for b in evaluate_baselines(self.graph, cost, budget):
+                if b.applicable and b.name in STOCK and b.name not in tried:
+                    got = self._stock_fit_bytes(b.name, self.trace, self.graph, cost)
+                    if got is not None:
+                        tried[b.name] = got
+        figures = dict(tried)
+        if best is not None and best.verification.compiled_device_bytes is not None:
+            figures["the planner's smallest plan"] = best.verification.compiled_device_bytes
+        if figures:
+            name, need = min(figures.items(), key=lambda kv: kv[1])
+            what = f"the smallest of the plans tried compiles to {need / GB:.3f} GB ({name})"
+        else:
+            need = error.min_feasible_bytes if error is not None else float(budget)
+            what = f"the model's smallest plan needs {need / GB:.3f} GB (not compiled)"
+        need_req = requested_for(need, hw, io_bytes(self.trace))
+        note = (f"\nNote: of hbm_gb={requested / GB:g} the planner plans to {budget / GB:.3f} GB, "
+                f"leaving {headroom / GB:.3f} GB free: {headroom_why(hw)}."
+                if headroom else "")
+        return InfeasibleBudgetError(
+            f"No plan fits {budget / GB:.3f} GB: {what}"
+            + (f" (the model's lower bound for any plan: {error.min_feasible_bytes / GB:.3f} GB)"
+               if error is not None else "") + ".\n"
+            f"Why: {cost.fixed_bytes / GB:.3f} GB do not depend on the plan (parameters, "
+            "optimizer state, batch, outputs, activations outside checkpoint regions, compiler "
+            "buffers), and the backward pass of a layer needs its working set.\n"
+            f"Fix: pass hbm_gb >= {math.ceil(need_req / 1e6) / 1000:.3f}, or shrink what is "
+            "fixed (smaller batch per device, sharded parameters and optimizer state, donated "
+            "state)." + note,
+            budget_bytes=requested, min_feasible_bytes=need_req)
+
+
+# ------------------------------------------------------------------------------ the verbs
+
+def solve(step_fn: Callable, *example_args, hbm_gb: float, hardware="h200",
+          options: PlanOptions | None = None,
+          progress: Callable[[str], None] | None = None, **option_fields) -> Plan:
+    """Plan what the backward pass of ``step_fn(*example_args)`` keeps, under ``hbm_gb``.
+
+    Args:
+      step_fn: the train step (loss, gradient and update), unmodified.
+      example_args: arrays or ``jax.ShapeDtypeStruct``s, as the step takes them.
+      hbm_gb: device memory budget per device, GB (10^9 bytes).
+      hardware: a profile name (``planner.list_profiles()``), a JSON file, or a profile.
+      options: :class:`planner.PlanOptions`; or its fields as keywords (``allow_offload``,
+        ``verify_compile``, ``max_rounds``, ``layer_groups``, ``solver_time_limit_s``, ...).
+      progress: called with a short message as each slow stage starts; None: silent.
+    """
+    b = _validate_budget(hbm_gb)
+    return Planner(step_fn, *example_args, hardware=hardware, options=options,
+                   progress=progress, **option_fields).plan(b)
+
+
+def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
+           options: PlanOptions | None = None, points: int = 5,
+           progress: Callable[[str], None] | None = None, **option_fields) -> list:
+    """Plans for several budgets from one trace: ``[Plan or PlannerError per budget]``
+    (:meth:`Planner.pareto`)."""
+    if hbm_gb is not None:
+        budgets = list(hbm_gb) if isinstance(hbm_gb, (list, tuple)) else [hbm_gb]
+        if not budgets:
+            raise InvalidArgumentError("hbm_gb is an empty list; give at least one budget in GB.")
+        for b in budgets:
+            _validate_budget(b)
+    return Planner(step_fn, *example_args, hardware=hardware, options=options,
+                   progress=progress, **option_fields).pareto(hbm_gb, points=points)
