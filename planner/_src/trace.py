@@ -538,10 +538,15 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
 
 
 def _policy_text(policy) -> str:
+    """How the report names the policy the user's code passed: a dataclass policy's repr, a
+    closure by the function that made it (``save_only_these_names`` on JAX 0.12, whose
+    policies are closures; JAX 0.10 returns a ``SaveOnlyTheseNames`` object)."""
     if policy is None:
         return "nothing_saveable (default)"
+    if dataclasses.is_dataclass(policy):
+        return repr(policy)
     name = getattr(policy, "__qualname__", None) or type(policy).__name__
-    return repr(policy) if dataclasses.is_dataclass(policy) else name
+    return name.split(".<locals>.")[0]
 
 
 def compiled_figures(compiled, step_jaxpr=None, text: str | None = None) -> CompiledFigures:
@@ -750,15 +755,18 @@ def trace_step(step_fn: Callable, args: Sequence[Any], *, split_call_sites: bool
 
 
 def _shard_nbytes(x) -> int:
-    """Bytes of one argument on one device: its sharding's shard shape when it has one."""
+    """Bytes of one argument on one device: its sharding's shard shape when it has one
+    (typed PRNG keys count their key data: their dtype carries its itemsize)."""
     sharding = getattr(x, "sharding", None)
     shape = tuple(getattr(x, "shape", ()))
     try:
         local = tuple(sharding.shard_shape(shape)) if sharding is not None else shape
-    except Exception:  # no concrete shard shape (abstract mesh): count it whole
+    except Exception:  # noqa: BLE001  (no concrete shard shape, e.g. an abstract mesh)
         local = shape
     dtype = getattr(x, "dtype", None)
-    return 0 if dtype is None else int(math.prod(local)) * np.dtype(dtype).itemsize
+    if dtype is None:
+        return 0
+    return adapter.nbytes(jax.ShapeDtypeStruct(local, dtype))
 
 
 def _refuse_nested(bound) -> None:
