@@ -35,6 +35,7 @@ HARDWARE = ("h200", "gb200")
 def _one(model: str, hardware: str, fraction: float, profile: bool, n_devices: int) -> dict:
     """Plan one (model, hardware) in this process; returns the figures as a dict."""
     import jax
+
     jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_num_cpu_devices", n_devices)
     import resource
@@ -47,22 +48,28 @@ def _one(model: str, hardware: str, fraction: float, profile: bool, n_devices: i
     cfg = F.CONFIGS[model]
     hw = cm.load_profile(hardware)
     budget_gb = fraction * hw.hbm_bytes / 1e9
-    out = {"model": model, "hardware": hardware, "budget_gb": budget_gb,
-           "params_b": F.param_count(cfg) / 1e9, "mesh": list(cfg.mesh_shape),
-           "per_device_batch": cfg.per_device_batch, "seq": cfg.seq,
-           "global_batch": cfg.batch}
+    out = {
+        "model": model,
+        "hardware": hardware,
+        "budget_gb": budget_gb,
+        "params_b": F.param_count(cfg) / 1e9,
+        "mesh": list(cfg.mesh_shape),
+        "per_device_batch": cfg.per_device_batch,
+        "seq": cfg.seq,
+        "global_batch": cfg.batch,
+    }
     t0 = time.perf_counter()
     step, args = F.make_train_step(cfg)
     out["build_s"] = time.perf_counter() - t0
     prof = None
     if profile:
         import cProfile
+
         prof = cProfile.Profile()
         prof.enable()
     t0 = time.perf_counter()
     try:
-        plan = planner.solve(step, *args, hbm_gb=budget_gb, hardware=hardware,
-                             verify_compile=False)
+        plan = planner.solve(step, *args, hbm_gb=budget_gb, hardware=hardware, verify_compile=False)
     except planner.InfeasibleBudgetError as e:
         out["status"] = "infeasible"
         out["min_feasible_gb"] = e.min_feasible_bytes / 1e9
@@ -76,6 +83,7 @@ def _one(model: str, hardware: str, fraction: float, profile: bool, n_devices: i
     if prof is not None:
         import io
         import pstats
+
         prof.disable()
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(25)
@@ -84,7 +92,8 @@ def _one(model: str, hardware: str, fraction: float, profile: bool, n_devices: i
     if plan is not None:
         rep = build_report(plan)
         out.update(
-            status=plan.solution.status, gap=plan.solution.gap,
+            status=plan.solution.status,
+            gap=plan.solution.gap,
             timings={k: v for k, v in plan.timings},
             predicted_peak_gb=plan.prediction.peak_bytes / 1e9,
             predicted_step_s=plan.prediction.step_s,
@@ -97,17 +106,31 @@ def _one(model: str, hardware: str, fraction: float, profile: bool, n_devices: i
             candidates=sum(len(r.region.candidates) for r in plan.graph.regions),
             classes=len(plan.graph.classes),
             solver_variables=plan.solution.num_variables,
-            decisions=[{"label": r.label, "decision": r.decision,
-                        "gb_per_step": r.nbytes_per_step / 1e9, "members": r.members}
-                       for r in rep.rows],
-            baselines=[{"name": b.name, "peak_gb": b.prediction.peak_bytes / 1e9,
-                        "step_s": b.prediction.step_s} for b in plan.baselines],
+            decisions=[
+                {
+                    "label": r.label,
+                    "decision": r.decision,
+                    "gb_per_step": r.nbytes_per_step / 1e9,
+                    "members": r.members,
+                }
+                for r in rep.rows
+            ],
+            baselines=[
+                {
+                    "name": b.name,
+                    "peak_gb": b.prediction.peak_bytes / 1e9,
+                    "step_s": b.prediction.step_s,
+                }
+                for b in plan.baselines
+            ],
         )
         # How big one named candidate is in the trace (global or per-device shapes?).
         for c in plan.candidates():
             if c["name"] == "decoder_layer_input":
-                out["decoder_layer_input"] = {"shape": list(c["shape"]),
-                                              "bytes_per_trip": c["bytes_per_trip"]}
+                out["decoder_layer_input"] = {
+                    "shape": list(c["shape"]),
+                    "bytes_per_trip": c["bytes_per_trip"],
+                }
                 break
     return out
 
@@ -133,58 +156,78 @@ def _machine() -> str:
 
 
 def _table(rows: list[dict]) -> str:
-    head = ("| model | hardware | budget/device GB | status | plan wall s | trace+anchors s | "
-            "solve s | peak RSS GB | predicted peak/device GB | predicted step s | classes | "
-            "candidates |")
+    head = (
+        "| model | hardware | budget/device GB | status | plan wall s | trace+anchors s | "
+        "solve s | peak RSS GB | predicted peak/device GB | predicted step s | classes | "
+        "candidates |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         t = r.get("timings", {})  # absent when the planner raised (infeasible budget)
         trace_s = f"{t['trace + anchor compile']:.1f}" if t else "-"
         solve_s = f"{sum(v for k, v in t.items() if k.startswith('solve')):.2f}" if t else "-"
-        peak = f"{r['predicted_peak_gb']:.1f}" if "predicted_peak_gb" in r else (
-            f"(needs >= {r['min_feasible_gb']:.1f})" if "min_feasible_gb" in r else "-")
+        peak = (
+            f"{r['predicted_peak_gb']:.1f}"
+            if "predicted_peak_gb" in r
+            else (f"(needs >= {r['min_feasible_gb']:.1f})" if "min_feasible_gb" in r else "-")
+        )
         step = f"{r['predicted_step_s']:.3f}" if "predicted_step_s" in r else "-"
         lines.append(
             f"| {r['model']} | {r['hardware']} | {r['budget_gb']:.1f} | {r.get('status', '?')} | "
             f"{r.get('plan_s', float('nan')):.1f} | "
             f"{trace_s} | {solve_s} | "
             f"{r.get('peak_rss_gb', float('nan')):.2f} | {peak} | {step} | "
-            f"{r.get('classes', '-')} | {r.get('candidates', '-')} |")
+            f"{r.get('classes', '-')} | {r.get('candidates', '-')} |"
+        )
     return "\n".join(lines)
 
 
 def _summary(r: dict) -> str:
     out = [f"#### {r['model']} on {r['hardware']} (budget {r['budget_gb']:.1f} GB per device)", ""]
-    out.append(f"- parameters: {r['params_b']:.1f} B; mesh fsdp x tensor = "
-               f"{r['mesh'][0]} x {r['mesh'][1]}; batch {r['global_batch']} x {r['seq']} "
-               f"({r['per_device_batch']} sequence(s) per fsdp shard)")
+    out.append(
+        f"- parameters: {r['params_b']:.1f} B; mesh fsdp x tensor = "
+        f"{r['mesh'][0]} x {r['mesh'][1]}; batch {r['global_batch']} x {r['seq']} "
+        f"({r['per_device_batch']} sequence(s) per fsdp shard)"
+    )
     if "error" in r:
         out.append(f"- planner: {r['status']}: {r['error']}")
     if "predicted_peak_gb" in r:
-        out.append(f"- solver: {r['status']} (gap {r['gap']:.3g}), {r['classes']} classes, "
-                   f"{r['candidates']} candidates in {r['regions']} region(s), "
-                   f"{r['solver_variables']} CP-SAT variables")
-        out.append(f"- predicted peak per device {r['predicted_peak_gb']:.2f} GB "
-                   f"(fixed {r['fixed_gb']:.2f} GB; anchor compile: arguments "
-                   f"{r['argument_gb_per_device']:.2f} GB/device, "
-                   f"temp {r['anchor_temp_gb']:.2f} GB); "
-                   f"host {r['host_gb']:.2f} GB; predicted step {r['predicted_step_s']:.3f} s")
+        out.append(
+            f"- solver: {r['status']} (gap {r['gap']:.3g}), {r['classes']} classes, "
+            f"{r['candidates']} candidates in {r['regions']} region(s), "
+            f"{r['solver_variables']} CP-SAT variables"
+        )
+        out.append(
+            f"- predicted peak per device {r['predicted_peak_gb']:.2f} GB "
+            f"(fixed {r['fixed_gb']:.2f} GB; anchor compile: arguments "
+            f"{r['argument_gb_per_device']:.2f} GB/device, "
+            f"temp {r['anchor_temp_gb']:.2f} GB); "
+            f"host {r['host_gb']:.2f} GB; predicted step {r['predicted_step_s']:.3f} s"
+        )
         if "decoder_layer_input" in r:
             d = r["decoder_layer_input"]
-            out.append(f"- candidate `decoder_layer_input`: shape {tuple(d['shape'])}, "
-                       f"{d['bytes_per_trip'] / 1e9:.3f} GB per trip as the trace counts it")
+            out.append(
+                f"- candidate `decoder_layer_input`: shape {tuple(d['shape'])}, "
+                f"{d['bytes_per_trip'] / 1e9:.3f} GB per trip as the trace counts it"
+            )
         counts: dict[str, int] = {}
         for d in r["decisions"]:
             counts[d["decision"]] = counts.get(d["decision"], 0) + 1
         out.append("- decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
         named = [d for d in r["decisions"] if "[" not in d["label"]]
         if named:
-            out.append("- named tensors: " + ", ".join(
-                f"`{d['label']}` {d['decision']}" for d in named))
-        out.append("- baselines (predicted peak GB / step s): " + ", ".join(
-            f"{b['name']} {b['peak_gb']:.1f} / {b['step_s']:.3f}" for b in r["baselines"]))
-        out.append("- planner stages (s): " + ", ".join(
-            f"{k} {v:.2f}" for k, v in r["timings"].items()))
+            out.append(
+                "- named tensors: " + ", ".join(f"`{d['label']}` {d['decision']}" for d in named)
+            )
+        out.append(
+            "- baselines (predicted peak GB / step s): "
+            + ", ".join(
+                f"{b['name']} {b['peak_gb']:.1f} / {b['step_s']:.3f}" for b in r["baselines"]
+            )
+        )
+        out.append(
+            "- planner stages (s): " + ", ".join(f"{k} {v:.2f}" for k, v in r["timings"].items())
+        )
     return "\n".join(out)
 
 
@@ -206,35 +249,74 @@ def main(argv=None) -> int:
     rows = []
     for model in a.models:
         for hw in a.hardware:
-            cmd = [sys.executable, os.path.abspath(__file__), "--one", model, hw,
-                   "--budget-fraction", str(a.budget_fraction)]
+            cmd = [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--one",
+                model,
+                hw,
+                "--budget-fraction",
+                str(a.budget_fraction),
+            ]
             cmd += ["--profile"] if a.profile else []
             print(f"planning {model} on {hw} ...", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
             try:
-                p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                                   timeout=a.timeout, env={**os.environ, "PYTHONPATH": ROOT})
+                p = subprocess.run(
+                    cmd,
+                    cwd=ROOT,
+                    capture_output=True,
+                    text=True,
+                    timeout=a.timeout,
+                    env={**os.environ, "PYTHONPATH": ROOT},
+                )
                 lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-                r = json.loads(lines[-1]) if lines else {
-                    "model": model, "hardware": hw, "budget_gb": float("nan"),
-                    "status": f"crashed rc={p.returncode}", "error": p.stderr.strip()[-500:]}
+                r = (
+                    json.loads(lines[-1])
+                    if lines
+                    else {
+                        "model": model,
+                        "hardware": hw,
+                        "budget_gb": float("nan"),
+                        "status": f"crashed rc={p.returncode}",
+                        "error": p.stderr.strip()[-500:],
+                    }
+                )
             except subprocess.TimeoutExpired:
-                r = {"model": model, "hardware": hw, "budget_gb": float("nan"),
-                     "status": f"timeout {a.timeout:.0f} s"}
+                r = {
+                    "model": model,
+                    "hardware": hw,
+                    "budget_gb": float("nan"),
+                    "status": f"timeout {a.timeout:.0f} s",
+                }
             r["process_s"] = time.perf_counter() - t0
             rows.append(r)
-            print(f"  {r.get('status')} in {r.get('plan_s', float('nan')):.1f} s, "
-                  f"RSS {r.get('peak_rss_gb', float('nan')):.2f} GB", file=sys.stderr, flush=True)
-    md = [f"Command: `python benchmarks/frontier.py {' '.join(argv or sys.argv[1:])}`".rstrip(),
-          f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
-          f"Machine: {_machine()}; load average (1, 5, 15 min) at the end: "
-          + ", ".join(f"{x:.2f}" for x in os.getloadavg()), "", _table(rows), ""]
+            print(
+                f"  {r.get('status')} in {r.get('plan_s', float('nan')):.1f} s, "
+                f"RSS {r.get('peak_rss_gb', float('nan')):.2f} GB",
+                file=sys.stderr,
+                flush=True,
+            )
+    md = [
+        f"Command: `python benchmarks/frontier.py {' '.join(argv or sys.argv[1:])}`".rstrip(),
+        f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"Machine: {_machine()}; load average (1, 5, 15 min) at the end: "
+        + ", ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "",
+        _table(rows),
+        "",
+    ]
     md += [_summary(r) + "\n" for r in rows]
     if a.profile:
         for r in rows:
             if "cprofile" in r:
-                md += [f"cProfile, {r['model']} on {r['hardware']} (cumulative, top 25):",
-                       "```", r["cprofile"].strip(), "```", ""]
+                md += [
+                    f"cProfile, {r['model']} on {r['hardware']} (cumulative, top 25):",
+                    "```",
+                    r["cprofile"].strip(),
+                    "```",
+                    "",
+                ]
     text = "\n".join(md)
     print(text)
     if a.out:

@@ -31,8 +31,9 @@ from planner._src.solve import SolverOptions, solve_assignment  # noqa: E402
 def check(seed: int) -> str | None:
     rnd = random.Random(seed)
     n_classes = rnd.randint(1, 6)
-    graph, cost = random_problem(seed, n_nodes=rnd.randint(2, 14), n_regions=rnd.randint(1, 3),
-                                 n_classes=n_classes)
+    graph, cost = random_problem(
+        seed, n_nodes=rnd.randint(2, 14), n_regions=rnd.randint(1, 3), n_classes=n_classes
+    )
     lo = evaluate(cost, graph, Assignment.of({})).peak_bytes
     hi = evaluate(cost, graph, Assignment.of({c.key: "save" for c in graph.classes})).peak_bytes
     budget = rnd.uniform(0.8 * min(lo, hi), 1.1 * max(lo, hi))
@@ -59,8 +60,11 @@ def check(seed: int) -> str | None:
         return f"seed {seed}: solver {pred.step_s} worse than brute force {best[1].step_s}"
     for d in ("save", "remat", "offload"):
         b = evaluate(cost, graph, Assignment.of({c.key: d for c in graph.classes}))
-        if b.peak_bytes <= budget and b.host_bytes <= cost.host_cap_bytes and \
-                pred.step_s > b.step_s + 1e-9:
+        if (
+            b.peak_bytes <= budget
+            and b.host_bytes <= cost.host_cap_bytes
+            and pred.step_s > b.step_s + 1e-9
+        ):
             return f"seed {seed}: worse than all-{d}"
     return None
 
@@ -74,9 +78,11 @@ def main():
     t = time.perf_counter()
     failures = [f for f in (check(s) for s in range(a.start, a.start + a.n)) if f]
     wall = time.perf_counter() - t
-    text = (f"# Solver fuzz run\n\nCommand: `python benchmarks/fuzz.py --n {a.n} --start {a.start}`"
-            f"\nDate: {time.strftime('%Y-%m-%d')}; machine: 2-core CPU (the project's CI kind).\n\n"
-            f"{a.n} random problems, {len(failures)} failures, {wall:.1f} s.\n")
+    text = (
+        f"# Solver fuzz run\n\nCommand: `python benchmarks/fuzz.py --n {a.n} --start {a.start}`"
+        f"\nDate: {time.strftime('%Y-%m-%d')}; machine: 2-core CPU (the project's CI kind).\n\n"
+        f"{a.n} random problems, {len(failures)} failures, {wall:.1f} s.\n"
+    )
     text += "".join(f"- {f}\n" for f in failures)
     print(text)
     if a.out:

@@ -51,13 +51,19 @@ def _policy_from_spec(spec: dict):
         return STOCK[spec["name"]][0]()
     if spec["kind"] == "names":
         from jax.ad_checkpoint import checkpoint_policies as cp
+
         return cp.save_and_offload_only_these_names(
-            names_which_can_be_saved=spec["save"], names_which_can_be_offloaded=spec["offload"],
-            offload_src="device", offload_dst="pinned_host")
+            names_which_can_be_saved=spec["save"],
+            names_which_can_be_offloaded=spec["offload"],
+            offload_src="device",
+            offload_dst="pinned_host",
+        )
     if spec["kind"] == "plan":
         from planner._src.emit import policies_for
-        policy, _, _, per_group, _ = policies_for(Assignment.of(dict(spec["decisions"])),
-                                                 dict(spec["names"]))
+
+        policy, _, _, per_group, _ = policies_for(
+            Assignment.of(dict(spec["decisions"])), dict(spec["names"])
+        )
         # A per-layer-group plan whose groups differ: one policy per scan (layer_groups).
         return policy if policy is not None else per_group
     raise ValueError(spec)
@@ -83,11 +89,14 @@ def run_worker(job: dict) -> dict:
     step, args = module.make_train_step(cfg, concrete=True)
     if job.get("forward_only"):  # the loss alone: per-layer forward time from two depths
         from examples.llama import lm_loss
+
         loss_of = lm_loss(lambda params, tokens: module.forward(cfg, params, tokens))
 
         def step(state, batch):
             return state, loss_of(state["params"], batch)
+
     from planner._src.emit import flags_to_compiler_options
+
     opts = flags_to_compiler_options(job.get("flags", ""))
     t0 = time.perf_counter()
     lowered = jax.jit(step, donate_argnums=(0,)).lower(*args)
@@ -96,8 +105,10 @@ def run_worker(job: dict) -> dict:
     m = compiled.memory_analysis()
     res = {
         "compile_s": compile_s,
-        "argument_bytes": m.argument_size_in_bytes, "output_bytes": m.output_size_in_bytes,
-        "alias_bytes": m.alias_size_in_bytes, "temp_bytes": m.temp_size_in_bytes,
+        "argument_bytes": m.argument_size_in_bytes,
+        "output_bytes": m.output_size_in_bytes,
+        "alias_bytes": m.alias_size_in_bytes,
+        "temp_bytes": m.temp_size_in_bytes,
         "host_temp_bytes": getattr(m, "host_temp_size_in_bytes", 0),
         **_hlo_counts(compiled.as_text()),
     }
@@ -111,13 +122,16 @@ def run_worker(job: dict) -> dict:
             times.append(time.perf_counter() - t)
     stats = jax.devices()[0].memory_stats() or {}
     tokens = cfg.batch * cfg.seq
-    res.update({
-        "step_ms_median": 1e3 * statistics.median(times), "step_ms_all": [1e3 * t for t in times],
-        "tokens_per_s": tokens / statistics.median(times),
-        "peak_bytes_in_use": stats.get("peak_bytes_in_use"),
-        "bytes_limit": stats.get("bytes_limit"),
-        "loss": float(np.asarray(loss)),
-    })
+    res.update(
+        {
+            "step_ms_median": 1e3 * statistics.median(times),
+            "step_ms_all": [1e3 * t for t in times],
+            "tokens_per_s": tokens / statistics.median(times),
+            "peak_bytes_in_use": stats.get("peak_bytes_in_use"),
+            "bytes_limit": stats.get("bytes_limit"),
+            "loss": float(np.asarray(loss)),
+        }
+    )
     return res
 
 
@@ -138,7 +152,9 @@ def run_layer_worker(job: dict) -> dict:
     policy = _policy_from_spec(job["policy"])
     params = llama.init_params(dataclasses.replace(cfg, n_layers=1), jax.random.key(0))
     layer_w = jax.tree.map(lambda w: w[0], params["layers"])
-    x = jax.random.normal(jax.random.key(1), (cfg.batch, cfg.seq, cfg.d_model), jnp.dtype(cfg.dtype))
+    x = jax.random.normal(
+        jax.random.key(1), (cfg.batch, cfg.seq, cfg.d_model), jnp.dtype(cfg.dtype)
+    )
     pos = jnp.broadcast_to(jnp.arange(cfg.seq), (cfg.batch, cfg.seq))
     body = functools.partial(llama.decoder_layer, cfg)
 
@@ -149,7 +165,9 @@ def run_layer_worker(job: dict) -> dict:
     fwd = jax.jit(lambda x, w: body(x, w, pos))
     both = jax.jit(jax.grad(functools.partial(loss, policy=policy), argnums=(0, 1)))
 
-    def timeit(f, n=job.get("steps", 10)):
+    steps = job.get("steps", 10)
+
+    def timeit(f, n=steps):
         jax.block_until_ready(f(x, layer_w))
         ts = []
         for _ in range(n):
@@ -167,20 +185,24 @@ def run_layer_worker(job: dict) -> dict:
     cmod = build_cost_model(tr, g, hw, allow_offload=True)
     pred = evaluate(cmod, g, policy_assignment(g, planned, (x, layer_w), policy))
     rc = cmod.regions[0]
-    res.update({"pred_fwd_ms": 1e3 * rc.fwd_s,
-                "pred_fwd_bwd_ms": 1e3 * (rc.fwd_s + rc.bwd_s + pred.recompute_s
-                                          + pred.exposed_transfer_s),
-                "pred_recompute_ms": 1e3 * pred.recompute_s,
-                "pred_exposed_ms": 1e3 * pred.exposed_transfer_s,
-                "unknown_primitives": list(cmod.unknown_primitives)})
+    res.update(
+        {
+            "pred_fwd_ms": 1e3 * rc.fwd_s,
+            "pred_fwd_bwd_ms": 1e3
+            * (rc.fwd_s + rc.bwd_s + pred.recompute_s + pred.exposed_transfer_s),
+            "pred_recompute_ms": 1e3 * pred.recompute_s,
+            "pred_exposed_ms": 1e3 * pred.exposed_transfer_s,
+            "unknown_primitives": list(cmod.unknown_primitives),
+        }
+    )
     return res
 
 
 def run_plan_worker(job: dict) -> dict:
     """Plan the benchmark model for several budgets on this device; plans as job specs."""
-    import planner
-
     import jax
+
+    import planner
 
     module, cfg = _model(job)
     step, ex = module.make_train_step(cfg)
@@ -190,27 +212,45 @@ def run_plan_worker(job: dict) -> dict:
     step = jax.jit(step, donate_argnums=(0,))
     t = time.perf_counter()
     auto = job["budgets"] == "auto"
-    plans = planner.pareto(step, *ex, hbm_gb=None if auto else job["budgets"],
-                           hardware=job["hardware"], solver_time_limit_s=20,
-                           verify_compile=True)  # compiled on this GPU; corrected if over
+    plans = planner.pareto(
+        step,
+        *ex,
+        hbm_gb=None if auto else job["budgets"],
+        hardware=job["hardware"],
+        solver_time_limit_s=20,
+        verify_compile=True,
+    )  # compiled on this GPU; corrected if over
     # Auto: budgets of 10 GB and more rounded up to a tenth of a GB for the table (the plans
     # were made for the exact ones, a little below).
-    budgets = ([math.ceil(p.budget_bytes / 1e8) / 10 if p.budget_bytes >= 1e10
-                else p.budget_bytes / 1e9 for p in plans] if auto else job["budgets"])
+    budgets = (
+        [
+            math.ceil(p.budget_bytes / 1e8) / 10 if p.budget_bytes >= 1e10 else p.budget_bytes / 1e9
+            for p in plans
+        ]
+        if auto
+        else job["budgets"]
+    )
     out = {}
     for b, p in zip(budgets, plans):
         if isinstance(p, Exception):
             out[str(b)] = {"error": str(p)[:1500]}
             continue
         out[str(b)] = {
-            "policy": {"kind": "plan", "decisions": [list(x) for x in p.assignment.decisions],
-                       "names": {c.key: c.name for c in p.graph.classes}},
-            "flags": p.xla_flags, "policy_source": p.emitted.policy_source,
-            "decisions": p.decisions(), "predicted_peak": p.prediction.peak_bytes,
-            "predicted_step_ms": p.prediction.step_s * 1e3, "fixed_bytes": p.prediction.fixed_bytes,
+            "policy": {
+                "kind": "plan",
+                "decisions": [list(x) for x in p.assignment.decisions],
+                "names": {c.key: c.name for c in p.graph.classes},
+            },
+            "flags": p.xla_flags,
+            "policy_source": p.emitted.policy_source,
+            "decisions": p.decisions(),
+            "predicted_peak": p.prediction.peak_bytes,
+            "predicted_step_ms": p.prediction.step_s * 1e3,
+            "fixed_bytes": p.prediction.fixed_bytes,
             "anchor_device_bytes": p.trace.anchor.device_bytes,
-            "baselines": {x.name: [x.prediction.peak_bytes, x.prediction.step_s * 1e3]
-                          for x in p.baselines},
+            "baselines": {
+                x.name: [x.prediction.peak_bytes, x.prediction.step_s * 1e3] for x in p.baselines
+            },
             "plan_budget_bytes": p.budget_bytes,
             # The verify stage's compile (under the plan's flags; exact on GPU): the peak the
             # planner checked before the run, beside the model's predicted_peak.
@@ -222,24 +262,30 @@ def run_plan_worker(job: dict) -> dict:
         for x in first.baselines:
             rc, rp = first.cost.regions[0], x.prediction.regions[0]
             per_layer[x.name] = {
-                "fwd_ms": 1e3 * rc.fwd_s, "bwd_ms": 1e3 * rc.bwd_s,
+                "fwd_ms": 1e3 * rc.fwd_s,
+                "bwd_ms": 1e3 * rc.bwd_s,
                 "recompute_ms": 1e3 * rp.recompute_s,
                 "exposed_ms": 1e3 * (rp.exposed_fwd_s + rp.exposed_bwd_s),
-                "layer_ms": 1e3 * (rc.fwd_s + rc.bwd_s + rp.recompute_s + rp.exposed_fwd_s
-                                   + rp.exposed_bwd_s),
+                "layer_ms": 1e3
+                * (rc.fwd_s + rc.bwd_s + rp.recompute_s + rp.exposed_fwd_s + rp.exposed_bwd_s),
                 "step_ms": 1e3 * x.prediction.step_s,
             }
     # Stock policies that make the same decision for every tensor class compile to the same
     # program (e.g. dots_saveable and dots_with_no_batch_dims_saveable when the only batched
     # dots are inside cuDNN attention): the driver measures each distinct one once.
     same = {x.name: json.dumps(x.assignment.decisions) for x in first.baselines} if first else {}
-    return {"plans": out, "per_layer": per_layer, "stock_assignments": same,
-            "wall_s": time.perf_counter() - t,
-            "unknown_primitives": list(first.cost.unknown_primitives) if first else []}
+    return {
+        "plans": out,
+        "per_layer": per_layer,
+        "stock_assignments": same,
+        "wall_s": time.perf_counter() - t,
+        "unknown_primitives": list(first.cost.unknown_primitives) if first else [],
+    }
 
 
 def spawn(job: dict, out_dir: Path, timeout: float) -> dict:
     import tempfile
+
     path = Path(tempfile.gettempdir()) / f"gpu-bench-job-{os.getpid()}-{job['id']}.json"
     path.write_text(json.dumps(job))
     env = dict(os.environ)
@@ -256,8 +302,13 @@ def spawn(job: dict, out_dir: Path, timeout: float) -> dict:
         env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{job['mem_fraction']:.4f}"
     t = time.perf_counter()
     try:
-        p = subprocess.run([sys.executable, __file__, "worker", str(path)], env=env,
-                           capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(
+            [sys.executable, __file__, "worker", str(path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         ok = p.returncode == 0
         tail = (p.stdout + p.stderr)[-1500:]
         result = json.loads(p.stdout.strip().splitlines()[-1]) if ok else None
@@ -265,8 +316,13 @@ def spawn(job: dict, out_dir: Path, timeout: float) -> dict:
         ok, tail, result = False, "timeout", None
     except (json.JSONDecodeError, IndexError):
         ok, result = False, None
-    return {"job": job, "ok": ok, "wall_s": time.perf_counter() - t, "result": result,
-            "tail": None if ok else tail}
+    return {
+        "job": job,
+        "ok": ok,
+        "wall_s": time.perf_counter() - t,
+        "result": result,
+        "tail": None if ok else tail,
+    }
 
 
 class Driver:
@@ -296,13 +352,34 @@ class Driver:
         return r
 
 
-BENCH = dict(vocab=32000, d_model=4096, n_heads=32, n_kv_heads=8, d_ff=14336, n_layers=8,
-             batch=8, seq=4096, dtype="bfloat16")
+BENCH = dict(
+    vocab=32000,
+    d_model=4096,
+    n_heads=32,
+    n_kv_heads=8,
+    d_ff=14336,
+    n_layers=8,
+    batch=8,
+    seq=4096,
+    dtype="bfloat16",
+)
 # examples/moe.py H200_BENCH: 64 routed experts top-6 + a shared expert, 32k tokens, 8 layers,
 # capacity dispatch (the dropless ragged_dot form compiles to 233 GB on the GPU: moe.py).
-MOE_BENCH = dict(vocab=32000, d_model=2048, n_heads=16, n_kv_heads=16, d_expert=1408,
-                 d_shared=2816, n_experts=64, top_k=6, n_layers=8, batch=8, seq=4096,
-                 dtype="bfloat16", dispatch="capacity")
+MOE_BENCH = dict(
+    vocab=32000,
+    d_model=2048,
+    n_heads=16,
+    n_kv_heads=16,
+    d_expert=1408,
+    d_shared=2816,
+    n_experts=64,
+    top_k=6,
+    n_layers=8,
+    batch=8,
+    seq=4096,
+    dtype="bfloat16",
+    dispatch="capacity",
+)
 if os.environ.get("GPU_BENCH_DRY_RUN"):  # a CPU dry run of the whole script, tiny model
     BENCH = dict(n_layers=2)
     MOE_BENCH = dict(n_layers=2, dispatch="capacity")
@@ -312,11 +389,20 @@ DOTS = ["query_proj", "key_proj", "value_proj", "out_proj", "mlpwi_0", "mlpwi_1"
 def probe(args):
     d = Driver(Path(args.out), args.budget_s)
     import jax
-    d.record("env", {"jax": jax.__version__, "device": str(jax.devices()[0]),
-                     "kind": jax.devices()[0].device_kind, "date": time.strftime("%Y-%m-%d")})
+
+    d.record(
+        "env",
+        {
+            "jax": jax.__version__,
+            "device": str(jax.devices()[0]),
+            "kind": jax.devices()[0].device_kind,
+            "date": time.strftime("%Y-%m-%d"),
+        },
+    )
     # 1. Calibration of the live device (matrix rate, HBM, link both ways, overlap).
     try:
         import cost_models as cm
+
         t = time.perf_counter()
         prof = cm.calibrate(out_path=str(Path(args.out) / "h200-calibrated.json"), base="h200")
         d.record("calibration", {"profile": prof.to_json(), "wall_s": time.perf_counter() - t})
@@ -325,12 +411,24 @@ def probe(args):
     # 2. One layer: measured vs predicted forward and forward+backward, per policy.
     hw = str(Path(args.out) / "h200-calibrated.json")
     hw = hw if Path(hw).exists() else "h200"
-    for pname, pol in (("full_remat", {"kind": "stock", "name": "nothing_saveable"}),
-                       ("save_dots", {"kind": "names", "save": DOTS, "offload": []}),
-                       ("offload_wi0", {"kind": "names", "offload": ["mlpwi_0"],
-                                        "save": [n for n in DOTS if n != "mlpwi_0"]})):
-        d.job({"type": "layer", "name": f"layer:{pname}", "config": BENCH, "policy": pol,
-               "hardware": hw, "steps": 10})
+    for pname, pol in (
+        ("full_remat", {"kind": "stock", "name": "nothing_saveable"}),
+        ("save_dots", {"kind": "names", "save": DOTS, "offload": []}),
+        (
+            "offload_wi0",
+            {"kind": "names", "offload": ["mlpwi_0"], "save": [n for n in DOTS if n != "mlpwi_0"]},
+        ),
+    ):
+        d.job(
+            {
+                "type": "layer",
+                "name": f"layer:{pname}",
+                "config": BENCH,
+                "policy": pol,
+                "hardware": hw,
+                "steps": 10,
+            }
+        )
     # 3. Flag sweep on offload policies, and the save-dots reference.
     sets = json.loads((ROOT / "benchmarks" / "flag_sets.json").read_text())
     chosen = [s for s in sets if s["name"] in args.flag_sets.split(",")]
@@ -342,8 +440,16 @@ def probe(args):
     d.job({"name": "save_dots", "config": BENCH, "policy": save_dots, "steps": 5})
     for fs in chosen:
         for pname, pol in (("offload_wi0", off_wi0), ("offload_dots", off_dots)):
-            d.job({"name": f"{pname}@{fs['name']}", "config": BENCH, "policy": pol,
-                   "flags": fs["xla_flags"], "env": fs.get("env", {}), "steps": 5})
+            d.job(
+                {
+                    "name": f"{pname}@{fs['name']}",
+                    "config": BENCH,
+                    "policy": pol,
+                    "flags": fs["xla_flags"],
+                    "env": fs.get("env", {}),
+                    "steps": 5,
+                }
+            )
 
 
 def compare(args):
@@ -359,8 +465,17 @@ def compare(args):
         bench = {**bench, "layer_groups": args.layer_groups}
     if args.layers_per_iter > 1:
         bench = {**bench, "layers_per_iter": args.layers_per_iter}
-    r = d.job({"type": "plan", "name": "plan", "config": bench, "model": args.model,
-               "budgets": budgets, "hardware": args.hardware}, need_s=90)
+    r = d.job(
+        {
+            "type": "plan",
+            "name": "plan",
+            "config": bench,
+            "model": args.model,
+            "budgets": budgets,
+            "hardware": args.hardware,
+        },
+        need_s=90,
+    )
     specs = (r or {}).get("result") or {}
     if specs.get("per_layer"):
         d.record("per_layer_prediction", {"per_layer": specs["per_layer"]})
@@ -369,9 +484,15 @@ def compare(args):
             d.record("plan_failed", {"budget_gb": b, "error": spec["error"]})
             continue
         d.record("plan", {"budget_gb": b, **{k: v for k, v in spec.items() if k != "policy"}})
-        job = {"name": f"plan@{b}", "config": bench, "model": args.model,
-               "policy": spec["policy"], "flags": spec["flags"], "budget_gb": float(b),
-               "steps": 10}
+        job = {
+            "name": f"plan@{b}",
+            "config": bench,
+            "model": args.model,
+            "policy": spec["policy"],
+            "flags": spec["flags"],
+            "budget_gb": float(b),
+            "steps": 10,
+        }
         # The allocator capped at the budget, so "fits" means it ran inside it; if the
         # capped run fails, the same job uncapped says by how much it missed.
         r = d.job({**job, "mem_fraction": float(b) * 1e9 / HBM_BYTES_H200}, need_s=40)
@@ -383,23 +504,47 @@ def compare(args):
         if key is not None and key in measured:
             d.record("same_program", {"stock": name, "as": measured[key]})
             continue
-        d.job({"name": f"stock:{name}", "config": bench, "model": args.model,
-               "policy": {"kind": "stock", "name": name}, "flags": args.stock_flags,
-               "steps": 10}, need_s=35)
+        d.job(
+            {
+                "name": f"stock:{name}",
+                "config": bench,
+                "model": args.model,
+                "policy": {"kind": "stock", "name": name},
+                "flags": args.stock_flags,
+                "steps": 10,
+            },
+            need_s=35,
+        )
         if key is not None:
             measured[key] = name
     # Per layer inside the scan (issue 3): the same step with half the layers; the
     # difference of the two step times over the layers removed is one layer's trip.
     half = {**bench, "n_layers": bench.get("n_layers", 8) // 2}
     for name in filter(None, args.per_layer.split(",")):
-        d.job({"name": f"half:{name}", "config": half, "model": args.model,
-               "policy": {"kind": "stock", "name": name}, "flags": args.stock_flags,
-               "steps": 10}, need_s=30)
+        d.job(
+            {
+                "name": f"half:{name}",
+                "config": half,
+                "model": args.model,
+                "policy": {"kind": "stock", "name": name},
+                "flags": args.stock_flags,
+                "steps": 10,
+            },
+            need_s=30,
+        )
     if args.per_layer or args.forward:  # the forward alone at both depths: fwd vs bwd per layer
         for depth, cfg in (("full", bench), ("half", half)):
-            d.job({"name": f"forward:{depth}", "config": cfg, "model": args.model,
-                   "policy": {"kind": "stock", "name": "nothing_saveable"},
-                   "forward_only": True, "steps": 10}, need_s=30)
+            d.job(
+                {
+                    "name": f"forward:{depth}",
+                    "config": cfg,
+                    "model": args.model,
+                    "policy": {"kind": "stock", "name": "nothing_saveable"},
+                    "forward_only": True,
+                    "steps": 10,
+                },
+                need_s=30,
+            )
 
 
 def main():
@@ -408,35 +553,72 @@ def main():
     p = sub.add_parser("probe")
     p.add_argument("--out", required=True)
     p.add_argument("--budget-s", type=float, default=540)
-    p.add_argument("--flag-sets", default="baseline,pipelined_host_offload,pipelined_host_offload_lhs")
+    p.add_argument(
+        "--flag-sets", default="baseline,pipelined_host_offload,pipelined_host_offload_lhs"
+    )
     c = sub.add_parser("compare")
     c.add_argument("--out", required=True)
     c.add_argument("--budget-s", type=float, default=540)
-    c.add_argument("--budgets", default="auto",
-                   help="GB, comma-separated, or 'auto': five from just above full remat's "
-                        "predicted peak to saving everything's (planner.pareto(hbm_gb=None))")
-    c.add_argument("--per-layer", default="",
-                   help="stock policies to also run with half the layers (per-layer time)")
-    c.add_argument("--layer-groups", type=int, default=1,
-                   help="split the layer scan into this many scans (examples/llama.py "
-                        "layer_groups); the planner may then decide per group")
-    c.add_argument("--layers-per-iter", type=int, default=1,
-                   help="layers per scan iteration, each its own checkpoint (examples/llama.py "
-                        "layers_per_iter): a copy window wider than one layer")
-    c.add_argument("--forward", action="store_true",
-                   help="also time the forward pass alone at full and half depth")
+    c.add_argument(
+        "--budgets",
+        default="auto",
+        help="GB, comma-separated, or 'auto': five from just above full remat's "
+        "predicted peak to saving everything's (planner.pareto(hbm_gb=None))",
+    )
+    c.add_argument(
+        "--per-layer",
+        default="",
+        help="stock policies to also run with half the layers (per-layer time)",
+    )
+    c.add_argument(
+        "--layer-groups",
+        type=int,
+        default=1,
+        help="split the layer scan into this many scans (examples/llama.py "
+        "layer_groups); the planner may then decide per group",
+    )
+    c.add_argument(
+        "--layers-per-iter",
+        type=int,
+        default=1,
+        help="layers per scan iteration, each its own checkpoint (examples/llama.py "
+        "layers_per_iter): a copy window wider than one layer",
+    )
+    c.add_argument(
+        "--forward",
+        action="store_true",
+        help="also time the forward pass alone at full and half depth",
+    )
     c.add_argument("--hardware", default="h200")
-    c.add_argument("--stock-flags", default="",
-                   help="XLA_FLAGS for the stock and half-depth runs (default none, as users "
-                        "run them today); e.g. the planner's, to time a stock offload policy "
-                        "with copies that can overlap")
+    c.add_argument(
+        "--stock-flags",
+        default="",
+        help="XLA_FLAGS for the stock and half-depth runs (default none, as users "
+        "run them today); e.g. the planner's, to time a stock offload policy "
+        "with copies that can overlap",
+    )
     c.add_argument("--model", choices=("llama", "moe"), default="llama")
-    c.add_argument("--attention", choices=("xla", "cudnn"), default=None,
-                   help="jax.nn.dot_product_attention implementation (default: JAX picks)")
-    c.add_argument("--stock", default=",".join(
-        ["nothing_saveable", "dots_with_no_batch_dims_saveable", "dots_saveable",
-         "offload_dot_with_no_batch_dims", "maxtext:minimal", "maxtext:save_qkv_proj",
-         "maxtext:qkv_proj_offloaded", "maxtext:minimal_offloaded"]))
+    c.add_argument(
+        "--attention",
+        choices=("xla", "cudnn"),
+        default=None,
+        help="jax.nn.dot_product_attention implementation (default: JAX picks)",
+    )
+    c.add_argument(
+        "--stock",
+        default=",".join(
+            [
+                "nothing_saveable",
+                "dots_with_no_batch_dims_saveable",
+                "dots_saveable",
+                "offload_dot_with_no_batch_dims",
+                "maxtext:minimal",
+                "maxtext:save_qkv_proj",
+                "maxtext:qkv_proj_offloaded",
+                "maxtext:minimal_offloaded",
+            ]
+        ),
+    )
     w = sub.add_parser("worker")
     w.add_argument("job")
     a = ap.parse_args()

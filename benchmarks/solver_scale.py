@@ -53,19 +53,35 @@ def run_one(n: int, time_limit: float, seed: int = 0, linearization: int | None 
     lo = evaluate(cost, graph, Assignment.of({k: "remat" for k in keys})).peak_bytes
     hi = evaluate(cost, graph, Assignment.of({k: "save" for k in keys})).peak_bytes
     budget = (lo + hi) / 2
-    row = {"candidates": regions * nodes, "regions": regions, "classes": len(keys),
-           "build_s": build_s, "budget_mb": budget / 1e6, "time_limit_s": time_limit}
+    row = {
+        "candidates": regions * nodes,
+        "regions": regions,
+        "classes": len(keys),
+        "build_s": build_s,
+        "budget_mb": budget / 1e6,
+        "time_limit_s": time_limit,
+    }
     t0 = time.perf_counter()
     try:
         opts = SolverOptions(time_limit_s=time_limit)
         if linearization is not None:
             opts = dataclasses.replace(opts, linearization_level=linearization)
         sol = solve_assignment(graph, cost, budget, opts)
-        row.update(status=sol.status, gap=sol.gap, variables=sol.num_variables,
-                   solve_s=sol.wall_s, step_ms=sol.objective_s * 1e3)
+        row.update(
+            status=sol.status,
+            gap=sol.gap,
+            variables=sol.num_variables,
+            solve_s=sol.wall_s,
+            step_ms=sol.objective_s * 1e3,
+        )
     except InfeasibleBudgetError:
-        row.update(status="INFEASIBLE", gap=float("nan"), variables=0,
-                   solve_s=time.perf_counter() - t0, step_ms=float("nan"))
+        row.update(
+            status="INFEASIBLE",
+            gap=float("nan"),
+            variables=0,
+            solve_s=time.perf_counter() - t0,
+            step_ms=float("nan"),
+        )
     row["wall_s"] = time.perf_counter() - t0
     return row
 
@@ -81,17 +97,28 @@ def example_problems():
 
     steps = (
         ("llama quickstart", llama.quickstart()),
-        ("llama, 2 layers per scan iteration", llama.make_train_step(
-            llama.LlamaConfig(layers_per_iter=2))),
-        ("llama quickstart, 2 layer groups", llama.make_train_step(
-            dataclasses.replace(llama.QUICKSTART, layer_groups=2))),
+        (
+            "llama, 2 layers per scan iteration",
+            llama.make_train_step(llama.LlamaConfig(layers_per_iter=2)),
+        ),
+        (
+            "llama quickstart, 2 layer groups",
+            llama.make_train_step(dataclasses.replace(llama.QUICKSTART, layer_groups=2)),
+        ),
         ("MoE example", moe.make()),
     )
     for name, (step, args) in steps:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            plan = planner.solve(step, *args, hbm_gb=100, hardware="h200", verify_compile=False,
-                                 solver_time_limit_s=1, layer_groups=None)
+            plan = planner.solve(
+                step,
+                *args,
+                hbm_gb=100,
+                hardware="h200",
+                verify_compile=False,
+                solver_time_limit_s=1,
+                layer_groups=None,
+            )
         g, c = plan.graph, plan.cost
         keys = [k.key for k in g.classes]
         lo = evaluate(c, g, Assignment.of({k: "remat" for k in keys})).peak_bytes
@@ -105,17 +132,23 @@ def compare_levels(time_limit: float) -> str:
     from planner._src.errors import PlannerError
     from planner._src.solve import SolverOptions, solve_assignment
 
-    out = ["| trace @ budget | candidates | level 1: status, gap, step ms, wall s | "
-           "level 2: status, gap, step ms, wall s |", "|---|---|---|---|"]
+    out = [
+        "| trace @ budget | candidates | level 1: status, gap, step ms, wall s | "
+        "level 2: status, gap, step ms, wall s |",
+        "|---|---|---|---|",
+    ]
     for name, g, c, b in example_problems():
         cells = []
         for level in (1, 2):
             t0 = time.perf_counter()
             try:
-                sol = solve_assignment(g, c, b, SolverOptions(time_limit_s=time_limit,
-                                                              linearization_level=level))
-                cells.append(f"{sol.status}, {sol.gap:.1%}, {sol.objective_s * 1e3:.4f}, "
-                             f"{time.perf_counter() - t0:.1f}")
+                sol = solve_assignment(
+                    g, c, b, SolverOptions(time_limit_s=time_limit, linearization_level=level)
+                )
+                cells.append(
+                    f"{sol.status}, {sol.gap:.1%}, {sol.objective_s * 1e3:.4f}, "
+                    f"{time.perf_counter() - t0:.1f}"
+                )
             except PlannerError as e:
                 cells.append(type(e).__name__)
         n = sum(len(rg.region.candidates) for rg in g.regions)
@@ -125,27 +158,42 @@ def compare_levels(time_limit: float) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| candidates | regions | classes | CP-SAT variables | status (phase 1) | gap | "
-           "plan's step ms | solve wall s | time limit / phase s | problem build s |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| candidates | regions | classes | CP-SAT variables | status (phase 1) | gap | "
+        "plan's step ms | solve wall s | time limit / phase s | problem build s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        out.append(f"| {r['candidates']:,} | {r['regions']} | {r['classes']:,} | "
-                   f"{r['variables']:,} | {r['status']} | {r['gap']:.2%} | {r['step_ms']:,.1f} | "
-                   f"{r['wall_s']:.2f} | "
-                   f"{r['time_limit_s']:g} | {r['build_s']:.2f} |")
+        out.append(
+            f"| {r['candidates']:,} | {r['regions']} | {r['classes']:,} | "
+            f"{r['variables']:,} | {r['status']} | {r['gap']:.2%} | {r['step_ms']:,.1f} | "
+            f"{r['wall_s']:.2f} | "
+            f"{r['time_limit_s']:g} | {r['build_s']:.2f} |"
+        )
     return "\n".join(out)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--counts", type=int, nargs="+", default=[100, 1000, 10000])
-    ap.add_argument("--time-limit", type=float, default=30.0,
-                    help="CP-SAT deterministic seconds per phase (the planner's default: 30)")
+    ap.add_argument(
+        "--time-limit",
+        type=float,
+        default=30.0,
+        help="CP-SAT deterministic seconds per phase (the planner's default: 30)",
+    )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--linearization", type=int, default=None,
-                    help="CP-SAT linearization_level (default: the planner's SolverOptions)")
-    ap.add_argument("--examples", action="store_true",
-                    help="instead: linearization levels 1 and 2 on the bundled examples' traces")
+    ap.add_argument(
+        "--linearization",
+        type=int,
+        default=None,
+        help="CP-SAT linearization_level (default: the planner's SolverOptions)",
+    )
+    ap.add_argument(
+        "--examples",
+        action="store_true",
+        help="instead: linearization levels 1 and 2 on the bundled examples' traces",
+    )
     ap.add_argument("--out", help="also write the Markdown here")
     a = ap.parse_args(argv)
     rows = []
@@ -159,16 +207,22 @@ def main(argv=None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     cmd = "python benchmarks/solver_scale.py " + " ".join(args)
     from planner._src.solve import SolverOptions
+
     level = a.linearization if a.linearization is not None else SolverOptions().linearization_level
-    text = "\n".join([
-        f"Command: `{cmd.strip()}`",
-        f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"Machine: {os.cpu_count()} CPU cores (nproc), Python {platform.python_version()}, "
-        f"CP-SAT with 1 worker (the planner's setting), linearization_level "
-        f"{'1 and 2' if a.examples else level}; "
-        "load average (1, 5, 15 min) at the end: "
-        + ", ".join(f"{x:.2f}" for x in os.getloadavg()),
-        "", body if a.examples else table(rows), ""])
+    text = "\n".join(
+        [
+            f"Command: `{cmd.strip()}`",
+            f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+            f"Machine: {os.cpu_count()} CPU cores (nproc), Python {platform.python_version()}, "
+            f"CP-SAT with 1 worker (the planner's setting), linearization_level "
+            f"{'1 and 2' if a.examples else level}; "
+            "load average (1, 5, 15 min) at the end: "
+            + ", ".join(f"{x:.2f}" for x in os.getloadavg()),
+            "",
+            body if a.examples else table(rows),
+            "",
+        ]
+    )
     print(text)
     if a.out:
         with open(a.out, "w") as f:

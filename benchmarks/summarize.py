@@ -45,8 +45,9 @@ def load(stock_files: list[Path], plan_file: Path):
 
 def _plan_measurement(b, plans, runs):
     """(result, fits, note) for the plan at budget b, reusing an identical plan's run."""
-    same = [b] + [o for o in sorted(plans) if o != b
-                  and plans[o]["decisions"] == plans[b]["decisions"]]
+    same = [b] + [
+        o for o in sorted(plans) if o != b and plans[o]["decisions"] == plans[b]["decisions"]
+    ]
     for o in same:
         got = runs.get(o, {})
         cap, unc = got.get("capped"), got.get("uncapped")
@@ -54,18 +55,29 @@ def _plan_measurement(b, plans, runs):
         if cap is not None and cap["ok"]:
             return cap["result"], cap["result"]["peak_bytes_in_use"] <= b * 1e9, note
         if unc is not None and unc["ok"]:
-            return unc["result"], False, (note + "; " if note else "") + (
-                "capped run out of memory: uncapped figures")
+            return (
+                unc["result"],
+                False,
+                (note + "; " if note else "") + ("capped run out of memory: uncapped figures"),
+            )
         if cap is not None:
-            return None, False, ((note + "; ") if note else "") + (
-                "out of memory under the cap (the driver had no time left for an uncapped rerun)")
+            return (
+                None,
+                False,
+                ((note + "; ") if note else "")
+                + (
+                    "out of memory under the cap (the driver had no time left for an uncapped rerun)"
+                ),
+            )
     return None, None, "not measured"
 
 
 def table(stock, alias, plans, runs):
-    lines = ["| budget GB | policy | fits | measured peak GB | predicted peak GB | "
-             "measured step ms | predicted step ms | tokens/s | note |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| budget GB | policy | fits | measured peak GB | predicted peak GB | "
+        "measured step ms | predicted step ms | tokens/s | note |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     rows = []
     for b, plan in sorted(plans.items()):
         res, fits, note = _plan_measurement(b, plans, runs)
@@ -75,27 +87,49 @@ def table(stock, alias, plans, runs):
             if src not in stock:
                 continue
             r = stock[src]["result"]
-            cands.append((name, r, r["peak_bytes_in_use"] <= b * 1e9, pk, ms,
-                          "" if src == name else f"same program as {src}"))
+            cands.append(
+                (
+                    name,
+                    r,
+                    r["peak_bytes_in_use"] <= b * 1e9,
+                    pk,
+                    ms,
+                    "" if src == name else f"same program as {src}",
+                )
+            )
         for name, r, ok, pk, ms, note in cands:
             r = r or {}
-            rows.append(dict(budget=b, name=name, fits=ok, peak=r.get("peak_bytes_in_use"),
-                             pred_peak=pk, step=r.get("step_ms_median"), pred_step=ms,
-                             tps=r.get("tokens_per_s"), note=note))
+            rows.append(
+                dict(
+                    budget=b,
+                    name=name,
+                    fits=ok,
+                    peak=r.get("peak_bytes_in_use"),
+                    pred_peak=pk,
+                    step=r.get("step_ms_median"),
+                    pred_step=ms,
+                    tps=r.get("tokens_per_s"),
+                    note=note,
+                )
+            )
     f = lambda x, d=1: "" if x is None else f"{x:,.{d}f}"
     for w in rows:
         fits = {True: "yes", False: "no", None: ""}[w["fits"]]
-        lines.append(f"| {w['budget']:g} | {w['name']} | {fits} | {f(w['peak'] and w['peak'] / 1e9, 2)} | "
-                     f"{f(w['pred_peak'] and w['pred_peak'] / 1e9, 2)} | {f(w['step'])} | "
-                     f"{f(w['pred_step'])} | {f(w['tps'], 0)} | {w['note']} |")
+        lines.append(
+            f"| {w['budget']:g} | {w['name']} | {fits} | {f(w['peak'] and w['peak'] / 1e9, 2)} | "
+            f"{f(w['pred_peak'] and w['pred_peak'] / 1e9, 2)} | {f(w['step'])} | "
+            f"{f(w['pred_step'])} | {f(w['tps'], 0)} | {w['note']} |"
+        )
     return "\n".join(lines) + "\n", rows
 
 
 def targets(rows) -> str:
     """Issue 4's targets per budget: plan vs the best stock policy that fits."""
-    out = ["| budget GB | plan ms | best stock that fits | its ms | plan / best | "
-           "plan vs full remat | plan peak error | plan step error |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| budget GB | plan ms | best stock that fits | its ms | plan / best | "
+        "plan vs full remat | plan peak error | plan step error |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for b in sorted({w["budget"] for w in rows}):
         at = [w for w in rows if w["budget"] == b]
         plan = next(w for w in at if w["name"] == "planner")
@@ -107,31 +141,43 @@ def targets(rows) -> str:
             continue
         ratio = f"{plan['step'] / best['step']:.3f}" if best else ""
         gain = 100 * (1 - plan["step"] / full["step"]) if full else None
-        vs = "" if gain is None else (f"{gain:.1f}% faster" if gain >= 0 else
-                                      f"{-gain:.1f}% slower")
+        vs = (
+            "" if gain is None else (f"{gain:.1f}% faster" if gain >= 0 else f"{-gain:.1f}% slower")
+        )
         pe = f"{100 * (plan['pred_peak'] / plan['peak'] - 1):+.1f}%" if plan["peak"] else ""
         se = f"{100 * (plan['pred_step'] / plan['step'] - 1):+.1f}%"
-        out.append(f"| {b:g} | {plan['step']:,.1f}{'' if plan['fits'] else ' (did not fit)'} | "
-                   f"{best['name'] if best else ''} | {best['step']:,.1f} | {ratio} | {vs} | "
-                   f"{pe} | {se} |" if best else
-                   f"| {b:g} | {plan['step']:,.1f} | none | | | {vs} | {pe} | {se} |")
+        out.append(
+            f"| {b:g} | {plan['step']:,.1f}{'' if plan['fits'] else ' (did not fit)'} | "
+            f"{best['name'] if best else ''} | {best['step']:,.1f} | {ratio} | {vs} | "
+            f"{pe} | {se} |"
+            if best
+            else f"| {b:g} | {plan['step']:,.1f} | none | | | {vs} | {pe} | {se} |"
+        )
     return "\n".join(out) + "\n"
 
 
 def plot(rows, png: Path, title: str):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     names = sorted({w["name"] for w in rows}, key=lambda n: (n != "planner", n))
     for name in names:
-        pts = [(w["budget"], w["step"]) for w in rows
-               if w["name"] == name and w["fits"] and w["step"]]
+        pts = [
+            (w["budget"], w["step"]) for w in rows if w["name"] == name and w["fits"] and w["step"]
+        ]
         if pts:
             xs, ys = zip(*sorted(pts))
-            ax.plot(xs, ys, marker="o", lw=2.8 if name == "planner" else 1.2, label=name,
-                    color="black" if name == "planner" else None)
+            ax.plot(
+                xs,
+                ys,
+                marker="o",
+                lw=2.8 if name == "planner" else 1.2,
+                label=name,
+                color="black" if name == "planner" else None,
+            )
     ax.set_xlabel("HBM budget (GB)")
     ax.set_ylabel("measured step time (ms), policies that fit")
     ax.set_title(title)

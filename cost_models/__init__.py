@@ -34,17 +34,17 @@ from ._flags import (
 from ._fusion import (
     FUSIBLE,
     Work,
+    eqn_seconds,
     eqn_work,
     eqns_work,
-    matmul_key,
-    rate_key,
-    work_of,
-    eqn_seconds,
     fused_costs,
     fused_eqn_costs,
     fused_jaxpr_cost,
     fused_seconds,
     matmul_dtype,
+    matmul_key,
+    rate_key,
+    work_of,
 )
 from ._profiles import (
     HardwareProfile,

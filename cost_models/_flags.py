@@ -8,7 +8,6 @@ experiment on the device.
 from __future__ import annotations
 
 import re
-
 from collections.abc import Iterable
 from dataclasses import dataclass
 

@@ -26,22 +26,112 @@ from ._cost import Cost, aval_bytes, eqn_cost, sub_jaxprs
 
 # Elementwise arithmetic, comparisons, casts, layout changes and reductions: the operations
 # XLA's GPU and CPU backends fuse (loop and input fusions).
-FUSIBLE: frozenset[str] = frozenset({
-    "abs", "acos", "acosh", "add", "and", "asin", "asinh", "atan", "atan2", "atanh",
-    "broadcast_in_dim", "cbrt", "ceil", "clamp", "concatenate", "convert_element_type", "copy",
-    "copy_p", "cos", "cosh", "div", "eq", "erf", "erf_inv", "erfc", "exp", "exp2", "expm1",
-    "expand_dims", "floor", "ge", "gt", "imag", "integer_pow", "iota", "is_finite", "le",
-    "lgamma", "digamma", "log", "log1p", "logistic", "lt", "max", "min", "mul", "ne", "neg",
-    "nextafter", "not", "or", "pad", "pow", "real", "reduce_and", "reduce_max", "reduce_min",
-    "reduce_or", "reduce_precision", "reduce_prod", "reduce_sum", "reduce_xor", "rem", "reshape",
-    "rev", "round", "rsqrt", "select_n", "shift_left", "shift_right_arithmetic",
-    "shift_right_logical", "sign", "sin", "sinh", "slice", "sqrt", "square", "squeeze",
-    "stop_gradient", "sub", "tan", "tanh", "transpose", "xor", "name", "pvary", "argmax",
-    "argmin", "optimization_barrier",
-})
+FUSIBLE: frozenset[str] = frozenset(
+    {
+        "abs",
+        "acos",
+        "acosh",
+        "add",
+        "and",
+        "asin",
+        "asinh",
+        "atan",
+        "atan2",
+        "atanh",
+        "broadcast_in_dim",
+        "cbrt",
+        "ceil",
+        "clamp",
+        "concatenate",
+        "convert_element_type",
+        "copy",
+        "copy_p",
+        "cos",
+        "cosh",
+        "div",
+        "eq",
+        "erf",
+        "erf_inv",
+        "erfc",
+        "exp",
+        "exp2",
+        "expm1",
+        "expand_dims",
+        "floor",
+        "ge",
+        "gt",
+        "imag",
+        "integer_pow",
+        "iota",
+        "is_finite",
+        "le",
+        "lgamma",
+        "digamma",
+        "log",
+        "log1p",
+        "logistic",
+        "lt",
+        "max",
+        "min",
+        "mul",
+        "ne",
+        "neg",
+        "nextafter",
+        "not",
+        "or",
+        "pad",
+        "pow",
+        "real",
+        "reduce_and",
+        "reduce_max",
+        "reduce_min",
+        "reduce_or",
+        "reduce_precision",
+        "reduce_prod",
+        "reduce_sum",
+        "reduce_xor",
+        "rem",
+        "reshape",
+        "rev",
+        "round",
+        "rsqrt",
+        "select_n",
+        "shift_left",
+        "shift_right_arithmetic",
+        "shift_right_logical",
+        "sign",
+        "sin",
+        "sinh",
+        "slice",
+        "sqrt",
+        "square",
+        "squeeze",
+        "stop_gradient",
+        "sub",
+        "tan",
+        "tanh",
+        "transpose",
+        "xor",
+        "name",
+        "pvary",
+        "argmax",
+        "argmin",
+        "optimization_barrier",
+    }
+)
 
-_CALLS = ("pjit", "jit", "closed_call", "core_call", "remat2", "checkpoint", "custom_jvp_call",
-          "custom_vjp_call", "custom_vjp_call_jaxpr", "shard_map")
+_CALLS = (
+    "pjit",
+    "jit",
+    "closed_call",
+    "core_call",
+    "remat2",
+    "checkpoint",
+    "custom_jvp_call",
+    "custom_vjp_call",
+    "custom_vjp_call_jaxpr",
+    "shard_map",
+)
 
 
 def _inner(j) -> Jaxpr:
@@ -76,10 +166,16 @@ def fused_costs(eqns, escaping) -> list[Cost]:
             costs.append(fused_call_cost(e))
             continue
         base = eqn_cost(e)
-        read = sum(aval_bytes(v.aval) for v in e.invars
-                   if not isinstance(v, Literal) and not producer_fusible.get(v, False))
-        written = sum(aval_bytes(v.aval) for v in e.outvars
-                      if v in escaping or not all(consumers.get(v, [True])))
+        read = sum(
+            aval_bytes(v.aval)
+            for v in e.invars
+            if not isinstance(v, Literal) and not producer_fusible.get(v, False)
+        )
+        written = sum(
+            aval_bytes(v.aval)
+            for v in e.outvars
+            if v in escaping or not all(consumers.get(v, [True]))
+        )
         costs.append(dataclasses.replace(base, hbm_bytes=float(read + written)))
     return costs
 
@@ -152,7 +248,9 @@ def fused_seconds(jaxpr: Any, hw, dtype: str | None = None) -> float:
         elif subs and name == "cond":
             total += max(fused_seconds(s, hw, dtype) for s in subs)
         elif subs and name in _CALLS + ("while",):
-            total += sum(fused_seconds(s, hw, dtype) for s in (subs if name == "while" else subs[:1]))
+            total += sum(
+                fused_seconds(s, hw, dtype) for s in (subs if name == "while" else subs[:1])
+            )
         else:
             total += c.seconds(hw, dtype) if dtype else eqn_seconds(e, c, hw)
     return total
@@ -195,12 +293,12 @@ class Work:
     """
 
     kernels: tuple[tuple[str, Cost], ...] = ()
-    alternatives: tuple[tuple["Work", ...], ...] = ()
+    alternatives: tuple[tuple[Work, ...], ...] = ()
 
     def seconds(self, hw) -> float:
-        return (sum(c.seconds(hw, rate_key(k, hw)) for k, c in self.kernels)
-                + sum(max((w.seconds(hw) for w in alts), default=0.0)
-                      for alts in self.alternatives))
+        return sum(c.seconds(hw, rate_key(k, hw)) for k, c in self.kernels) + sum(
+            max((w.seconds(hw) for w in alts), default=0.0) for alts in self.alternatives
+        )
 
     def total(self) -> Cost:
         """Every kernel's cost summed (for the branches: their elementwise maximum)."""
@@ -215,14 +313,17 @@ class Work:
                 out = out + m
         return out
 
-    def scale(self, k: float) -> "Work":
-        return Work(kernels=tuple((key, c.scale(k)) for key, c in self.kernels),
-                    alternatives=tuple(tuple(w.scale(k) for w in alts)
-                                       for alts in self.alternatives))
+    def scale(self, k: float) -> Work:
+        return Work(
+            kernels=tuple((key, c.scale(k)) for key, c in self.kernels),
+            alternatives=tuple(tuple(w.scale(k) for w in alts) for alts in self.alternatives),
+        )
 
-    def __add__(self, other: "Work") -> "Work":
-        return Work(kernels=self.kernels + other.kernels,
-                    alternatives=self.alternatives + other.alternatives)
+    def __add__(self, other: Work) -> Work:
+        return Work(
+            kernels=self.kernels + other.kernels,
+            alternatives=self.alternatives + other.alternatives,
+        )
 
 
 def eqn_work(eqn, cost: Cost) -> tuple[str, Cost]:
@@ -251,7 +352,7 @@ def work_of(jaxpr: Any) -> Work:
             continue
         elif subs and name in _CALLS + ("while",):
             inner = Work()
-            for s in (subs if name == "while" else subs[:1]):
+            for s in subs if name == "while" else subs[:1]:
                 inner = inner + work_of(s)
         else:
             kernels.append(eqn_work(e, c))

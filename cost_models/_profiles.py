@@ -113,7 +113,7 @@ _FIGURES: tuple[_Figure, ...] = (
         key="allocator_headroom",
         kind=None,
         what="fraction of the budget the planner leaves free for the device allocator "
-             "(fragmentation beyond the compiled program's bytes), 0 to 0.5",
+        "(fragmentation beyond the compiled program's bytes), 0 to 0.5",
         upper=0.5,
     ),
 )
@@ -330,13 +330,19 @@ class HardwareProfile:
             top,
             where,
             "the profile",
-            required=("name", "platform", "matmul_flops_per_s", "link",
-                      *(f.key for f in _FIGURES if f.key not in _OPTIONAL)),
+            required=(
+                "name",
+                "platform",
+                "matmul_flops_per_s",
+                "link",
+                *(f.key for f in _FIGURES if f.key not in _OPTIONAL),
+            ),
             optional=("description", *_OPTIONAL),
         )
         values = {
             figure.key: _parse_figure(figure, top[figure.key], figure.key, where, sources)
-            for figure in _FIGURES if figure.key in top
+            for figure in _FIGURES
+            if figure.key in top
         }
         for key, (value, why) in _OPTIONAL.items():  # profile files older than the figure
             if key not in top:

@@ -40,7 +40,8 @@ def measured_overlap_efficiency(hidden_s: float, copy_s: float) -> float:
     if copy_s <= 0:
         raise ValueError(
             f"copy_s is {copy_s!r}: the trace shows no host-copy time, so there is no overlap "
-            "to measure. Profile a plan that offloads, on a device with host memory (GPU).")
+            "to measure. Profile a plan that offloads, on a device with host memory (GPU)."
+        )
     return min(1.0, max(0.0, hidden_s / copy_s))
 
 
@@ -52,25 +53,33 @@ def _numbers(result_or_numbers: Any) -> dict[str, Any]:
     if isinstance(r, Mapping):
         missing = [k for k in ("hidden_s", "copy_s") if k not in r]  # compute_s: optional
         if missing:
-            raise ValueError(f"overlap_from_trace needs {missing} in the mapping; got keys "
-                             f"{sorted(r)}. Pass a ProfileResult, (hidden_s, copy_s) or "
-                             "{'hidden_s': ..., 'copy_s': ..., 'device': ..., 'date': ...}.")
+            raise ValueError(
+                f"overlap_from_trace needs {missing} in the mapping; got keys "
+                f"{sorted(r)}. Pass a ProfileResult, (hidden_s, copy_s) or "
+                "{'hidden_s': ..., 'copy_s': ..., 'device': ..., 'date': ...}."
+            )
         return dict(r)
     if hasattr(r, "measured") and hasattr(r, "steps"):
         if not r.measured:
             raise ValueError(f"the profile measured nothing: {r.status}")
         steps = list(r.steps)
         return {
-            "hidden_s": sum(s.hidden_s for s in steps), "copy_s": sum(s.copy_s for s in steps),
+            "hidden_s": sum(s.hidden_s for s in steps),
+            "copy_s": sum(s.copy_s for s in steps),
             "compute_s": sum(s.compute_s for s in steps),
             "d2h": (sum(s.d2h_hidden_s for s in steps), sum(s.d2h_s for s in steps)),
             "h2d": (sum(s.h2d_hidden_s for s in steps), sum(s.h2d_s for s in steps)),
-            "steps": len(steps), "device": r.device, "date": r.date, "step": r.step_name,
-            "xla_flags": r.xla_flags, "trace": r.trace_path,
+            "steps": len(steps),
+            "device": r.device,
+            "date": r.date,
+            "step": r.step_name,
+            "xla_flags": r.xla_flags,
+            "trace": r.trace_path,
         }
     raise TypeError(
         f"overlap_from_trace takes a planner.profile.ProfileResult, a (hidden_s, copy_s) tuple "
-        f"or a mapping with hidden_s and copy_s; got {type(r).__name__}.")
+        f"or a mapping with hidden_s and copy_s; got {type(r).__name__}."
+    )
 
 
 def overlap_from_trace(result_or_numbers: Any, hw: HardwareProfile | str) -> HardwareProfile:
@@ -88,16 +97,20 @@ def overlap_from_trace(result_or_numbers: Any, hw: HardwareProfile | str) -> Har
     if n.get("compute_s"):
         eta = min(1.0, max(0.0, n["hidden_s"] / n["compute_s"]))
         per = f"hidden/compute ({n['compute_s'] * 1e3:.3f} ms compute)"
-    parts = [f"measured from a device trace (planner.profile) on {n.get('device', 'an unnamed device')}"
-             f", {n.get('date', 'undated')}"]
+    parts = [
+        f"measured from a device trace (planner.profile) on {n.get('device', 'an unnamed device')}"
+        f", {n.get('date', 'undated')}"
+    ]
     if n.get("step"):
         parts.append(f"step function {n['step']}")
     if n.get("steps"):
         parts.append(f"{n['steps']} profiled steps")
     if "xla_flags" in n:
         parts.append(f"XLA flags {n['xla_flags']!r}" if n["xla_flags"] else "default XLA flags")
-    parts.append(f"hidden copy time {n['hidden_s'] * 1e3:.3f} ms of {n['copy_s'] * 1e3:.3f} ms "
-                 f"host-copy time -> {per} = {eta:.3f}")
+    parts.append(
+        f"hidden copy time {n['hidden_s'] * 1e3:.3f} ms of {n['copy_s'] * 1e3:.3f} ms "
+        f"host-copy time -> {per} = {eta:.3f}"
+    )
     for d in ("d2h", "h2d"):
         if n.get(d):
             h, c = n[d]

@@ -58,7 +58,8 @@ import math
 import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from examples import llama, moe
 
@@ -66,6 +67,7 @@ FSDP, TP = "fsdp", "tensor"
 
 
 # ---------------------------------------------------------------------------- configs
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FrontierConfig:
@@ -77,10 +79,10 @@ class FrontierConfig:
     n_heads: int
     n_layers: int
     seq: int
-    d_ff: int                     # dense FFN hidden size
+    d_ff: int  # dense FFN hidden size
     attention: str = "gqa"
-    n_kv_heads: int = 0           # GQA
-    head_dim: int = 128           # GQA
+    n_kv_heads: int = 0  # GQA
+    head_dim: int = 128  # GQA
     # MLA (DeepSeek-V2/V3)
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
@@ -92,7 +94,7 @@ class FrontierConfig:
     n_experts: int = 0
     top_k: int = 0
     d_expert: int = 0
-    d_shared: int = 0             # one shared expert of this hidden size
+    d_shared: int = 0  # one shared expert of this hidden size
     # "ragged": examples/moe.py's dropless block (one sort of all tokens, jax.lax.ragged_dot),
     # what MaxText runs on GPU with sparse_matmul=True. "capacity": GShard-style dispatch
     # of each fsdp shard's tokens into [experts, capacity] slots and dense einsums, MaxText's
@@ -100,8 +102,8 @@ class FrontierConfig:
     moe_impl: str = "ragged"
     capacity_factor: float = 1.25
     # Mesh and batch.
-    mesh_shape: tuple[int, int] = (64, 8)         # (fsdp, tensor)
-    per_device_batch: int = 1     # sequences per fsdp shard (shared by its tensor group)
+    mesh_shape: tuple[int, int] = (64, 8)  # (fsdp, tensor)
+    per_device_batch: int = 1  # sequences per fsdp shard (shared by its tensor group)
     dtype: str = "bfloat16"
 
     @property
@@ -116,30 +118,76 @@ class FrontierConfig:
     def n_moe_layers(self) -> int:
         return self.n_layers - self.n_dense_layers if self.n_experts else 0
 
-    def scaled(self, **changes) -> "FrontierConfig":
+    def scaled(self, **changes) -> FrontierConfig:
         return dataclasses.replace(self, **changes)
 
 
 LLAMA3_405B = FrontierConfig(
-    name="llama3.1-405b", vocab=128256, d_model=16384, n_heads=128, n_kv_heads=8,
-    head_dim=128, d_ff=53248, n_layers=126, seq=8192,
+    name="llama3.1-405b",
+    vocab=128256,
+    d_model=16384,
+    n_heads=128,
+    n_kv_heads=8,
+    head_dim=128,
+    d_ff=53248,
+    n_layers=126,
+    seq=8192,
 )
 
 DEEPSEEK_V3 = FrontierConfig(
-    name="deepseek-v3-671b", vocab=129280, d_model=7168, n_heads=128, n_layers=61, seq=8192,
-    d_ff=18432, attention="mla", q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
-    qk_rope_head_dim=64, v_head_dim=128, n_dense_layers=3, n_experts=256, top_k=8,
-    d_expert=2048, d_shared=2048,
+    name="deepseek-v3-671b",
+    vocab=129280,
+    d_model=7168,
+    n_heads=128,
+    n_layers=61,
+    seq=8192,
+    d_ff=18432,
+    attention="mla",
+    q_lora_rank=1536,
+    kv_lora_rank=512,
+    qk_nope_head_dim=128,
+    qk_rope_head_dim=64,
+    v_head_dim=128,
+    n_dense_layers=3,
+    n_experts=256,
+    top_k=8,
+    d_expert=2048,
+    d_shared=2048,
 )
 
 # The same code paths at a size a test traces in seconds on 8 fake CPU devices (4 x 2 mesh).
 TINY_LLAMA = LLAMA3_405B.scaled(
-    name="tiny-llama", vocab=256, d_model=64, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=128,
-    n_layers=2, seq=32, mesh_shape=(4, 2))
+    name="tiny-llama",
+    vocab=256,
+    d_model=64,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=16,
+    d_ff=128,
+    n_layers=2,
+    seq=32,
+    mesh_shape=(4, 2),
+)
 TINY_DEEPSEEK = DEEPSEEK_V3.scaled(
-    name="tiny-deepseek", vocab=256, d_model=64, n_heads=4, n_layers=3, seq=32, d_ff=128,
-    q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
-    n_dense_layers=1, n_experts=8, top_k=2, d_expert=32, d_shared=32, mesh_shape=(4, 2))
+    name="tiny-deepseek",
+    vocab=256,
+    d_model=64,
+    n_heads=4,
+    n_layers=3,
+    seq=32,
+    d_ff=128,
+    q_lora_rank=32,
+    kv_lora_rank=16,
+    qk_nope_head_dim=16,
+    qk_rope_head_dim=8,
+    v_head_dim=16,
+    n_dense_layers=1,
+    n_experts=8,
+    top_k=2,
+    d_expert=32,
+    d_shared=32,
+    mesh_shape=(4, 2),
+)
 
 # DeepSeek-V3 with capacity-limited expert dispatch (see FrontierConfig.moe_impl).
 DEEPSEEK_V3_CAPACITY = DEEPSEEK_V3.scaled(name="deepseek-v3-671b-capacity", moe_impl="capacity")
@@ -150,17 +198,36 @@ CONFIGS = {c.name: c for c in (LLAMA3_405B, DEEPSEEK_V3, DEEPSEEK_V3_CAPACITY)}
 
 # ---------------------------------------------------------------------------- layers
 
+
 def _llama_cfg(cfg: FrontierConfig) -> llama.LlamaConfig:
-    return llama.LlamaConfig(vocab=cfg.vocab, d_model=cfg.d_model, n_heads=cfg.n_heads,
-                             n_kv_heads=cfg.n_kv_heads, d_ff=cfg.d_ff, n_layers=cfg.n_layers,
-                             batch=cfg.batch, seq=cfg.seq, dtype=cfg.dtype)
+    return llama.LlamaConfig(
+        vocab=cfg.vocab,
+        d_model=cfg.d_model,
+        n_heads=cfg.n_heads,
+        n_kv_heads=cfg.n_kv_heads,
+        d_ff=cfg.d_ff,
+        n_layers=cfg.n_layers,
+        batch=cfg.batch,
+        seq=cfg.seq,
+        dtype=cfg.dtype,
+    )
 
 
 def _moe_cfg(cfg: FrontierConfig) -> moe.MoEConfig:
-    return moe.MoEConfig(vocab=cfg.vocab, d_model=cfg.d_model, n_heads=cfg.n_heads,
-                         n_kv_heads=cfg.n_heads, d_expert=cfg.d_expert, d_shared=cfg.d_shared,
-                         n_experts=cfg.n_experts, top_k=cfg.top_k, n_layers=cfg.n_moe_layers,
-                         batch=cfg.batch, seq=cfg.seq, dtype=cfg.dtype)
+    return moe.MoEConfig(
+        vocab=cfg.vocab,
+        d_model=cfg.d_model,
+        n_heads=cfg.n_heads,
+        n_kv_heads=cfg.n_heads,
+        d_expert=cfg.d_expert,
+        d_shared=cfg.d_shared,
+        n_experts=cfg.n_experts,
+        top_k=cfg.top_k,
+        n_layers=cfg.n_moe_layers,
+        batch=cfg.batch,
+        seq=cfg.seq,
+        dtype=cfg.dtype,
+    )
 
 
 def _causal_attention(q, k, v):
@@ -194,17 +261,19 @@ def mla_attention_sublayer(cfg: FrontierConfig, x, layer, positions, mesh=None):
     q_lat = checkpoint_name(llama._rms_norm(q_lat, layer["q_norm"]), "mla_q")
     q = (q_lat @ layer["wq_b"]).reshape(b, s, H, dn + dr)
     q_nope, q_rope = q[..., :dn], q[..., dn:]
-    q = checkpoint_name(jnp.concatenate([q_nope, llama._rope(q_rope, positions)], axis=-1),
-                        "query_proj")
+    q = checkpoint_name(
+        jnp.concatenate([q_nope, llama._rope(q_rope, positions)], axis=-1), "query_proj"
+    )
     # Keys and values: D -> kv_lora_rank (+ the shared rope key) -> heads x (nope + v).
     kv_a = checkpoint_name(h @ layer["wkv_a"], "kv_wa_proj")
-    kv_lat, k_rope = kv_a[..., :cfg.kv_lora_rank], kv_a[..., cfg.kv_lora_rank:]
+    kv_lat, k_rope = kv_a[..., : cfg.kv_lora_rank], kv_a[..., cfg.kv_lora_rank :]
     kv_lat = checkpoint_name(llama._rms_norm(kv_lat, layer["kv_norm"]), "mla_kv")
     k_rope = llama._rope(k_rope.reshape(b, s, 1, dr), positions)
     kv = (kv_lat @ layer["wkv_b"]).reshape(b, s, H, dn + dv)
     k_nope, v = kv[..., :dn], kv[..., dn:]
     k = checkpoint_name(
-        jnp.concatenate([k_nope, jnp.broadcast_to(k_rope, (b, s, H, dr))], axis=-1), "key_proj")
+        jnp.concatenate([k_nope, jnp.broadcast_to(k_rope, (b, s, H, dr))], axis=-1), "key_proj"
+    )
     v = checkpoint_name(v, "value_proj")
     heads = P(FSDP, None, TP, None)  # batch over fsdp, heads over tensor
     q, k, v = (_constrain(t, mesh, heads) for t in (q, k, v))
@@ -215,16 +284,18 @@ def mla_attention_sublayer(cfg: FrontierConfig, x, layer, positions, mesh=None):
 def _attention(cfg: FrontierConfig, x, layer, positions, mesh=None):
     if cfg.attention == "mla":
         return mla_attention_sublayer(cfg, x, layer, positions, mesh)
-    return _constrain(llama.attention_sublayer(_llama_cfg(cfg), x, layer, positions), mesh,
-                      P(FSDP, None, None))
+    return _constrain(
+        llama.attention_sublayer(_llama_cfg(cfg), x, layer, positions), mesh, P(FSDP, None, None)
+    )
 
 
 def dense_layer(cfg: FrontierConfig, x, layer, positions, mesh=None):
     """Attention, then a SwiGLU FFN (MaxText names mlpwi_0, mlpwi_1, mlpwo)."""
     x = _attention(cfg, x, layer, positions, mesh)
     h = llama._rms_norm(x, layer["mlp_norm"])
-    return x + moe._swiglu(h, layer["w1"], layer["w3"], layer["w2"],
-                           ("mlpwi_0", "mlpwi_1", "mlpwo"))
+    return x + moe._swiglu(
+        h, layer["w1"], layer["w3"], layer["w2"], ("mlpwi_0", "mlpwi_1", "mlpwo")
+    )
 
 
 def capacity_moe_block(cfg: FrontierConfig, h, layer, mesh=None):
@@ -238,23 +309,25 @@ def capacity_moe_block(cfg: FrontierConfig, h, layer, mesh=None):
     g, t, d = h.shape
     E, k = cfg.n_experts, cfg.top_k
     cap = max(1, math.ceil(t * k / E * cfg.capacity_factor))
-    shared = moe._swiglu(h, layer["s_w1"], layer["s_w3"], layer["s_w2"],
-                         ("mlpwi_0", "mlpwi_1", "mlpwo"))
-    probs = jax.nn.softmax((h @ layer["router"]).astype(jnp.float32), axis=-1)   # [G, T, E]
-    weights, experts = jax.lax.top_k(probs, k)                                  # [G, T, k]
-    onehot = jax.nn.one_hot(experts, E, dtype=jnp.int32)                        # [G, T, k, E]
+    shared = moe._swiglu(
+        h, layer["s_w1"], layer["s_w3"], layer["s_w2"], ("mlpwi_0", "mlpwi_1", "mlpwo")
+    )
+    probs = jax.nn.softmax((h @ layer["router"]).astype(jnp.float32), axis=-1)  # [G, T, E]
+    weights, experts = jax.lax.top_k(probs, k)  # [G, T, k]
+    onehot = jax.nn.one_hot(experts, E, dtype=jnp.int32)  # [G, T, k, E]
     # Slot of each (token, choice) in its expert's queue, in token order.
     slot = (jnp.cumsum(onehot.reshape(g, t * k, E), axis=1) - 1).reshape(g, t, k, E)
     keep = (slot < cap) & (onehot > 0)
-    slot_1h = jax.nn.one_hot(jnp.where(keep, slot, cap), cap, dtype=h.dtype)   # [G,T,k,E,C]
-    dispatch = jnp.sum(slot_1h, axis=2)                                          # [G, T, E, C]
+    slot_1h = jax.nn.one_hot(jnp.where(keep, slot, cap), cap, dtype=h.dtype)  # [G,T,k,E,C]
+    dispatch = jnp.sum(slot_1h, axis=2)  # [G, T, E, C]
     combine = jnp.einsum("gtk,gtkec->gtec", weights.astype(h.dtype), slot_1h)
     xe = jnp.einsum("gtec,gtd->egcd", dispatch, h)
     xe = _constrain(xe, mesh, P(FSDP, None, None, None))  # all-to-all: experts over fsdp
     gate = checkpoint_name(jnp.einsum("egcd,edf->egcf", xe, layer["e_w1"]), "moe_mlpwi_0")
     up = checkpoint_name(jnp.einsum("egcd,edf->egcf", xe, layer["e_w3"]), "moe_mlpwi_1")
-    ye = checkpoint_name(jnp.einsum("egcf,efd->egcd", jax.nn.silu(gate) * up, layer["e_w2"]),
-                         "moe_mlpwo")
+    ye = checkpoint_name(
+        jnp.einsum("egcf,efd->egcd", jax.nn.silu(gate) * up, layer["e_w2"]), "moe_mlpwo"
+    )
     ye = _constrain(ye, mesh, P(None, FSDP, None, None))  # all-to-all back: groups over fsdp
     return shared + jnp.einsum("gtec,egcd->gtd", combine, ye)
 
@@ -298,16 +371,23 @@ def forward(cfg: FrontierConfig, params, tokens, mesh=None):
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
     x = _constrain(params["embed"][tokens], mesh, P(FSDP, None, None))
     if "dense_layers" in params:
-        x = _scan_layers(functools.partial(dense_layer, cfg, mesh=mesh), x,
-                         params["dense_layers"], positions, mesh)
+        x = _scan_layers(
+            functools.partial(dense_layer, cfg, mesh=mesh),
+            x,
+            params["dense_layers"],
+            positions,
+            mesh,
+        )
     if "moe_layers" in params:
-        x = _scan_layers(functools.partial(moe_layer, cfg, mesh=mesh), x,
-                         params["moe_layers"], positions, mesh)
+        x = _scan_layers(
+            functools.partial(moe_layer, cfg, mesh=mesh), x, params["moe_layers"], positions, mesh
+        )
     x = llama._rms_norm(x, params["final_norm"])
     return _constrain((x @ params["unembed"]).astype(jnp.float32), mesh, P(FSDP, None, TP))
 
 
 # ------------------------------------------------------------------ abstract parameters
+
 
 # Per stacked weight: (shape without the layer axis, partition spec without it).
 # "in" projections D -> wide are (fsdp, tensor); "out" projections wide -> D are (tensor, fsdp).
@@ -317,26 +397,34 @@ def _attention_shapes(cfg: FrontierConfig) -> dict:
         return {
             "wq_a": ((D, cfg.q_lora_rank), P(FSDP, TP)),
             "q_norm": ((cfg.q_lora_rank,), P(None)),
-            "wq_b": ((cfg.q_lora_rank, H * (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim)),
-                     P(FSDP, TP)),
+            "wq_b": (
+                (cfg.q_lora_rank, H * (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim)),
+                P(FSDP, TP),
+            ),
             "wkv_a": ((D, cfg.kv_lora_rank + cfg.qk_rope_head_dim), P(FSDP, TP)),
             "kv_norm": ((cfg.kv_lora_rank,), P(None)),
-            "wkv_b": ((cfg.kv_lora_rank, H * (cfg.qk_nope_head_dim + cfg.v_head_dim)),
-                      P(FSDP, TP)),
+            "wkv_b": ((cfg.kv_lora_rank, H * (cfg.qk_nope_head_dim + cfg.v_head_dim)), P(FSDP, TP)),
             "wo": ((H * cfg.v_head_dim, D), P(TP, FSDP)),
-            "attn_norm": ((D,), P(None)), "mlp_norm": ((D,), P(None)),
+            "attn_norm": ((D,), P(None)),
+            "mlp_norm": ((D,), P(None)),
         }
     kv = cfg.n_kv_heads * cfg.head_dim
     return {
-        "wq": ((D, H * cfg.head_dim), P(FSDP, TP)), "wk": ((D, kv), P(FSDP, TP)),
-        "wv": ((D, kv), P(FSDP, TP)), "wo": ((H * cfg.head_dim, D), P(TP, FSDP)),
-        "attn_norm": ((D,), P(None)), "mlp_norm": ((D,), P(None)),
+        "wq": ((D, H * cfg.head_dim), P(FSDP, TP)),
+        "wk": ((D, kv), P(FSDP, TP)),
+        "wv": ((D, kv), P(FSDP, TP)),
+        "wo": ((H * cfg.head_dim, D), P(TP, FSDP)),
+        "attn_norm": ((D,), P(None)),
+        "mlp_norm": ((D,), P(None)),
     }
 
 
 def _ffn_shapes(D: int, F: int, prefix: str = "") -> dict:
-    return {f"{prefix}w1": ((D, F), P(FSDP, TP)), f"{prefix}w3": ((D, F), P(FSDP, TP)),
-            f"{prefix}w2": ((F, D), P(TP, FSDP))}
+    return {
+        f"{prefix}w1": ((D, F), P(FSDP, TP)),
+        f"{prefix}w3": ((D, F), P(FSDP, TP)),
+        f"{prefix}w2": ((F, D), P(TP, FSDP)),
+    }
 
 
 def _moe_shapes(cfg: FrontierConfig) -> dict:
@@ -344,7 +432,8 @@ def _moe_shapes(cfg: FrontierConfig) -> dict:
     return {
         **_ffn_shapes(D, cfg.d_shared, "s_"),
         "router": ((D, E), P(FSDP, None)),
-        "e_w1": ((E, D, F), P(FSDP, None, TP)), "e_w3": ((E, D, F), P(FSDP, None, TP)),
+        "e_w1": ((E, D, F), P(FSDP, None, TP)),
+        "e_w3": ((E, D, F), P(FSDP, None, TP)),
         "e_w2": ((E, F, D), P(FSDP, TP, None)),
     }
 
@@ -369,8 +458,10 @@ def param_layout(cfg: FrontierConfig) -> dict:
 
 
 def param_count(cfg: FrontierConfig) -> int:
-    leaves = jax.tree.leaves(param_layout(cfg), is_leaf=lambda x: isinstance(x, tuple)
-                             and len(x) == 2 and isinstance(x[1], P))
+    leaves = jax.tree.leaves(
+        param_layout(cfg),
+        is_leaf=lambda x: isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], P),
+    )
     return sum(math.prod(shape) for shape, _ in leaves)
 
 
@@ -381,11 +472,16 @@ def make_mesh(cfg: FrontierConfig) -> jax.sharding.Mesh:
             f"{cfg.name} is planned on a {cfg.mesh_shape[0]} x {cfg.mesh_shape[1]} mesh "
             f"({cfg.n_devices} devices) but JAX sees {have}.\nFix: before JAX starts, "
             f"jax.config.update('jax_num_cpu_devices', {cfg.n_devices}) (or XLA_FLAGS="
-            f"--xla_force_host_platform_device_count={cfg.n_devices}) to plan on fake CPU devices.")
+            f"--xla_force_host_platform_device_count={cfg.n_devices}) to plan on fake CPU devices."
+        )
     # Auto axes: the compiler propagates shardings from the arguments (GSPMD / Shardy), as in
     # MaxText; Explicit axes would need a sharding rule at every gather and reshape.
-    return jax.make_mesh(cfg.mesh_shape, (FSDP, TP), devices=jax.devices()[:cfg.n_devices],
-                         axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    return jax.make_mesh(
+        cfg.mesh_shape,
+        (FSDP, TP),
+        devices=jax.devices()[: cfg.n_devices],
+        axis_types=(jax.sharding.AxisType.Auto,) * 2,
+    )
 
 
 def abstract_args(cfg: FrontierConfig, mesh) -> tuple[dict, dict]:
@@ -397,14 +493,15 @@ def abstract_args(cfg: FrontierConfig, mesh) -> tuple[dict, dict]:
 
     is_leaf = lambda x: isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], P)  # noqa: E731
     layout = param_layout(cfg)
-    params = jax.tree.map(lambda l: sds(*l), layout, is_leaf=is_leaf)
-    momentum = jax.tree.map(lambda l: sds(*l), layout, is_leaf=is_leaf)
+    params = jax.tree.map(lambda spec: sds(*spec), layout, is_leaf=is_leaf)
+    momentum = jax.tree.map(lambda spec: sds(*spec), layout, is_leaf=is_leaf)
     tok = sds((cfg.batch, cfg.seq), P(FSDP, None), jnp.int32)
     return {"params": params, "momentum": momentum}, {"tokens": tok, "targets": tok}
 
 
-def make_train_step(cfg: FrontierConfig = TINY_LLAMA, *, mesh=None, lr: float = 1e-3,
-                    momentum: float = 0.9):
+def make_train_step(
+    cfg: FrontierConfig = TINY_LLAMA, *, mesh=None, lr: float = 1e-3, momentum: float = 0.9
+):
     """``(train_step, (state, batch))``: the step jitted with the state donated and its
     outputs sharded like its inputs; the arguments abstract and sharded on ``mesh``
     (default: ``make_mesh(cfg)``)."""
@@ -412,11 +509,13 @@ def make_train_step(cfg: FrontierConfig = TINY_LLAMA, *, mesh=None, lr: float = 
     args = abstract_args(cfg, mesh)
 
     train_step = llama.sgd_momentum_step(
-        lambda params, tokens: forward(cfg, params, tokens, mesh), lr=lr, momentum=momentum)
+        lambda params, tokens: forward(cfg, params, tokens, mesh), lr=lr, momentum=momentum
+    )
 
     state_sh = jax.tree.map(lambda s: s.sharding, args[0])
-    step = jax.jit(train_step, donate_argnums=(0,),
-                   out_shardings=(state_sh, NamedSharding(mesh, P())))
+    step = jax.jit(
+        train_step, donate_argnums=(0,), out_shardings=(state_sh, NamedSharding(mesh, P()))
+    )
     return step, args
 
 

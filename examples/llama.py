@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -73,13 +74,27 @@ class LlamaConfig:
 
 # The configuration of the H200 measurements (../shared/measurements and benchmarks/).
 H200_BENCH = LlamaConfig(
-    vocab=32000, d_model=4096, n_heads=32, n_kv_heads=8, d_ff=14336, n_layers=8,
-    batch=8, seq=4096, dtype="bfloat16",
+    vocab=32000,
+    d_model=4096,
+    n_heads=32,
+    n_kv_heads=8,
+    d_ff=14336,
+    n_layers=8,
+    batch=8,
+    seq=4096,
+    dtype="bfloat16",
 )
 
 # A medium CPU configuration for the quickstart: big enough that decisions matter.
 QUICKSTART = LlamaConfig(
-    vocab=1024, d_model=512, n_heads=8, n_kv_heads=2, d_ff=1536, n_layers=4, batch=4, seq=256,
+    vocab=1024,
+    d_model=512,
+    n_heads=8,
+    n_kv_heads=2,
+    d_ff=1536,
+    n_layers=4,
+    batch=4,
+    seq=256,
 )
 
 
@@ -129,8 +144,13 @@ def init_params(cfg: LlamaConfig, key) -> dict:
     kv = cfg.n_kv_heads * cfg.head_dim
     L, D, F = cfg.n_layers, cfg.d_model, cfg.d_ff
     shapes = {
-        "wq": (L, D, D), "wk": (L, D, kv), "wv": (L, D, kv), "wo": (L, D, D),
-        "w1": (L, D, F), "w3": (L, D, F), "w2": (L, F, D),
+        "wq": (L, D, D),
+        "wk": (L, D, kv),
+        "wv": (L, D, kv),
+        "wo": (L, D, D),
+        "w1": (L, D, F),
+        "w3": (L, D, F),
+        "w2": (L, F, D),
     }
     params = init_decoder_params(cfg, key, shapes)
     return {**params, "layers": interleave_layers(params["layers"], cfg.layers_per_iter)}
@@ -141,7 +161,7 @@ def interleave_layers(layers, k: int):
     the layout of ``layers_per_iter=k``; ``k = 1`` returns them unchanged."""
     if k == 1:
         return layers
-    return tuple(jax.tree.map(lambda w: w[j::k], layers) for j in range(k))
+    return tuple(jax.tree.map(lambda w, j=j: w[j::k], layers) for j in range(k))
 
 
 def init_decoder_params(cfg, key, shapes: dict) -> dict:
@@ -167,8 +187,9 @@ def group_policies(cfg: LlamaConfig) -> tuple:
     layers_per_iter of them, group-major."""
     G = cfg.layer_groups
     if isinstance(G, bool) or not isinstance(G, int) or G < 1 or cfg.n_layers % G:
-        raise ValueError(f"layer_groups must be an int >= 1 dividing n_layers={cfg.n_layers}, "
-                         f"got {G!r}")
+        raise ValueError(
+            f"layer_groups must be an int >= 1 dividing n_layers={cfg.n_layers}, got {G!r}"
+        )
     k = _layers_per_iter(cfg)
     pol = cfg.remat_policy
     if isinstance(pol, (list, tuple)):
@@ -176,22 +197,29 @@ def group_policies(cfg: LlamaConfig) -> tuple:
             return tuple(p for p in pol for _ in range(k))
         if len(pol) == G * k:
             return tuple(pol)
-        raise ValueError(f"remat_policy is a sequence of {len(pol)} policies but "
-                         f"layer_groups={G}" + (f" x layers_per_iter={k}" if k > 1 else "")
-                         + ": give one policy, one per group"
-                         + (f", or one per call site ({G * k})" if k > 1 else ""))
+        raise ValueError(
+            f"remat_policy is a sequence of {len(pol)} policies but "
+            f"layer_groups={G}"
+            + (f" x layers_per_iter={k}" if k > 1 else "")
+            + ": give one policy, one per group"
+            + (f", or one per call site ({G * k})" if k > 1 else "")
+        )
     return (pol,) * (G * k)
 
 
 def _layers_per_iter(cfg) -> int:
     k, per = cfg.layers_per_iter, cfg.n_layers // cfg.layer_groups
     if isinstance(k, bool) or not isinstance(k, int) or k < 1 or per % k:
-        raise ValueError(f"layers_per_iter must be an int >= 1 dividing the {per} layers of a "
-                         f"group (n_layers={cfg.n_layers}, layer_groups={cfg.layer_groups}), "
-                         f"got {k!r}")
+        raise ValueError(
+            f"layers_per_iter must be an int >= 1 dividing the {per} layers of a "
+            f"group (n_layers={cfg.n_layers}, layer_groups={cfg.layer_groups}), "
+            f"got {k!r}"
+        )
     if k > 1 and cfg.layer_loop != "scan":
-        raise ValueError(f"layers_per_iter={k} applies to layer_loop='scan' only; "
-                         f"got layer_loop={cfg.layer_loop!r}")
+        raise ValueError(
+            f"layers_per_iter={k} applies to layer_loop='scan' only; "
+            f"got layer_loop={cfg.layer_loop!r}"
+        )
     return k
 
 
@@ -203,40 +231,64 @@ def forward(cfg: LlamaConfig, params, tokens):
     k = _layers_per_iter(cfg)
     trips = per // k
     for g in range(G):
-        fns = [jax.checkpoint(functools.partial(decoder_layer, cfg), policy=policies[g * k + j],
-                              prevent_cse=cfg.prevent_cse) for j in range(k)]
+        fns = [
+            jax.checkpoint(
+                functools.partial(decoder_layer, cfg),
+                policy=policies[g * k + j],
+                prevent_cse=cfg.prevent_cse,
+            )
+            for j in range(k)
+        ]
         # G = 1 uses the stacked weights as they are (no slice): the program of one scan.
-        layers = params["layers"] if G == 1 else jax.tree.map(
-            lambda w: w[g * trips:(g + 1) * trips], params["layers"])
+        layers = (
+            params["layers"]
+            if G == 1
+            else jax.tree.map(lambda w, g=g: w[g * trips : (g + 1) * trips], params["layers"])
+        )
         if cfg.layer_loop == "scan" and k == 1:
-            def body(x, layer):
-                return fns[0](x, layer, positions), None
+
+            def body(x, layer, fn=fns[0]):
+                return fn(x, layer, positions), None
+
             x, _ = jax.lax.scan(body, x, layers)
         elif cfg.layer_loop == "scan":
-            def body_k(x, stacks):  # one trip: layer j of the trip from stack j, k call sites
+
+            def body_k(x, stacks, fns=fns):  # a trip: layer j from stack j, k call sites
                 for fn, layer in zip(fns, stacks):
                     x = fn(x, layer, positions)
                 return x, None
+
             x, _ = jax.lax.scan(body_k, x, layers)
         elif cfg.layer_loop == "loop":
             for i in range(per):
-                x = fns[0](x, jax.tree.map(lambda w: w[i], layers), positions)
+                x = fns[0](x, jax.tree.map(lambda w, i=i: w[i], layers), positions)
         else:
             raise ValueError(f"layer_loop must be 'scan' or 'loop', got {cfg.layer_loop!r}")
     x = _rms_norm(x, params["final_norm"])
     return (x @ params["unembed"]).astype(jnp.float32)
 
 
-def make_train_step(cfg: LlamaConfig = LlamaConfig(), *, concrete: bool = False, lr: float = 1e-3,
-                    momentum: float = 0.9):
+def make_train_step(
+    cfg: LlamaConfig = LlamaConfig(),
+    *,
+    concrete: bool = False,
+    lr: float = 1e-3,
+    momentum: float = 0.9,
+):
     """Returns ``(train_step, (state, batch))`` for ``cfg``.
 
     ``train_step(state, batch) -> (state, loss)`` with ``state = {"params", "momentum"}``.
     With ``concrete=False`` the example arguments are ``jax.ShapeDtypeStruct``s.
     """
     group_policies(cfg)  # bad layer layouts (groups, layers_per_iter) fail here, not when traced
-    return lm_train_step(cfg, functools.partial(forward, cfg), functools.partial(init_params, cfg),
-                         concrete=concrete, lr=lr, momentum=momentum)
+    return lm_train_step(
+        cfg,
+        functools.partial(forward, cfg),
+        functools.partial(init_params, cfg),
+        concrete=concrete,
+        lr=lr,
+        momentum=momentum,
+    )
 
 
 def lm_loss(forward_fn):

@@ -24,16 +24,33 @@ from jax.ad_checkpoint import checkpoint_policies as cp
 
 # The tensor names of MaxText's `remat_policy: custom` options (configs/base.yml) that this
 # decoder layer produces.
-TENSOR_NAMES = ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "context",
-                "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo")
+TENSOR_NAMES = (
+    "decoder_layer_input",
+    "query_proj",
+    "key_proj",
+    "value_proj",
+    "context",
+    "out_proj",
+    "mlpwi_0",
+    "mlpwi_1",
+    "mlpwo",
+)
 VALUES = ("remat", "device", "offload")
 
 DEFAULT_CONFIG = {
-    "emb_dim": 64, "mlp_dim": 256, "num_query_heads": 4, "head_dim": 16,
-    "num_decoder_layers": 3, "vocab_size": 128, "per_device_batch_size": 4,
-    "max_target_length": 64, "dtype": "float32", "scan_layers": True,
+    "emb_dim": 64,
+    "mlp_dim": 256,
+    "num_query_heads": 4,
+    "head_dim": 16,
+    "num_decoder_layers": 3,
+    "vocab_size": 128,
+    "per_device_batch_size": 4,
+    "max_target_length": 64,
+    "dtype": "float32",
+    "scan_layers": True,
     "remat_policy": "custom",
-    **{name: "remat" for name in TENSOR_NAMES}, "decoder_layer_input": "device",
+    **{name: "remat" for name in TENSOR_NAMES},
+    "decoder_layer_input": "device",
 }
 
 
@@ -41,9 +58,11 @@ def apply_yaml(config: dict, block: dict) -> dict:
     """``config`` updated with a parsed MaxText YAML block (e.g. ``plan.maxtext_yaml``)."""
     unknown = sorted(k for k in block if k not in config)
     if unknown:
-        raise KeyError(f"{unknown} are not keys of this model's config.\nWhy: MaxText only "
-                       f"knows the tensor names {TENSOR_NAMES}.\nFix: plan this model, whose "
-                       "tensors carry those names, or drop the unknown keys.")
+        raise KeyError(
+            f"{unknown} are not keys of this model's config.\nWhy: MaxText only "
+            f"knows the tensor names {TENSOR_NAMES}.\nFix: plan this model, whose "
+            "tensors carry those names, or drop the unknown keys."
+        )
     return {**config, **block}
 
 
@@ -64,12 +83,15 @@ def policy_from_config(config: dict):
         raise ValueError(f"remat_policy {rp!r} is not one of 'full', 'minimal', 'custom'.")
     bad = {n: config[n] for n in TENSOR_NAMES if config[n] not in VALUES}
     if bad:
-        raise ValueError(f"remat_policy: custom needs each of {TENSOR_NAMES} to be one of "
-                         f"{VALUES}; got {bad}.")
+        raise ValueError(
+            f"remat_policy: custom needs each of {TENSOR_NAMES} to be one of {VALUES}; got {bad}."
+        )
     return cp.save_and_offload_only_these_names(
         names_which_can_be_saved=[n for n in TENSOR_NAMES if config[n] == "device"],
         names_which_can_be_offloaded=[n for n in TENSOR_NAMES if config[n] == "offload"],
-        offload_src="device", offload_dst="pinned_host")
+        offload_src="device",
+        offload_dst="pinned_host",
+    )
 
 
 def config_with(remat_policy: str) -> dict:
@@ -101,25 +123,38 @@ def decoder_layer(config, x, w):
 def init_params(config: dict, key) -> dict:
     d, f, hd = config["emb_dim"], config["mlp_dim"], config["num_query_heads"] * config["head_dim"]
     n, dt = config["num_decoder_layers"], jnp.dtype(config["dtype"])
-    shapes = {"wq": (n, d, hd), "wk": (n, d, hd), "wv": (n, d, hd), "wo": (n, hd, d),
-              "wi_0": (n, d, f), "wi_1": (n, d, f), "wo_mlp": (n, f, d)}
+    shapes = {
+        "wq": (n, d, hd),
+        "wk": (n, d, hd),
+        "wv": (n, d, hd),
+        "wo": (n, hd, d),
+        "wi_0": (n, d, f),
+        "wi_1": (n, d, f),
+        "wo_mlp": (n, f, d),
+    }
     keys = jax.random.split(key, len(shapes) + 1)
-    layers = {name: (jax.random.normal(k, s) * s[-2] ** -0.5).astype(dt)
-              for k, (name, s) in zip(keys, shapes.items())}
-    return {"embed": (jax.random.normal(keys[-1], (config["vocab_size"], d)) * 0.02).astype(dt),
-            "layers": layers}
+    layers = {
+        name: (jax.random.normal(k, s) * s[-2] ** -0.5).astype(dt)
+        for k, (name, s) in zip(keys, shapes.items())
+    }
+    return {
+        "embed": (jax.random.normal(keys[-1], (config["vocab_size"], d)) * 0.02).astype(dt),
+        "layers": layers,
+    }
 
 
 def loss_fn(config, params, tokens):
-    layer = jax.checkpoint(functools.partial(decoder_layer, config),
-                           policy=policy_from_config(config),
-                           prevent_cse=not config["scan_layers"])
+    layer = jax.checkpoint(
+        functools.partial(decoder_layer, config),
+        policy=policy_from_config(config),
+        prevent_cse=not config["scan_layers"],
+    )
     x = params["embed"][tokens]
     if config["scan_layers"]:
         x, _ = jax.lax.scan(lambda x, w: (layer(x, w), None), x, params["layers"])
     else:
         for i in range(config["num_decoder_layers"]):
-            x = layer(x, jax.tree.map(lambda a: a[i], params["layers"]))
+            x = layer(x, jax.tree.map(lambda a, i=i: a[i], params["layers"]))
     logits = _rms(x) @ params["embed"].T
     targets = jnp.roll(tokens, -1, axis=1)
     return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], -1))
@@ -134,7 +169,10 @@ def make(config: dict | None = None):
         loss, grads = jax.value_and_grad(functools.partial(loss_fn, config))(params, tokens)
         return jax.tree.map(lambda p, g: p - 1e-2 * g, params, grads), loss
 
-    tokens = jax.random.randint(jax.random.key(1),
-                                (config["per_device_batch_size"], config["max_target_length"]),
-                                0, config["vocab_size"])
+    tokens = jax.random.randint(
+        jax.random.key(1),
+        (config["per_device_batch_size"], config["max_target_length"]),
+        0,
+        config["vocab_size"],
+    )
     return train_step, (init_params(config, jax.random.key(0)), tokens)

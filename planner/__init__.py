@@ -12,7 +12,6 @@ Everything below is the public API; the modules under ``planner._src`` are priva
 """
 
 from cost_models import HardwareProfile, list_profiles, load_profile
-
 from planner._src.emit import PlannerPolicy
 from planner._src.errors import (
     InfeasibleBudgetError,
@@ -38,10 +37,34 @@ from planner._src.types import Assignment, Prediction, Verification
 __version__ = "0.2.0"
 
 __all__ = [
-    "Assignment", "HardwareProfile", "InfeasibleBudgetError", "InvalidArgumentError",
-    "LayerGroupsError", "NoCheckpointRegionError", "Plan", "PlanFileError", "PlanOptions",
-    "PlanWarning", "Planner", "PlannerError", "PlannerPolicy", "Prediction", "ProfileResult",
-    "SavedPlan", "SolverError", "TraceError", "UnsupportedError", "Verification",
-    "__version__", "hbm_timeline", "list_profiles", "load_plan", "load_profile", "pareto",
-    "pareto_curve", "paste_snippets", "profile", "solve",
+    "Assignment",
+    "HardwareProfile",
+    "InfeasibleBudgetError",
+    "InvalidArgumentError",
+    "LayerGroupsError",
+    "NoCheckpointRegionError",
+    "Plan",
+    "PlanFileError",
+    "PlanOptions",
+    "PlanWarning",
+    "Planner",
+    "PlannerError",
+    "PlannerPolicy",
+    "Prediction",
+    "ProfileResult",
+    "SavedPlan",
+    "SolverError",
+    "TraceError",
+    "UnsupportedError",
+    "Verification",
+    "__version__",
+    "hbm_timeline",
+    "list_profiles",
+    "load_plan",
+    "load_profile",
+    "pareto",
+    "pareto_curve",
+    "paste_snippets",
+    "profile",
+    "solve",
 ]

@@ -6,15 +6,31 @@ import itertools
 import random
 
 import cost_models as cm
-
 from planner._src.cost import evaluate
-from planner._src.types import DECISIONS, Assignment, CostModel, RegionCost
 from planner._src.graph import LivenessGraph, build_graph
-from planner._src.types import Candidate, CompiledFigures, Region, RegionInput, Trace
+from planner._src.types import (
+    DECISIONS,
+    Assignment,
+    Candidate,
+    CompiledFigures,
+    CostModel,
+    Region,
+    RegionCost,
+    RegionInput,
+    Trace,
+)
 
 
-def random_problem(seed: int, *, n_nodes: int = 7, n_regions: int = 1, n_classes: int = 4,
-                   eta: float | None = None, allow_offload: bool = True, groups: bool = False):
+def random_problem(
+    seed: int,
+    *,
+    n_nodes: int = 7,
+    n_regions: int = 1,
+    n_classes: int = 4,
+    eta: float | None = None,
+    allow_offload: bool = True,
+    groups: bool = False,
+):
     """A random DAG per region, candidates spread over ``n_classes`` shared signatures.
 
     ``groups=True``: each region is one call site of its own layer group (classes per group)."""
@@ -27,28 +43,68 @@ def random_problem(seed: int, *, n_nodes: int = 7, n_regions: int = 1, n_classes
             k = rnd.randrange(n_classes)
             inputs = tuple(sorted(rnd.sample(range(i), k=min(i, rnd.randint(0, 2)))))
             reads = tuple(sorted(rnd.sample(range(n_inputs), k=rnd.randint(0, 1)))) if i < 3 else ()
-            cands.append(Candidate(
-                index=i, signature=f"sig{k}", primitive="reshape" if k == 0 else f"p{k}",
-                name=f"t{k}" if k % 2 else None,
-                shape=(rnd.randint(1, 8),), dtype="float32", nbytes=rnd.choice([1, 2, 4, 8]) * 1024 * 64,
-                source="synthetic", inputs=inputs,
-                needed=rnd.random() < 0.5, effectful=False,
-                loop_invariant=rnd.random() < 0.1 and not inputs and not reads,
-                input_reads=reads))
-        region_inputs = tuple(RegionInput(index=j, nbytes=1024 * 64 * rnd.choice([1, 4]),
-                                          stacked=j == 0, needed=rnd.random() < 0.3)
-                              for j in range(n_inputs))
-        regions.append(Region(id=rid, source="synthetic", multiplicity=rnd.randint(1, 4),
-                              call_sites=1 if groups else rnd.choice([1, 1, 2]),
-                              candidates=tuple(cands),
-                              user_policy="none", prevent_cse=False, in_scan=True,
-                              inputs=region_inputs, group=rid if groups else None))
-    figs = CompiledFigures(argument_bytes=0, output_bytes=0, alias_bytes=0, temp_bytes=0,
-                           host_temp_bytes=0, host_buffers_in_hlo=0, async_host_copies_in_hlo=0,
-                           jaxpr_host_bytes=0, stacked_device_bytes=0, stacked_host_bytes=0,
-                           stacked_host_arrays=0, backend="cpu")
-    trace = Trace(regions=tuple(regions), anchor=figs, argument_bytes=0,
-                  backend="cpu", fingerprint="synthetic", undifferentiated_regions=0)
+            cands.append(
+                Candidate(
+                    index=i,
+                    signature=f"sig{k}",
+                    primitive="reshape" if k == 0 else f"p{k}",
+                    name=f"t{k}" if k % 2 else None,
+                    shape=(rnd.randint(1, 8),),
+                    dtype="float32",
+                    nbytes=rnd.choice([1, 2, 4, 8]) * 1024 * 64,
+                    source="synthetic",
+                    inputs=inputs,
+                    needed=rnd.random() < 0.5,
+                    effectful=False,
+                    loop_invariant=rnd.random() < 0.1 and not inputs and not reads,
+                    input_reads=reads,
+                )
+            )
+        region_inputs = tuple(
+            RegionInput(
+                index=j,
+                nbytes=1024 * 64 * rnd.choice([1, 4]),
+                stacked=j == 0,
+                needed=rnd.random() < 0.3,
+            )
+            for j in range(n_inputs)
+        )
+        regions.append(
+            Region(
+                id=rid,
+                source="synthetic",
+                multiplicity=rnd.randint(1, 4),
+                call_sites=1 if groups else rnd.choice([1, 1, 2]),
+                candidates=tuple(cands),
+                user_policy="none",
+                prevent_cse=False,
+                in_scan=True,
+                inputs=region_inputs,
+                group=rid if groups else None,
+            )
+        )
+    figs = CompiledFigures(
+        argument_bytes=0,
+        output_bytes=0,
+        alias_bytes=0,
+        temp_bytes=0,
+        host_temp_bytes=0,
+        host_buffers_in_hlo=0,
+        async_host_copies_in_hlo=0,
+        jaxpr_host_bytes=0,
+        stacked_device_bytes=0,
+        stacked_host_bytes=0,
+        stacked_host_arrays=0,
+        backend="cpu",
+    )
+    trace = Trace(
+        regions=tuple(regions),
+        anchor=figs,
+        argument_bytes=0,
+        backend="cpu",
+        fingerprint="synthetic",
+        undifferentiated_regions=0,
+    )
     graph = build_graph(trace)
     hw = cm.load_profile("cpu")
     rcs = []
@@ -58,17 +114,33 @@ def random_problem(seed: int, *, n_nodes: int = 7, n_regions: int = 1, n_classes
         d2h = [c.nbytes / 1e9 * rnd.uniform(5, 20) for c in r.candidates]
         # Some candidates are "fusible": saving them costs a forward write.
         mat = [rnd.choice([0.0, rnd.uniform(1e-5, 1e-3)]) for _ in range(n)]
-        after = [sum(rec[i + 1:]) for i in range(n)]
+        after = [sum(rec[i + 1 :]) for i in range(n)]
         bwd = 2 * sum(rec)
-        rcs.append(RegionCost(region_id=r.id, multiplicity=r.multiplicity, recompute_s=tuple(rec),
-                              materialize_s=tuple(mat), d2h_s=tuple(d2h), h2d_s=tuple(d2h), fwd_after_s=tuple(after),
-                              bwd_before_s=tuple(bwd * a / sum(rec) for a in after),
-                              fwd_s=sum(rec), bwd_s=bwd))
-    cost = CostModel(hardware=hw, regions=tuple(rcs), base_step_s=0.1, fixed_bytes=1 << 20,
-                     correction_bytes=0,
-                     host_cap_bytes=rnd.choice([1e12, 2 * 1024 * 64 * 8]),
-                     overlap_efficiency=rnd.choice([0.0, 0.5, 1.0]) if eta is None else eta,
-                     allow_offload=allow_offload, unknown_primitives=())
+        rcs.append(
+            RegionCost(
+                region_id=r.id,
+                multiplicity=r.multiplicity,
+                recompute_s=tuple(rec),
+                materialize_s=tuple(mat),
+                d2h_s=tuple(d2h),
+                h2d_s=tuple(d2h),
+                fwd_after_s=tuple(after),
+                bwd_before_s=tuple(bwd * a / sum(rec) for a in after),
+                fwd_s=sum(rec),
+                bwd_s=bwd,
+            )
+        )
+    cost = CostModel(
+        hardware=hw,
+        regions=tuple(rcs),
+        base_step_s=0.1,
+        fixed_bytes=1 << 20,
+        correction_bytes=0,
+        host_cap_bytes=rnd.choice([1e12, 2 * 1024 * 64 * 8]),
+        overlap_efficiency=rnd.choice([0.0, 0.5, 1.0]) if eta is None else eta,
+        allow_offload=allow_offload,
+        unknown_primitives=(),
+    )
     return graph, cost
 
 

@@ -17,8 +17,11 @@ BUDGET = "0.012"
 
 def tiny():
     """A two-layer Llama small enough that a CLI solve takes seconds."""
-    return llama.make_train_step(llama.LlamaConfig(
-        n_layers=2, d_model=128, n_heads=4, n_kv_heads=2, d_ff=384, seq=64, vocab=256))
+    return llama.make_train_step(
+        llama.LlamaConfig(
+            n_layers=2, d_model=128, n_heads=4, n_kv_heads=2, d_ff=384, seq=64, vocab=256
+        )
+    )
 
 
 def run(capsys, *argv):
@@ -31,9 +34,25 @@ def run(capsys, *argv):
 def saved(tmp_path_factory):
     """One CLI solve: plan file, markdown report written with --out."""
     d = tmp_path_factory.mktemp("cli")
-    code = main(["solve", FACTORY, "--hbm-gb", BUDGET, "--hardware", "cpu", "--format",
-                 "markdown", "--save", str(d / "plan.json"), "--out", str(d / "report.md"),
-                 "--timeline", str(d / "timeline.svg"), "--quiet"])
+    code = main(
+        [
+            "solve",
+            FACTORY,
+            "--hbm-gb",
+            BUDGET,
+            "--hardware",
+            "cpu",
+            "--format",
+            "markdown",
+            "--save",
+            str(d / "plan.json"),
+            "--out",
+            str(d / "report.md"),
+            "--timeline",
+            str(d / "timeline.svg"),
+            "--quiet",
+        ]
+    )
     assert code == 0
     return d
 
@@ -46,8 +65,13 @@ def test_help_and_usage_errors_return_codes(capsys):
 
 
 def test_python_dash_m_planner_help_in_a_subprocess():
-    r = subprocess.run([sys.executable, "-m", "planner", "--help"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "planner", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert all(cmd in r.stdout for cmd in ("solve", "report", "pareto", "calibrate"))
 
@@ -58,10 +82,13 @@ def test_solve_writes_plan_report_and_timeline(saved):
     assert json.loads((saved / "plan.json").read_text())["format"] == "jax-offload-planner/plan"
 
 
-@pytest.mark.parametrize("flags, check", [
-    (["--format", "text"], lambda out: "PLAN STATUS: COMPILED, WITHIN BUDGET" in out),
-    (["--json"], lambda out: json.loads(out)["status"] == "compiled, within budget"),
-])
+@pytest.mark.parametrize(
+    "flags, check",
+    [
+        (["--format", "text"], lambda out: "PLAN STATUS: COMPILED, WITHIN BUDGET" in out),
+        (["--json"], lambda out: json.loads(out)["status"] == "compiled, within budget"),
+    ],
+)
 def test_solve_text_and_json_stdout_with_progress_on_stderr(capsys, flags, check):
     code, out, err = run(capsys, "solve", FACTORY, "--hbm-gb", BUDGET, "--hardware", "cpu", *flags)
     assert code == 0 and check(out)
@@ -69,12 +96,15 @@ def test_solve_text_and_json_stdout_with_progress_on_stderr(capsys, flags, check
     assert "[planner]" not in out  # stdout stays clean for pipes
 
 
-@pytest.mark.parametrize("flags, check", [
-    ([], lambda out: out.startswith("PLAN STATUS: COMPILED, WITHIN BUDGET")),
-    (["--format", "markdown"], lambda out: out.startswith("# Plan: compiled, within budget")),
-    (["--format", "json"], lambda out: json.loads(out)["status"] == "compiled, within budget"),
-    (["--json"], lambda out: json.loads(out)["budget_gb"] == float(BUDGET)),
-])
+@pytest.mark.parametrize(
+    "flags, check",
+    [
+        ([], lambda out: out.startswith("PLAN STATUS: COMPILED, WITHIN BUDGET")),
+        (["--format", "markdown"], lambda out: out.startswith("# Plan: compiled, within budget")),
+        (["--format", "json"], lambda out: json.loads(out)["status"] == "compiled, within budget"),
+        (["--json"], lambda out: json.loads(out)["budget_gb"] == float(BUDGET)),
+    ],
+)
 def test_report_of_a_saved_plan_in_every_format(capsys, saved, flags, check):
     code, out, err = run(capsys, "report", str(saved / "plan.json"), *flags)
     assert code == 0 and check(out), out[:500]
@@ -88,44 +118,93 @@ def test_report_markdown_matches_what_solve_printed(capsys, saved):
 
 def test_pareto_table_json_and_png(capsys, tmp_path):
     png = tmp_path / "pareto.png"
-    code, out, err = run(capsys, "pareto", FACTORY, "--hbm-gb", "0.001,0.012,0.02",
-                         "--hardware", "cpu", "--png", str(png), "--svg", str(tmp_path / "p.svg"))
+    code, out, err = run(
+        capsys,
+        "pareto",
+        FACTORY,
+        "--hbm-gb",
+        "0.001,0.012,0.02",
+        "--hardware",
+        "cpu",
+        "--png",
+        str(png),
+        "--svg",
+        str(tmp_path / "p.svg"),
+    )
     assert code == 0
     assert "INFEASIBLE" in out and "budget GB" in out and "nothing_saveable" in out
     assert png.read_bytes()[:4] == b"\x89PNG" and (tmp_path / "p.svg").exists()
     assert "drawing the curve" in err
-    code, out, _ = run(capsys, "pareto", FACTORY, "--hbm-gb", "0.001,0.02", "--hardware", "cpu",
-                       "--json", "--quiet")
+    code, out, _ = run(
+        capsys,
+        "pareto",
+        FACTORY,
+        "--hbm-gb",
+        "0.001,0.02",
+        "--hardware",
+        "cpu",
+        "--json",
+        "--quiet",
+    )
     data = json.loads(out)
     assert code == 0
     assert [r["feasible"] for r in data["budgets"]] == [False, True]
     assert "InfeasibleBudgetError" == data["budgets"][0]["status"]
     assert data["budgets"][1]["predicted_peak_gb"] <= 0.02
-    assert {s["name"] for s in data["stock_policies"]} >= {"nothing_saveable", "everything_saveable"}
+    assert {s["name"] for s in data["stock_policies"]} >= {
+        "nothing_saveable",
+        "everything_saveable",
+    }
 
 
 def test_calibrate_with_tiny_sizes(capsys, tmp_path):
     out_path = tmp_path / "cal.json"
-    code, out, err = run(capsys, "calibrate", "--base", "cpu", "--sizes-mb", "1",
-                         "--repeats", "1", "--matmul-n", "64", "--out", str(out_path), "--json")
+    code, out, err = run(
+        capsys,
+        "calibrate",
+        "--base",
+        "cpu",
+        "--sizes-mb",
+        "1",
+        "--repeats",
+        "1",
+        "--matmul-n",
+        "64",
+        "--out",
+        str(out_path),
+        "--json",
+    )
     assert code == 0, err
     assert json.loads(out)["name"] == "cpu-calibrated"
     assert json.loads(out_path.read_text())["name"] == "cpu-calibrated"
-    code, out, _ = run(capsys, "calibrate", "--base", "cpu", "--sizes-mb", "1", "--repeats", "1",
-                       "--matmul-n", "64")
+    code, out, _ = run(
+        capsys,
+        "calibrate",
+        "--base",
+        "cpu",
+        "--sizes-mb",
+        "1",
+        "--repeats",
+        "1",
+        "--matmul-n",
+        "64",
+    )
     assert code == 0 and out.startswith("profile cpu-calibrated") and "host link" in out
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["solve", "examples.llama", "--hbm-gb", "1"], "is not MODULE:FACTORY"),
-    (["solve", "no_such_module:make", "--hbm-gb", "1"], "Cannot import 'no_such_module'"),
-    (["solve", FACTORY, "--hbm-gb", "1", "--hardware", "h300"], "h200"),
-    (["solve", FACTORY, "--hbm-gb", "1", "--timeline", "t.jpg"], "must end with .png or .svg"),
-    (["pareto", FACTORY, "--hbm-gb", "a,b"], "comma-separated list"),
-    (["pareto", FACTORY, "--hbm-gb", "1", "--png", "p.svg"], "must end with .png"),
-    (["report", "/nonexistent/plan.json"], "No plan file"),
-    (["calibrate", "--base", "h300"], "h300"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["solve", "examples.llama", "--hbm-gb", "1"], "is not MODULE:FACTORY"),
+        (["solve", "no_such_module:make", "--hbm-gb", "1"], "Cannot import 'no_such_module'"),
+        (["solve", FACTORY, "--hbm-gb", "1", "--hardware", "h300"], "h200"),
+        (["solve", FACTORY, "--hbm-gb", "1", "--timeline", "t.jpg"], "must end with .png or .svg"),
+        (["pareto", FACTORY, "--hbm-gb", "a,b"], "comma-separated list"),
+        (["pareto", FACTORY, "--hbm-gb", "1", "--png", "p.svg"], "must end with .png"),
+        (["report", "/nonexistent/plan.json"], "No plan file"),
+        (["calibrate", "--base", "h300"], "h300"),
+    ],
+)
 def test_errors_exit_2_with_the_message_on_stderr(capsys, argv, message):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == ""
@@ -142,8 +221,22 @@ def test_profile_command_says_nothing_was_measured_on_cpu(tmp_path, capsys):
     # The quickstart model planned and profiled on CPU: no host copies exist to measure,
     # and the command says so with exit status 1 instead of reporting zeros.
     from planner._src.cli import main
-    code = main(["profile", "examples.llama:profile_quickstart", "--hbm-gb", "0.42",
-                 "--hardware", "cpu", "--steps", "1", "--warmup", "1", "--json"])
+
+    code = main(
+        [
+            "profile",
+            "examples.llama:profile_quickstart",
+            "--hbm-gb",
+            "0.42",
+            "--hardware",
+            "cpu",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--json",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1
     assert "nothing measured" in out
@@ -152,8 +245,9 @@ def test_profile_command_says_nothing_was_measured_on_cpu(tmp_path, capsys):
 def test_pareto_auto_spans_full_remat_to_save_everything(capsys):
     """--hbm-gb auto: five budgets above full remat's predicted peak, the last at saving
     everything's, each plan inside its budget; the same through planner.pareto."""
-    code, out, _ = run(capsys, "pareto", FACTORY, "--hbm-gb", "auto", "--hardware", "cpu",
-                       "--json", "--quiet")
+    code, out, _ = run(
+        capsys, "pareto", FACTORY, "--hbm-gb", "auto", "--hardware", "cpu", "--json", "--quiet"
+    )
     assert code == 0
     data = json.loads(out)
     stock = {s["name"]: s["predicted_peak_gb"] for s in data["stock_policies"]}
@@ -165,9 +259,12 @@ def test_pareto_auto_spans_full_remat_to_save_everything(capsys):
     assert all(abs(b - (lo + step * (k + 1))) <= 1e-6 * hi for k, b in enumerate(budgets))
     # Each budget's answer compiled within it (or, for an offloading plan on the CPU, whose
     # host arrays share device memory, is an estimate within it: "unverified").
-    assert all(r["feasible"] and r["compiled_gb"] <= r["budget_gb"] + 1e-9
-               and r["status"] in ("compiled, within budget", "compiled, unverified")
-               for r in data["budgets"])
+    assert all(
+        r["feasible"]
+        and r["compiled_gb"] <= r["budget_gb"] + 1e-9
+        and r["status"] in ("compiled, within budget", "compiled, unverified")
+        for r in data["budgets"]
+    )
 
 
 def test_pareto_auto_stops_at_the_devices_hbm():
@@ -176,6 +273,7 @@ def test_pareto_auto_stops_at_the_devices_hbm():
 
     import cost_models as cm
     import planner
+
     step, args = tiny()
     full = planner.pareto(step, *args, hbm_gb=None, points=2, hardware="cpu")
     top = full[-1].budget_bytes
@@ -193,12 +291,13 @@ def test_pareto_auto_budgets_leave_the_allocator_headroom_on_top():
 
     import cost_models as cm
     import planner
+
     step, args = tiny()
-    plain = planner.pareto(step, *args, hbm_gb=None, points=2, hardware="cpu",
-                           verify_compile=False)
+    plain = planner.pareto(step, *args, hbm_gb=None, points=2, hardware="cpu", verify_compile=False)
     roomy = dataclasses.replace(cm.load_profile("cpu"), allocator_headroom=0.1)
-    spaced = planner.pareto(step, *args, hbm_gb=None, points=2, hardware=roomy,
-                            verify_compile=False)
+    spaced = planner.pareto(
+        step, *args, hbm_gb=None, points=2, hardware=roomy, verify_compile=False
+    )
     for a, b in zip(plain, spaced):
         assert b.budget_bytes == pytest.approx(a.budget_bytes / 0.9, rel=1e-6)
         assert b.budget_bytes - b.headroom_bytes == pytest.approx(a.budget_bytes, rel=1e-6)

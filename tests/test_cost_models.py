@@ -478,8 +478,12 @@ def test_h200_uses_our_measurements():
     assert HW.matmul_rate("bfloat16") == 790e12 and HW.hbm_bytes_per_s == 4.3e12
     # Trace-measured with the planner's flags (graphs off): the profile carries the figure
     # overlap_from_trace wrote for that run, and says it holds only with those flags.
-    measured = json.loads((Path(__file__).resolve().parents[1] / "benchmarks/results/h200-2026-12-02-overlap/k1/"
-                           "lhs_no_cmd_buffer-measured.json").read_text())
+    measured = json.loads(
+        (
+            Path(__file__).resolve().parents[1] / "benchmarks/results/h200-2026-12-02-overlap/k1/"
+            "lhs_no_cmd_buffer-measured.json"
+        ).read_text()
+    )
     assert HW.overlap_efficiency == round(measured["overlap_efficiency"]["value"], 4) > 0
     assert "h200-2026-12-02-overlap" in HW.source("overlap_efficiency")
     assert "planner's XLA flags" in HW.source("overlap_efficiency")
@@ -703,7 +707,9 @@ def test_allocator_headroom_is_optional_in_older_profile_files(tmp_path):
     path.write_text(json.dumps(data))
     old = cm.load_profile(str(path))
     assert old.allocator_headroom == 0.0
-    assert "not in" in old.source("allocator_headroom") and "old.json" in old.source("allocator_headroom")
+    assert "not in" in old.source("allocator_headroom") and "old.json" in old.source(
+        "allocator_headroom"
+    )
     data["allocator_headroom"] = {"value": 0.7, "source": "a guess"}
     path.write_text(json.dumps(data))
     with pytest.raises(cm.ProfileError, match=r"'allocator_headroom'.*at most 0\.5"):

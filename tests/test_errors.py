@@ -11,11 +11,18 @@ from examples import llama
 STEP, ARGS = llama.make_train_step(llama.LlamaConfig(n_layers=2))
 
 
-@pytest.mark.parametrize("bad, match", [
-    (0, "positive, finite"), (-3, "positive, finite"), (math.nan, "positive, finite"),
-    (math.inf, "positive, finite"), ("80", "number of gigabytes"), (True, "number of gigabytes"),
-    (5e9, "per device, in GB"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (0, "positive, finite"),
+        (-3, "positive, finite"),
+        (math.nan, "positive, finite"),
+        (math.inf, "positive, finite"),
+        ("80", "number of gigabytes"),
+        (True, "number of gigabytes"),
+        (5e9, "per device, in GB"),
+    ],
+)
 def test_bad_budgets(bad, match):
     with pytest.raises(planner.InvalidArgumentError, match=match):
         planner.solve(STEP, *ARGS, hbm_gb=bad)
@@ -38,22 +45,33 @@ def test_budget_below_every_plan_names_the_smallest_feasible_budget():
         planner.solve(STEP, *ARGS, hbm_gb=0.001, hardware="cpu")
     assert 0.001e9 < e.value.min_feasible_bytes < 1e9
     # The named budget is enough: planning at it succeeds.
-    plan = planner.solve(STEP, *ARGS, hbm_gb=math.ceil(e.value.min_feasible_bytes / 1e6) / 1e3
-                         + 0.002, hardware="cpu")
+    plan = planner.solve(
+        STEP,
+        *ARGS,
+        hbm_gb=math.ceil(e.value.min_feasible_bytes / 1e6) / 1e3 + 0.002,
+        hardware="cpu",
+    )
     assert plan.verification.compiled_device_bytes <= plan.budget_bytes
 
 
 def test_offload_requested_without_host_memory(monkeypatch):
     import planner._src.session as plan_module
+
     monkeypatch.setattr(plan_module, "_host_memory_available", lambda: False)
     with pytest.raises(planner.UnsupportedError, match="allow_offload=False"):
         planner.solve(STEP, *ARGS, hbm_gb=1, allow_offload=True)
 
 
 def test_error_hierarchy():
-    for cls in (planner.InvalidArgumentError, planner.TraceError, planner.NoCheckpointRegionError,
-                planner.InfeasibleBudgetError, planner.SolverError, planner.UnsupportedError,
-                planner.PlanFileError):
+    for cls in (
+        planner.InvalidArgumentError,
+        planner.TraceError,
+        planner.NoCheckpointRegionError,
+        planner.InfeasibleBudgetError,
+        planner.SolverError,
+        planner.UnsupportedError,
+        planner.PlanFileError,
+    ):
         assert issubclass(cls, planner.PlannerError)
 
 
@@ -66,8 +84,15 @@ def test_an_estimated_compiled_size_never_overrules_an_infeasible_model(exact):
     from planner._src.verify import STATUS_OK, STATUS_UNVERIFIED, Verification
 
     budget = 1000
-    ver = Verification(status=STATUS_OK if exact else STATUS_UNVERIFIED, compiled=None,
-                       compiled_device_bytes=budget // 2, predicted_peak_bytes=2 * budget,
-                       budget_bytes=budget, checks=(), backend="cpu", exact=exact)
+    ver = Verification(
+        status=STATUS_OK if exact else STATUS_UNVERIFIED,
+        compiled=None,
+        compiled_device_bytes=budget // 2,
+        predicted_peak_bytes=2 * budget,
+        budget_bytes=budget,
+        checks=(),
+        backend="cpu",
+        exact=exact,
+    )
     assert overrules_model(ver, budget) == exact
     assert not overrules_model(dataclasses.replace(ver, compiled_device_bytes=budget + 1), budget)

@@ -20,8 +20,9 @@ class Block(nn.Module):
 class LinenModel(nn.Module):
     @nn.compact
     def __call__(self, x):
-        scanned = nn.scan(nn.remat(Block), variable_axes={"params": 0},
-                          split_rngs={"params": True}, length=4)
+        scanned = nn.scan(
+            nn.remat(Block), variable_axes={"params": 0}, split_rngs={"params": True}, length=4
+        )
         x, _ = scanned()(x, None)
         return x
 
@@ -70,8 +71,9 @@ def test_flax_nnx_remat_unrolled():
     def step(state, x):
         def loss(state):
             return jnp.mean(nnx.merge(graphdef, state)(x) ** 2)
-        l, g = jax.value_and_grad(loss)(state)
-        return jax.tree.map(lambda p, g: p - 0.1 * g, state, g), l
+
+        value, g = jax.value_and_grad(loss)(state)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, state, g), value
 
     plan = planner.solve(step, state, x, hbm_gb=0.02, hardware="cpu")
     assert sum(rg.region.multiplicity for rg in plan.graph.regions) == 3

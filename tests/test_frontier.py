@@ -17,11 +17,30 @@ from planner._src import jax_adapter as adapter
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-MLA_NAMES = {"query_wa_proj", "mla_q", "kv_wa_proj", "mla_kv", "query_proj", "key_proj",
-             "value_proj", "attention_out", "out_proj", "decoder_layer_input"}
+MLA_NAMES = {
+    "query_wa_proj",
+    "mla_q",
+    "kv_wa_proj",
+    "mla_kv",
+    "query_proj",
+    "key_proj",
+    "value_proj",
+    "attention_out",
+    "out_proj",
+    "decoder_layer_input",
+}
 EXPERT_NAMES = {"moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo", "mlpwi_0", "mlpwi_1", "mlpwo"}
-GQA_NAMES = {"decoder_layer_input", "query_proj", "key_proj", "value_proj", "attention_out",
-             "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo"}
+GQA_NAMES = {
+    "decoder_layer_input",
+    "query_proj",
+    "key_proj",
+    "value_proj",
+    "attention_out",
+    "out_proj",
+    "mlpwi_0",
+    "mlpwi_1",
+    "mlpwo",
+}
 
 
 def _names(jaxpr) -> set[str]:
@@ -33,16 +52,20 @@ def _names(jaxpr) -> set[str]:
 
 
 def _regions(jaxpr) -> int:
-    return sum((e.primitive is adapter.remat_p) + sum(_regions(sub) for sub, _ in
-                                                         adapter.subjaxprs(e))
-               for e in jaxpr.eqns)
+    return sum(
+        (e.primitive is adapter.remat_p) + sum(_regions(sub) for sub, _ in adapter.subjaxprs(e))
+        for e in jaxpr.eqns
+    )
 
 
-@pytest.mark.parametrize("cfg,expected,regions", [
-    (F.TINY_LLAMA, GQA_NAMES, 1),
-    (F.TINY_DEEPSEEK, MLA_NAMES | EXPERT_NAMES, 2),
-    (F.TINY_DEEPSEEK_CAPACITY, MLA_NAMES | EXPERT_NAMES, 2),
-])
+@pytest.mark.parametrize(
+    "cfg,expected,regions",
+    [
+        (F.TINY_LLAMA, GQA_NAMES, 1),
+        (F.TINY_DEEPSEEK, MLA_NAMES | EXPERT_NAMES, 2),
+        (F.TINY_DEEPSEEK_CAPACITY, MLA_NAMES | EXPERT_NAMES, 2),
+    ],
+)
 def test_tiny_configs_trace_with_abstract_sharded_args(cfg, expected, regions):
     step, (state, batch) = F.make_train_step(cfg)
     leaves = jax.tree.leaves((state, batch))
@@ -65,8 +88,10 @@ def test_full_size_layouts_and_per_device_bytes():
     mesh = AbstractMesh((64, 8), ("fsdp", "tensor"))
     for cfg in (F.LLAMA3_405B, F.DEEPSEEK_V3):
         state, batch = F.abstract_args(cfg, mesh)
-        per_device = sum(math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
-                         for x in jax.tree.leaves(state))
+        per_device = sum(
+            math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
+            for x in jax.tree.leaves(state)
+        )
         assert per_device == pytest.approx(4 * F.param_count(cfg) / 512, rel=0.01)
         assert batch["tokens"].sharding.shard_shape(batch["tokens"].shape) == (1, 8192)
 
@@ -75,8 +100,9 @@ def test_capacity_block_without_drops_matches_ragged_block():
     cfg = F.TINY_DEEPSEEK.scaled(mesh_shape=(1, 1), dtype="float32", capacity_factor=8.0)
     layout = F.param_layout(cfg)["moe_layers"]
     keys = iter(jax.random.split(jax.random.key(0), len(layout) + 1))
-    layer = {k: jax.random.normal(next(keys), s[1:], jnp.float32) * 0.3
-             for k, (s, _) in layout.items()}
+    layer = {
+        k: jax.random.normal(next(keys), s[1:], jnp.float32) * 0.3 for k, (s, _) in layout.items()
+    }
     h = jax.random.normal(next(keys), (1, 16, cfg.d_model), jnp.float32)
     capacity = jax.jit(lambda h, w: F.capacity_moe_block(cfg, h, w)[0])(h, layer)
     ragged = jax.jit(lambda h, w: F.moe.moe_block(F._moe_cfg(cfg), h[0], w))(h, layer)
@@ -85,6 +111,7 @@ def test_capacity_block_without_drops_matches_ragged_block():
 
 def test_planner_plans_tiny_llama():
     import planner
+
     step, args = F.make_train_step(F.TINY_LLAMA.scaled(n_layers=1, seq=16, vocab=64))
     plan = planner.solve(step, *args, hbm_gb=10, hardware="h200", verify_compile=False)
     names = {c["name"] for c in plan.candidates() if c["name"]}
@@ -94,6 +121,7 @@ def test_planner_plans_tiny_llama():
 
 def test_solver_scale_small(capsys):
     import solver_scale
+
     row = solver_scale.run_one(60, time_limit=2.0)
     assert row["candidates"] == 60 and row["variables"] > 0
     assert row["status"] in ("OPTIMAL", "FEASIBLE", "INFEASIBLE")

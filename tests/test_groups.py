@@ -26,6 +26,7 @@ OPTS = SolverOptions(time_limit_s=20)
 
 # ------------------------------------------------------------------ solver vs brute force
 
+
 def _uniform_brute_force(graph, cost, budget):
     """Best assignment that gives every group the same decision per signature."""
     sigs = sorted({c.signature for c in graph.classes})
@@ -47,8 +48,12 @@ def test_per_group_solver_equals_brute_force(seed):
     # Every class belongs to one group: the same signature is two classes in two groups.
     assert {c.group for c in graph.classes} == {0, 1}
     assert all(c.key == f"g{c.group}|{c.signature}" for c in graph.classes)
-    peaks = sorted({evaluate(cost, graph, Assignment.of({c.key: d for c in graph.classes})).peak_bytes
-                    for d in ("save", "remat")})
+    peaks = sorted(
+        {
+            evaluate(cost, graph, Assignment.of({c.key: d for c in graph.classes})).peak_bytes
+            for d in ("save", "remat")
+        }
+    )
     for budget in (peaks[0], (peaks[0] + peaks[-1]) // 2, peaks[-1]):
         for uniform in (False, True):
             best = (_uniform_brute_force if uniform else brute_force)(graph, cost, budget)
@@ -64,8 +69,9 @@ def test_per_group_solver_equals_brute_force(seed):
             if uniform:  # tied: each signature decided once for all groups
                 d = sol.assignment.as_dict()
                 for c in graph.classes:
-                    assert d.get(c.key, "remat") == d.get(f"g0|{c.signature}", "remat") or \
-                        f"g0|{c.signature}" not in {k.key for k in graph.classes}
+                    assert d.get(c.key, "remat") == d.get(
+                        f"g0|{c.signature}", "remat"
+                    ) or f"g0|{c.signature}" not in {k.key for k in graph.classes}
 
 
 # --------------------------------------------------------------------------- G = 1
@@ -82,8 +88,12 @@ def test_one_group_program_and_plan_are_as_before():
     assert len(sites.regions) == 1
     assert merge_call_sites(sites).regions == trace_step(step, args).regions
     budget = 0.5 * sum(b.prediction.peak_bytes for b in _ends(step, args)) / 1e9
-    plans = [planner.solve(step, *args, hbm_gb=budget, hardware="cpu", verify_compile=False,
-                           layer_groups=g) for g in (None, False, True)]
+    plans = [
+        planner.solve(
+            step, *args, hbm_gb=budget, hardware="cpu", verify_compile=False, layer_groups=g
+        )
+        for g in (None, False, True)
+    ]
     assert plans[0].assignment == plans[1].assignment == plans[2].assignment
     for p in plans:
         assert p.layer_groups == 0 and p.policies == (p.policy,)
@@ -112,8 +122,15 @@ def grouped():
         # layer_groups=True: the example's groups are bound from one source line, which the
         # planner treats as one call site by default (test below); compare_stock=False: these
         # tests are about the per-group machinery, not about which answer wins.
-        plan = planner.solve(step, *args, hbm_gb=budget / 1e9, hardware="cpu",
-                             allow_offload=False, layer_groups=True, compare_stock=False)
+        plan = planner.solve(
+            step,
+            *args,
+            hbm_gb=budget / 1e9,
+            hardware="cpu",
+            allow_offload=False,
+            layer_groups=True,
+            compare_stock=False,
+        )
     return step, args, plan
 
 
@@ -124,13 +141,20 @@ def test_groups_from_one_source_line_get_one_policy_by_default():
     apart (trace.site_key)."""
     step, args = llama.make_train_step(CFG2)
     lo, hi = (b.prediction.peak_bytes for b in _ends(step, args, split=True))
-    plan = planner.solve(step, *args, hbm_gb=(lo + 0.2 * (hi - lo)) / 1e9, hardware="cpu",
-                         allow_offload=False, verify_compile=False)
+    plan = planner.solve(
+        step,
+        *args,
+        hbm_gb=(lo + 0.2 * (hi - lo)) / 1e9,
+        hardware="cpu",
+        allow_offload=False,
+        verify_compile=False,
+    )
     assert plan.layer_groups == 0 and plan.policy is not None
     sites = trace_step(step, args, split_call_sites=True)
     assert len({r.site_key for r in sites.regions}) == 1
-    own = llama.make_train_step(dataclasses.replace(
-        CFG2, remat_policy=(cp.nothing_saveable, cp.dots_saveable)))
+    own = llama.make_train_step(
+        dataclasses.replace(CFG2, remat_policy=(cp.nothing_saveable, cp.dots_saveable))
+    )
     sites = trace_step(*own, split_call_sites=True)
     assert len({r.site_key for r in sites.regions}) == 2
 
@@ -145,8 +169,9 @@ def test_per_group_plan_predicts_a_faster_step_than_any_uniform_plan(grouped):
     # ... also faster than the merged (today's) model's best plan at this budget.
     tr = merge_call_sites(plan.trace)
     g = build_graph(tr)
-    merged = solve_assignment(g, build_cost_model(tr, g, "cpu", allow_offload=False),
-                              plan.budget_bytes, OPTS)
+    merged = solve_assignment(
+        g, build_cost_model(tr, g, "cpu", allow_offload=False), plan.budget_bytes, OPTS
+    )
     assert plan.prediction.step_s < merged.objective_s
     # The groups really differ, and the compiled step is within the budget with every check.
     assert plan.emitted.policy is None
@@ -166,21 +191,26 @@ def test_policies_keep_exactly_the_planned_residuals_per_group(grouped):
     base = stacked((cp.nothing_saveable, cp.nothing_saveable))
     for g, (rg, rp) in enumerate(zip(plan.graph.regions, plan.prediction.regions)):
         only_g = tuple(plan.policies[g] if k == g else cp.nothing_saveable for k in range(2))
-        want = rg.region.multiplicity * (rp.device_residual_bytes + rp.input_residual_bytes
-                                         - full[g].input_residual_bytes)
+        want = rg.region.multiplicity * (
+            rp.device_residual_bytes + rp.input_residual_bytes - full[g].input_residual_bytes
+        )
         assert stacked(only_g) - base == want, g
     # The user's own program with both policies: compiled memory within the budget.
     step, args = llama.make_train_step(dataclasses.replace(CFG2, remat_policy=plan.policies))
     compiled = jax.jit(step).lower(*args).compile().memory_analysis()
-    used = (compiled.argument_size_in_bytes + compiled.output_size_in_bytes
-            - compiled.alias_size_in_bytes + compiled.temp_size_in_bytes)
+    used = (
+        compiled.argument_size_in_bytes
+        + compiled.output_size_in_bytes
+        - compiled.alias_size_in_bytes
+        + compiled.temp_size_in_bytes
+    )
     assert used <= plan.budget_bytes
 
 
 def test_plan_policy_teaches_when_groups_differ(grouped):
     _, _, plan = grouped
     with pytest.raises(LayerGroupsError) as e:
-        plan.policy
+        _ = plan.policy
     msg = str(e.value)
     assert "2 layer groups differently" in msg and "group 0:" in msg and "group 1:" in msg
     assert "Why:" in msg and "jax.checkpoint(layer, policy=plan.policies[g])" in msg
@@ -193,6 +223,7 @@ def test_outputs_say_per_group_what_was_chosen(grouped):
     assert "| group | tensor |" in md and "layer group 1: region 1" in md
     assert "Policies, one per layer group:" in md
     from planner._src.report import build_report
+
     rows = {r.group for r in build_report(plan).rows}
     assert rows == {0, 1}
     assert "# layer group 0" in plan.maxtext_yaml and "# layer group 1" in plan.maxtext_yaml
@@ -209,10 +240,11 @@ def test_plan_file_round_trips_the_group_policies(grouped, tmp_path):
     loaded.check(step, *args)
     assert loaded.layer_groups == 2 and len(loaded.policies) == 2 and loaded.call_sites == 2
     with pytest.raises(LayerGroupsError, match=r"plan\.policies\[g\]"):
-        loaded.policy
+        _ = loaded.policy
     for g in range(len(plan.graph.regions)):
-        assert adapter.decisions_of(step, args, loaded.policies[g]) == \
-            adapter.decisions_of(step, args, plan.policies[g])
+        assert adapter.decisions_of(step, args, loaded.policies[g]) == adapter.decisions_of(
+            step, args, plan.policies[g]
+        )
     assert loaded.maxtext_yaml == plan.maxtext_yaml
     assert paste_snippets(loaded) == paste_snippets(plan)
     assert "| group | tensor |" in loaded.report("markdown")
@@ -227,11 +259,13 @@ def test_uniform_when_groups_do_not_pay_or_are_refused(tmp_path):
     roomy.save(tmp_path / "plan.json")
     saved = planner.load_plan(tmp_path / "plan.json")
     assert saved.layer_groups == 0 and len(saved.policies) == 2 and saved.policy is not None
-    refused = planner.solve(step, *args, hbm_gb=10.0, hardware="cpu", verify_compile=False,
-                            layer_groups=False)
+    refused = planner.solve(
+        step, *args, hbm_gb=10.0, hardware="cpu", verify_compile=False, layer_groups=False
+    )
     assert refused.layer_groups == 0 and refused.graph.regions[0].region.call_sites == 2
-    forced = planner.solve(step, *args, hbm_gb=10.0, hardware="cpu", verify_compile=False,
-                           layer_groups=True)
+    forced = planner.solve(
+        step, *args, hbm_gb=10.0, hardware="cpu", verify_compile=False, layer_groups=True
+    )
     assert forced.layer_groups == 2 and len(forced.policies) == 2
     # Nothing to gain per group when everything fits: the same predicted step as uniform.
     # (The groups may still break exact ties differently: a view saved in one group, its
@@ -245,6 +279,7 @@ def test_report_shows_the_best_uniform_plan_and_the_timeline_draws(grouped, tmp_
     _, _, plan = grouped
     from planner._src.plan import UNIFORM
     from planner._src.plots import hbm_timeline
+
     uniform = {b.name: b for b in plan.baselines}[UNIFORM]
     assert uniform.fits and uniform.prediction.step_s > plan.prediction.step_s
     assert UNIFORM in plan.report("markdown")

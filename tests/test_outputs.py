@@ -42,8 +42,9 @@ def _names_only(plan):
     a = planner.Assignment.of(kept)
     em = emit(a, names, plan.hardware)
     assert em.names_only
-    return dataclasses.replace(plan, emitted=em,
-                               solution=dataclasses.replace(plan.solution, assignment=a))
+    return dataclasses.replace(
+        plan, emitted=em, solution=dataclasses.replace(plan.solution, assignment=a)
+    )
 
 
 def _decides_like(policy, plan, step_and_args, *, as_maxtext=False):
@@ -65,6 +66,7 @@ def _exec_policy(source):
 
 
 # ------------------------------------------------------------------------------ paste
+
 
 def test_snippets_have_the_three_keys(plan):
     s = paste_snippets(plan)
@@ -102,8 +104,9 @@ def test_xla_flags_line_quotes_for_the_shell(plan):
     sh = shutil.which("sh")
     if sh is None:
         pytest.skip("no POSIX shell to run the line")
-    out = subprocess.run([sh, "-c", line + 'printf %s "$XLA_FLAGS"'], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [sh, "-c", line + 'printf %s "$XLA_FLAGS"'], capture_output=True, text=True, check=True
+    ).stdout
     assert out == flags
 
 
@@ -133,10 +136,12 @@ def test_maxtext_block_pasted_into_a_maxtext_config_gives_the_planned_policy(max
     # The user's round trip: parse the block, update the config, build MaxText's policy.
     p = _names_only(maxtext_plan)
     block = _check_maxtext_block(p, paste_snippets(p)["maxtext"])
-    config = maxtext_style.apply_yaml(maxtext_style.DEFAULT_CONFIG,
-                                      {"remat_policy": "custom", **block})
-    _decides_like(maxtext_style.policy_from_config(config), p, maxtext_style.make(),
-                  as_maxtext=True)
+    config = maxtext_style.apply_yaml(
+        maxtext_style.DEFAULT_CONFIG, {"remat_policy": "custom", **block}
+    )
+    _decides_like(
+        maxtext_style.policy_from_config(config), p, maxtext_style.make(), as_maxtext=True
+    )
 
 
 def test_paste_works_on_a_saved_plan(plan, tmp_path):
@@ -147,13 +152,15 @@ def test_paste_works_on_a_saved_plan(plan, tmp_path):
 
 # ------------------------------------------------------------------------------ plots
 
+
 def test_timeline_peaks_at_the_predicted_peak_for_the_plan_and_every_stock_policy(plan):
     tl = policy_timeline(plan)
     assert max(p.device_bytes for p in tl) == plan.prediction.peak_bytes
     assert tl[0].device_bytes == tl[-1].device_bytes == plan.prediction.fixed_bytes
     for b in plan.baselines:
-        assert max(p.device_bytes for p in policy_timeline(plan, b.name)) == \
-            b.prediction.peak_bytes, b.name
+        assert (
+            max(p.device_bytes for p in policy_timeline(plan, b.name)) == b.prediction.peak_bytes
+        ), b.name
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -161,6 +168,7 @@ def test_timeline_over_several_regions_peaks_where_evaluate_says(seed):
     # Random graphs of 3 regions, every assignment: the peak is the max over backward
     # positions of several regions, with invariants and stacked inputs.
     from synthetic import all_assignments, random_problem
+
     graph, cost = random_problem(seed, n_nodes=5, n_regions=3, n_classes=3)
     mult = [rc.multiplicity for rc in cost.regions]
     for a in all_assignments(graph, cost):
@@ -201,6 +209,7 @@ def test_report_step_time_breakdown_adds_up(plan):
     """The report's predicted step = base + recompute + saving writes + exposed copies, in
     every format, and the saving writes are the model's (fusible values the plan saves)."""
     from planner._src.report import build_report, render
+
     r = build_report(plan)
     assert r.step_ms == pytest.approx(r.base_ms + r.recompute_ms + r.saving_ms + r.exposed_ms)
     assert r.saving_ms == pytest.approx(plan.prediction.materialize_s * 1e3)

@@ -67,7 +67,8 @@ def test_pasted_policy_keeps_exactly_the_planned_residuals(plans):
         full = evaluate(p.cost, p.graph, Assignment.of({})).regions[0]
         # Planned residuals, plus the layer inputs the plan keeps, less those full remat keeps.
         assert dev - base_dev == region.multiplicity * (
-            rp.device_residual_bytes + rp.input_residual_bytes - full.input_residual_bytes)
+            rp.device_residual_bytes + rp.input_residual_bytes - full.input_residual_bytes
+        )
         assert host == region.multiplicity * rp.host_residual_bytes
         # Offloaded residuals are typed with the host memory kind in the user's own program.
         assert (host > 0) == any(d == "offload" for _, d in p.assignment.decisions)
@@ -79,6 +80,7 @@ def test_saved_names_are_saved_and_remat_names_absent(plans):
     # The emitted policy, called as JAX calls it on each checkpoint_name equation, decides
     # exactly what the plan decided for that name.
     from planner._src import jax_adapter as adapter
+
     step, args = llama.make_train_step(CFG)
     for p in plans:
         got = adapter.decisions_of(step, args, p.policy)
@@ -95,7 +97,8 @@ def test_saved_names_are_saved_and_remat_names_absent(plans):
 def test_tighter_budget_never_predicts_a_faster_step(plans):
     times = [p.prediction.step_s for p in plans]
     assert times == sorted(times, reverse=True) or all(
-        a >= b - 1e-12 for a, b in zip(times, times[1:]))
+        a >= b - 1e-12 for a, b in zip(times, times[1:])
+    )
 
 
 def test_plan_beats_or_ties_every_stock_policy_that_fits(plans):
@@ -107,6 +110,7 @@ def test_plan_beats_or_ties_every_stock_policy_that_fits(plans):
 
 def test_report_renders_in_every_format(plans):
     import json
+
     p = plans[1]
     text = p.report()
     assert "PLAN STATUS: COMPILED, WITHIN BUDGET" in text
@@ -124,7 +128,9 @@ def test_planning_leaves_the_users_program_alone(peaks):
     lo, _ = peaks
     assert _user_compile(cp.nothing_saveable)[1].device_bytes == lo
     from jax._src import ad_checkpoint
+
     from planner._src import jax_adapter
+
     assert ad_checkpoint.remat_p.bind is jax_adapter._orig_bind
 
 
@@ -138,6 +144,7 @@ def test_plan_file_round_trips_and_detects_a_stale_step(plans, tmp_path):
     e = saved.policy
     # The loaded policy decides every candidate as the plan did.
     from planner._src import jax_adapter as adapter
+
     step, args = llama.make_train_step(CFG)
     got = adapter.decisions_of(step, args, e)
     for c in p.graph.regions[0].region.candidates:
@@ -149,11 +156,15 @@ def test_plan_file_round_trips_and_detects_a_stale_step(plans, tmp_path):
         saved.check(other, *other_args)
 
 
-@pytest.mark.parametrize("content, match", [
-    ("{not json", "not valid JSON"), ('{"a": 1}', "not a jax-offload-planner plan"),
-    ('{"format": "jax-offload-planner/plan", "version": 99}', "version 99"),
-    ('{"format": "jax-offload-planner/plan", "version": 1}', "damaged plan file"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"a": 1}', "not a jax-offload-planner plan"),
+        ('{"format": "jax-offload-planner/plan", "version": 99}', "version 99"),
+        ('{"format": "jax-offload-planner/plan", "version": 1}', "damaged plan file"),
+    ],
+)
 def test_corrupt_or_foreign_plan_files(tmp_path, content, match):
     path = tmp_path / "bad.json"
     path.write_text(content)
@@ -212,13 +223,17 @@ def _unrolled_scan_step(unroll):
 
     def step(w, x):
         def loss(w):
-            y, _ = jax.lax.scan(lambda c, wi: (jax.checkpoint(layer)(c, wi), None), x, w,
-                                unroll=unroll)
-            return jnp.sum(y ** 2)
+            y, _ = jax.lax.scan(
+                lambda c, wi: (jax.checkpoint(layer)(c, wi), None), x, w, unroll=unroll
+            )
+            return jnp.sum(y**2)
+
         return jax.grad(loss)(w)
 
-    return step, (jax.ShapeDtypeStruct((4, 256, 256), jnp.float32),
-                  jax.ShapeDtypeStruct((512, 256), jnp.float32))
+    return step, (
+        jax.ShapeDtypeStruct((4, 256, 256), jnp.float32),
+        jax.ShapeDtypeStruct((512, 256), jnp.float32),
+    )
 
 
 def test_no_offload_under_an_unrolled_scan():
@@ -238,8 +253,11 @@ def test_no_offload_under_an_unrolled_scan():
     assert plan.cost.allow_offload and plan.cost.no_offload_classes
     assert plan.prediction.host_bytes == 0
     assert "offload" not in set(plan.decisions().values())
-    offloading = [b for b in plan.baselines if b.name in ("offload_dot_with_no_batch_dims",
-                                                         "maxtext:minimal_offloaded")]
+    offloading = [
+        b
+        for b in plan.baselines
+        if b.name in ("offload_dot_with_no_batch_dims", "maxtext:minimal_offloaded")
+    ]
     assert offloading and not any(b.applicable or b.fits for b in offloading)
     assert "lax.scan(unroll=2)" in plan.report("markdown")
 
@@ -254,6 +272,7 @@ def test_no_offload_under_an_unrolled_scan():
     assert "offload" in dict(sol.assignment.decisions).values()
     # The independent simulator refuses that assignment on the real model.
     from planner._src.simulate import PlanViolation, simulate
+
     simulate(plan.graph, free, sol.assignment)
     with pytest.raises(PlanViolation, match="unroll"):
         simulate(plan.graph, plan.cost, sol.assignment)
@@ -289,9 +308,11 @@ def test_verify_compiles_under_the_plans_own_flags(monkeypatch):
         plan = planner.solve(step, *args, hbm_gb=budget / 1e9, hardware="h200", max_rounds=1)
     assert "offload" in set(plan.decisions().values())  # so the GPU flags apply
     options = dict(plan.emitted.compiler_options)
-    assert options == {"xla_gpu_enable_host_memory_offloading": True,
-                       "xla_gpu_enable_latency_hiding_scheduler": True,
-                       "xla_gpu_enable_command_buffer": ""}
+    assert options == {
+        "xla_gpu_enable_host_memory_offloading": True,
+        "xla_gpu_enable_latency_hiding_scheduler": True,
+        "xla_gpu_enable_command_buffer": "",
+    }
     assert plan.xla_flags.split() == [f"--{k}={str(v).lower()}" for k, v in options.items()]
     # The trace stage's anchors compile without options; the verify compile with the plan's.
     assert seen[0] == {} and seen[-1] == options
@@ -325,8 +346,12 @@ def test_gpu_plans_stay_under_xlas_own_memory_limit():
     # One trace for three budgets: the one above, one just over the smallest plan (too small
     # once XLA's limit is left free), and the budget the error names.
     plan, small, ok = planner.pareto(
-        step, *args, hbm_gb=[budget / 1e9, smallest * 1.001 / 1e9, math.ceil(need / 1e6) / 1e3],
-        hardware="h200", verify_compile=False)
+        step,
+        *args,
+        hbm_gb=[budget / 1e9, smallest * 1.001 / 1e9, math.ceil(need / 1e6) / 1e3],
+        hardware="h200",
+        verify_compile=False,
+    )
     usable = io + int(cm.compiler_temp_fraction(plan.hardware) * (budget - io))
     assert plan.budget_bytes - plan.headroom_bytes == usable
     assert plan.prediction.peak_bytes <= usable

@@ -26,10 +26,14 @@ def test_nested_scans_multiply_trip_counts_and_verify():
             def group(x, wg):
                 x, _ = jax.lax.scan(lambda x, w: (jax.checkpoint(_layer)(x, w), None), x, wg)
                 return x, None
+
             return jnp.sum(jax.lax.scan(group, x, ws)[0] ** 2)
+
         return jax.grad(loss)(ws)
-    plan = planner.solve(step, jnp.ones((3, 4, 64, 64)) * 0.01, jnp.ones((32, 64)),
-                         hbm_gb=0.01, hardware="cpu")
+
+    plan = planner.solve(
+        step, jnp.ones((3, 4, 64, 64)) * 0.01, jnp.ones((32, 64)), hbm_gb=0.01, hardware="cpu"
+    )
     assert plan.graph.regions[0].region.multiplicity == 12
     assert plan.verification.ok, [c.detail for c in plan.verification.checks]
 
@@ -41,8 +45,10 @@ def test_nested_checkpoints_are_refused_with_the_reason():
     def step(ws, x):
         def loss(ws):
             y, _ = jax.lax.scan(lambda x, w: (jax.checkpoint(layer)(x, w), None), x, ws)
-            return jnp.sum(y ** 2)
+            return jnp.sum(y**2)
+
         return jax.grad(loss)(ws)
+
     with pytest.raises(planner.UnsupportedError, match="contains another jax.checkpoint"):
         planner.solve(step, jnp.ones((4, 64, 64)), jnp.ones((32, 64)), hbm_gb=1, hardware="cpu")
 
@@ -51,6 +57,7 @@ def test_malformed_profile_json_is_a_clear_argument_error(tmp_path):
     bad = tmp_path / "gpu.json"
     bad.write_text(json.dumps({"name": "x", "hbm_bytes": {"value": "141 GB"}}))
     from examples import llama
+
     step, args = llama.make_train_step(llama.LlamaConfig(n_layers=2))
     with pytest.raises(planner.InvalidArgumentError, match="gpu.json"):
         planner.solve(step, *args, hbm_gb=1, hardware=str(bad))
@@ -69,17 +76,24 @@ def test_time_limit_returns_the_best_plan_found_with_its_gap():
     assert full.objective_s <= sol.objective_s + 1e-9
 
 
-_SETTINGS = settings(max_examples=60, deadline=None,
-                     suppress_health_check=[HealthCheck.too_slow])
+_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @_SETTINGS
-@given(seed=st.integers(0, 10**6), n_nodes=st.integers(2, 12), n_regions=st.integers(1, 3),
-       n_classes=st.integers(1, 6), frac=st.floats(0.0, 1.0), eta=st.sampled_from([0.0, 0.3, 1.0]))
-def test_property_every_plan_replays_and_beats_every_baseline(seed, n_nodes, n_regions,
-                                                               n_classes, frac, eta):
-    graph, cost = random_problem(seed, n_nodes=n_nodes, n_regions=n_regions,
-                                 n_classes=n_classes, eta=eta)
+@given(
+    seed=st.integers(0, 10**6),
+    n_nodes=st.integers(2, 12),
+    n_regions=st.integers(1, 3),
+    n_classes=st.integers(1, 6),
+    frac=st.floats(0.0, 1.0),
+    eta=st.sampled_from([0.0, 0.3, 1.0]),
+)
+def test_property_every_plan_replays_and_beats_every_baseline(
+    seed, n_nodes, n_regions, n_classes, frac, eta
+):
+    graph, cost = random_problem(
+        seed, n_nodes=n_nodes, n_regions=n_regions, n_classes=n_classes, eta=eta
+    )
     lo = evaluate(cost, graph, Assignment.of({})).peak_bytes
     hi = evaluate(cost, graph, Assignment.of({c.key: "save" for c in graph.classes})).peak_bytes
     budget = min(lo, hi) * (1 - frac) + max(lo, hi) * frac
@@ -110,11 +124,15 @@ def test_checkpoint_under_vmap_is_planned_with_batched_shapes():
         def loss(ws):
             def one(x):
                 y, _ = jax.lax.scan(lambda c, w: (jax.checkpoint(layer)(c, w), None), x, ws)
-                return jnp.sum(y ** 2)
+                return jnp.sum(y**2)
+
             return jnp.mean(jax.vmap(one)(xs))
+
         return jax.grad(loss)(ws)
-    plan = planner.solve(step, jnp.ones((4, 64, 256)) * 0.01, jnp.ones((16, 32, 64)),
-                         hbm_gb=0.02, hardware="cpu")
+
+    plan = planner.solve(
+        step, jnp.ones((4, 64, 256)) * 0.01, jnp.ones((16, 32, 64)), hbm_gb=0.02, hardware="cpu"
+    )
     shapes = {c.shape for c in plan.graph.regions[0].region.candidates}
     assert (16, 32, 256) in shapes  # the vmapped (batched) body is what runs
     assert plan.verification.ok, [c.detail for c in plan.verification.checks]
@@ -128,10 +146,13 @@ def test_data_carry_without_tangent_on_first_pass():
     def step(ws, x):
         def loss(ws):
             y, _ = jax.lax.scan(lambda c, w: (jax.checkpoint(layer)(c, w), None), x, ws)
-            return jnp.sum(y ** 2)
+            return jnp.sum(y**2)
+
         return jax.grad(loss)(ws)
-    plan = planner.solve(step, jnp.ones((4, 64, 256)) * 0.01, jnp.ones((256, 64)),
-                         hbm_gb=0.01, hardware="cpu")
+
+    plan = planner.solve(
+        step, jnp.ones((4, 64, 256)) * 0.01, jnp.ones((256, 64)), hbm_gb=0.01, hardware="cpu"
+    )
     assert plan.verification.ok, [c.detail for c in plan.verification.checks]
 
 

@@ -30,16 +30,28 @@ F32 = 4
 # name: (mesh shape, axis names, w1 spec, w2 spec, x spec, spec of the hidden activation)
 MESHES = {
     "dp8": ((8,), ("data",), P(), P(), P("data", None), P("data", None)),
-    "data2_tensor4": ((2, 4), ("data", "model"), P(None, None, "model"), P(None, "model", None),
-                      P("data", None), P("data", "model")),
-    "fsdp4_tensor2": ((4, 2), ("fsdp", "model"), P(None, "fsdp", "model"),
-                      P(None, "model", "fsdp"), P("fsdp", None), P("fsdp", "model")),
+    "data2_tensor4": (
+        (2, 4),
+        ("data", "model"),
+        P(None, None, "model"),
+        P(None, "model", None),
+        P("data", None),
+        P("data", "model"),
+    ),
+    "fsdp4_tensor2": (
+        (4, 2),
+        ("fsdp", "model"),
+        P(None, "fsdp", "model"),
+        P(None, "model", "fsdp"),
+        P("fsdp", None),
+        P("fsdp", "model"),
+    ),
 }
 
 
 def make_step(mesh_name, batch=B, layers=L):
     shape, names, w1s, w2s, xs, hs = MESHES[mesh_name]
-    mesh = Mesh(np.array(jax.devices()[:int(np.prod(shape))]).reshape(shape), names)
+    mesh = Mesh(np.array(jax.devices()[: int(np.prod(shape))]).reshape(shape), names)
 
     def layer(x, w):
         w1, w2 = w
@@ -49,14 +61,18 @@ def make_step(mesh_name, batch=B, layers=L):
 
     def loss(params, x):
         y, _ = jax.lax.scan(jax.checkpoint(layer), x, params)
-        return jnp.sum(y ** 2)
+        return jnp.sum(y**2)
 
     def step(params, x):
         return jax.grad(loss)(params, x)
 
-    args = ((jax.ShapeDtypeStruct((layers, D, F), jnp.float32, sharding=NamedSharding(mesh, w1s)),
-             jax.ShapeDtypeStruct((layers, F, D), jnp.float32, sharding=NamedSharding(mesh, w2s))),
-            jax.ShapeDtypeStruct((batch, D), jnp.float32, sharding=NamedSharding(mesh, xs)))
+    args = (
+        (
+            jax.ShapeDtypeStruct((layers, D, F), jnp.float32, sharding=NamedSharding(mesh, w1s)),
+            jax.ShapeDtypeStruct((layers, F, D), jnp.float32, sharding=NamedSharding(mesh, w2s)),
+        ),
+        jax.ShapeDtypeStruct((batch, D), jnp.float32, sharding=NamedSharding(mesh, xs)),
+    )
     return step, args
 
 
@@ -91,26 +107,33 @@ def _cands(tr):
 # layer output / input [B, D] = 16*32*4 = 2048 bytes.
 EXPECTED = {
     # Pure data parallel over 8: every activation has B/8 = 2 rows.
-    "dp8": {"x@w1": (B // 8) * F * F32,                   # 2*64*4 = 512
-            "hidden": (B // 8) * F * F32, "constraint": (B // 8) * F * F32,
-            "tanh": (B // 8) * F * F32,
-            "a@w2": (B // 8) * D * F32,                   # 2*32*4 = 256
-            "layer input": (B // 8) * D * F32},           # 256
+    "dp8": {
+        "x@w1": (B // 8) * F * F32,  # 2*64*4 = 512
+        "hidden": (B // 8) * F * F32,
+        "constraint": (B // 8) * F * F32,
+        "tanh": (B // 8) * F * F32,
+        "a@w2": (B // 8) * D * F32,  # 2*32*4 = 256
+        "layer input": (B // 8) * D * F32,
+    },  # 256
     # data=2 x tensor=4: the hidden is split both ways; a @ w2 contracts the tensor-sharded F,
     # so its output is a partial sum, all-reduced over 'model': only B is split.
-    "data2_tensor4": {"x@w1": (B // 2) * (F // 4) * F32,  # 8*16*4 = 512
-                      "hidden": (B // 2) * (F // 4) * F32,
-                      "constraint": (B // 2) * (F // 4) * F32,
-                      "tanh": (B // 2) * (F // 4) * F32,
-                      "a@w2": (B // 2) * D * F32,         # 8*32*4 = 1024
-                      "layer input": (B // 2) * D * F32},  # 1024
+    "data2_tensor4": {
+        "x@w1": (B // 2) * (F // 4) * F32,  # 8*16*4 = 512
+        "hidden": (B // 2) * (F // 4) * F32,
+        "constraint": (B // 2) * (F // 4) * F32,
+        "tanh": (B // 2) * (F // 4) * F32,
+        "a@w2": (B // 2) * D * F32,  # 8*32*4 = 1024
+        "layer input": (B // 2) * D * F32,
+    },  # 1024
     # fsdp=4 x tensor=2: batch over fsdp, hidden over both; weights gathered before use.
-    "fsdp4_tensor2": {"x@w1": (B // 4) * (F // 2) * F32,  # 4*32*4 = 512
-                      "hidden": (B // 4) * (F // 2) * F32,
-                      "constraint": (B // 4) * (F // 2) * F32,
-                      "tanh": (B // 4) * (F // 2) * F32,
-                      "a@w2": (B // 4) * D * F32,         # 4*32*4 = 512
-                      "layer input": (B // 4) * D * F32},  # 512
+    "fsdp4_tensor2": {
+        "x@w1": (B // 4) * (F // 2) * F32,  # 4*32*4 = 512
+        "hidden": (B // 4) * (F // 2) * F32,
+        "constraint": (B // 4) * (F // 2) * F32,
+        "tanh": (B // 4) * (F // 2) * F32,
+        "a@w2": (B // 4) * D * F32,  # 4*32*4 = 512
+        "layer input": (B // 4) * D * F32,
+    },  # 512
 }
 
 
@@ -186,7 +209,9 @@ def test_fixed_bytes_are_per_device():
     cost = build_cost_model(tr, g, "cpu", allow_offload=False)
     assert tr.argument_bytes < cost.fixed_bytes < tr.anchor.device_bytes
     every = evaluate(cost, g, Assignment.of({c.key: "save" for c in g.classes}))
-    assert abs(every.peak_bytes - tr.anchor_saved.device_bytes) <= 0.15 * tr.anchor_saved.device_bytes
+    assert (
+        abs(every.peak_bytes - tr.anchor_saved.device_bytes) <= 0.15 * tr.anchor_saved.device_bytes
+    )
 
 
 def test_budget_that_fits_per_device_but_not_globally():
@@ -199,10 +224,12 @@ def test_budget_that_fits_per_device_but_not_globally():
     (r,) = tr.regions
     global_residuals = r.multiplicity * (
         sum(c.global_nbytes for c in r.candidates if c.needed)
-        + sum(i.global_nbytes for i in r.inputs if i.stacked))
+        + sum(i.global_nbytes for i in r.inputs if i.stacked)
+    )
     assert global_residuals > budget
-    plan = planner.solve(step, *args, hbm_gb=budget / 1e9, hardware="cpu",
-                         allow_offload=False, verify_compile=True)
+    plan = planner.solve(
+        step, *args, hbm_gb=budget / 1e9, hardware="cpu", allow_offload=False, verify_compile=True
+    )
     assert plan.verification.ok, plan.verification.checks
     pred = plan.prediction
     assert pred.peak_bytes <= plan.budget_bytes
@@ -210,8 +237,12 @@ def test_budget_that_fits_per_device_but_not_globally():
     # backward pass reads (elementwise values may be recomputed: cheaper than writing them, cost.py M_r),
     # so what is left to recompute is a few elementwise ops' arithmetic.
     import cost_models
-    kept = [row for row in plan.candidates() if row["needed_by_backward"]
-            and row["primitive"] not in cost_models.FUSIBLE]
+
+    kept = [
+        row
+        for row in plan.candidates()
+        if row["needed_by_backward"] and row["primitive"] not in cost_models.FUSIBLE
+    ]
     assert kept and all(row["decision"] == "save" for row in kept)
     assert pred.recompute_s < 1e-6
     # The prediction is per device: within 25% of the compiler's per-device figure.
@@ -228,8 +259,7 @@ def test_unmatched_equations_fall_back_and_say_so(monkeypatch):
     # A partitioned program whose instructions cannot be matched (as when XLA drops the
     # metadata): the divisors fall back, conservatively, and the report names them.
     real = shard.parse_hlo
-    monkeypatch.setattr(shard, "parse_hlo",
-                        lambda texts: dataclasses.replace(real(texts), ops={}))
+    monkeypatch.setattr(shard, "parse_hlo", lambda texts: dataclasses.replace(real(texts), ops={}))
     tr = trace_step(*make_step("data2_tensor4"))
     got = _cands(tr)
     for what in ("a@w2", "layer input"):
@@ -278,8 +308,14 @@ ENTRY %main (p0: f32[8,32], p1: f32[8,16]) -> f32[8,16] {
 def test_hlo_parser_shapes_groups_and_collectives():
     index = shard.parse_hlo([HLO])
     assert index.num_partitions == 8
-    m = shard.match_equation(index, "dot_general", ("model.py", 42), (16, 64),
-                             ((16, 32), (32, 64)), {"dimension_numbers": (((1,), (0,)), ((), ()))})
+    m = shard.match_equation(
+        index,
+        "dot_general",
+        ("model.py", 42),
+        (16, 64),
+        ((16, 32), (32, 64)),
+        {"dimension_numbers": (((1,), (0,)), ((), ()))},
+    )
     # Output [8, 16] of a global [16, 64]: 16*64 / (8*16) = 8. The transposed (backward)
     # dot of the same line is ignored; its [8, 32] would have given a divisor of 4.
     assert m.divisor == 8 and not m.ambiguous
@@ -292,12 +328,15 @@ def test_hlo_parser_shapes_groups_and_collectives():
     assert m.collective_bytes == pytest.approx(3 / 4 * 32 * 16 * 4 + 2 * 1 / 2 * 8 * 16 * 4)
     t = shard.match_equation(index, "tanh", ("model.py", 43), (16, 64), ((16, 64),), {})
     assert t.divisor == 8 and t.collective_bytes == 0
-    assert shard.match_equation(index, "tanh", ("other.py", 43), (16, 64), ((16, 64),),
-                                {}).divisor is None
+    assert (
+        shard.match_equation(index, "tanh", ("other.py", 43), (16, 64), ((16, 64),), {}).divisor
+        is None
+    )
     # (The [1, 16] slice on line 43 would be a divisor of 64 > 8 devices: not a shard.)
     # A batched [8, 16, 64] dot that XLA collapsed to a [64, 16] one: 8*16*64 / (64*16) = 8.
-    r = shard.match_equation(index, "dot_general", ("model.py", 44), (8, 16, 64),
-                             ((8, 16, 32), (32, 64)), {})
+    r = shard.match_equation(
+        index, "dot_general", ("model.py", 44), (8, 16, 64), ((8, 16, 32), (32, 64)), {}
+    )
     assert r.divisor == 8 and r.reshaped
 
 
@@ -311,29 +350,40 @@ def test_fused_constants_take_the_partitioning_of_their_readers():
     S = 4  # sequence length, unlike B = 16 so that shapes tell them apart
 
     def layer(x, w):
-        h = x @ w                                               # [B, S, D], sharded over B
+        h = x @ w  # [B, S, D], sharded over B
         causal = jnp.arange(S)[:, None] >= jnp.arange(S)[None, :]  # [S, S] from iotas
-        scores = jnp.einsum("bsd,btd->bst", h, h)               # [B, S, S]
-        scores = jnp.where(causal, scores, -1e9)                 # literal broadcast, [B, S, S]
-        h = jnp.where(h > 0, h, 0.0)                             # literal broadcast, [B, S, D]
+        scores = jnp.einsum("bsd,btd->bst", h, h)  # [B, S, S]
+        scores = jnp.where(causal, scores, -1e9)  # literal broadcast, [B, S, S]
+        h = jnp.where(h > 0, h, 0.0)  # literal broadcast, [B, S, D]
         return jax.nn.softmax(scores) @ h, None
 
     def loss(w, x):
         y, _ = jax.lax.scan(jax.checkpoint(layer), x, w)
-        return jnp.sum(y ** 2)
+        return jnp.sum(y**2)
 
-    args = (jax.ShapeDtypeStruct((2, D, D), jnp.float32, sharding=NamedSharding(mesh, P())),
-            jax.ShapeDtypeStruct((B, S, D), jnp.float32,
-                                 sharding=NamedSharding(mesh, P("data", None, None))))
+    args = (
+        jax.ShapeDtypeStruct((2, D, D), jnp.float32, sharding=NamedSharding(mesh, P())),
+        jax.ShapeDtypeStruct(
+            (B, S, D), jnp.float32, sharding=NamedSharding(mesh, P("data", None, None))
+        ),
+    )
     tr = trace_step(jax.grad(loss), args)
     (r,) = tr.regions
-    consts = [c for c in r.candidates if c.primitive == "broadcast_in_dim"
-              and not c.inputs and not c.input_reads]
+    consts = [
+        c
+        for c in r.candidates
+        if c.primitive == "broadcast_in_dim" and not c.inputs and not c.input_reads
+    ]
     big = [c for c in consts if c.shape and c.shape[0] == B]
     assert big, [(c.shape, c.shard_source) for c in consts]
     for c in big:  # batch-sized constants: 1/8 per device, 4 bytes x elements / 8
-        assert c.shard_source in ("hlo", "hlo (reshaped)", "input-sharding", "reader-sharding",
-                                  "same-shape"), (c.shape, c.shard_source)
+        assert c.shard_source in (
+            "hlo",
+            "hlo (reshaped)",
+            "input-sharding",
+            "reader-sharding",
+            "same-shape",
+        ), (c.shape, c.shard_source)
         assert c.shard_divisor == 8 and _per_device(c) == F32 * int(np.prod(c.shape)) // 8
         assert c.nbytes in (0, _per_device(c))  # 0: no output of it can be a residual
     masks = [c for c in r.candidates if tuple(c.shape) == (S, S) and c.primitive != "iota"]

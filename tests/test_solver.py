@@ -63,8 +63,12 @@ def test_simulator_rejects_a_plan_over_budget_and_a_missing_dependency():
     peak = evaluate(cost, graph, save_all).peak_bytes
     with pytest.raises(PlanViolation, match="exceeds the budget"):
         simulate(graph, cost, save_all, budget_bytes=peak - 1)
-    no_offload = graph, cost.__class__(**{**{f: getattr(cost, f) for f in cost.__dataclass_fields__},
-                                          "allow_offload": False})
+    no_offload = (
+        graph,
+        cost.__class__(
+            **{**{f: getattr(cost, f) for f in cost.__dataclass_fields__}, "allow_offload": False}
+        ),
+    )
     off = Assignment.of({c.key: "offload" for c in graph.classes})
     with pytest.raises(PlanViolation, match="not allowed"):
         simulate(no_offload[0], no_offload[1], off)
@@ -76,6 +80,7 @@ def test_eta_one_hides_copies_behind_compute():
     hidden = evaluate(cost, graph, off)
     exposed = evaluate(cost, graph, off).__class__  # same type, for clarity below
     import dataclasses
+
     serial = evaluate(dataclasses.replace(cost, overlap_efficiency=0.0), graph, off)
     assert hidden.exposed_transfer_s <= serial.exposed_transfer_s
     assert serial.exposed_transfer_s == pytest.approx(serial.transfer_s)

@@ -26,14 +26,19 @@ from jax.sharding import PartitionSpec as P
 from planner._src import target as T
 
 if T.cuda_plugin() is None:
-    pytest.skip('the CUDA PJRT plugin is not installed (pip install -e ".[cuda]" installs it; '
-                "no GPU needed): deviceless GPU compiles cannot run here",
-                allow_module_level=True)
+    pytest.skip(
+        'the CUDA PJRT plugin is not installed (pip install -e ".[cuda]" installs it; '
+        "no GPU needed): deviceless GPU compiles cannot run here",
+        allow_module_level=True,
+    )
 # The H200; jaxlib 0.10.0 / 0.10.1 predate XLA's H200 spec, so there the H100 SXM stands in.
 GPU = next((g for g in ("h200", "h100") if T.resolve(g).kind == "deviceless"), None)
 if GPU is None:
-    pytest.skip(f"no deviceless GPU target for jaxlib {T._jaxlib_version()}: "
-                f"{T.resolve('h200').how_to_get_exact}", allow_module_level=True)
+    pytest.skip(
+        f"no deviceless GPU target for jaxlib {T._jaxlib_version()}: "
+        f"{T.resolve('h200').how_to_get_exact}",
+        allow_module_level=True,
+    )
 LABEL = T._gpu(GPU).label
 
 cp = jax.checkpoint_policies
@@ -82,16 +87,24 @@ def _body(x, w):  # module level, so lax.scan's trace cache would hit on a secon
 
 def decoder_step(params, x):
     """Loss and SGD update of a scanned 4-layer decoder (plain JAX)."""
+
     def loss(p):
         y, _ = jax.lax.scan(_body, x, p)
         return jnp.mean(y.astype(jnp.float32) ** 2)
+
     value, grads = jax.value_and_grad(loss)(params)
     return jax.tree.map(lambda p, g: p - 1e-3 * g.astype(p.dtype), params, grads), value
 
 
 def decoder_args(dtype=jnp.bfloat16, d=D, f=F, sharding=lambda name: None):
-    shapes = {"q": (L, d, d), "k": (L, d, d), "v": (L, d, d), "o": (L, d, d),
-              "up": (L, d, f), "down": (L, f, d)}
+    shapes = {
+        "q": (L, d, d),
+        "k": (L, d, d),
+        "v": (L, d, d),
+        "o": (L, d, d),
+        "up": (L, d, f),
+        "down": (L, f, d),
+    }
     params = {n: jax.ShapeDtypeStruct(s, dtype, sharding=sharding(n)) for n, s in shapes.items()}
     return params, jax.ShapeDtypeStruct((B, S, d), dtype, sharding=sharding("x"))
 
@@ -115,11 +128,14 @@ def _compile(target, fn, args, policy, options=None):
 def remat_and_saved(h200):
     """The decoder compiled for the H200 under full remat, then under save-everything: the
     same function object, only the policy in effect differs."""
-    return (_compile(h200, decoder_step, decoder_args(), cp.nothing_saveable),
-            _compile(h200, decoder_step, decoder_args(), cp.everything_saveable))
+    return (
+        _compile(h200, decoder_step, decoder_args(), cp.nothing_saveable),
+        _compile(h200, decoder_step, decoder_args(), cp.everything_saveable),
+    )
 
 
 # ------------------------------------------------------------------- resolve
+
 
 def test_h200_resolves_to_a_deviceless_xla_gpu_target(h200):
     assert h200.kind == "deviceless" and h200.platform == "cuda" and h200.exact
@@ -131,14 +147,30 @@ def test_h200_resolves_to_a_deviceless_xla_gpu_target(h200):
     # plain data: equal by value, hashable, and the config text stays out of the repr
     assert h200 == T.resolve(GPU.upper()) and hash(h200) == hash(T.resolve(GPU))
     assert "gpu_device_info" not in repr(h200)
-    for field in ("kind", "platform", "description", "exact", "gpu_name", "num_devices",
-                  "topology", "caveats", "target_config"):
+    for field in (
+        "kind",
+        "platform",
+        "description",
+        "exact",
+        "gpu_name",
+        "num_devices",
+        "topology",
+        "caveats",
+        "target_config",
+    ):
         assert isinstance(getattr(h200, field), (str, int, bool, tuple)), field
 
 
-@pytest.mark.parametrize("gpu, cc, topology", [
-    ("h100", "9.0", "2x1x8"), ("h100-pcie", "9.0", "2x1x8"), ("b200", "10.0", "2x1x8"),
-    ("gb200", "10.0", "4x1x4"), ("gh200", "9.0", "16x1x1")])
+@pytest.mark.parametrize(
+    "gpu, cc, topology",
+    [
+        ("h100", "9.0", "2x1x8"),
+        ("h100-pcie", "9.0", "2x1x8"),
+        ("b200", "10.0", "2x1x8"),
+        ("gb200", "10.0", "4x1x4"),
+        ("gh200", "9.0", "16x1x1"),
+    ],
+)
 def test_every_profile_gpu_has_a_target(gpu, cc, topology):
     t = T.resolve(gpu, num_devices=16)
     if t.kind != "deviceless" and "No " in t.how_to_get_exact:
@@ -154,11 +186,19 @@ class _FakeGpu:
         self.device_kind = kind
 
 
-@pytest.mark.parametrize("kind, gpu, local", [
-    ("NVIDIA H200", "h200", True), ("NVIDIA H200 141GB HBM3e", "h200", True),
-    ("NVIDIA GH200 480GB", "h200", False), ("NVIDIA GH200 480GB", "gh200", True),
-    ("NVIDIA H100 80GB HBM3", "h100-sxm", True), ("NVIDIA H100 PCIe", "h100-sxm", False),
-    ("NVIDIA H100 PCIe", "h100-pcie", True), ("NVIDIA GB200", "b200", False)])
+@pytest.mark.parametrize(
+    "kind, gpu, local",
+    [
+        ("NVIDIA H200", "h200", True),
+        ("NVIDIA H200 141GB HBM3e", "h200", True),
+        ("NVIDIA GH200 480GB", "h200", False),
+        ("NVIDIA GH200 480GB", "gh200", True),
+        ("NVIDIA H100 80GB HBM3", "h100-sxm", True),
+        ("NVIDIA H100 PCIe", "h100-sxm", False),
+        ("NVIDIA H100 PCIe", "h100-pcie", True),
+        ("NVIDIA GB200", "b200", False),
+    ],
+)
 def test_a_local_gpu_of_the_profile_is_used_as_is(monkeypatch, kind, gpu, local):
     monkeypatch.setattr(T, "_local_devices", lambda: [_FakeGpu(kind)] * 8)
     t = T.resolve(gpu, num_devices=8)
@@ -227,6 +267,7 @@ def test_recorded_specs_of_this_jaxlib_parse_and_match_the_plugin_build():
 
 # -------------------------------------------------------------- compiling
 
+
 def test_full_remat_compiles_smaller_than_saving_everything(remat_and_saved):
     remat, saved = remat_and_saved
     assert remat.compiler == f"XLA:GPU for {LABEL} (deviceless)" and remat.exact
@@ -241,8 +282,11 @@ def test_full_remat_compiles_smaller_than_saving_everything(remat_and_saved):
 _CUBLAS = {"xla_gpu_enable_triton_gemm": False}
 
 _OFFLOAD = cp.save_and_offload_only_these_names(
-    names_which_can_be_saved=[], names_which_can_be_offloaded=["mlp_hidden"],
-    offload_src="device", offload_dst="pinned_host")
+    names_which_can_be_saved=[],
+    names_which_can_be_offloaded=["mlp_hidden"],
+    offload_src="device",
+    offload_dst="pinned_host",
+)
 
 
 @pytest.fixture(scope="module")
@@ -250,12 +294,15 @@ def jitted_offload_then_remat(h200):
     """The step as a user jits it (donating the parameters), compiled under an offload policy,
     then under full remat: the same jitted object both times."""
     jitted = jax.jit(decoder_step, donate_argnums=0)
-    return (_compile(h200, jitted, decoder_args(), _OFFLOAD, _CUBLAS),
-            _compile(h200, jitted, decoder_args(), cp.nothing_saveable, _CUBLAS))
+    return (
+        _compile(h200, jitted, decoder_args(), _OFFLOAD, _CUBLAS),
+        _compile(h200, jitted, decoder_args(), cp.nothing_saveable, _CUBLAS),
+    )
 
 
-def test_a_second_compile_under_another_policy_is_a_new_program(remat_and_saved,
-                                                                jitted_offload_then_remat):
+def test_a_second_compile_under_another_policy_is_a_new_program(
+    remat_and_saved, jitted_offload_then_remat
+):
     """jax.jit caches traces by function identity: a second compile_traced of the same plain
     function, and of the same user-jitted function, under another policy must not return the
     first program."""
@@ -282,9 +329,12 @@ def _cudnn_step(params, x):
     def loss(p):
         def body(x, w):
             return jax.checkpoint(_layer, static_argnums=(2, 3), policy=cp.dots_saveable)(
-                x, w, "cudnn", 1), None
+                x, w, "cudnn", 1
+            ), None
+
         y, _ = jax.lax.scan(body, x, p)
         return jnp.mean(y.astype(jnp.float32) ** 2)
+
     return jax.grad(loss)(params)
 
 
@@ -327,9 +377,15 @@ def test_sharded_step_compiles_per_device_on_the_same_mesh():
     target = T.resolve(GPU, num_devices=8)
     assert target.topology == "1x1x8"
     cpu_mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "model"))
-    specs = {"q": P(None, None, "model"), "k": P(None, None, "model"), "v": P(None, None, "model"),
-             "o": P(None, "model", None), "up": P(None, None, "model"),
-             "down": P(None, "model", None), "x": P("data", None, None)}
+    specs = {
+        "q": P(None, None, "model"),
+        "k": P(None, None, "model"),
+        "v": P(None, None, "model"),
+        "o": P(None, "model", None),
+        "up": P(None, None, "model"),
+        "down": P(None, "model", None),
+        "x": P("data", None, None),
+    }
     args = decoder_args(sharding=lambda n: NamedSharding(cpu_mesh, specs[n]))
     placed = T.args_for(target, args)
     mesh = placed[1].sharding.mesh
@@ -345,15 +401,21 @@ def test_sharded_step_compiles_per_device_on_the_same_mesh():
             def body(x, w):
                 layer = jax.checkpoint(_layer, static_argnums=(2, 3, 4))
                 return layer(x, w, "xla", H, constrain), None
+
             y, _ = jax.lax.scan(body, x, p)
             return jnp.mean(y.astype(jnp.float32) ** 2)
+
         return jax.grad(loss)(params)
 
     fig = T.read_figures(target, T.compile_traced(target, step, placed).compiled)
-    per_device = sum(int(np.prod(a.sharding.shard_shape(a.shape))) * 2
-                     for a in jax.tree.leaves(placed))
-    assert fig.argument_bytes == per_device < sum(int(np.prod(a.shape)) * 2
-                                                  for a in jax.tree.leaves(args))
+    per_device = sum(
+        int(np.prod(a.sharding.shard_shape(a.shape))) * 2 for a in jax.tree.leaves(placed)
+    )
+    assert (
+        fig.argument_bytes
+        == per_device
+        < sum(int(np.prod(a.shape)) * 2 for a in jax.tree.leaves(args))
+    )
     assert f"bf16[{L},{D},{F // 2}]" in fig.hlo_text  # the per-device shard of "up"
     assert "all-reduce" in fig.hlo_text or "reduce-scatter" in fig.hlo_text
 
@@ -364,13 +426,18 @@ def test_device_put_and_shard_map_on_the_cpu_mesh_move_to_the_target():
     shard_map = getattr(jax, "shard_map", None)
     if shard_map is None:  # JAX < 0.11
         from jax.experimental.shard_map import shard_map
-    x = jax.ShapeDtypeStruct((64, 128), jnp.float32,
-                             sharding=NamedSharding(cpu_mesh, P("data", "model")))
+    x = jax.ShapeDtypeStruct(
+        (64, 128), jnp.float32, sharding=NamedSharding(cpu_mesh, P("data", "model"))
+    )
 
     def f(x):
         y = jax.device_put(x * 2, NamedSharding(cpu_mesh, P("data", None)))
-        z = shard_map(lambda a: jax.lax.psum(a.sum(), "model") * jnp.ones_like(a), mesh=cpu_mesh,
-                      in_specs=P("data", "model"), out_specs=P("data", "model"))(y)
+        z = shard_map(
+            lambda a: jax.lax.psum(a.sum(), "model") * jnp.ones_like(a),
+            mesh=cpu_mesh,
+            in_specs=P("data", "model"),
+            out_specs=P("data", "model"),
+        )(y)
         return z.sum()
 
     fig = T.read_figures(target, T.compile_traced(target, f, T.args_for(target, (x,))).compiled)
@@ -395,6 +462,7 @@ def test_mesh_of_another_size_is_refused_with_the_fix():
 
 # ------------------------------------------------------------- JAX internals
 
+
 def test_jax_internals_are_where_the_module_expects_them():
     """planner/_src/target.py wraps these; if JAX moves one, this names it."""
     for name in T._CAPABILITY_CHECKS:
@@ -405,7 +473,8 @@ def test_jax_internals_are_where_the_module_expects_them():
     source = inspect.getsource(fa.check_is_flash_attention)
     assert "check_compute_capability(" in source, (
         "check_is_flash_attention no longer calls check_compute_capability: the cuDNN scope "
-        "in planner/_src/target.py needs updating")
+        "in planner/_src/target.py needs updating"
+    )
     for module, name in T._SHARDING_PRIMITIVES:
         prim = T._internal(module, name)
         assert isinstance(prim, jax.extend.core.Primitive), f"{module}.{name} is not a Primitive"

@@ -26,8 +26,17 @@ def test_scanned_region_multiplicity_and_candidates(scanned):
     (r,) = scanned.regions
     assert r.multiplicity == 3 and r.in_scan and r.call_sites == 1
     names = {c.name for c in r.candidates if c.name}
-    assert {"decoder_layer_input", "query_proj", "key_proj", "value_proj", "attention_out",
-            "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo"} <= names
+    assert {
+        "decoder_layer_input",
+        "query_proj",
+        "key_proj",
+        "value_proj",
+        "attention_out",
+        "out_proj",
+        "mlpwi_0",
+        "mlpwi_1",
+        "mlpwo",
+    } <= names
     q = next(c for c in r.candidates if c.name == "query_proj")
     assert q.shape == (CFG.batch, CFG.seq, CFG.d_model) and q.dtype == "float32"
     assert q.nbytes == CFG.batch * CFG.seq * CFG.d_model * 4
@@ -72,6 +81,7 @@ def test_planning_restores_jax_and_the_users_policy():
 def test_no_checkpoint_region_explains_how_to_add_one():
     def step(w, x):
         return jax.grad(lambda w: jnp.sum(jnp.tanh(x @ w)))(w)
+
     with pytest.raises(planner.NoCheckpointRegionError, match="jax.checkpoint"):
         trace_step(step, (jnp.ones((4, 4)), jnp.ones((2, 4))))
 
@@ -79,6 +89,7 @@ def test_no_checkpoint_region_explains_how_to_add_one():
 def test_checkpoint_never_differentiated_is_reported():
     def step(w, x):
         return jnp.sum(jax.checkpoint(lambda x: jnp.tanh(x @ w))(x))
+
     with pytest.raises(planner.NoCheckpointRegionError, match="never differentiated"):
         trace_step(step, (jnp.ones((4, 4)), jnp.ones((2, 4))))
 
@@ -88,6 +99,7 @@ def test_untraceable_step_fails_clearly():
         if w.sum() > 0:  # Python control flow on a traced value
             return w
         return x
+
     with pytest.raises(planner.TraceError, match="traceable by jax.jit"):
         trace_step(step, (jnp.ones((4, 4)), jnp.ones((4, 4))))
 
@@ -95,8 +107,10 @@ def test_untraceable_step_fails_clearly():
 def test_signature_key_is_what_a_policy_can_see():
     x = jax.ShapeDtypeStruct((2, 3), jnp.float32)
     jx = jax.make_jaxpr(lambda a: checkpoint_name(jnp.sin(a) @ a.T, "h"))(x)
-    keys = [adapter.signature_key(e.primitive, *[v.aval for v in e.invars], **e.params)
-            for e in jx.jaxpr.eqns]
+    keys = [
+        adapter.signature_key(e.primitive, *[v.aval for v in e.invars], **e.params)
+        for e in jx.jaxpr.eqns
+    ]
     assert keys[0].startswith("sin(f32[2,3])")
     assert keys[-1] == "name:h"
     assert "np.int64" not in "".join(keys)
@@ -106,13 +120,15 @@ def test_a_dead_output_of_a_multi_output_equation_is_not_counted():
     """jnp.argsort is a multi-operand sort whose sorted keys nothing reads: saving the sort keeps
     only the permutation, so its candidate weighs one output (the MoE router's argsort made the
     plan over-count 1 KiB per layer against the compiled program)."""
+
     def layer(x, w):
-        order = jnp.argsort(x[:, 0])          # sort(keys, iota, ...): only the iota is read
+        order = jnp.argsort(x[:, 0])  # sort(keys, iota, ...): only the iota is read
         return jnp.tanh(x[order] @ w)
 
     def step(x, w):
         def body(h, wi):
             return jax.checkpoint(layer)(h, wi), None
+
         return jnp.sum(jax.lax.scan(body, x, w)[0])
 
     x = jax.ShapeDtypeStruct((64, 32), jnp.float32)
@@ -125,10 +141,18 @@ def test_a_dead_output_of_a_multi_output_equation_is_not_counted():
     # Saving it stacks exactly that many bytes per trip in the traced program.
     only_sort = lambda prim, *_, **__: prim.name == "sort"  # noqa: E731
     base = stacked_residuals(jax.make_jaxpr(jax.grad(step, argnums=1))(x, w).jaxpr)[0]
-    with_sort = stacked_residuals(jax.make_jaxpr(jax.grad(
-        lambda x, w: jnp.sum(jax.lax.scan(
-            lambda h, wi: (jax.checkpoint(layer, policy=only_sort)(h, wi), None), x, w)[0]),
-        argnums=1))(x, w).jaxpr)[0]
+    with_sort = stacked_residuals(
+        jax.make_jaxpr(
+            jax.grad(
+                lambda x, w: jnp.sum(
+                    jax.lax.scan(
+                        lambda h, wi: (jax.checkpoint(layer, policy=only_sort)(h, wi), None), x, w
+                    )[0]
+                ),
+                argnums=1,
+            )
+        )(x, w).jaxpr
+    )[0]
     assert with_sort - base == 2 * sort.nbytes
 
 
@@ -142,8 +166,9 @@ def _scatter_dispatch_step():
         return jnp.tanh(buf[:n] @ w)
 
     def loss(w, x, policy=None):
-        return jnp.sum(jax.lax.scan(
-            lambda h, wi: (jax.checkpoint(layer, policy=policy)(h, wi), None), x, w)[0])
+        return jnp.sum(
+            jax.lax.scan(lambda h, wi: (jax.checkpoint(layer, policy=policy)(h, wi), None), x, w)[0]
+        )
 
     args = (jax.ShapeDtypeStruct((3, d, d), jnp.float32), jax.ShapeDtypeStruct((n, d), jnp.float32))
     return loss, args
@@ -165,8 +190,11 @@ def test_a_residual_xla_drops_is_not_counted():
     stacks = compiled_loop_stacks(jax.jit(grad_all).lower(*args).compile().as_text())
     width = {"f32": 4, "s32": 4, "u32": 4, "pred": 1}
     # Per-trip residual stacks: 3 slices (not the [64, 32] carries), not the weights.
-    kept = sum(lead * c * size * width[dtype] for (dtype, lead, size), c in stacks.items()
-               if lead == 3 and size != 32 * 32)
+    kept = sum(
+        lead * c * size * width[dtype]
+        for (dtype, lead, size), c in stacks.items()
+        if lead == 3 and size != 32 * 32
+    )
     assert kept < traced  # XLA stacks less than the traced program does
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", planner.PlanWarning)
@@ -182,53 +210,76 @@ def test_a_residual_xla_drops_is_not_counted():
 def test_residuals_xla_drops_matches_sizes_and_dtypes():
     from collections import Counter
 
-    from planner._src.trace import (_hlo_dtype, _stacks_of_trip_count, compiled_loop_stacks,
-                               residuals_xla_drops)
+    from planner._src.trace import (
+        _hlo_dtype,
+        _stacks_of_trip_count,
+        compiled_loop_stacks,
+        residuals_xla_drops,
+    )
 
-    text = ("  %while.3 = (s32[], f32[64,32]{1,0}, f32[4,2560,256]{2,1,0}, pred[4,2048]{1,0}, "
-            "u32[4,2048,256], f8e4m3fn[4,16]) while(%tuple.1), condition=%c, body=%b\n"
-            "  %while.9 = (s32[], f32[4,2560,256]{2,1,0}, pred[4,2048]{1,0}) while(%t), "
-            "condition=%c2, body=%b2\n"
-            "  %x = f32[4,9]{1,0} add(%a, %b)\n")
+    text = (
+        "  %while.3 = (s32[], f32[64,32]{1,0}, f32[4,2560,256]{2,1,0}, pred[4,2048]{1,0}, "
+        "u32[4,2048,256], f8e4m3fn[4,16]) while(%tuple.1), condition=%c, body=%b\n"
+        "  %while.9 = (s32[], f32[4,2560,256]{2,1,0}, pred[4,2048]{1,0}) while(%t), "
+        "condition=%c2, body=%b2\n"
+        "  %x = f32[4,9]{1,0} add(%a, %b)\n"
+    )
     stacks = compiled_loop_stacks(text)
     # The forward and backward loops carry the same stacks: counted once (max, not sum).
     assert stacks[("f32", 4, 2560 * 256)] == 1 and stacks[("f8e4m3fn", 4, 16)] == 1
     per_trip = _stacks_of_trip_count(stacks, 4)
-    assert per_trip == Counter({("f32", 2560 * 256): 1, ("pred", 2048): 1,
-                                ("u32", 2048 * 256): 1, ("f8e4m3fn", 16): 1})
+    assert per_trip == Counter(
+        {("f32", 2560 * 256): 1, ("pred", 2048): 1, ("u32", 2048 * 256): 1, ("f8e4m3fn", 16): 1}
+    )
     assert _stacks_of_trip_count(stacks, 8) is None  # no loop of 8 trips: nothing to say
     a = jax.ShapeDtypeStruct
-    avals = [a((2048, 256), jnp.uint32),   # exact match
-             a((2561, 256), jnp.uint32),   # no u32 stack left: dropped
-             a((2561, 256), jnp.float32),  # a stacked slice of it (2560 rows): kept
-             a((2048,), jnp.bool_),        # exact
-             a((2048,), jnp.bool_),        # a second one: dropped
-             a((16,), jnp.float8_e4m3fn)]  # XLA's f8e4m3fn: kept
+    avals = [
+        a((2048, 256), jnp.uint32),  # exact match
+        a((2561, 256), jnp.uint32),  # no u32 stack left: dropped
+        a((2561, 256), jnp.float32),  # a stacked slice of it (2560 rows): kept
+        a((2048,), jnp.bool_),  # exact
+        a((2048,), jnp.bool_),  # a second one: dropped
+        a((16,), jnp.float8_e4m3fn),
+    ]  # XLA's f8e4m3fn: kept
     assert residuals_xla_drops(avals, per_trip) == {1, 4}
-    assert [_hlo_dtype(d) for d in (jnp.float32, jnp.bfloat16, jnp.int4, jnp.uint8,
-                                    jnp.float8_e5m2, jnp.bool_)] == \
-        ["f32", "bf16", "s4", "u8", "f8e5m2", "pred"]
+    assert [
+        _hlo_dtype(d)
+        for d in (jnp.float32, jnp.bfloat16, jnp.int4, jnp.uint8, jnp.float8_e5m2, jnp.bool_)
+    ] == ["f32", "bf16", "s4", "u8", "f8e5m2", "pred"]
 
 
 def test_residual_matching_is_off_where_loops_do_not_stack_per_trip():
     """scan(unroll=2) stacks [trips / 2, 2, ...] and a fully unrolled scan has no loop: the
     trace then counts every residual the backward jaxpr reads (a review found plans 13%
     over budget when the matching ran there)."""
+
     def layer(x, w):
         h = checkpoint_name(jnp.tanh(x @ w), "h")
         return jnp.tanh(h @ w.T) + x
 
     def step(w, x, unroll):
         def loss(w):
-            y, _ = jax.lax.scan(lambda c, wi: (jax.checkpoint(layer)(c, wi), None), x, w,
-                                unroll=unroll)
-            return jnp.sum(y ** 2)
+            y, _ = jax.lax.scan(
+                lambda c, wi: (jax.checkpoint(layer)(c, wi), None), x, w, unroll=unroll
+            )
+            return jnp.sum(y**2)
+
         return jax.grad(loss)(w)
 
-    args = (jax.ShapeDtypeStruct((4, 256, 256), jnp.float32),
-            jax.ShapeDtypeStruct((512, 256), jnp.float32))
+    args = (
+        jax.ShapeDtypeStruct((4, 256, 256), jnp.float32),
+        jax.ShapeDtypeStruct((512, 256), jnp.float32),
+    )
     import functools
-    needed = {u: sorted(c.index for c in trace_step(
-        jax.jit(functools.partial(step, unroll=u)), args).regions[0].candidates if c.needed)
-        for u in (1, 2, True)}
+
+    needed = {
+        u: sorted(
+            c.index
+            for c in trace_step(jax.jit(functools.partial(step, unroll=u)), args)
+            .regions[0]
+            .candidates
+            if c.needed
+        )
+        for u in (1, 2, True)
+    }
     assert needed[1] and needed[2] == needed[1] and needed[True] == needed[1]

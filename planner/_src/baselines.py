@@ -16,8 +16,13 @@ from planner._src.graph import LivenessGraph, class_key
 from planner._src.policies import DOTS, STOCK
 from planner._src.types import Assignment, Baseline
 
-__all__ = ["Baseline", "evaluate_baselines", "policy_assignment", "stock_assignment",
-           "user_assignment"]
+__all__ = [
+    "Baseline",
+    "evaluate_baselines",
+    "policy_assignment",
+    "stock_assignment",
+    "user_assignment",
+]
 
 
 def stock_assignment(graph: LivenessGraph, name: str) -> Assignment:
@@ -57,15 +62,24 @@ def applicable(graph: LivenessGraph, cost: CostModel, name: str, prediction) -> 
     present = {c.name for c in graph.classes if c.name}
     # Offloading is not applicable where it is not allowed, nor where XLA cannot compile
     # it: a region under scan(unroll > 1) whose backward pass would read an offloaded tensor.
-    blocked = any(rg.region.scan_unroll > 1 and rp.host_residual_bytes + rp.invariant_host_bytes
-                  for rg, rp in zip(graph.regions, prediction.regions))
-    return ((cost.allow_offload or not stock.offloads) and not blocked
-            and (not stock.needs_names or bool(present & set(DOTS))))
+    blocked = any(
+        rg.region.scan_unroll > 1 and rp.host_residual_bytes + rp.invariant_host_bytes
+        for rg, rp in zip(graph.regions, prediction.regions)
+    )
+    return (
+        (cost.allow_offload or not stock.offloads)
+        and not blocked
+        and (not stock.needs_names or bool(present & set(DOTS)))
+    )
 
 
-def evaluate_baselines(graph: LivenessGraph, cost: CostModel, budget_bytes: float,
-                       names: tuple[str, ...] | None = None,
-                       compiled: Mapping[str, int] | None = None) -> tuple[Baseline, ...]:
+def evaluate_baselines(
+    graph: LivenessGraph,
+    cost: CostModel,
+    budget_bytes: float,
+    names: tuple[str, ...] | None = None,
+    compiled: Mapping[str, int] | None = None,
+) -> tuple[Baseline, ...]:
     """Every stock policy (or ``names``) through the cost model. ``compiled``: name -> the
     verifying compiler's device bytes for the stock policies the session compiled; those
     fit when the compiler says so."""
@@ -78,6 +92,14 @@ def evaluate_baselines(graph: LivenessGraph, cost: CostModel, budget_bytes: floa
         got = compiled.get(name)
         peak = p.peak_bytes if got is None else got
         fits = peak <= budget_bytes and p.host_bytes <= cost.host_cap_bytes
-        out.append(Baseline(name=name, assignment=a, prediction=p, fits=fits and ok,
-                            applicable=ok, compiled_device_bytes=got))
+        out.append(
+            Baseline(
+                name=name,
+                assignment=a,
+                prediction=p,
+                fits=fits and ok,
+                applicable=ok,
+                compiled_device_bytes=got,
+            )
+        )
     return tuple(out)

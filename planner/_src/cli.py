@@ -25,8 +25,8 @@ from pathlib import Path
 
 from planner._src.units import GB
 
-
 # ------------------------------------------------------------------------------ helpers
+
 
 def import_factory(spec: str, contract: str):
     """The callable named by ``MODULE:FACTORY`` (the current directory importable too).
@@ -39,15 +39,18 @@ def import_factory(spec: str, contract: str):
     if not sep or not module_name or not attr:
         raise InvalidArgumentError(
             f"{spec!r} is not MODULE:FACTORY.\nFix: name a module and a function in it that "
-            f"returns {contract}, e.g. examples.llama:quickstart.")
+            f"returns {contract}, e.g. examples.llama:quickstart."
+        )
     cwd = str(Path.cwd())
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise InvalidArgumentError(f"Cannot import {module_name!r}: {e}.\nFix: run from the "
-                                   "directory that holds it, or install it.") from e
+        raise InvalidArgumentError(
+            f"Cannot import {module_name!r}: {e}.\nFix: run from the "
+            "directory that holds it, or install it."
+        ) from e
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise InvalidArgumentError(f"{module_name} has no function {attr!r}.")
@@ -62,7 +65,8 @@ def _load_factory(spec: str):
     if not (isinstance(made, tuple) and len(made) == 2 and callable(made[0])):
         raise InvalidArgumentError(
             f"{spec} returned {type(made).__name__}; it must return (step_fn, example_args) "
-            "with example_args a tuple of the step's arguments.")
+            "with example_args a tuple of the step's arguments."
+        )
     step, args = made
     return step, tuple(args)
 
@@ -71,6 +75,7 @@ def _budgets(text: str) -> list[float]:
     """``"10,20,30"`` -> ``[10.0, 20.0, 30.0]``; ``"auto"`` -> None (the planner spans the
     range); a teaching error for anything else."""
     from planner._src.errors import InvalidArgumentError
+
     if text.strip().lower() == "auto":
         return None
     try:
@@ -81,17 +86,21 @@ def _budgets(text: str) -> list[float]:
         raise InvalidArgumentError(
             f"--hbm-gb {text!r} is not a comma-separated list of budgets in GB.\n"
             "Fix: e.g. --hbm-gb 60,80,100, or --hbm-gb auto for five budgets from full remat "
-            "to saving everything.")
+            "to saving everything."
+        )
     return out
 
 
 def _image_path(path: str | None, suffixes: tuple[str, ...], flag: str) -> str | None:
     """Check an image path before any slow work, so a typo fails in a second, not a minute."""
     from planner._src.errors import InvalidArgumentError
+
     if path is not None and not path.lower().endswith(suffixes):
-        raise InvalidArgumentError(f"{flag} {path!r} must end with {' or '.join(suffixes)}: "
-                                   "the suffix picks the image format.\n"
-                                   f"Fix: e.g. {flag} plot{suffixes[0]}.")
+        raise InvalidArgumentError(
+            f"{flag} {path!r} must end with {' or '.join(suffixes)}: "
+            "the suffix picks the image format.\n"
+            f"Fix: e.g. {flag} plot{suffixes[0]}."
+        )
     return path
 
 
@@ -105,6 +114,7 @@ class _Progress:
     def __enter__(self):
         if not self.quiet and sys.stderr.isatty():
             from rich.console import Console
+
             self._status = Console(stderr=True).status("starting ...")
             self._status.__enter__()
         return self
@@ -132,30 +142,42 @@ def _emit(text: str, out: str | None = None) -> None:
 
 # ------------------------------------------------------------------------------ commands
 
+
 def _cmd_solve(a) -> int:
     import planner
+
     _image_path(a.timeline, (".png", ".svg"), "--timeline")
     step, args = _load_factory(a.factory)
     with _Progress(a.quiet) as progress:
         progress(f"planning {a.factory} for {a.hardware} under {a.hbm_gb:g} GB")
-        plan = planner.solve(step, *args, hbm_gb=a.hbm_gb, hardware=a.hardware,
-                             allow_offload=False if a.no_offload else None,
-                             solver_time_limit_s=a.time_limit, progress=progress,
-                             layer_groups=_LAYER_GROUPS[a.layer_groups])
+        plan = planner.solve(
+            step,
+            *args,
+            hbm_gb=a.hbm_gb,
+            hardware=a.hardware,
+            allow_offload=False if a.no_offload else None,
+            solver_time_limit_s=a.time_limit,
+            progress=progress,
+            layer_groups=_LAYER_GROUPS[a.layer_groups],
+        )
         if a.timeline:
             from planner._src.plots import hbm_timeline
+
             progress(f"drawing the memory timeline to {a.timeline}")
             hbm_timeline(plan, a.timeline)
     if a.save:
         plan.save(a.save)
-        print(f"[planner] plan saved to {a.save}; load it with planner.load_plan({a.save!r})",
-              file=sys.stderr)
+        print(
+            f"[planner] plan saved to {a.save}; load it with planner.load_plan({a.save!r})",
+            file=sys.stderr,
+        )
     _emit(plan.report("json" if a.json else a.format), a.out)
     return 0 if plan.verification.ok else 1
 
 
 def _cmd_report(a) -> int:
     import planner
+
     saved = planner.load_plan(a.plan)
     _emit(saved.report("json" if a.json else a.format), a.out)
     return 0
@@ -166,18 +188,26 @@ def _pareto_rows(results, budgets) -> list[dict]:
     rows = []
     for b, r in zip(budgets, results):
         if isinstance(r, Exception):
-            rows.append({"budget_gb": b, "feasible": False, "status": type(r).__name__,
-                         "error": str(r)})
+            rows.append(
+                {"budget_gb": b, "feasible": False, "status": type(r).__name__, "error": str(r)}
+            )
             continue
         v = r.verification
-        rows.append({
-            "budget_gb": b, "feasible": True, "status": v.status, "choice": r.choice,
-            "predicted_peak_gb": r.prediction.peak_bytes / GB,
-            "host_gb": r.prediction.host_bytes / GB,
-            "step_ms": r.prediction.step_s * 1e3,
-            "compiled_gb": None if v.compiled_device_bytes is None else v.compiled_device_bytes / GB,
-            "decisions": dict(sorted(r.decisions().items())),
-        })
+        rows.append(
+            {
+                "budget_gb": b,
+                "feasible": True,
+                "status": v.status,
+                "choice": r.choice,
+                "predicted_peak_gb": r.prediction.peak_bytes / GB,
+                "host_gb": r.prediction.host_bytes / GB,
+                "step_ms": r.prediction.step_s * 1e3,
+                "compiled_gb": None
+                if v.compiled_device_bytes is None
+                else v.compiled_device_bytes / GB,
+                "decisions": dict(sorted(r.decisions().items())),
+            }
+        )
     return rows
 
 
@@ -185,9 +215,16 @@ def _stock_rows(results) -> list[dict]:
     plan = next((r for r in results if not isinstance(r, Exception)), None)
     if plan is None:
         return []
-    return [{"name": b.name, "predicted_peak_gb": b.prediction.peak_bytes / GB,
-             "host_gb": b.prediction.host_bytes / GB, "step_ms": b.prediction.step_s * 1e3,
-             "applicable": b.applicable} for b in plan.baselines]
+    return [
+        {
+            "name": b.name,
+            "predicted_peak_gb": b.prediction.peak_bytes / GB,
+            "host_gb": b.prediction.host_bytes / GB,
+            "step_ms": b.prediction.step_s * 1e3,
+            "applicable": b.applicable,
+        }
+        for b in plan.baselines
+    ]
 
 
 def _pareto_table(rows, stock) -> str:
@@ -198,19 +235,30 @@ def _pareto_table(rows, stock) -> str:
     from rich.table import Table
 
     buf = io.StringIO()
-    con = Console(file=buf, width=120, force_terminal=False, force_jupyter=False,
-                  color_system=None)
+    con = Console(file=buf, width=120, force_terminal=False, force_jupyter=False, color_system=None)
     t = Table(title="Planner: predicted peak and step time per budget")
     for col in ("budget GB", "predicted peak GB", "host GB", "step ms", "compiled GB", "status"):
         t.add_column(col, overflow="fold")
     for r in rows:
         if not r["feasible"]:
-            t.add_row(f"{r['budget_gb']:g}", "-", "-", "-", "-",
-                      "INFEASIBLE: " + r["error"].splitlines()[0])
+            t.add_row(
+                f"{r['budget_gb']:g}",
+                "-",
+                "-",
+                "-",
+                "-",
+                "INFEASIBLE: " + r["error"].splitlines()[0],
+            )
             continue
         comp = "-" if r["compiled_gb"] is None else f"{r['compiled_gb']:.3f}"
-        t.add_row(f"{r['budget_gb']:g}", f"{r['predicted_peak_gb']:.3f}", f"{r['host_gb']:.3f}",
-                  f"{r['step_ms']:.2f}", comp, r["status"])
+        t.add_row(
+            f"{r['budget_gb']:g}",
+            f"{r['predicted_peak_gb']:.3f}",
+            f"{r['host_gb']:.3f}",
+            f"{r['step_ms']:.2f}",
+            comp,
+            r["status"],
+        )
     con.print(t)
     if stock:
         s = Table(title="Same model, stock policies (predicted)")
@@ -218,30 +266,45 @@ def _pareto_table(rows, stock) -> str:
             s.add_column(col)
         for x in stock:
             if x["applicable"]:
-                s.add_row(x["name"], f"{x['predicted_peak_gb']:.3f}", f"{x['host_gb']:.3f}",
-                          f"{x['step_ms']:.2f}")
+                s.add_row(
+                    x["name"],
+                    f"{x['predicted_peak_gb']:.3f}",
+                    f"{x['host_gb']:.3f}",
+                    f"{x['step_ms']:.2f}",
+                )
         con.print(s)
     return buf.getvalue()
 
 
 def _cmd_pareto(a) -> int:
     import planner
+
     budgets = _budgets(a.hbm_gb)
     _image_path(a.png, (".png",), "--png")
     _image_path(a.svg, (".svg",), "--svg")
     step, args = _load_factory(a.factory)
     with _Progress(a.quiet) as progress:
-        progress(f"planning {a.factory} for {a.hardware} under "
-                 + (f"{len(budgets)} budgets" if budgets else "budgets spanning the range"))
-        results = planner.pareto(step, *args, hbm_gb=budgets, hardware=a.hardware,
-                                 allow_offload=False if a.no_offload else None,
-                                 solver_time_limit_s=a.time_limit, verify_compile=not a.no_verify,
-                                 progress=progress, layer_groups=_LAYER_GROUPS[a.layer_groups])
+        progress(
+            f"planning {a.factory} for {a.hardware} under "
+            + (f"{len(budgets)} budgets" if budgets else "budgets spanning the range")
+        )
+        results = planner.pareto(
+            step,
+            *args,
+            hbm_gb=budgets,
+            hardware=a.hardware,
+            allow_offload=False if a.no_offload else None,
+            solver_time_limit_s=a.time_limit,
+            verify_compile=not a.no_verify,
+            progress=progress,
+            layer_groups=_LAYER_GROUPS[a.layer_groups],
+        )
         if budgets is None:  # auto: every budget is above full remat's, so each is a plan
             budgets = [getattr(r, "budget_bytes", math.nan) / 1e9 for r in results]
         for path in (a.png, a.svg):
             if path:
                 from planner._src.plots import pareto_curve
+
                 progress(f"drawing the curve to {path}")
                 pareto_curve(results, path, budgets_gb=budgets)
     rows, stock = _pareto_rows(results, budgets), _stock_rows(results)
@@ -256,14 +319,16 @@ def _profile_summary(profile, out: str | None) -> str:
     """The figures calibrate measures, one per line, in the units of datasheets."""
     link = profile.link
     rates = ", ".join(f"{k} {v / 1e12:.3g} TFLOP/s" for k, v in profile.matmul_flops_per_s)
-    lines = [f"profile {profile.name}: {profile.description}",
-             f"  matmul: {rates}",
-             f"  vector: {profile.vector_flops_per_s / 1e12:.3g} TFLOP/s",
-             f"  HBM: {profile.hbm_bytes_per_s / 1e9:.3g} GB/s",
-             f"  kernel launch: {profile.kernel_launch_s * 1e6:.3g} us",
-             f"  host link: d2h {link.d2h_bytes_per_s / 1e9:.3g} GB/s, h2d "
-             f"{link.h2d_bytes_per_s / 1e9:.3g} GB/s",
-             f"  overlap efficiency: {profile.overlap_efficiency:.2f}"]
+    lines = [
+        f"profile {profile.name}: {profile.description}",
+        f"  matmul: {rates}",
+        f"  vector: {profile.vector_flops_per_s / 1e12:.3g} TFLOP/s",
+        f"  HBM: {profile.hbm_bytes_per_s / 1e9:.3g} GB/s",
+        f"  kernel launch: {profile.kernel_launch_s * 1e6:.3g} us",
+        f"  host link: d2h {link.d2h_bytes_per_s / 1e9:.3g} GB/s, h2d "
+        f"{link.h2d_bytes_per_s / 1e9:.3g} GB/s",
+        f"  overlap efficiency: {profile.overlap_efficiency:.2f}",
+    ]
     if out:
         lines.append(f"written to {out}; plan with it: --hardware {out}")
     return "\n".join(lines) + "\n"
@@ -271,10 +336,16 @@ def _profile_summary(profile, out: str | None) -> str:
 
 def _cmd_calibrate(a) -> int:
     import cost_models as cm
+
     with _Progress(a.quiet) as progress:
         progress("measuring the default JAX device (matmuls, memory, host link)")
-        profile = cm.calibrate(out_path=a.out, base=a.base, sizes_mb=tuple(a.sizes_mb),
-                               repeats=a.repeats, matmul_n=a.matmul_n)
+        profile = cm.calibrate(
+            out_path=a.out,
+            base=a.base,
+            sizes_mb=tuple(a.sizes_mb),
+            repeats=a.repeats,
+            matmul_n=a.matmul_n,
+        )
     if a.json:
         print(json.dumps(profile.to_json(), indent=2))
     else:
@@ -286,11 +357,15 @@ def _cmd_calibrate(a) -> int:
 
 # ------------------------------------------------------------------------------ profile
 
+
 def _profile_arguments(p) -> None:
     """Arguments of the ``profile`` subcommand."""
-    p.add_argument("factory", help="MODULE:FACTORY; FACTORY(policy) returns (step_fn, args) "
-                   "with the step built with that policy and concrete args, e.g. "
-                   "examples.llama:profile_quickstart")
+    p.add_argument(
+        "factory",
+        help="MODULE:FACTORY; FACTORY(policy) returns (step_fn, args) "
+        "with the step built with that policy and concrete args, e.g. "
+        "examples.llama:profile_quickstart",
+    )
     p.add_argument("--hbm-gb", type=float, help="plan at this budget (or give --plan)")
     p.add_argument("--plan", help="a plan file written by plan.save() instead of planning")
     p.add_argument("--hardware", default="h200", help="profile name or JSON file")
@@ -300,8 +375,11 @@ def _profile_arguments(p) -> None:
     p.add_argument("--png", help="write the timeline of step 0 here")
     p.add_argument("--json", action="store_true", help="the result as JSON on stdout")
     p.add_argument("--out", help="also write the result as JSON to this file")
-    p.add_argument("--measured-profile", help="write the hardware profile with the measured "
-                   "overlap_efficiency here (cost_models.overlap_from_trace)")
+    p.add_argument(
+        "--measured-profile",
+        help="write the hardware profile with the measured "
+        "overlap_efficiency here (cost_models.overlap_from_trace)",
+    )
 
 
 def _cmd_profile(a) -> int:
@@ -315,10 +393,13 @@ def _cmd_profile(a) -> int:
     from planner._src.errors import InvalidArgumentError
 
     if (a.hbm_gb is None) == (a.plan is None):
-        raise InvalidArgumentError("give exactly one of --hbm-gb N (plan now) or --plan FILE "
-                                   "(a saved plan).\nFix: e.g. --hbm-gb 0.42.")
-    factory = import_factory(a.factory, "FACTORY(policy) -> (step_fn, args), e.g. "
-                             "examples.llama:profile_quickstart")
+        raise InvalidArgumentError(
+            "give exactly one of --hbm-gb N (plan now) or --plan FILE "
+            "(a saved plan).\nFix: e.g. --hbm-gb 0.42."
+        )
+    factory = import_factory(
+        a.factory, "FACTORY(policy) -> (step_fn, args), e.g. examples.llama:profile_quickstart"
+    )
     if a.plan:
         plan = planner.load_plan(a.plan)
     else:
@@ -352,18 +433,30 @@ def _common(p, planning: bool = False) -> None:
         p.add_argument("factory", help="MODULE:FACTORY returning (step_fn, example_args)")
         p.add_argument("--hardware", default="h200", help="profile name or JSON file")
         p.add_argument("--no-offload", action="store_true", help="never offload to host memory")
-        p.add_argument("--time-limit", type=float, default=30.0, help="CP-SAT deterministic seconds per solver phase (4 phases per solve)")
-        p.add_argument("--layer-groups", choices=tuple(_LAYER_GROUPS), default="auto",
-                       help="decide each checkpoint call site (layer group) separately: auto "
-                            "(when the model predicts a gain), on, off")
+        p.add_argument(
+            "--time-limit",
+            type=float,
+            default=30.0,
+            help="CP-SAT deterministic seconds per solver phase (4 phases per solve)",
+        )
+        p.add_argument(
+            "--layer-groups",
+            choices=tuple(_LAYER_GROUPS),
+            default="auto",
+            help="decide each checkpoint call site (layer group) separately: auto "
+            "(when the model predicts a gain), on, off",
+        )
 
 
 _LAYER_GROUPS = {"auto": None, "on": True, "off": False}
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m planner", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m planner",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("solve", help="plan a train step under an HBM budget")
@@ -384,12 +477,18 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("pareto", help="plan several budgets from one trace; table and plot")
     _common(p, planning=True)
-    p.add_argument("--hbm-gb", required=True,
-                   help="budgets in GB, comma-separated: 60,80,100; or 'auto': five budgets from "
-                        "just above full remat's predicted peak to saving everything's")
-    p.add_argument("--no-verify", action="store_true",
-                   help="skip compiling each plan (faster; every status then says 'not "
-                        "compiled' and the stock policies are compared by the model only)")
+    p.add_argument(
+        "--hbm-gb",
+        required=True,
+        help="budgets in GB, comma-separated: 60,80,100; or 'auto': five budgets from "
+        "just above full remat's predicted peak to saving everything's",
+    )
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip compiling each plan (faster; every status then says 'not "
+        "compiled' and the stock policies are compared by the model only)",
+    )
     p.add_argument("--png", metavar="FILE", help="draw step time against budget as PNG")
     p.add_argument("--svg", metavar="FILE", help="draw step time against budget as SVG")
     p.add_argument("--out", help="also write the table (or JSON) to this file")
@@ -399,12 +498,19 @@ def _parser() -> argparse.ArgumentParser:
     _common(c)
     c.add_argument("--out", help="write the measured profile JSON here (use it as --hardware)")
     c.add_argument("--base", help="profile to start from (default: matched to the device)")
-    c.add_argument("--sizes-mb", type=float, nargs="+", default=[256, 1024],
-                   help="host-copy sizes in MiB (bandwidth from the largest)")
+    c.add_argument(
+        "--sizes-mb",
+        type=float,
+        nargs="+",
+        default=[256, 1024],
+        help="host-copy sizes in MiB (bandwidth from the largest)",
+    )
     c.add_argument("--repeats", type=int, default=5, help="timings per figure (median)")
     c.add_argument("--matmul-n", type=int, help="matmul size (default 8192 on GPU, 512 on CPU)")
     c.set_defaults(run=_cmd_calibrate)
-    q = sub.add_parser("profile", help="run a plan under the profiler; measure exposed host-copy time")
+    q = sub.add_parser(
+        "profile", help="run a plan under the profiler; measure exposed host-copy time"
+    )
     _profile_arguments(q)
     q.set_defaults(run=_cmd_profile)
     return ap
@@ -428,8 +534,11 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # a file that cannot be written or read
-        print(f"error: {e.strerror or e}: {e.filename}.\nFix: check the path and its "
-              "directory's permissions.", file=sys.stderr)
+        print(
+            f"error: {e.strerror or e}: {e.filename}.\nFix: check the path and its "
+            "directory's permissions.",
+            file=sys.stderr,
+        )
         return 2
 
 

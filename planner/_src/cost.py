@@ -80,7 +80,6 @@ import dataclasses
 import math
 
 import cost_models as cm
-
 from planner._src.graph import VIEWS as _VIEWS
 from planner._src.graph import LivenessGraph, class_key
 from planner._src.types import (
@@ -93,17 +92,27 @@ from planner._src.types import (
     Trace,
 )
 
-__all__ = ["DECISIONS", "Assignment", "CostModel", "Prediction", "RegionCost",
-           "RegionPrediction", "build_cost_model", "decisions_per_candidate", "evaluate",
-           "regions_in_order"]
+__all__ = [
+    "DECISIONS",
+    "Assignment",
+    "CostModel",
+    "Prediction",
+    "RegionCost",
+    "RegionPrediction",
+    "build_cost_model",
+    "decisions_per_candidate",
+    "evaluate",
+    "regions_in_order",
+]
 
 # The working-set scale measured from the two anchors is trusted inside these bounds; outside
 # them the model's structure does not match this compiler and the scale stays 1.
 WORKING_SET_SCALE_BOUNDS = (0.25, 2.0)
 
 
-def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offload: bool,
-                     correction_bytes: int = 0) -> CostModel:
+def build_cost_model(
+    trace: Trace, graph: LivenessGraph, hardware, *, allow_offload: bool, correction_bytes: int = 0
+) -> CostModel:
     """Cost every candidate on ``hardware`` and measure the fixed bytes from the anchor."""
     hw = cm.load_profile(hardware)
     unknown: set[str] = set()
@@ -132,8 +141,13 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
             # Views (checkpoint_name, reshapes) of a value in HBM are in HBM: a matmul's
             # output, a region input (the layer's input activation).
             in_hbm[c.index] = prim not in cm.FUSIBLE or (
-                prim in _VIEWS and (bool(rg.reads_inputs(c.index)) and not reads
-                                    or any(in_hbm.get(u, False) for u in reads)))
+                prim in _VIEWS
+                and (
+                    bool(rg.reads_inputs(c.index))
+                    and not reads
+                    or any(in_hbm.get(u, False) for u in reads)
+                )
+            )
             if in_hbm[c.index]:
                 rec.append(fwd[-1] if prim not in cm.FUSIBLE else 0.0)
                 mat.append(0.0)
@@ -143,8 +157,11 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
                 # its own (that fusion reads its inputs instead of the saved value). Saving
                 # it instead forces the forward to write a value it would keep in registers:
                 # one write of its (per-device) bytes at HBM bandwidth (M_v in the docstring).
-                arith = cm.Work(kernels=tuple((k, dataclasses.replace(cost, hbm_bytes=0.0))
-                                              for k, cost in c.work.kernels)).seconds(hw)
+                arith = cm.Work(
+                    kernels=tuple(
+                        (k, dataclasses.replace(cost, hbm_bytes=0.0)) for k, cost in c.work.kernels
+                    )
+                ).seconds(hw)
                 rec.append(arith / _time_divisor(c) + coll)
                 mat.append(c.nbytes / hw.hbm_bytes_per_s)
             else:  # matmuls, custom calls (attention), gathers...: materialized anyway
@@ -165,23 +182,36 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
         before = [bwd_s * (a / fwd_s) if fwd_s > 0 else 0.0 for a in after]
         # Copy times only where a copy can happen (a host link, offloading allowed).
         can_copy = allow_offload and hw.link.kind != "none"
-        d2h = [cm.transfer_seconds(c.nbytes, hw, "d2h") if c.nbytes and can_copy else 0.0
-               for c in r.candidates]
-        h2d = [cm.transfer_seconds(c.nbytes, hw, "h2d") if c.nbytes and can_copy else 0.0
-               for c in r.candidates]
-        regions.append(RegionCost(
-            region_id=r.id, multiplicity=r.multiplicity, recompute_s=tuple(rec),
-            materialize_s=tuple(mat),
-            d2h_s=tuple(d2h), h2d_s=tuple(h2d), fwd_after_s=tuple(after),
-            bwd_before_s=tuple(before), fwd_s=fwd_s, bwd_s=bwd_s,
-        ))
+        d2h = [
+            cm.transfer_seconds(c.nbytes, hw, "d2h") if c.nbytes and can_copy else 0.0
+            for c in r.candidates
+        ]
+        h2d = [
+            cm.transfer_seconds(c.nbytes, hw, "h2d") if c.nbytes and can_copy else 0.0
+            for c in r.candidates
+        ]
+        regions.append(
+            RegionCost(
+                region_id=r.id,
+                multiplicity=r.multiplicity,
+                recompute_s=tuple(rec),
+                materialize_s=tuple(mat),
+                d2h_s=tuple(d2h),
+                h2d_s=tuple(h2d),
+                fwd_after_s=tuple(after),
+                bwd_before_s=tuple(before),
+                fwd_s=fwd_s,
+                bwd_s=bwd_s,
+            )
+        )
     unknown.update(trace.step_work.total().unknown_primitives)
     link = hw.link
     # T0 is costed on the global avals: per device, scale it like the regions' forward work.
     g_all = sum(g for g, _ in ratios)
-    step_ratio = sum(l for _, l in ratios) / g_all if g_all > 0 else 1.0
+    step_ratio = sum(local for _, local in ratios) / g_all if g_all > 0 else 1.0
     model = CostModel(
-        hardware=hw, regions=tuple(regions),
+        hardware=hw,
+        regions=tuple(regions),
         base_step_s=step_ratio * trace.step_work.seconds(hw),
         fixed_bytes=0,
         correction_bytes=correction_bytes,
@@ -190,8 +220,11 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
         allow_offload=bool(allow_offload and link.kind != "none"),
         unknown_primitives=tuple(sorted(unknown)),
         no_offload_classes=frozenset(
-            class_key(rg.region, c) for rg in graph.regions if rg.region.scan_unroll > 1
-            for c in rg.region.candidates),
+            class_key(rg.region, c)
+            for rg in graph.regions
+            if rg.region.scan_unroll > 1
+            for c in rg.region.candidates
+        ),
     )
     # Two compiles measure the two unknowns of the memory model: the fixed bytes F and the
     # working-set scale omega (how much of the modelled backward working set the compiler
@@ -206,18 +239,22 @@ def build_cost_model(trace: Trace, graph: LivenessGraph, hardware, *, allow_offl
     fixed = trace.anchor.device_bytes - full.peak_bytes
     ws_scale = 1.0
     if trace.anchor_saved is not None:
-        every = evaluate(model, graph, Assignment.of({c.key: "save" for c in graph.classes}),
-                         _fixed=0)
+        every = evaluate(
+            model, graph, Assignment.of({c.key: "save" for c in graph.classes}), _fixed=0
+        )
         kept_remat, ws_remat = full.peak_bytes - full.working_set_bytes, full.working_set_bytes
         kept_all, ws_all = every.peak_bytes - every.working_set_bytes, every.working_set_bytes
         if ws_remat > ws_all:
-            scale = ((trace.anchor.device_bytes - kept_remat)
-                     - (trace.anchor_saved.device_bytes - kept_all)) / (ws_remat - ws_all)
+            scale = (
+                (trace.anchor.device_bytes - kept_remat)
+                - (trace.anchor_saved.device_bytes - kept_all)
+            ) / (ws_remat - ws_all)
             if WORKING_SET_SCALE_BOUNDS[0] <= scale <= WORKING_SET_SCALE_BOUNDS[1]:
                 ws_scale = scale
                 fixed = trace.anchor_saved.device_bytes - kept_all - ws_scale * ws_all
-    return dataclasses.replace(model, fixed_bytes=int(fixed + correction_bytes),
-                               working_set_scale=ws_scale)
+    return dataclasses.replace(
+        model, fixed_bytes=int(fixed + correction_bytes), working_set_scale=ws_scale
+    )
 
 
 def _time_divisor(c) -> float:
@@ -254,10 +291,16 @@ def decisions_per_candidate(graph: LivenessGraph, assignment: Assignment):
     d = assignment.as_dict()
     out = []
     for rg in graph.regions:
-        out.append(tuple(
-            "save" if c.effectful else "remat" if not c.decidable
-            else d.get(class_key(rg.region, c), "remat")
-            for c in rg.region.candidates))
+        out.append(
+            tuple(
+                "save"
+                if c.effectful
+                else "remat"
+                if not c.decidable
+                else d.get(class_key(rg.region, c), "remat")
+                for c in rg.region.candidates
+            )
+        )
     return out
 
 
@@ -277,8 +320,9 @@ def held_values(rg, dec, need) -> list[bool]:
     return held
 
 
-def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
-             *, _fixed: int | None = None) -> Prediction:
+def evaluate(
+    model: CostModel, graph: LivenessGraph, assignment: Assignment, *, _fixed: int | None = None
+) -> Prediction:
     """The model's prediction for ``assignment`` (the formulas in this module's docstring)."""
     link_share = model.overlap_efficiency  # eta: the link's speed while compute runs
     per_cand = decisions_per_candidate(graph, assignment)
@@ -290,16 +334,15 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
             if need[c.index] and dec[c.index] == "remat":
                 for u in rg.reads(c.index):
                     need[u] = True
-        saved = saved_invariant = offloaded = offloaded_invariant = 0   # bytes, one trip
-        working = transient = 0                                         # backward working set
+        saved = saved_invariant = offloaded = offloaded_invariant = 0  # bytes, one trip
+        working = transient = 0  # backward working set
         recompute_s = materialize_s = d2h_s = h2d_s = 0.0
         off = [c.index for c in cands if need[c.index] and dec[c.index] == "offload"]
         need_in = {i.index for i in rg.region.inputs if i.needed}
         for c in cands:
             if need[c.index] and dec[c.index] == "remat":
                 need_in.update(rg.reads_inputs(c.index))
-        stacked_inputs = sum(i.nbytes for i in rg.region.inputs
-                             if i.stacked and i.index in need_in)
+        stacked_inputs = sum(i.nbytes for i in rg.region.inputs if i.stacked and i.index in need_in)
         held = held_values(rg, dec, need)
         for c in cands:
             i = c.index
@@ -336,19 +379,32 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
             tail_h2d += rc.h2d_s[i]
             exposed_fwd = max(exposed_fwd, tail_d2h - link_share * rc.fwd_after_s[i])
             exposed_bwd = max(exposed_bwd, tail_h2d - link_share * rc.bwd_before_s[i])
-        preds.append(RegionPrediction(
-            region_id=rc.region_id, device_residual_bytes=saved,
-            invariant_residual_bytes=saved_invariant, input_residual_bytes=stacked_inputs,
-            host_residual_bytes=offloaded, invariant_host_bytes=offloaded_invariant,
-            working_set_bytes=working, recompute_s=recompute_s, materialize_s=materialize_s,
-            d2h_s=d2h_s, h2d_s=h2d_s, exposed_fwd_s=exposed_fwd, exposed_bwd_s=exposed_bwd,
-            needed=tuple(need),
-        ))
+        preds.append(
+            RegionPrediction(
+                region_id=rc.region_id,
+                device_residual_bytes=saved,
+                invariant_residual_bytes=saved_invariant,
+                input_residual_bytes=stacked_inputs,
+                host_residual_bytes=offloaded,
+                invariant_host_bytes=offloaded_invariant,
+                working_set_bytes=working,
+                recompute_s=recompute_s,
+                materialize_s=materialize_s,
+                d2h_s=d2h_s,
+                h2d_s=h2d_s,
+                exposed_fwd_s=exposed_fwd,
+                exposed_bwd_s=exposed_bwd,
+                needed=tuple(need),
+            )
+        )
     fixed = model.fixed_bytes if _fixed is None else _fixed
     # Regions run forward in order and backward in reverse: while region k runs backward,
     # the residuals of regions 1..k are still held and those after k are already freed.
-    kept = [rc.multiplicity * (p.device_residual_bytes + p.input_residual_bytes)
-            + p.invariant_residual_bytes for rc, p in zip(model.regions, preds)]
+    kept = [
+        rc.multiplicity * (p.device_residual_bytes + p.input_residual_bytes)
+        + p.invariant_residual_bytes
+        for rc, p in zip(model.regions, preds)
+    ]
     residual = sum(kept)
     peak_var, ws = 0, 0
     prefix = 0
@@ -357,18 +413,27 @@ def evaluate(model: CostModel, graph: LivenessGraph, assignment: Assignment,
         prefix = prefix + k if ordered else residual
         if prefix + p.working_set_bytes >= peak_var:
             peak_var, ws = prefix + p.working_set_bytes, p.working_set_bytes
-    host = sum(rc.multiplicity * p.host_residual_bytes + p.invariant_host_bytes
-               for rc, p in zip(model.regions, preds))
+    host = sum(
+        rc.multiplicity * p.host_residual_bytes + p.invariant_host_bytes
+        for rc, p in zip(model.regions, preds)
+    )
     recompute = sum(rc.multiplicity * p.recompute_s for rc, p in zip(model.regions, preds))
     materialize = sum(rc.multiplicity * p.materialize_s for rc, p in zip(model.regions, preds))
     transfer = sum(rc.multiplicity * (p.d2h_s + p.h2d_s) for rc, p in zip(model.regions, preds))
-    exposed = sum(rc.multiplicity * (p.exposed_fwd_s + p.exposed_bwd_s)
-                  for rc, p in zip(model.regions, preds))
+    exposed = sum(
+        rc.multiplicity * (p.exposed_fwd_s + p.exposed_bwd_s) for rc, p in zip(model.regions, preds)
+    )
     return Prediction(
-        peak_bytes=int(fixed + peak_var), host_bytes=int(host),
+        peak_bytes=int(fixed + peak_var),
+        host_bytes=int(host),
         step_s=model.base_step_s + recompute + materialize + exposed,
         base_step_s=model.base_step_s,
-        recompute_s=recompute, materialize_s=materialize, transfer_s=transfer,
-        exposed_transfer_s=exposed, fixed_bytes=int(fixed), residual_bytes=int(residual),
-        working_set_bytes=int(ws), regions=tuple(preds),
+        recompute_s=recompute,
+        materialize_s=materialize,
+        transfer_s=transfer,
+        exposed_transfer_s=exposed,
+        fixed_bytes=int(fixed),
+        residual_bytes=int(residual),
+        working_set_bytes=int(ws),
+        regions=tuple(preds),
     )

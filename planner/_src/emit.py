@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import cost_models as cm
 from jax.ad_checkpoint import checkpoint_policies as cp
 
+import cost_models as cm
 from planner._src import jax_adapter as adapter
 from planner._src.errors import LayerGroupsError
 from planner._src.graph import num_groups, split_key
@@ -69,19 +69,26 @@ def policy_for(assignment: Assignment, class_names: dict[str, str | None]):
         saved, offloaded = _name_lists(Assignment.of(kept), named)
         if offloaded:
             policy = cp.save_and_offload_only_these_names(
-                names_which_can_be_saved=saved, names_which_can_be_offloaded=offloaded,
-                offload_src=adapter.DEVICE_KIND, offload_dst=adapter.HOST_KIND)
-            source = ("jax.checkpoint_policies.save_and_offload_only_these_names(\n"
-                      f"    names_which_can_be_saved={saved!r},\n"
-                      f"    names_which_can_be_offloaded={offloaded!r},\n"
-                      f"    offload_src={adapter.DEVICE_KIND!r}, offload_dst={adapter.HOST_KIND!r})")
+                names_which_can_be_saved=saved,
+                names_which_can_be_offloaded=offloaded,
+                offload_src=adapter.DEVICE_KIND,
+                offload_dst=adapter.HOST_KIND,
+            )
+            source = (
+                "jax.checkpoint_policies.save_and_offload_only_these_names(\n"
+                f"    names_which_can_be_saved={saved!r},\n"
+                f"    names_which_can_be_offloaded={offloaded!r},\n"
+                f"    offload_src={adapter.DEVICE_KIND!r}, offload_dst={adapter.HOST_KIND!r})"
+            )
         else:
             policy = cp.save_only_these_names(*saved)
             source = f"jax.checkpoint_policies.save_only_these_names(*{saved!r})"
     else:
         policy = PlannerPolicy(tuple(sorted(kept.items())))
-        source = ("planner.load_plan('plan.json').policy  # a planner.PlannerPolicy over "
-                  f"{len(kept)} tensor classes; save it with plan.save('plan.json')")
+        source = (
+            "planner.load_plan('plan.json').policy  # a planner.PlannerPolicy over "
+            f"{len(kept)} tensor classes; save it with plan.save('plan.json')"
+        )
     return policy, source, names_only
 
 
@@ -130,13 +137,14 @@ def policies_for(assignment: Assignment, class_names: dict[str, str | None]):
     made = [policy_for(a, names) for a, names in groups]
     names_only = all(m[2] for m in made)
     policies = tuple(m[0] for m in made)
-    sources = tuple(m[1].replace(".policy  #", f".policies[{g}]  #")
-                    for g, m in enumerate(made))
+    sources = tuple(m[1].replace(".policy  #", f".policies[{g}]  #") for g, m in enumerate(made))
     same = all(a == groups[0][0] for a, _ in groups)
     if same:
         return policies[0], made[0][1], names_only, policies, sources
-    text = "\n".join(f"# layer group {g}: jax.checkpoint(layer, policy=policies[{g}])\n"
-                     f"policies[{g}] = {src}" for g, src in enumerate(sources))
+    text = "\n".join(
+        f"# layer group {g}: jax.checkpoint(layer, policy=policies[{g}])\npolicies[{g}] = {src}"
+        for g, src in enumerate(sources)
+    )
     return None, text, names_only, policies, sources
 
 
@@ -159,21 +167,29 @@ def differing_groups_error(assignment: Assignment, class_names: dict[str, str | 
         "Fix: wrap the layers of group g (the g-th checkpoint call site, in call order) with "
         "`jax.checkpoint(layer, policy=plan.policies[g])` (examples/llama.py: "
         "LlamaConfig(layer_groups=G, remat_policy=plan.policies)); or plan again with "
-        "planner.solve(..., layer_groups=False) for one policy for every layer.")
+        "planner.solve(..., layer_groups=False) for one policy for every layer."
+    )
 
 
 def maxtext_groups_yaml(assignment: Assignment, class_names: dict[str, str | None]) -> str:
     """One ``remat_policy: custom`` block per layer group, each under a comment naming it."""
     groups = group_assignments(assignment, class_names)
-    blocks = ["# MaxText applies one remat_policy to every decoder layer; this plan decides "
-              f"{len(groups)}\n# layer groups separately: give each group (scan) its own block."]
+    blocks = [
+        "# MaxText applies one remat_policy to every decoder layer; this plan decides "
+        f"{len(groups)}\n# layer groups separately: give each group (scan) its own block."
+    ]
     for g, (a, names) in enumerate(groups):
         blocks.append(f"# layer group {g}\n" + maxtext_yaml(a, names))
     return "\n".join(blocks)
 
 
-def emit(assignment: Assignment, class_names: dict[str, str | None], hardware,
-         *, stock: str | None = None) -> Emitted:
+def emit(
+    assignment: Assignment,
+    class_names: dict[str, str | None],
+    hardware,
+    *,
+    stock: str | None = None,
+) -> Emitted:
     """``class_names`` maps class key -> checkpoint name (None for unnamed classes).
     ``stock``: the plan is that stock policy (planner._src.policies.STOCK), handed back as the
     very policy object JAX or MaxText builds, with its own source text."""
@@ -183,8 +199,11 @@ def emit(assignment: Assignment, class_names: dict[str, str | None], hardware,
     if stock is not None:
         s = STOCK[stock]
         policy, source, names_only, policies, sources = (s.policy(), s.source, True, (), ())
-        yaml = (f"remat_policy: {stock.removeprefix('maxtext:')}\n"
-                if stock.startswith("maxtext:") else maxtext_yaml(assignment, class_names))
+        yaml = (
+            f"remat_policy: {stock.removeprefix('maxtext:')}\n"
+            if stock.startswith("maxtext:")
+            else maxtext_yaml(assignment, class_names)
+        )
     else:
         policy, source, names_only, policies, sources = policies_for(assignment, class_names)
         if policies and policy is None:
@@ -194,8 +213,13 @@ def emit(assignment: Assignment, class_names: dict[str, str | None], hardware,
         else:
             yaml = maxtext_yaml(assignment, class_names)
     return Emitted(
-        policy=policy, policy_source=source, names_only=names_only,
+        policy=policy,
+        policy_source=source,
+        names_only=names_only,
         xla_flags=cm.format_xla_flags(flags),
         xla_flag_notes=tuple((str(f), f.why, f.source) for f in flags),
-        maxtext_yaml=yaml, policies=policies, policy_sources=sources, stock=stock,
+        maxtext_yaml=yaml,
+        policies=policies,
+        policy_sources=sources,
+        stock=stock,
     )

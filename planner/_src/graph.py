@@ -31,7 +31,6 @@ import networkx as nx
 
 from planner._src.types import Candidate, Region, TensorClass, Trace
 
-
 # Primitives whose output is a view of their one input: no arithmetic, and no buffer of their
 # own in XLA (a bitcast), so recomputing one whose input is held allocates nothing.
 VIEWS = frozenset({"name", "reshape", "squeeze", "expand_dims", "copy", "copy_p"})
@@ -42,9 +41,9 @@ class RegionGraph:
     """One region and the dependency graph of its forward equations."""
 
     region: Region
-    graph: nx.DiGraph = dataclasses.field(compare=False)   # candidate index -> its readers
-    possibly_needed: frozenset[int]           # read by the backward pass, or by a recompute of it
-    last_forward_use: tuple[int, ...]         # per candidate: index of its last forward reader
+    graph: nx.DiGraph = dataclasses.field(compare=False)  # candidate index -> its readers
+    possibly_needed: frozenset[int]  # read by the backward pass, or by a recompute of it
+    last_forward_use: tuple[int, ...]  # per candidate: index of its last forward reader
 
     @property
     def candidates(self) -> tuple[Candidate, ...]:
@@ -112,8 +111,14 @@ def region_graph(r: Region) -> RegionGraph:
         view = None
         if c.primitive in VIEWS and c.decidable and not c.effectful and reads == 1:
             view = ("candidate", c.inputs[0]) if c.inputs else ("input", c.input_reads[0])
-        g.add_node(c.index, nbytes=c.nbytes, needed=c.needed, signature=c.signature,
-                   input_reads=tuple(c.input_reads), view_of=view)
+        g.add_node(
+            c.index,
+            nbytes=c.nbytes,
+            needed=c.needed,
+            signature=c.signature,
+            input_reads=tuple(c.input_reads),
+            view_of=view,
+        )
     for c in r.candidates:
         for u in c.inputs:
             g.add_edge(u, c.index)
@@ -124,20 +129,25 @@ def region_graph(r: Region) -> RegionGraph:
     for i in needed:
         possible |= nx.ancestors(g, i)
     last_use = tuple(max(g.successors(c.index), default=c.index) for c in r.candidates)
-    return RegionGraph(region=r, graph=g, possibly_needed=frozenset(possible),
-                       last_forward_use=last_use)
+    return RegionGraph(
+        region=r, graph=g, possibly_needed=frozenset(possible), last_forward_use=last_use
+    )
 
 
 def _forced(cands: list[Candidate], inner: set[str]) -> tuple[str | None, str]:
     """The decision a class's members force, and why (module docstring)."""
     for c in cands:
         if not c.decidable and not c.effectful:
-            return "remat", (f"{c.primitive} is a higher-order equation: a checkpoint policy "
-                             "decides the equations inside it, never its outputs, so JAX "
-                             "recomputes it from its operands")
+            return "remat", (
+                f"{c.primitive} is a higher-order equation: a checkpoint policy "
+                "decides the equations inside it, never its outputs, so JAX "
+                "recomputes it from its operands"
+            )
     if cands and cands[0].signature in inner:
-        return "remat", ("the same signature occurs inside a cond or loop body of the region, "
-                         "where a policy keeping it would keep copies the plan does not count")
+        return "remat", (
+            "the same signature occurs inside a cond or loop body of the region, "
+            "where a policy keeping it would keep copies the plan does not count"
+        )
     return None, ""
 
 
@@ -172,16 +182,25 @@ def build_graph(trace: Trace) -> LivenessGraph:
         if group is not None:
             label = f"{label} [group {group}]"
         forced, why = _forced(cands, inner)
-        classes.append(TensorClass(
-            key=key, label=label, name=first[key].name, members=tuple(mem),
-            nbytes_per_trip=sum(c.nbytes for c in cands),
-            needed_members=sum(1 for c in cands if c.needed),
-            group=group, signature=signature, forced=forced, forced_why=why,
-        ))
+        classes.append(
+            TensorClass(
+                key=key,
+                label=label,
+                name=first[key].name,
+                members=tuple(mem),
+                nbytes_per_trip=sum(c.nbytes for c in cands),
+                needed_members=sum(1 for c in cands if c.needed),
+                group=group,
+                signature=signature,
+                forced=forced,
+                forced_why=why,
+            )
+        )
     seen: dict[str, int] = {}
     unique = []
     for c in classes:  # still equal (same line too): number them in trace order
         seen[c.label] = seen.get(c.label, 0) + 1
-        unique.append(c if seen[c.label] == 1 else
-                      dataclasses.replace(c, label=f"{c.label}#{seen[c.label]}"))
+        unique.append(
+            c if seen[c.label] == 1 else dataclasses.replace(c, label=f"{c.label}#{seen[c.label]}")
+        )
     return LivenessGraph(regions=tuple(regions), classes=tuple(unique))

@@ -32,16 +32,56 @@ _META = re.compile(r"metadata=\{([^}]*)\}")
 _OPERAND = re.compile(r"%([\w.\-]+)")
 
 # Bytes per element of XLA's element types (sub-byte types rounded up to one byte).
-ITEMSIZE = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2,
-            "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8,
-            "c128": 16, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1, "f8e5m2fnuz": 1,
-            "f8e4m3fnuz": 1, "f8e4m3b11fnuz": 1, "f8e3m4": 1, "f8e8m0fnu": 1, "f4e2m1fn": 1}
+ITEMSIZE = {
+    "pred": 1,
+    "s4": 1,
+    "u4": 1,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
+    "f8e4m3fn": 1,
+    "f8e5m2": 1,
+    "f8e4m3": 1,
+    "f8e5m2fnuz": 1,
+    "f8e4m3fnuz": 1,
+    "f8e4m3b11fnuz": 1,
+    "f8e3m4": 1,
+    "f8e8m0fnu": 1,
+    "f4e2m1fn": 1,
+}
 
 # Instructions that compute nothing of their own (they route, allocate or wrap).
-STRUCTURAL = frozenset({
-    "parameter", "get-tuple-element", "tuple", "while", "custom-call", "bitcast", "constant",
-    "broadcast", "call", "conditional", "opt-barrier", "after-all", "iota", "copy-done",
-    "fusion-done", "async-done"})
+STRUCTURAL = frozenset(
+    {
+        "parameter",
+        "get-tuple-element",
+        "tuple",
+        "while",
+        "custom-call",
+        "bitcast",
+        "constant",
+        "broadcast",
+        "call",
+        "conditional",
+        "opt-barrier",
+        "after-all",
+        "iota",
+        "copy-done",
+        "fusion-done",
+        "async-done",
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -49,16 +89,16 @@ class Instruction:
     """One instruction of a compiled module."""
 
     name: str
-    computation: str             # the computation it belongs to
+    computation: str  # the computation it belongs to
     root: bool
-    shape: str                   # the result shape text, e.g. "bf16[8,32]{1,0}" or "(f32[8], s32[])"
-    opcode: str                  # e.g. "fusion", "dot", "all-gather-start"
-    operands: tuple[str, ...]    # names of the instructions it reads
-    operand_text: str            # the text between the opcode's parentheses
-    attrs: str                   # everything after the opcode (operands, attributes, metadata)
-    op_name: str                 # metadata op_name, "" when absent
+    shape: str  # the result shape text, e.g. "bf16[8,32]{1,0}" or "(f32[8], s32[])"
+    opcode: str  # e.g. "fusion", "dot", "all-gather-start"
+    operands: tuple[str, ...]  # names of the instructions it reads
+    operand_text: str  # the text between the opcode's parentheses
+    attrs: str  # everything after the opcode (operands, attributes, metadata)
+    op_name: str  # metadata op_name, "" when absent
     where: tuple[str, int] | None  # (file basename, line) of the user's code, when known
-    line: str                    # the whole line
+    line: str  # the whole line
 
     @property
     def primitive(self) -> str:
@@ -96,8 +136,9 @@ class Module:
 
 def array_shapes(shape: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """``"(bf16[8,32]{1,0}, s32[])"`` -> ``(("bf16", (8, 32)), ("s32", ()))``."""
-    return tuple((t, tuple(int(d) for d in dims.split(",") if d))
-                 for t, dims in _ARRAY.findall(shape))
+    return tuple(
+        (t, tuple(int(d) for d in dims.split(",") if d)) for t, dims in _ARRAY.findall(shape)
+    )
 
 
 def array_bytes(dtype: str, dims: tuple[int, ...]) -> int:
@@ -114,7 +155,7 @@ def split_shape(rhs: str) -> tuple[str, str]:
             depth += ch == "("
             depth -= ch == ")"
             if depth == 0:
-                return rhs[:i + 1], rhs[i + 1:].strip()
+                return rhs[: i + 1], rhs[i + 1 :].strip()
     head, _, tail = rhs.partition(" ")
     return head, tail.strip()
 
@@ -212,15 +253,27 @@ def parse(text: str) -> Module:
                 where = (sf.group(1).rsplit("/", 1)[-1], int(sl.group(1)))
             elif fid:
                 where = frames.get(int(fid.group(1)))
-        out.append(Instruction(
-            name=im.group(2), computation=computation, root=bool(im.group(1)), shape=shape,
-            opcode=opcode, operands=tuple(_OPERAND.findall(operand_text)),
-            operand_text=operand_text, attrs=rest, op_name=op_name, where=where, line=ln))
+        out.append(
+            Instruction(
+                name=im.group(2),
+                computation=computation,
+                root=bool(im.group(1)),
+                shape=shape,
+                opcode=opcode,
+                operands=tuple(_OPERAND.findall(operand_text)),
+                operand_text=operand_text,
+                attrs=rest,
+                op_name=op_name,
+                where=where,
+                line=ln,
+            )
+        )
     name = head.split()[1].rstrip(",") if len(head.split()) > 1 else ""
     return Module(name=name, num_partitions=parts, instructions=tuple(out), entry=entry)
 
 
 # ------------------------------------------------------------------------------ questions
+
 
 def loop_stacks(module: Module) -> Counter:
     """``(dtype, leading dimension, elements per slice) -> count`` of the arrays one compiled

@@ -36,7 +36,8 @@ import contextlib
 import dataclasses
 import itertools
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import jax
 import numpy as np
@@ -62,6 +63,8 @@ JAXPR_TYPES = (_core.Jaxpr,) if _CLOSED is None else (_core.Jaxpr, _CLOSED)
 def is_closed_jaxpr(j) -> bool:
     """Whether ``j`` carries its constants (a ClosedJaxpr; every Jaxpr on JAX 0.12)."""
     return isinstance(j, _CLOSED) if _CLOSED is not None else isinstance(j, _core.Jaxpr)
+
+
 name_p = _adc.name_p
 Saveable = _pe.Saveable
 Recompute = _pe.Recompute
@@ -73,6 +76,7 @@ HOST_KIND = "pinned_host"
 
 
 # --------------------------------------------------------------------------- signatures
+
 
 def _param_repr(value: Any) -> str | None:
     """A stable text for a policy-visible parameter, or None for values a key must skip.
@@ -126,6 +130,7 @@ def signature_key(prim: Any, *avals: Any, **params: Any) -> str:
 
 # ------------------------------------------------------------------ policy substitution
 
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class RegionPolicy:
     """The policy the planner installs in region ``region_id`` while it traces.
@@ -157,7 +162,7 @@ class BoundRegion:
 _state = threading.local()
 
 
-def _active() -> "_Controller | None":
+def _active() -> _Controller | None:
     return getattr(_state, "controller", None)
 
 
@@ -177,7 +182,10 @@ def _patched_bind(*args, jaxpr, prevent_cse, differentiated, policy):
         # A region bound by the user's code (or a library it calls): take control of it.
         rid = len(ctl.regions)
         region = BoundRegion(
-            region_id=rid, jaxpr=jaxpr, user_policy=policy, prevent_cse=prevent_cse,
+            region_id=rid,
+            jaxpr=jaxpr,
+            user_policy=policy,
+            prevent_cse=prevent_cse,
             source=_siu.summarize(_siu.current()),
         )
         ctl.regions.append(region)
@@ -186,13 +194,17 @@ def _patched_bind(*args, jaxpr, prevent_cse, differentiated, policy):
         # jax.vmap re-binds the region with batched operands (remat_vmap): the batched body
         # is what runs, so it is the one to plan.
         region = ctl.regions[policy.region_id]
-        if (region.jaxpr is not jaxpr and len(jaxpr.invars) == len(region.jaxpr.invars)
-                and [v.aval.shape for v in jaxpr.invars]
-                != [v.aval.shape for v in region.jaxpr.invars]):
+        if (
+            region.jaxpr is not jaxpr
+            and len(jaxpr.invars) == len(region.jaxpr.invars)
+            and [v.aval.shape for v in jaxpr.invars] != [v.aval.shape for v in region.jaxpr.invars]
+        ):
             ctl.regions[policy.region_id] = dataclasses.replace(
-                region, jaxpr=jaxpr, in_nonzeros=None)
-    return _orig_bind(*args, jaxpr=jaxpr, prevent_cse=prevent_cse,
-                      differentiated=differentiated, policy=policy)
+                region, jaxpr=jaxpr, in_nonzeros=None
+            )
+    return _orig_bind(
+        *args, jaxpr=jaxpr, prevent_cse=prevent_cse, differentiated=differentiated, policy=policy
+    )
 
 
 def _patched_jvp(primals, tangents, jaxpr, prevent_cse, differentiated, policy):
@@ -205,17 +217,21 @@ def _patched_jvp(primals, tangents, jaxpr, prevent_cse, differentiated, policy):
             # tangent (the data) gains one on the next pass. Keep the union.
             old = region.in_nonzeros
             ctl.regions[policy.region_id] = dataclasses.replace(
-                region, in_nonzeros=nz if old is None else tuple(a or b for a, b in zip(old, nz)))
+                region, in_nonzeros=nz if old is None else tuple(a or b for a, b in zip(old, nz))
+            )
     return _orig_jvp(primals, tangents, jaxpr, prevent_cse, differentiated, policy)
 
 
 # A private JAX configuration value in the trace context (module docstring): a new value per
 # controlled trace keeps the planner's traces apart from every other in JAX's caches.
 _TRACE_EPOCH = _config.string_or_object_state(
-    name="jax_offload_planner_trace_epoch", default=None,
+    name="jax_offload_planner_trace_epoch",
+    default=None,
     help="Private to jax-offload-planner: set while the planner traces under its own "
-         "checkpoint policies, so that JAX's trace caches keep those traces apart.",
-    include_in_jit_key=True, include_in_trace_context=True)
+    "checkpoint policies, so that JAX's trace caches keep those traces apart.",
+    include_in_jit_key=True,
+    include_in_trace_context=True,
+)
 _epochs = itertools.count(1)
 
 _patch_lock = threading.Lock()
@@ -267,13 +283,14 @@ def controlled_policies(
 
 # ---------------------------------------------------------------- replay of partial eval
 
+
 @dataclasses.dataclass(frozen=True)
 class Replay:
     """JAX's residual selection replayed on one region under one policy."""
 
-    known_eqns: tuple       # equations of jvp_jaxpr run in the forward pass
-    staged_jaxpr: Any       # what the backward pass runs (recompute + tangent equations)
-    residuals: tuple        # vars of jvp_jaxpr the backward pass receives
+    known_eqns: tuple  # equations of jvp_jaxpr run in the forward pass
+    staged_jaxpr: Any  # what the backward pass runs (recompute + tangent equations)
+    residuals: tuple  # vars of jvp_jaxpr the backward pass receives
     staged_inputs_used: tuple  # per jvp input: the backward pass reads it (primal inputs: kept)
 
 
@@ -283,8 +300,9 @@ def region_jvp(region: BoundRegion):
     jaxpr = region.jaxpr
     nonzeros = region.in_nonzeros
     if nonzeros is None:  # never differentiated in the trace: assume every float input is
-        nonzeros = tuple(jax.numpy.issubdtype(v.aval.dtype, jax.numpy.inexact)
-                         for v in jaxpr.invars)
+        nonzeros = tuple(
+            jax.numpy.issubdtype(v.aval.dtype, jax.numpy.inexact) for v in jaxpr.invars
+        )
     jvp_closed, _ = _ad.jvp_jaxpr(_pe.close_jaxpr(jaxpr), list(nonzeros), False)
     jvp = _pe.convert_constvars_jaxpr(jvp_closed.jaxpr)
     n_primal = len(jvp_closed.consts) + len(jaxpr.invars)
@@ -304,6 +322,7 @@ def inline_calls(jaxpr, n_consts: int = 0):
     ``partial_eval_jaxpr_custom_rules``), so the policy decides on the inner equations.
     Inlining makes those inner equations the planner's candidates, as the policy sees them.
     """
+
     def run(jx, args):
         env: dict[Any, Any] = {}
         read = lambda v: v.val if isinstance(v, _core.Literal) else env[v]
@@ -316,8 +335,12 @@ def inline_calls(jaxpr, n_consts: int = 0):
                 outs = run_closed(closed, [read(v) for v in eqn.invars])
             else:
                 params = eqn.primitive.get_bind_params(eqn.params)
-                with _siu.user_context(eqn.source_info.traceback,
-                                       name_stack=eqn.source_info.name_stack), eqn.ctx.manager:
+                with (
+                    _siu.user_context(
+                        eqn.source_info.traceback, name_stack=eqn.source_info.name_stack
+                    ),
+                    eqn.ctx.manager,
+                ):
                     outs = eqn.primitive.bind(*[read(v) for v in eqn.invars], **params)
                 if not eqn.primitive.multiple_results:
                     outs = [outs]
@@ -340,17 +363,23 @@ def replay_partial_eval(jvp_jaxpr, n_primal_in: int, policy: Callable[..., Any])
     n_in = len(jvp_jaxpr.invars)
     in_unknowns = [False] * n_primal_in + [True] * (n_in - n_primal_in)
     known, staged, out_unknowns, out_inst, num_res = _pe.partial_eval_jaxpr_custom(
-        jvp_jaxpr, in_unknowns, [True] * n_in, False, False, policy)
+        jvp_jaxpr, in_unknowns, [True] * n_in, False, False, policy
+    )
     # As remat_partial_eval does (jax/_src/ad_checkpoint.py): keep only the staged work that
     # computes unknown (tangent) outputs, and only the residuals that work reads.
-    keep = [u for u, i in zip(out_unknowns, out_inst) if i]  # staged outputs are the instantiated ones
+    keep = [
+        u for u, i in zip(out_unknowns, out_inst) if i
+    ]  # staged outputs are the instantiated ones
     staged_dce, used = _pe.dce_jaxpr(staged, keep)
-    res_all = known.outvars[len(known.outvars) - num_res:]
+    res_all = known.outvars[len(known.outvars) - num_res :]
     residuals = tuple(v for v, u in zip(res_all, used[:num_res]) if u)
     # The staged jaxpr also reads the inputs themselves (all instantiated), after the residuals.
-    return Replay(known_eqns=tuple(known.eqns),
-                  staged_jaxpr=staged_dce, residuals=residuals,
-                  staged_inputs_used=tuple(bool(u) for u in used[num_res:]))
+    return Replay(
+        known_eqns=tuple(known.eqns),
+        staged_jaxpr=staged_dce,
+        residuals=residuals,
+        staged_inputs_used=tuple(bool(u) for u in used[num_res:]),
+    )
 
 
 def eqn_source(eqn) -> str:
@@ -383,7 +412,7 @@ def subjaxprs(eqn) -> Iterator[tuple[Any, int]]:
     """(jaxpr, trip count) for each jaxpr nested in ``eqn``'s parameters."""
     trips = int(eqn.params["length"]) if eqn.primitive.name == "scan" else 1
     for value in eqn.params.values():
-        for v in (value if isinstance(value, (tuple, list)) else (value,)):
+        for v in value if isinstance(value, (tuple, list)) else (value,):
             if isinstance(v, JAXPR_TYPES):
                 yield open_jaxpr(v), trips
 
@@ -407,8 +436,10 @@ def decision_text(result) -> str:
         return "remat"
     if isinstance(result, _pe.Offloadable):
         return "offload"
-    raise ValueError(f"a checkpoint policy returned {result!r}; expected a bool, "
-                     "Saveable, Recompute or Offloadable")
+    raise ValueError(
+        f"a checkpoint policy returned {result!r}; expected a bool, "
+        "Saveable, Recompute or Offloadable"
+    )
 
 
 def scan_layout(eqn) -> tuple[int, int]:
@@ -432,6 +463,7 @@ def open_jaxpr(j):
 
 
 # ------------------------------------------------------------------------ values and bytes
+
 
 def nbytes(aval) -> int:
     """Bytes of an abstract value at its (global) shape; 0 for tokens and other non-arrays.
@@ -480,9 +512,9 @@ class Site:
     """Where :func:`walk` found an equation."""
 
     eqn: Any
-    mult: int          # executions per run of the outermost jaxpr (scan trip counts multiplied)
-    jaxpr: Any         # the (open) jaxpr that holds it
-    scans: tuple       # enclosing scans, outermost first: (scan equation, jaxpr holding it)
+    mult: int  # executions per run of the outermost jaxpr (scan trip counts multiplied)
+    jaxpr: Any  # the (open) jaxpr that holds it
+    scans: tuple  # enclosing scans, outermost first: (scan equation, jaxpr holding it)
 
 
 def walk(jaxpr, mult: int = 1, scans: tuple = ()) -> Iterator[Site]:
@@ -498,13 +530,14 @@ def walk(jaxpr, mult: int = 1, scans: tuple = ()) -> Iterator[Site]:
 
 # ------------------------------------------------------------- what a policy really keeps
 
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Kept:
     """What JAX's partial evaluation keeps for one region under one policy (global sizes)."""
 
-    device_bytes: int                        # residuals in device memory, one trip
-    host_bytes: int                          # residuals placed in pinned_host, one trip
-    inputs_read: tuple[int, ...]             # primal inputs the backward pass reads
+    device_bytes: int  # residuals in device memory, one trip
+    host_bytes: int  # residuals placed in pinned_host, one trip
+    inputs_read: tuple[int, ...]  # primal inputs the backward pass reads
     residuals: tuple[tuple[tuple[int, ...], str, bool], ...]  # (shape, dtype, in host memory)
 
 
@@ -525,8 +558,11 @@ def kept_by_policy(region: BoundRegion, policy: Callable[..., Any]) -> Kept:
         host += b if on_host else 0
         dev += 0 if on_host else b
         res.append((tuple(getattr(v.aval, "shape", ())), dtype_name(v.aval), on_host))
-    used = tuple(k - n_hoisted for k, u in enumerate(replay.staged_inputs_used)
-                 if u and n_hoisted <= k < n_primal)
+    used = tuple(
+        k - n_hoisted
+        for k, u in enumerate(replay.staged_inputs_used)
+        if u and n_hoisted <= k < n_primal
+    )
     return Kept(device_bytes=dev, host_bytes=host, inputs_read=used, residuals=tuple(res))
 
 
@@ -544,13 +580,19 @@ def trace_step_with(step_fn: Callable, args, make_policy) -> tuple[Any, list[Bou
 # Every JAX internal this module uses: (module, attribute). check_internals() names what a
 # JAX upgrade moved, instead of failing somewhere inside a trace.
 INTERNALS = (
-    ("jax._src.ad_checkpoint", "remat_p"), ("jax._src.ad_checkpoint", "name_p"),
-    ("jax._src.core", "Var"), ("jax._src.core", "Jaxpr"), ("jax._src.core", "Literal"),
+    ("jax._src.ad_checkpoint", "remat_p"),
+    ("jax._src.ad_checkpoint", "name_p"),
+    ("jax._src.core", "Var"),
+    ("jax._src.core", "Jaxpr"),
+    ("jax._src.core", "Literal"),
     ("jax._src.config", "string_or_object_state"),
     ("jax._src.source_info_util", "register_exclusion"),
-    ("jax._src.source_info_util", "summarize"), ("jax._src.source_info_util", "current"),
-    ("jax._src.source_info_util", "user_frames"), ("jax._src.source_info_util", "user_context"),
-    ("jax._src.interpreters.ad", "primitive_jvps"), ("jax._src.interpreters.ad", "jvp_jaxpr"),
+    ("jax._src.source_info_util", "summarize"),
+    ("jax._src.source_info_util", "current"),
+    ("jax._src.source_info_util", "user_frames"),
+    ("jax._src.source_info_util", "user_context"),
+    ("jax._src.interpreters.ad", "primitive_jvps"),
+    ("jax._src.interpreters.ad", "jvp_jaxpr"),
     ("jax._src.interpreters.ad", "Zero"),
     ("jax._src.interpreters.partial_eval", "partial_eval_jaxpr_custom"),
     ("jax._src.interpreters.partial_eval", "partial_eval_jaxpr_custom_rules"),
@@ -569,6 +611,7 @@ def check_internals() -> list[str]:
     """The JAX internals of :data:`INTERNALS` missing from the installed JAX (empty: all
     there), each as ``module.attribute``."""
     import importlib
+
     missing = []
     for mod, attr in INTERNALS:
         try:
@@ -590,6 +633,7 @@ def decisions_of(step_fn: Callable, args, policy: Callable[..., Any]) -> dict[st
             d = policy(prim, *avals, **params)
             seen[signature_key(prim, *avals, **params)] = decision_text(d)
             return Saveable if d is True else Recompute if d is False else d
+
         return decide
 
     trace_step_with(step_fn, args, make)

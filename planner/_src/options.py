@@ -57,30 +57,46 @@ class PlanOptions:
     def __post_init__(self):
         if self.allow_offload is not None and not isinstance(self.allow_offload, bool):
             raise InvalidArgumentError(
-                f"allow_offload must be True, False or None (decide), got {self.allow_offload!r}.")
+                f"allow_offload must be True, False or None (decide), got {self.allow_offload!r}."
+            )
         if self.layer_groups is not None and not isinstance(self.layer_groups, bool):
             raise InvalidArgumentError(
-                f"layer_groups must be True, False or None (decide), got {self.layer_groups!r}.")
+                f"layer_groups must be True, False or None (decide), got {self.layer_groups!r}."
+            )
         t = self.solver_time_limit_s
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not (
-                t > 0 and math.isfinite(t)):
+        if (
+            isinstance(t, bool)
+            or not isinstance(t, (int, float))
+            or not (t > 0 and math.isfinite(t))
+        ):
             raise InvalidArgumentError(f"solver_time_limit_s must be > 0 seconds, got {t!r}.")
-        if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or (
-                self.max_rounds < 1):
+        if (
+            isinstance(self.max_rounds, bool)
+            or not isinstance(self.max_rounds, int)
+            or (self.max_rounds < 1)
+        ):
             raise InvalidArgumentError(f"max_rounds must be an int >= 1, got {self.max_rounds!r}.")
         g = self.group_gain
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g < 1:
             raise InvalidArgumentError(f"group_gain must be a fraction in [0, 1), got {g!r}.")
         if self.linearization_level not in (0, 1, 2):
             raise InvalidArgumentError(
-                f"linearization_level must be 0, 1 or 2, got {self.linearization_level!r}.")
-        if isinstance(self.solver_workers, bool) or not isinstance(self.solver_workers, int) or (
-                self.solver_workers < 1):
+                f"linearization_level must be 0, 1 or 2, got {self.linearization_level!r}."
+            )
+        if (
+            isinstance(self.solver_workers, bool)
+            or not isinstance(self.solver_workers, int)
+            or (self.solver_workers < 1)
+        ):
             raise InvalidArgumentError(
-                f"solver_workers must be an int >= 1, got {self.solver_workers!r}.")
+                f"solver_workers must be an int >= 1, got {self.solver_workers!r}."
+            )
 
     @property
     def solver(self) -> SolverOptions:
-        return SolverOptions(time_limit_s=float(self.solver_time_limit_s),
-                             workers=self.solver_workers, seed=self.seed,
-                             linearization_level=self.linearization_level)
+        return SolverOptions(
+            time_limit_s=float(self.solver_time_limit_s),
+            workers=self.solver_workers,
+            seed=self.seed,
+            linearization_level=self.linearization_level,
+        )

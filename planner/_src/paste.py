@@ -23,9 +23,15 @@ def _emitted(plan):
     """``(policy or None, source, names_only, per-group policies, per-group sources)``."""
     emitted = getattr(plan, "emitted", None)
     if emitted is not None:
-        return (emitted.policy, emitted.policy_source, bool(emitted.names_only),
-                emitted.policies, emitted.policy_sources)
+        return (
+            emitted.policy,
+            emitted.policy_source,
+            bool(emitted.names_only),
+            emitted.policies,
+            emitted.policy_sources,
+        )
     from planner._src.emit import policies_for  # a SavedPlan: recompute from its assignment
+
     return policies_for(plan.assignment, dict(plan.class_names))
 
 
@@ -51,23 +57,33 @@ def python_snippet(plan, plan_file: str = PLAN_FILE) -> str:
     """
     if _groups_differ(plan):
         sources = _emitted(plan)[4]
-        use = ("# layer groups: one policy per checkpoint call site, in call order; use them as\n"
-               "# jax.checkpoint(layer, policy=policies[g]) for the layers of group g\n")
+        use = (
+            "# layer groups: one policy per checkpoint call site, in call order; use them as\n"
+            "# jax.checkpoint(layer, policy=policies[g]) for the layers of group g\n"
+        )
         if _names_only(plan):
-            body = "".join(f"    {src.replace(chr(10), chr(10) + '    ')},  # layer group {g}\n"
-                           for g, src in enumerate(sources))
+            body = "".join(
+                f"    {src.replace(chr(10), chr(10) + '    ')},  # layer group {g}\n"
+                for g, src in enumerate(sources)
+            )
             return "import jax\n\n" + f"policies = (\n{body})\n" + use
-        return ("import planner\n\n"
-                f"# keeps unnamed tensors, so it needs the plan file: plan.save({plan_file!r})\n"
-                f"policies = planner.load_plan({plan_file!r}).policies\n" + use)
-    if _names_only(plan):
-        return ("import jax\n\n"
-                f"policy = {_policy_source(plan)}\n"
-                "# use it as: jax.checkpoint(layer, policy=policy)\n")
-    return ("import planner\n\n"
+        return (
+            "import planner\n\n"
             f"# keeps unnamed tensors, so it needs the plan file: plan.save({plan_file!r})\n"
-            f"policy = planner.load_plan({plan_file!r}).policy\n"
-            "# use it as: jax.checkpoint(layer, policy=policy)\n")
+            f"policies = planner.load_plan({plan_file!r}).policies\n" + use
+        )
+    if _names_only(plan):
+        return (
+            "import jax\n\n"
+            f"policy = {_policy_source(plan)}\n"
+            "# use it as: jax.checkpoint(layer, policy=policy)\n"
+        )
+    return (
+        "import planner\n\n"
+        f"# keeps unnamed tensors, so it needs the plan file: plan.save({plan_file!r})\n"
+        f"policy = planner.load_plan({plan_file!r}).policy\n"
+        "# use it as: jax.checkpoint(layer, policy=policy)\n"
+    )
 
 
 def _shell_double_quote(text: str) -> str:
@@ -98,9 +114,10 @@ def maxtext_snippet(plan) -> str:
     block = plan.maxtext_yaml
     if _names_only(plan):
         return block
-    return ("# Partial: this plan also keeps tensors without a checkpoint_name, which MaxText's\n"
-            "# remat_policy: custom cannot name; the block below sets only the named ones.\n"
-            + block)
+    return (
+        "# Partial: this plan also keeps tensors without a checkpoint_name, which MaxText's\n"
+        "# remat_policy: custom cannot name; the block below sets only the named ones.\n" + block
+    )
 
 
 def paste_snippets(plan, plan_file: str = PLAN_FILE) -> dict[str, str]:

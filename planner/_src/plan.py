@@ -37,7 +37,7 @@ class PlanWarning(UserWarning):
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
     budget_bytes: int
-    hardware: Any                    # cost_models.HardwareProfile
+    hardware: Any  # cost_models.HardwareProfile
     # The stage outputs the plan was made from (internal types: read them through the
     # methods below; their fields may change between versions).
     trace: Trace = dataclasses.field(repr=False)
@@ -67,8 +67,10 @@ class Plan:
         ``LayerGroupsError`` (use ``plan.policies[g]`` for the g-th group)."""
         if self.emitted.policy is None:
             from planner._src.emit import differing_groups_error
-            raise differing_groups_error(self.assignment,
-                                         {c.key: c.name for c in self.graph.classes})
+
+            raise differing_groups_error(
+                self.assignment, {c.key: c.name for c in self.graph.classes}
+            )
         return self.emitted.policy
 
     @property
@@ -101,27 +103,32 @@ class Plan:
     def headroom_why(self) -> str:
         """Why ``headroom_bytes`` of the budget is left free (allocator, XLA's own limit)."""
         from planner._src.session import headroom_why
+
         return headroom_why(self.hardware)
 
     def decisions(self) -> dict[str, str]:
         """Decision per tensor label for the classes the backward pass reads."""
         from planner._src.report import build_report
+
         return {row.label: row.decision for row in build_report(self).rows}
 
     def report(self, fmt: str = "text") -> str:
         """The report: ``text`` (rich console), ``markdown`` or ``json``."""
         from planner._src.report import build_report, render
+
         return render(build_report(self), fmt)
 
     def save(self, path) -> None:
         """Write a versioned JSON plan file; ``planner.load_plan(path)`` reads it back."""
         from planner._src.planfile import save
+
         save(self, path)
 
     @staticmethod
     def load(path):
         """Read a plan file: a ``SavedPlan`` with ``policy``, ``xla_flags``, ``check(step, *args)``."""
         from planner._src.planfile import load
+
         return load(path)
 
     def candidates(self) -> list[dict]:
@@ -130,17 +137,28 @@ class Plan:
         for rg, rp in zip(self.graph.regions, self.prediction.regions):
             r = rg.region
             for c in r.candidates:
-                out.append({
-                    "region": r.id, "index": c.index, "name": c.name, "primitive": c.primitive,
-                    "shape": c.shape, "dtype": c.dtype, "bytes_per_trip": c.nbytes,
-                    # Sharded steps: bytes_per_trip is per device = global / shard_divisor;
-                    # shard_source says how the divisor was found (planner/shard.py).
-                    "global_bytes_per_trip": c.global_nbytes, "shard_divisor": c.shard_divisor,
-                    "shard_source": c.shard_source, "collectives": list(c.collectives),
-                    "multiplicity": r.multiplicity, "source": c.source,
-                    "needed_by_backward": rp.needed[c.index], "class": class_key(r, c),
-                    "group": r.group,
-                    # JAX keeps effectful equations whatever the policy says.
-                    "decision": "save" if c.effectful else self.assignment.get(class_key(r, c)),
-                })
+                out.append(
+                    {
+                        "region": r.id,
+                        "index": c.index,
+                        "name": c.name,
+                        "primitive": c.primitive,
+                        "shape": c.shape,
+                        "dtype": c.dtype,
+                        "bytes_per_trip": c.nbytes,
+                        # Sharded steps: bytes_per_trip is per device = global / shard_divisor;
+                        # shard_source says how the divisor was found (planner/shard.py).
+                        "global_bytes_per_trip": c.global_nbytes,
+                        "shard_divisor": c.shard_divisor,
+                        "shard_source": c.shard_source,
+                        "collectives": list(c.collectives),
+                        "multiplicity": r.multiplicity,
+                        "source": c.source,
+                        "needed_by_backward": rp.needed[c.index],
+                        "class": class_key(r, c),
+                        "group": r.group,
+                        # JAX keeps effectful equations whatever the policy says.
+                        "decision": "save" if c.effectful else self.assignment.get(class_key(r, c)),
+                    }
+                )
         return out

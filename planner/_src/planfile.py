@@ -34,7 +34,7 @@ class SavedPlan:
     maxtext_yaml: str
     report_data: dict = dataclasses.field(compare=False)
     path: str = ""
-    call_sites: int = 1               # checkpoint call sites of the step (plan.policies' length)
+    call_sites: int = 1  # checkpoint call sites of the step (plan.policies' length)
 
     @property
     def policy(self):
@@ -58,6 +58,7 @@ class SavedPlan:
 
     def report(self, fmt: str = "markdown") -> str:
         from planner._src.report import Report, render, report_from_dict
+
         r = report_from_dict(self.report_data)
         assert isinstance(r, Report)
         return render(r, fmt)
@@ -65,19 +66,23 @@ class SavedPlan:
     def check(self, step_fn, *example_args) -> None:
         """Raise PlanFileError unless ``step_fn(*example_args)`` is the step this plan is for."""
         from planner._src.trace import step_fingerprint
+
         got = step_fingerprint(step_fn, example_args)
         if got != self.fingerprint:
             raise PlanFileError(
                 f"The plan in {self.path or 'this file'} was made for another step (its program "
                 f"fingerprint is {self.fingerprint}, this step's is {got}).\nWhy: the model, its "
                 "shapes, dtypes or the step's code changed since the plan was made, so its "
-                "decisions may not fit.\nFix: plan again with planner.solve on this step.")
+                "decisions may not fit.\nFix: plan again with planner.solve on this step."
+            )
 
 
 def save(plan, path: str | os.PathLike) -> None:
     from planner._src.report import build_report
+
     data = {
-        "format": FORMAT, "version": VERSION,
+        "format": FORMAT,
+        "version": VERSION,
         "fingerprint": plan.trace.fingerprint,
         "budget_bytes": plan.budget_bytes,
         "hardware": plan.hardware.name,
@@ -100,25 +105,40 @@ def load(path: str | os.PathLike) -> SavedPlan:
     try:
         data: Any = json.loads(path.read_text())
     except FileNotFoundError:
-        raise PlanFileError(f"No plan file at {path}. Fix: save one with plan.save(path).") from None
+        raise PlanFileError(
+            f"No plan file at {path}. Fix: save one with plan.save(path)."
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PlanFileError(f"{path} is not a plan file: it is not valid JSON ({e}).\nFix: "
-                            "write plans with plan.save(path) and do not edit them by hand.") from e
+        raise PlanFileError(
+            f"{path} is not a plan file: it is not valid JSON ({e}).\nFix: "
+            "write plans with plan.save(path) and do not edit them by hand."
+        ) from e
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise PlanFileError(f"{path} is not a jax-offload-planner plan (no '\"format\": "
-                            f"\"{FORMAT}\"' field).\nFix: pass a file written by plan.save().")
+        raise PlanFileError(
+            f'{path} is not a jax-offload-planner plan (no \'"format": '
+            f'"{FORMAT}"\' field).\nFix: pass a file written by plan.save().'
+        )
     if data.get("version") != VERSION:
-        raise PlanFileError(f"{path} is a plan file of version {data.get('version')!r}; this "
-                            f"planner reads version {VERSION}.\nFix: plan again with this version.")
+        raise PlanFileError(
+            f"{path} is a plan file of version {data.get('version')!r}; this "
+            f"planner reads version {VERSION}.\nFix: plan again with this version."
+        )
     try:
         decisions = {str(k): str(d) for k, d in data["decisions"]}
         return SavedPlan(
-            fingerprint=str(data["fingerprint"]), budget_bytes=int(data["budget_bytes"]),
-            hardware=str(data["hardware"]), assignment=Assignment.of(decisions),
+            fingerprint=str(data["fingerprint"]),
+            budget_bytes=int(data["budget_bytes"]),
+            hardware=str(data["hardware"]),
+            assignment=Assignment.of(decisions),
             class_names=tuple(sorted((str(k), v) for k, v in data["class_names"].items())),
-            xla_flags=str(data["xla_flags"]), maxtext_yaml=str(data["maxtext_yaml"]),
-            report_data=dict(data["report"]), path=str(path),
-            call_sites=int(data.get("call_sites", 1)))
+            xla_flags=str(data["xla_flags"]),
+            maxtext_yaml=str(data["maxtext_yaml"]),
+            report_data=dict(data["report"]),
+            path=str(path),
+            call_sites=int(data.get("call_sites", 1)),
+        )
     except (KeyError, TypeError, ValueError) as e:
-        raise PlanFileError(f"{path} is a damaged plan file ({type(e).__name__}: {e}).\n"
-                            "Fix: save the plan again with plan.save(path).") from e
+        raise PlanFileError(
+            f"{path} is a damaged plan file ({type(e).__name__}: {e}).\n"
+            "Fix: save the plan again with plan.save(path)."
+        ) from e

@@ -19,6 +19,7 @@ import dataclasses
 from pathlib import Path
 
 from planner._src.units import GB
+
 DEFAULT_POLICIES = ("planner", "nothing_saveable", "dots_saveable", "everything_saveable")
 _FORMATS = {".png": "png", ".svg": "svg"}
 
@@ -28,11 +29,12 @@ class MemoryPoint:
     """Device bytes held at one moment of the step, and what the step is doing then."""
 
     label: str
-    phase: str          # "start", "forward" or "backward"
+    phase: str  # "start", "forward" or "backward"
     device_bytes: int
 
 
 # ------------------------------------------------------------------------------ the model
+
 
 def memory_timeline(prediction, multiplicities, ordered: bool = True) -> tuple[MemoryPoint, ...]:
     """Device bytes over one step, replaying ``cost.evaluate``'s accounting trip by trip.
@@ -56,7 +58,9 @@ def memory_timeline(prediction, multiplicities, ordered: bool = True) -> tuple[M
         points.append(MemoryPoint(f"region {p.region_id} loop invariants", "forward", held))
         for t in range(trips):
             held += p.device_residual_bytes + p.input_residual_bytes
-            points.append(MemoryPoint(f"forward region {p.region_id} trip {t + 1}", "forward", held))
+            points.append(
+                MemoryPoint(f"forward region {p.region_id} trip {t + 1}", "forward", held)
+            )
     for p, trips in reversed(regions):
         for t in reversed(range(trips)):
             label = f"backward region {p.region_id} trip {t + 1}"
@@ -91,12 +95,15 @@ def policy_timeline(plan, policy: str = "planner") -> tuple[MemoryPoint, ...]:
         raise ValueError(
             f"No prediction for policy {policy!r}.\nWhy: the timeline draws the plan and the "
             "stock policies its report compares it with, nothing else.\n"
-            f"Fix: choose among {', '.join(preds)}.")
+            f"Fix: choose among {', '.join(preds)}."
+        )
     from planner._src.cost import regions_in_order
+
     return memory_timeline(preds[policy], _multiplicities(plan), regions_in_order(plan.graph))
 
 
 # ------------------------------------------------------------------------------ drawing
+
 
 def _figure():
     try:
@@ -105,7 +112,8 @@ def _figure():
     except ImportError as e:
         raise ImportError(
             f"planner.plots needs matplotlib ({e}).\n"
-            "Fix: pip install 'jax-offload-planner[plots]' (or pip install matplotlib).") from e
+            "Fix: pip install 'jax-offload-planner[plots]' (or pip install matplotlib)."
+        ) from e
     fig = Figure(figsize=(9, 4.8), layout="constrained")
     FigureCanvasAgg(fig)
     return fig, fig.add_subplot()
@@ -117,7 +125,8 @@ def _save(fig, path) -> Path:
     if fmt is None:
         raise ValueError(
             f"Cannot tell the image format of {str(path)!r} from its suffix.\n"
-            f"Fix: name the file with one of {', '.join(_FORMATS)}, e.g. timeline.png.")
+            f"Fix: name the file with one of {', '.join(_FORMATS)}, e.g. timeline.png."
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format=fmt, dpi=120)
     return path
@@ -136,16 +145,32 @@ def hbm_timeline(plan, path, policies=DEFAULT_POLICIES) -> Path:
         points = policy_timeline(plan, name)
         ys = [p.device_bytes / GB for p in points]
         peak = max(ys)
-        ax.step(range(len(ys)), ys, where="post", linewidth=2.4 if name == "planner" else 1.3,
-                label=f"{name} (peak {peak:.3f} GB)", zorder=3 if name == "planner" else 2)
+        ax.step(
+            range(len(ys)),
+            ys,
+            where="post",
+            linewidth=2.4 if name == "planner" else 1.3,
+            label=f"{name} (peak {peak:.3f} GB)",
+            zorder=3 if name == "planner" else 2,
+        )
         if boundary is None:
             boundary = next(i for i, p in enumerate(points) if p.phase == "backward")
-    ax.axhline(plan.budget_bytes / GB, color="crimson", linestyle="--",
-               label=f"budget {plan.budget_bytes / GB:.3f} GB")
+    ax.axhline(
+        plan.budget_bytes / GB,
+        color="crimson",
+        linestyle="--",
+        label=f"budget {plan.budget_bytes / GB:.3f} GB",
+    )
     if boundary is not None:
         ax.axvline(boundary - 0.5, color="gray", linestyle=":")
-        ax.text(boundary - 0.5, 0.01, " backward →", color="gray", va="bottom",
-                transform=ax.get_xaxis_transform())
+        ax.text(
+            boundary - 0.5,
+            0.01,
+            " backward →",
+            color="gray",
+            va="bottom",
+            transform=ax.get_xaxis_transform(),
+        )
     ax.set_xlabel("one train step: forward trips, then backward trips in reverse")
     ax.set_ylabel("predicted device memory (GB)")
     ax.set_title(f"Device memory over one step ({plan.hardware.name}, cost model)")
@@ -168,24 +193,46 @@ def pareto_curve(plans_or_errors, path, budgets_gb=None) -> Path:
     to ``pareto``, else left out); the stock policies are points at their predicted peak.
     """
     items = list(plans_or_errors)
-    plans = [(b, p) for i, p in enumerate(items) if hasattr(p, "prediction")
-             and (b := _budget_gb(p, budgets_gb, i)) is not None]
-    failed = [b for i, p in enumerate(items) if not hasattr(p, "prediction")
-              and (b := _budget_gb(p, budgets_gb, i)) is not None]
+    plans = [
+        (b, p)
+        for i, p in enumerate(items)
+        if hasattr(p, "prediction") and (b := _budget_gb(p, budgets_gb, i)) is not None
+    ]
+    failed = [
+        b
+        for i, p in enumerate(items)
+        if not hasattr(p, "prediction") and (b := _budget_gb(p, budgets_gb, i)) is not None
+    ]
     fig, ax = _figure()
     if plans:
         plans.sort(key=lambda bp: bp[0])
-        ax.plot([b for b, _ in plans], [p.prediction.step_s * 1e3 for _, p in plans], "o-",
-                linewidth=2, label="planner (at its budget)", zorder=3)
+        ax.plot(
+            [b for b, _ in plans],
+            [p.prediction.step_s * 1e3 for _, p in plans],
+            "o-",
+            linewidth=2,
+            label="planner (at its budget)",
+            zorder=3,
+        )
         for b in plans[0][1].baselines:
             if b.applicable:
                 x, y = b.prediction.peak_bytes / GB, b.prediction.step_s * 1e3
                 ax.plot([x], [y], "s", markersize=5, alpha=0.8)
-                ax.annotate(b.name, (x, y), fontsize="x-small", xytext=(4, 3),
-                            textcoords="offset points")
+                ax.annotate(
+                    b.name, (x, y), fontsize="x-small", xytext=(4, 3), textcoords="offset points"
+                )
     if failed:
-        ax.plot(failed, [0.0] * len(failed), "x", color="crimson", markersize=10,
-                markeredgewidth=2, clip_on=False, label="infeasible budget", zorder=4)
+        ax.plot(
+            failed,
+            [0.0] * len(failed),
+            "x",
+            color="crimson",
+            markersize=10,
+            markeredgewidth=2,
+            clip_on=False,
+            label="infeasible budget",
+            zorder=4,
+        )
     ax.set_ylim(bottom=0)
     ax.set_xlabel("HBM budget, or a stock policy's predicted peak (GB)")
     ax.set_ylabel("predicted step time (ms)")

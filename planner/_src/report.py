@@ -15,19 +15,18 @@ from planner._src.cost import evaluate
 from planner._src.units import GB, MB
 
 
-
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Row:
     label: str
-    decision: str                 # save / remat / offload
-    nbytes_per_step: int          # all members, all trips, that the backward pass reads
+    decision: str  # save / remat / offload
+    nbytes_per_step: int  # all members, all trips, that the backward pass reads
     members: int
-    recompute_ms: float           # per step, if rematerialized
-    transfer_ms: float            # per step, both directions, if offloaded
+    recompute_ms: float  # per step, if rematerialized
+    transfer_ms: float  # per step, both directions, if offloaded
     source: str
     reason: str
-    shard: str = ""               # sharded steps: "1/8 (hlo)", how the per-device bytes were found
-    group: int | None = None      # the layer group, when the plan decides groups separately
+    shard: str = ""  # sharded steps: "1/8 (hlo)", how the per-device bytes were found
+    group: int | None = None  # the layer group, when the plan decides groups separately
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,14 +46,14 @@ class Report:
     hardware: str
     backend: str
     budget_gb: float
-    headroom_gb: float            # of the budget, left free (allocator headroom, XLA's limit)
+    headroom_gb: float  # of the budget, left free (allocator headroom, XLA's limit)
     predicted_peak_gb: float
     compiled_gb: float | None
     host_gb: float
     step_ms: float
     base_ms: float
     recompute_ms: float
-    saving_ms: float              # forward writes that saving fusible values forces (cost.py M)
+    saving_ms: float  # forward writes that saving fusible values forces (cost.py M)
     transfer_ms: float
     exposed_ms: float
     fixed_gb: float
@@ -63,7 +62,7 @@ class Report:
     solver: str
     regions: tuple[str, ...]
     rows: tuple[Row, ...]
-    small_rows: tuple[int, int]   # (count, bytes) of classes too small to list
+    small_rows: tuple[int, int]  # (count, bytes) of classes too small to list
     policies: tuple[PolicyLine, ...]
     policy_source: str
     xla_flags: str
@@ -71,8 +70,8 @@ class Report:
     maxtext_yaml: str
     notes: tuple[str, ...]
     rounds: tuple[tuple[int, int, int | None, str], ...]
-    layer_groups: int = 0         # groups decided separately (0: one decision for all layers)
-    headroom_why: str = ""        # why headroom_gb of the budget is left free
+    layer_groups: int = 0  # groups decided separately (0: one decision for all layers)
+    headroom_why: str = ""  # why headroom_gb of the budget is left free
 
 
 def _reason(d: str, rec_ms: float, xfer_ms: float, nbytes: int, plan) -> str:
@@ -82,17 +81,20 @@ def _reason(d: str, rec_ms: float, xfer_ms: float, nbytes: int, plan) -> str:
         return f"kept: recompute would add {rec_ms:.3f} ms{alt}"
     if d == "remat":
         return f"recompute {rec_ms:.3f} ms frees {nbytes / MB:,.1f} MB"
-    return (f"offload: {xfer_ms:.3f} ms of copies (hiding behind {eta:.0%} of the compute) free "
-            f"{nbytes / MB:,.1f} MB "
-            f"without recomputing ({rec_ms:.3f} ms) or its inputs")
+    return (
+        f"offload: {xfer_ms:.3f} ms of copies (hiding behind {eta:.0%} of the compute) free "
+        f"{nbytes / MB:,.1f} MB "
+        f"without recomputing ({rec_ms:.3f} ms) or its inputs"
+    )
 
 
 def build_report(plan) -> Report:
     graph, cost, pred = plan.graph, plan.cost, plan.prediction
     a = plan.assignment
     rows = []
-    by_region = {rg.region.id: (rg, rc, rp) for rg, rc, rp in
-                 zip(graph.regions, cost.regions, pred.regions)}
+    by_region = {
+        rg.region.id: (rg, rc, rp) for rg, rc, rp in zip(graph.regions, cost.regions, pred.regions)
+    }
     # A class is listed when the backward pass reads it in the plan or in full-remat form.
     everything = evaluate(cost, graph, type(a).of({c.key: "save" for c in graph.classes}))
     read_any = {rg.region.id: rp.needed for rg, rp in zip(graph.regions, everything.regions)}
@@ -118,49 +120,92 @@ def build_report(plan) -> Report:
         if not members:
             continue
         total += nbytes
-        entries.append((cls, nbytes, rec, xfer, members, source,
-                        "; ".join(sorted(shards)) if plan.trace.num_partitions > 1 else ""))
+        entries.append(
+            (
+                cls,
+                nbytes,
+                rec,
+                xfer,
+                members,
+                source,
+                "; ".join(sorted(shards)) if plan.trace.num_partitions > 1 else "",
+            )
+        )
     threshold = 0.001 * total
     small = [0, 0]
     # Per layer group (a section each), then the largest first.
     for cls, nbytes, rec, xfer, members, source, shard in sorted(
-            entries, key=lambda e: (e[0].group or 0, -e[1])):
+        entries, key=lambda e: (e[0].group or 0, -e[1])
+    ):
         d = a.get(cls.key)
         if nbytes < threshold and d == "remat":
             small[0] += 1
             small[1] += nbytes
             continue
-        rows.append(Row(label=cls.label, decision=d, nbytes_per_step=nbytes, members=members,
-                        recompute_ms=rec * 1e3, transfer_ms=xfer * 1e3, source=source, shard=shard,
-                        reason=_reason(d, rec * 1e3, xfer * 1e3, nbytes, plan), group=cls.group))
+        rows.append(
+            Row(
+                label=cls.label,
+                decision=d,
+                nbytes_per_step=nbytes,
+                members=members,
+                recompute_ms=rec * 1e3,
+                transfer_ms=xfer * 1e3,
+                source=source,
+                shard=shard,
+                reason=_reason(d, rec * 1e3, xfer * 1e3, nbytes, plan),
+                group=cls.group,
+            )
+        )
 
     compiled = plan.verification.compiled_device_bytes
-    planner_fits = ((pred.peak_bytes if compiled is None else compiled)
-                    <= plan.budget_bytes - plan.headroom_bytes)
-    policies = [PolicyLine(name="planner", peak_gb=pred.peak_bytes / GB, host_gb=pred.host_bytes / GB,
-                           step_ms=pred.step_s * 1e3, fits=planner_fits, applicable=True)]
+    planner_fits = (
+        pred.peak_bytes if compiled is None else compiled
+    ) <= plan.budget_bytes - plan.headroom_bytes
+    policies = [
+        PolicyLine(
+            name="planner",
+            peak_gb=pred.peak_bytes / GB,
+            host_gb=pred.host_bytes / GB,
+            step_ms=pred.step_s * 1e3,
+            fits=planner_fits,
+            applicable=True,
+        )
+    ]
     for b in plan.baselines:
-        policies.append(PolicyLine(name=b.name, peak_gb=b.prediction.peak_bytes / GB,
-                                   host_gb=b.prediction.host_bytes / GB,
-                                   step_ms=b.prediction.step_s * 1e3, fits=b.fits,
-                                   applicable=b.applicable))
+        policies.append(
+            PolicyLine(
+                name=b.name,
+                peak_gb=b.prediction.peak_bytes / GB,
+                host_gb=b.prediction.host_bytes / GB,
+                step_ms=b.prediction.step_s * 1e3,
+                fits=b.fits,
+                applicable=b.applicable,
+            )
+        )
     ver = plan.verification
     sol = plan.solution
     notes = []
     if ver.note:
         notes.append(ver.note)
     if cost.unknown_primitives:
-        notes.append("No cost rule for: " + ", ".join(cost.unknown_primitives)
-                     + " (costed by their bytes only; see cost_models).")
+        notes.append(
+            "No cost rule for: "
+            + ", ".join(cost.unknown_primitives)
+            + " (costed by their bytes only; see cost_models)."
+        )
     merged = [c for c in graph.classes if len(c.members) > 1 and not c.name]
     if merged:
-        notes.append(f"{len(merged)} unnamed classes merge several tensors of the same signature "
-                     "(a policy cannot tell them apart); name tensors with checkpoint_name to "
-                     "decide them separately.")
+        notes.append(
+            f"{len(merged)} unnamed classes merge several tensors of the same signature "
+            "(a policy cannot tell them apart); name tensors with checkpoint_name to "
+            "decide them separately."
+        )
     notes.extend(sharding_notes(plan.trace))
     if plan.trace.undifferentiated_regions:
-        notes.append(f"{plan.trace.undifferentiated_regions} checkpoint region(s) are never "
-                     "differentiated and were ignored.")
+        notes.append(
+            f"{plan.trace.undifferentiated_regions} checkpoint region(s) are never "
+            "differentiated and were ignored."
+        )
     for rg in graph.regions:
         if rg.region.scan_unroll > 1 and cost.allow_offload:
             notes.append(
@@ -170,49 +215,79 @@ def build_report(plan) -> Report:
                 "and XLA's host offloader cannot compile compute on host data (our H200 "
                 "failed to compile it; docs/xla-flags-research.md). To offload there, use "
                 "unroll=1, or k layers per iteration each in its own jax.checkpoint "
-                "(examples/llama.py, layers_per_iter).")
+                "(examples/llama.py, layers_per_iter)."
+            )
         elif not rg.region.in_scan and cost.allow_offload:
-            notes.append(f"Region {rg.region.id} is not under lax.scan: on GPU, XLA dropped "
-                         "offloads of unrolled layers in our measurements; check the compiled "
-                         "program (verification) before trusting offloads there.")
+            notes.append(
+                f"Region {rg.region.id} is not under lax.scan: on GPU, XLA dropped "
+                "offloads of unrolled layers in our measurements; check the compiled "
+                "program (verification) before trusting offloads there."
+            )
     groups = len(plan.emitted.policies)
     if groups:
         same = plan.emitted.policy is not None
-        notes.append(f"Layer groups: the {groups} checkpoint call sites were decided separately"
-                     + (" and came out the same, so plan.policy serves all of them." if same else
-                        "; pass plan.policies[g] to the g-th group's jax.checkpoint "
-                        "(plan.policy has no single answer)."))
+        notes.append(
+            f"Layer groups: the {groups} checkpoint call sites were decided separately"
+            + (
+                " and came out the same, so plan.policy serves all of them."
+                if same
+                else "; pass plan.policies[g] to the g-th group's jax.checkpoint "
+                "(plan.policy has no single answer)."
+            )
+        )
     regions = tuple(
         ("" if rg.region.group is None else f"layer group {rg.region.group}: ")
         + f"region {rg.region.id} at {rg.region.source}: {rg.region.multiplicity} trips"
         f"{' under lax.scan' if rg.region.in_scan else ''}, {len(rg.region.candidates)} "
         f"forward equations, user policy {rg.region.user_policy}"
-        for rg in graph.regions)
+        for rg in graph.regions
+    )
     return Report(
-        status=ver.status if ver.ok or ver.status != "compiled, within budget"
+        status=ver.status
+        if ver.ok or ver.status != "compiled, within budget"
         else "compiled, within budget, but a check failed",
         checks=tuple((c.name, c.ok, c.detail) for c in ver.checks),
-        hardware=plan.hardware.name, backend=ver.backend,
-        budget_gb=plan.budget_bytes / GB, headroom_gb=plan.headroom_bytes / GB,
+        hardware=plan.hardware.name,
+        backend=ver.backend,
+        budget_gb=plan.budget_bytes / GB,
+        headroom_gb=plan.headroom_bytes / GB,
         headroom_why=plan.headroom_why() if plan.headroom_bytes else "",
         predicted_peak_gb=pred.peak_bytes / GB,
         compiled_gb=None if ver.compiled_device_bytes is None else ver.compiled_device_bytes / GB,
-        host_gb=pred.host_bytes / GB, step_ms=pred.step_s * 1e3, base_ms=pred.base_step_s * 1e3,
-        recompute_ms=pred.recompute_s * 1e3, saving_ms=pred.materialize_s * 1e3,
-        transfer_ms=pred.transfer_s * 1e3, exposed_ms=pred.exposed_transfer_s * 1e3, fixed_gb=pred.fixed_bytes / GB,
-        residual_gb=pred.residual_bytes / GB, working_set_gb=pred.working_set_bytes / GB,
-        solver=(f"CP-SAT {sol.status}, gap {sol.gap:.2%}, {sol.num_classes} classes, "
-                f"{sol.num_variables} variables, {sol.wall_s:.2f} s"
-                + ("" if sol.reproducible else
-                   "; stopped by the wall-clock guard on a slow or loaded machine, so another "
-                   "run may pick another plan of similar cost (solve on an idle machine, or "
-                   "name fewer classes with checkpoint_name)")),
-        regions=regions, rows=tuple(rows), small_rows=(small[0], small[1]),
-        policies=tuple(policies), policy_source=plan.emitted.policy_source,
-        xla_flags=plan.emitted.xla_flags, flag_notes=plan.emitted.xla_flag_notes,
-        maxtext_yaml=plan.emitted.maxtext_yaml, notes=tuple(notes),
-        rounds=tuple((i + 1, r.correction_bytes, r.compiled_device_bytes, r.status)
-                     for i, r in enumerate(plan.rounds)),
+        host_gb=pred.host_bytes / GB,
+        step_ms=pred.step_s * 1e3,
+        base_ms=pred.base_step_s * 1e3,
+        recompute_ms=pred.recompute_s * 1e3,
+        saving_ms=pred.materialize_s * 1e3,
+        transfer_ms=pred.transfer_s * 1e3,
+        exposed_ms=pred.exposed_transfer_s * 1e3,
+        fixed_gb=pred.fixed_bytes / GB,
+        residual_gb=pred.residual_bytes / GB,
+        working_set_gb=pred.working_set_bytes / GB,
+        solver=(
+            f"CP-SAT {sol.status}, gap {sol.gap:.2%}, {sol.num_classes} classes, "
+            f"{sol.num_variables} variables, {sol.wall_s:.2f} s"
+            + (
+                ""
+                if sol.reproducible
+                else "; stopped by the wall-clock guard on a slow or loaded machine, so another "
+                "run may pick another plan of similar cost (solve on an idle machine, or "
+                "name fewer classes with checkpoint_name)"
+            )
+        ),
+        regions=regions,
+        rows=tuple(rows),
+        small_rows=(small[0], small[1]),
+        policies=tuple(policies),
+        policy_source=plan.emitted.policy_source,
+        xla_flags=plan.emitted.xla_flags,
+        flag_notes=plan.emitted.xla_flag_notes,
+        maxtext_yaml=plan.emitted.maxtext_yaml,
+        notes=tuple(notes),
+        rounds=tuple(
+            (i + 1, r.correction_bytes, r.compiled_device_bytes, r.status)
+            for i, r in enumerate(plan.rounds)
+        ),
         layer_groups=groups,
     )
 
@@ -226,21 +301,32 @@ def sharding_notes(trace) -> list[str]:
     by_src: dict[str, int] = {}
     for c in cands:
         by_src[c.shard_source] = by_src.get(c.shard_source, 0) + 1
-    out = [f"Sharded step over {trace.num_partitions} devices: bytes, times and the budget are "
-           "per device; per-device sizes of the candidates: " + ", ".join(
-               f"{n} {src}" for src, n in sorted(by_src.items())) + " (see planner/shard.py)."]
+    out = [
+        f"Sharded step over {trace.num_partitions} devices: bytes, times and the budget are "
+        "per device; per-device sizes of the candidates: "
+        + ", ".join(f"{n} {src}" for src, n in sorted(by_src.items()))
+        + " (see planner/shard.py)."
+    ]
     fallback = [c for c in cands if c.shard_source == "unsharded (conservative)" and c.shape]
-    fallback_in = [i for r in trace.regions for i in r.inputs
-                   if i.shard_source == "unsharded (conservative)" and i.stacked]
+    fallback_in = [
+        i
+        for r in trace.regions
+        for i in r.inputs
+        if i.shard_source == "unsharded (conservative)" and i.stacked
+    ]
     if fallback or fallback_in:
         names = ", ".join(sorted({f"{c.name or c.primitive}{list(c.shape)}" for c in fallback}))
-        out.append(f"Per-device size unknown for {len(fallback)} candidate(s) and "
-                   f"{len(fallback_in)} stacked region input(s), counted at their global size "
-                   f"(conservative: the plan may keep less than it could): {names or 'inputs'}.")
+        out.append(
+            f"Per-device size unknown for {len(fallback)} candidate(s) and "
+            f"{len(fallback_in)} stacked region input(s), counted at their global size "
+            f"(conservative: the plan may keep less than it could): {names or 'inputs'}."
+        )
     colls = sum(1 for c in cands if c.collectives)
     if colls:
-        out.append(f"{colls} candidate(s) need collectives the partitioner inserted (e.g. "
-                   "all-gathers of FSDP weights); their recompute time includes them again.")
+        out.append(
+            f"{colls} candidate(s) need collectives the partitioner inserted (e.g. "
+            "all-gathers of FSDP weights); their recompute time includes them again."
+        )
     return out
 
 
@@ -262,49 +348,69 @@ def report_from_dict(d: dict) -> Report:
 
 # ------------------------------------------------------------------------------ renderers
 
+
 def _md(r: Report) -> str:
     out = [f"# Plan: {r.status}", ""]
     for name, ok, detail in r.checks:
         out.append(f"- [{'x' if ok else ' '}] {name}: {detail}")
     comp = "not compiled" if r.compiled_gb is None else f"{r.compiled_gb:.3f} GB"
-    out += ["", f"Hardware **{r.hardware}**, budget **{r.budget_gb:.3f} GB**{_headroom(r)}; predicted peak "
-            f"**{r.predicted_peak_gb:.3f} GB** (fixed {r.fixed_gb:.3f} + residuals "
-            f"{r.residual_gb:.3f} + backward working set {r.working_set_gb:.3f}); compiler "
-            f"({r.backend}): {comp}; host {r.host_gb:.3f} GB.",
-            f"Predicted step **{r.step_ms:.2f} ms** = base {r.base_ms:.2f} + recompute "
-            f"{r.recompute_ms:.2f} + saving writes {r.saving_ms:.2f} + exposed copies "
-            f"{r.exposed_ms:.2f} (of {r.transfer_ms:.2f}).",
-            f"Solver: {r.solver}.", ""]
+    out += [
+        "",
+        f"Hardware **{r.hardware}**, budget **{r.budget_gb:.3f} GB**{_headroom(r)}; predicted peak "
+        f"**{r.predicted_peak_gb:.3f} GB** (fixed {r.fixed_gb:.3f} + residuals "
+        f"{r.residual_gb:.3f} + backward working set {r.working_set_gb:.3f}); compiler "
+        f"({r.backend}): {comp}; host {r.host_gb:.3f} GB.",
+        f"Predicted step **{r.step_ms:.2f} ms** = base {r.base_ms:.2f} + recompute "
+        f"{r.recompute_ms:.2f} + saving writes {r.saving_ms:.2f} + exposed copies "
+        f"{r.exposed_ms:.2f} (of {r.transfer_ms:.2f}).",
+        f"Solver: {r.solver}.",
+        "",
+    ]
     out += [f"- {x}" for x in r.regions] + [""]
     sharded = any(row.shard for row in r.rows)
     g = r.layer_groups > 0
-    out += [("| group " if g else "") + "| tensor | decision | MB/step | recompute ms | copies ms "
-            "| why | source |" + (" per device |" if sharded else ""),
-            ("|---" if g else "") + "|---|---|---|---|---|---|---|" + ("---|" if sharded else "")]
+    out += [
+        ("| group " if g else "") + "| tensor | decision | MB/step | recompute ms | copies ms "
+        "| why | source |" + (" per device |" if sharded else ""),
+        ("|---" if g else "") + "|---|---|---|---|---|---|---|" + ("---|" if sharded else ""),
+    ]
     for row in r.rows:
-        out.append(("" if not g else f"| {row.group} ") +
-                   f"| {row.label} | {row.decision} | {row.nbytes_per_step / MB:,.1f} | "
-                   f"{row.recompute_ms:.3f} | {row.transfer_ms:.3f} | {row.reason} | {row.source} |"
-                   + (f" {row.shard} |" if sharded else ""))
+        out.append(
+            ("" if not g else f"| {row.group} ")
+            + f"| {row.label} | {row.decision} | {row.nbytes_per_step / MB:,.1f} | "
+            f"{row.recompute_ms:.3f} | {row.transfer_ms:.3f} | {row.reason} | {row.source} |"
+            + (f" {row.shard} |" if sharded else "")
+        )
     if r.small_rows[0]:
-        out.append(("| " if g else "") +
-                   f"| {r.small_rows[0]} smaller classes | remat | {r.small_rows[1] / MB:,.2f} | | | "
-                   "under 0.1% of the bytes each | |")
+        out.append(
+            ("| " if g else "")
+            + f"| {r.small_rows[0]} smaller classes | remat | {r.small_rows[1] / MB:,.2f} | | | "
+            "under 0.1% of the bytes each | |"
+        )
     out += ["", "| policy | peak GB | host GB | step ms | fits |", "|---|---|---|---|---|"]
     for p in r.policies:
         fits = "yes" if p.fits else ("n/a" if not p.applicable else "no")
         out.append(f"| {p.name} | {p.peak_gb:.3f} | {p.host_gb:.3f} | {p.step_ms:.2f} | {fits} |")
     per_group = r.policy_source.startswith("# layer group")
-    out += ["", "Policies, one per layer group:" if per_group else "Policy:", "```python",
-            r.policy_source, "```",
-            "XLA flags:", "```", r.xla_flags or "(none needed)", "```"]
+    out += [
+        "",
+        "Policies, one per layer group:" if per_group else "Policy:",
+        "```python",
+        r.policy_source,
+        "```",
+        "XLA flags:",
+        "```",
+        r.xla_flags or "(none needed)",
+        "```",
+    ]
     for flag, why, src in r.flag_notes:
         out.append(f"- `{flag}`: {why} ({src})")
     out += ["", "MaxText:", "```yaml", r.maxtext_yaml.rstrip(), "```"]
     if r.rounds and len(r.rounds) > 1:
         out += ["", "Verify rounds:"] + [
             f"- round {n}: correction {c:,} bytes, compiled {b if b is None else f'{b:,}'} bytes, {s}"
-            for n, c, b, s in r.rounds]
+            for n, c, b, s in r.rounds
+        ]
     if r.notes:
         out += ["", "Notes:"] + [f"- {n}" for n in r.notes]
     return "\n".join(out) + "\n"
@@ -315,21 +421,28 @@ def _text(r: Report) -> str:
     from rich.table import Table
 
     buf = io.StringIO()
-    con = Console(file=buf, width=150, force_terminal=False, force_jupyter=False,
-                  color_system=None)  # a string, also in Jupyter (no display_data)
+    con = Console(
+        file=buf, width=150, force_terminal=False, force_jupyter=False, color_system=None
+    )  # a string, also in Jupyter (no display_data)
     con.print(f"PLAN STATUS: {r.status.upper()}")
     for name, ok, detail in r.checks:
-        con.print(f"  [{'ok' if ok else 'FAILED'}] {name}: {detail}", highlight=False,
-                  markup=False)  # '[ok]' is not a rich style tag
+        con.print(
+            f"  [{'ok' if ok else 'FAILED'}] {name}: {detail}", highlight=False, markup=False
+        )  # '[ok]' is not a rich style tag
     comp = "not compiled" if r.compiled_gb is None else f"{r.compiled_gb:.3f} GB"
-    con.print(f"hardware {r.hardware} | budget {r.budget_gb:.3f} GB{_headroom(r)} | predicted peak "
-              f"{r.predicted_peak_gb:.3f} GB (fixed {r.fixed_gb:.3f} + residuals {r.residual_gb:.3f} "
-              f"+ working set {r.working_set_gb:.3f}) | compiler ({r.backend}) {comp} | host "
-              f"{r.host_gb:.3f} GB", highlight=False)
-    con.print(f"predicted step {r.step_ms:.2f} ms = base {r.base_ms:.2f} + recompute "
-              f"{r.recompute_ms:.2f} + saving writes {r.saving_ms:.2f} + exposed copies "
-              f"{r.exposed_ms:.2f} (of {r.transfer_ms:.2f})",
-              highlight=False)
+    con.print(
+        f"hardware {r.hardware} | budget {r.budget_gb:.3f} GB{_headroom(r)} | predicted peak "
+        f"{r.predicted_peak_gb:.3f} GB (fixed {r.fixed_gb:.3f} + residuals {r.residual_gb:.3f} "
+        f"+ working set {r.working_set_gb:.3f}) | compiler ({r.backend}) {comp} | host "
+        f"{r.host_gb:.3f} GB",
+        highlight=False,
+    )
+    con.print(
+        f"predicted step {r.step_ms:.2f} ms = base {r.base_ms:.2f} + recompute "
+        f"{r.recompute_ms:.2f} + saving writes {r.saving_ms:.2f} + exposed copies "
+        f"{r.exposed_ms:.2f} (of {r.transfer_ms:.2f})",
+        highlight=False,
+    )
     con.print(f"solver: {r.solver}", highlight=False)
     for x in r.regions:
         con.print(f"  {x}", highlight=False)
@@ -337,32 +450,60 @@ def _text(r: Report) -> str:
     g = r.layer_groups > 0
     if g:
         t.add_column("group", justify="right")
-    for col, kw in (("tensor", {"max_width": 28}), ("decision", {}), ("MB", {"justify": "right"}),
-                    ("remat ms", {"justify": "right"}), ("copy ms", {"justify": "right"}),
-                    ("why", {"ratio": 1}), ("source", {"max_width": 30})):
+    for col, kw in (
+        ("tensor", {"max_width": 28}),
+        ("decision", {}),
+        ("MB", {"justify": "right"}),
+        ("remat ms", {"justify": "right"}),
+        ("copy ms", {"justify": "right"}),
+        ("why", {"ratio": 1}),
+        ("source", {"max_width": 30}),
+    ):
         t.add_column(col, overflow="fold", **kw)
     sharded = any(row.shard for row in r.rows)
     if sharded:
         t.add_column("per device", overflow="fold", max_width=24)
     for row in r.rows:
-        t.add_row(*([str(row.group)] if g else []), row.label, row.decision,
-                  f"{row.nbytes_per_step / MB:,.1f}",
-                  f"{row.recompute_ms:.3f}", f"{row.transfer_ms:.3f}", row.reason,
-                  row.source.rsplit("/", 1)[-1].split(" (")[0], *([row.shard] if sharded else []))
+        t.add_row(
+            *([str(row.group)] if g else []),
+            row.label,
+            row.decision,
+            f"{row.nbytes_per_step / MB:,.1f}",
+            f"{row.recompute_ms:.3f}",
+            f"{row.transfer_ms:.3f}",
+            row.reason,
+            row.source.rsplit("/", 1)[-1].split(" (")[0],
+            *([row.shard] if sharded else []),
+        )
     if r.small_rows[0]:
-        t.add_row(*([""] if g else []), f"{r.small_rows[0]} smaller", "remat", f"{r.small_rows[1] / MB:,.2f}", "", "",
-                  "each under 0.1% of the bytes", "")
+        t.add_row(
+            *([""] if g else []),
+            f"{r.small_rows[0]} smaller",
+            "remat",
+            f"{r.small_rows[1] / MB:,.2f}",
+            "",
+            "",
+            "each under 0.1% of the bytes",
+            "",
+        )
     con.print(t)
     p = Table(title="Same model, stock policies")
     for col in ("policy", "peak GB", "host GB", "step ms", "fits"):
         p.add_column(col)
     for x in r.policies:
-        p.add_row(x.name, f"{x.peak_gb:.3f}", f"{x.host_gb:.3f}", f"{x.step_ms:.2f}",
-                  "yes" if x.fits else ("n/a" if not x.applicable else "no"))
+        p.add_row(
+            x.name,
+            f"{x.peak_gb:.3f}",
+            f"{x.host_gb:.3f}",
+            f"{x.step_ms:.2f}",
+            "yes" if x.fits else ("n/a" if not x.applicable else "no"),
+        )
     con.print(p)
     per_group = r.policy_source.startswith("# layer group")
-    con.print(("policies, one per layer group:\n" if per_group else "policy = ") + r.policy_source,
-              highlight=False)
+    con.print(
+        ("policies, one per layer group:\n" if per_group else "policy = ") + r.policy_source,
+        highlight=False,
+    )
     con.print("XLA_FLAGS = " + repr(r.xla_flags), highlight=False)
     for flag, why, src in r.flag_notes:
         con.print(f"  {flag}: {why} ({src})", highlight=False)
@@ -375,8 +516,10 @@ def _text(r: Report) -> str:
 def _headroom(r: Report) -> str:
     if not r.headroom_gb:
         return ""
-    return (f" (planned to {r.budget_gb - r.headroom_gb:.3f} GB: {r.headroom_gb:.3f} GB left "
-            f"free: {r.headroom_why})")
+    return (
+        f" (planned to {r.budget_gb - r.headroom_gb:.3f} GB: {r.headroom_gb:.3f} GB left "
+        f"free: {r.headroom_why})"
+    )
 
 
 def render(report: Report, fmt: str = "text") -> str:

@@ -29,11 +29,12 @@ import dataclasses
 import math
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-import cost_models as cm
 import jax
 
+import cost_models as cm
 from planner._src import jax_adapter as adapter
 from planner._src.baselines import evaluate_baselines, stock_assignment
 from planner._src.cost import build_cost_model, evaluate
@@ -67,31 +68,37 @@ __all__ = ["Planner", "pareto", "solve", "usable_bytes"]
 
 # ------------------------------------------------------------------------------ validation
 
+
 def _validate_step(step_fn, example_args) -> None:
     if not callable(step_fn):
         raise InvalidArgumentError(
             f"step_fn must be a callable train step, got {type(step_fn).__name__}.\n"
-            "Fix: pass the function itself, e.g. planner.solve(train_step, state, batch, hbm_gb=80).")
+            "Fix: pass the function itself, e.g. planner.solve(train_step, state, batch, hbm_gb=80)."
+        )
     if not example_args:
         raise InvalidArgumentError(
             "No example arguments were given.\nWhy: the planner traces step_fn(*example_args) "
             "to see the shapes of every activation.\nFix: pass the arguments the step takes, "
-            "as arrays or jax.ShapeDtypeStruct: planner.solve(step, state, batch, hbm_gb=...).")
+            "as arrays or jax.ShapeDtypeStruct: planner.solve(step, state, batch, hbm_gb=...)."
+        )
 
 
 def _validate_budget(hbm_gb) -> float:
     if isinstance(hbm_gb, bool) or not isinstance(hbm_gb, (int, float)):
         raise InvalidArgumentError(
             f"hbm_gb must be a number of gigabytes (10^9 bytes), got {hbm_gb!r}.\n"
-            "Fix: e.g. hbm_gb=141 for a whole H200, or less to leave room for other buffers.")
+            "Fix: e.g. hbm_gb=141 for a whole H200, or less to leave room for other buffers."
+        )
     if not math.isfinite(hbm_gb) or hbm_gb <= 0:
         raise InvalidArgumentError(
             f"hbm_gb must be a positive, finite number of gigabytes, got {hbm_gb!r}.\n"
-            "Fix: pass the device memory the step may use, e.g. hbm_gb=80.")
+            "Fix: pass the device memory the step may use, e.g. hbm_gb=80."
+        )
     if hbm_gb > 100_000:
         raise InvalidArgumentError(
             f"hbm_gb={hbm_gb!r} is over 100 TB for one device: the budget is per device, in GB "
-            "(10^9 bytes), not in bytes or MB.\nFix: e.g. hbm_gb=141 for an H200.")
+            "(10^9 bytes), not in bytes or MB.\nFix: e.g. hbm_gb=141 for an H200."
+        )
     return float(hbm_gb)
 
 
@@ -119,11 +126,13 @@ def _options(options: PlanOptions | None, overrides: dict) -> PlanOptions:
     if unknown:
         raise InvalidArgumentError(
             f"Unknown option(s) {', '.join(unknown)}.\nFix: use the fields of "
-            f"planner.PlanOptions: {', '.join(sorted(names))}.")
+            f"planner.PlanOptions: {', '.join(sorted(names))}."
+        )
     return dataclasses.replace(options, **overrides)
 
 
 # ------------------------------------------------------------------------------ budgets
+
 
 def io_bytes(tr: Trace) -> int:
     """The step's arguments and outputs on the device (aliased outputs once): what XLA's
@@ -162,13 +171,17 @@ def headroom_why(hw) -> str:
     """Why a plan leaves part of its budget free, for error messages and the report."""
     why = []
     if hw.allocator_headroom:
-        why.append(f"the {hw.name} profile's allocator headroom of {hw.allocator_headroom:.0%} "
-                   f"for the device allocator ({hw.source('allocator_headroom')[:120]}...)")
+        why.append(
+            f"the {hw.name} profile's allocator headroom of {hw.allocator_headroom:.0%} "
+            f"for the device allocator ({hw.source('allocator_headroom')[:120]}...)"
+        )
     f = cm.compiler_temp_fraction(hw)
     if f < 1.0:
-        why.append(f"XLA:GPU compiles against {f:.0%} of the budget left after the step's "
-                   "inputs and outputs and recomputes on its own above it (a slower program "
-                   "than the plan; cost_models.compiler_temp_fraction)")
+        why.append(
+            f"XLA:GPU compiles against {f:.0%} of the budget left after the step's "
+            "inputs and outputs and recomputes on its own above it (a slower program "
+            "than the plan; cost_models.compiler_temp_fraction)"
+        )
     return " and ".join(why)
 
 
@@ -197,10 +210,13 @@ def _warn_above_allocator_limit(budget_gb: float, hw) -> None:
         "rematerialize on its own or run out of memory with a plan for hbm_gb.\nFix: plan for "
         f"hbm_gb <= {limit / GB:.2f}, or start the training (and planning) process with an "
         f"XLA_PYTHON_CLIENT_MEM_FRACTION whose share of HBM is at least {budget_gb:g} GB.",
-        PlanWarning, stacklevel=4)
+        PlanWarning,
+        stacklevel=4,
+    )
 
 
 # ------------------------------------------------------------------------------ helpers
+
 
 def _normalize(graph: LivenessGraph, cost: CostModel, a: Assignment) -> Assignment:
     """Drop decisions that change nothing (classes the backward pass never reads)."""
@@ -218,8 +234,12 @@ def _with_forced(graph: LivenessGraph, keys, why: str) -> LivenessGraph:
     keys = set(keys)
     if not keys:
         return graph
-    classes = tuple(dataclasses.replace(c, forced="remat", forced_why=why)
-                    if c.key in keys and not c.forced else c for c in graph.classes)
+    classes = tuple(
+        dataclasses.replace(c, forced="remat", forced_why=why)
+        if c.key in keys and not c.forced
+        else c
+        for c in graph.classes
+    )
     return dataclasses.replace(graph, classes=classes)
 
 
@@ -280,6 +300,7 @@ class _Attempt:
 
 # ------------------------------------------------------------------------------ the session
 
+
 class Planner:
     """A train step traced once, planned for any number of budgets.
 
@@ -296,9 +317,15 @@ class Planner:
       progress: called with a short message as each slow stage starts; None: silent.
     """
 
-    def __init__(self, step_fn: Callable, *example_args, hardware="h200",
-                 options: PlanOptions | None = None,
-                 progress: Callable[[str], None] | None = None, **option_fields):
+    def __init__(
+        self,
+        step_fn: Callable,
+        *example_args,
+        hardware="h200",
+        options: PlanOptions | None = None,
+        progress: Callable[[str], None] | None = None,
+        **option_fields,
+    ):
         _validate_step(step_fn, example_args)
         self.options = _options(options, option_fields)
         self.hardware = _load_hardware(hardware)
@@ -311,12 +338,14 @@ class Planner:
                 f"allow_offload=True, but the {jax.default_backend()} backend here has no "
                 f"'{adapter.HOST_KIND}' memory kind, so JAX cannot place residuals in host "
                 "memory.\nFix: run on a GPU/TPU or CPU backend with host memory kinds (JAX >= "
-                "0.4.31), or pass allow_offload=False.")
+                "0.4.31), or pass allow_offload=False."
+            )
         self.offload = host_ok if self.options.allow_offload is None else self.options.allow_offload
         self.timings: list[tuple[str, float]] = []
         t = time.perf_counter()
-        self._say("tracing the step and compiling it under full remat and save-everything "
-                  "(the anchors)")
+        self._say(
+            "tracing the step and compiling it under full remat and save-everything (the anchors)"
+        )
         # One region per call site; merged, identical ones share their decisions (uniform).
         self.sites = trace_step(step_fn, example_args, split_call_sites=True)
         self.trace = merge_call_sites(self.sites)
@@ -331,8 +360,7 @@ class Planner:
         # name -> the verifying compiler's verification of that stock policy (budget-free);
         # the anchors are two of them already.
         self._stock_ver: dict[str, Verification] = {}
-        self._stock_bytes: dict[str, int] = {
-            "nothing_saveable": self.trace.anchor.device_bytes}
+        self._stock_bytes: dict[str, int] = {"nothing_saveable": self.trace.anchor.device_bytes}
         if self.trace.anchor_saved is not None:
             self._stock_bytes["everything_saveable"] = self.trace.anchor_saved.device_bytes
 
@@ -359,7 +387,8 @@ class Planner:
             budgets = list(hbm_gb) if isinstance(hbm_gb, (list, tuple)) else [hbm_gb]
             if not budgets:
                 raise InvalidArgumentError(
-                    "hbm_gb is an empty list; give at least one budget in GB.")
+                    "hbm_gb is an empty list; give at least one budget in GB."
+                )
             budgets = [_validate_budget(b) for b in budgets]
         _warn_above_allocator_limit(max(budgets), self.hardware)
         out = []
@@ -413,8 +442,15 @@ class Planner:
             return ()
         a = _normalize(graph, cost, sol.assignment)
         p = evaluate(cost, graph, a)
-        return (Baseline(name=UNIFORM, assignment=a, prediction=p, applicable=True,
-                         fits=p.peak_bytes <= budget and p.host_bytes <= cost.host_cap_bytes),)
+        return (
+            Baseline(
+                name=UNIFORM,
+                assignment=a,
+                prediction=p,
+                applicable=True,
+                fits=p.peak_bytes <= budget and p.host_bytes <= cost.host_cap_bytes,
+            ),
+        )
 
     # -------------------------------------------------------------------- budgets
 
@@ -422,8 +458,12 @@ class Planner:
         """Budgets (GB) from just above full remat's predicted peak to saving everything's."""
         tr, graph, hw = self.trace, self.graph, self.hardware
         cost = build_cost_model(tr, graph, hw, allow_offload=self.offload)
-        ends = {b.name: b.prediction.peak_bytes for b in evaluate_baselines(
-            graph, cost, math.inf, names=("nothing_saveable", "everything_saveable"))}
+        ends = {
+            b.name: b.prediction.peak_bytes
+            for b in evaluate_baselines(
+                graph, cost, math.inf, names=("nothing_saveable", "everything_saveable")
+            )
+        }
         lo = ends["nothing_saveable"]
         hi = max(ends["everything_saveable"], ends["nothing_saveable"])
         # A plan may use less than its budget (usable_bytes), so the budgets are those whose
@@ -433,13 +473,15 @@ class Planner:
         top = usable_bytes(int(hw.hbm_bytes), hw, io)
         if lo < top < hi:
             hi = top
-        return [requested_for(lo + (hi - lo) * k / points, hw, io) / GB
-                for k in range(1, points + 1)]
+        return [
+            requested_for(lo + (hi - lo) * k / points, hw, io) / GB for k in range(1, points + 1)
+        ]
 
     # -------------------------------------------------------------------- one budget
 
-    def _attempt(self, tr, graph, cost, assignment, budget, *, stock: str | None = None,
-                 label: str = "") -> _Attempt:
+    def _attempt(
+        self, tr, graph, cost, assignment, budget, *, stock: str | None = None, label: str = ""
+    ) -> _Attempt:
         """Emit ``assignment`` (or the stock policy ``stock``) and verify it."""
         if stock is None:
             assignment = _normalize(graph, cost, assignment)
@@ -449,10 +491,20 @@ class Planner:
         if self.options.verify_compile:
             self._say(f"compiling {label or 'the plan'} for {budget / GB:g} GB to verify it")
         t = time.perf_counter()
-        ver, not_kept = verify(self._step, self._args, tr, graph, cost, assignment,
-                               emitted.policy, pred, budget,
-                               compile=self.options.verify_compile, policies=emitted.policies,
-                               compiler_options=emitted.compiler_options)
+        ver, not_kept = verify(
+            self._step,
+            self._args,
+            tr,
+            graph,
+            cost,
+            assignment,
+            emitted.policy,
+            pred,
+            budget,
+            compile=self.options.verify_compile,
+            policies=emitted.policies,
+            compiler_options=emitted.compiler_options,
+        )
         self._last_timings.append((f"verify ({label or 'plan'})", time.perf_counter() - t))
         return _Attempt(assignment, pred, emitted, ver, not_kept)
 
@@ -469,8 +521,9 @@ class Planner:
         self._stock_bytes[name] = att.verification.compiled_device_bytes
         return self._stock_bytes[name]
 
-    def _stock_plan(self, name, tr, graph, cost, budget, why, rounds, timings, headroom,
-                    requested, baselines) -> Plan:
+    def _stock_plan(
+        self, name, tr, graph, cost, budget, why, rounds, timings, headroom, requested, baselines
+    ) -> Plan:
         """The plan that is stock policy ``name``: its own policy object, verified (the
         compile made while comparing is reused)."""
         a = stock_assignment(graph, name)
@@ -480,18 +533,42 @@ class Planner:
             att = _Attempt(a, pred, emitted, _restatus(self._stock_ver[name], budget), ())
         else:
             att = self._attempt(tr, graph, cost, a, budget, stock=name, label=f"stock {name}")
-        sol = Solution(assignment=a, status="STOCK", objective_s=att.prediction.step_s,
-                       bound_s=att.prediction.step_s, gap=0.0, wall_s=0.0,
-                       num_classes=len(graph.classes), num_variables=0,
-                       budget_bytes=budget)
-        rounds.append(Round(correction_bytes=0, predicted_peak_bytes=att.prediction.peak_bytes,
-                            compiled_device_bytes=att.verification.compiled_device_bytes,
-                            status=att.verification.status))
-        return Plan(budget_bytes=requested, hardware=self.hardware, trace=tr, graph=graph,
-                    cost=cost, solution=sol, prediction=att.prediction, baselines=baselines,
-                    emitted=att.emitted, verification=att.verification, rounds=tuple(rounds),
-                    timings=tuple(timings), headroom_bytes=headroom, choice=name,
-                    choice_why=why)
+        sol = Solution(
+            assignment=a,
+            status="STOCK",
+            objective_s=att.prediction.step_s,
+            bound_s=att.prediction.step_s,
+            gap=0.0,
+            wall_s=0.0,
+            num_classes=len(graph.classes),
+            num_variables=0,
+            budget_bytes=budget,
+        )
+        rounds.append(
+            Round(
+                correction_bytes=0,
+                predicted_peak_bytes=att.prediction.peak_bytes,
+                compiled_device_bytes=att.verification.compiled_device_bytes,
+                status=att.verification.status,
+            )
+        )
+        return Plan(
+            budget_bytes=requested,
+            hardware=self.hardware,
+            trace=tr,
+            graph=graph,
+            cost=cost,
+            solution=sol,
+            prediction=att.prediction,
+            baselines=baselines,
+            emitted=att.emitted,
+            verification=att.verification,
+            rounds=tuple(rounds),
+            timings=tuple(timings),
+            headroom_bytes=headroom,
+            choice=name,
+            choice_why=why,
+        )
 
     def _plan_one(self, requested: int) -> Plan:
         hw, opts = self.hardware, self.options
@@ -511,11 +588,16 @@ class Planner:
         graph_used = graph
         for round_no in range(opts.max_rounds):
             t = time.perf_counter()
-            cost = build_cost_model(tr, graph, hw, allow_offload=self.offload,
-                                    correction_bytes=correction)
+            cost = build_cost_model(
+                tr, graph, hw, allow_offload=self.offload, correction_bytes=correction
+            )
             timings.append((f"cost (round {round_no + 1})", time.perf_counter() - t))
-            g = _with_forced(graph, not_kept, "the emitted policy did not keep it when JAX's "
-                             "residual choice was replayed (verify, level 1)")
+            g = _with_forced(
+                graph,
+                not_kept,
+                "the emitted policy did not keep it when JAX's "
+                "residual choice was replayed (verify, level 1)",
+            )
             self._say(f"solving for {budget / GB:g} GB (round {round_no + 1})")
             t = time.perf_counter()
             try:
@@ -532,10 +614,14 @@ class Planner:
                 sol = None
             timings.append((f"solve (round {round_no + 1})", time.perf_counter() - t))
             att = self._attempt(tr, g, cost, candidate, budget)
-            rounds.append(Round(correction_bytes=correction,
-                                predicted_peak_bytes=att.prediction.peak_bytes,
-                                compiled_device_bytes=att.verification.compiled_device_bytes,
-                                status=att.verification.status))
+            rounds.append(
+                Round(
+                    correction_bytes=correction,
+                    predicted_peak_bytes=att.prediction.peak_bytes,
+                    compiled_device_bytes=att.verification.compiled_device_bytes,
+                    status=att.verification.status,
+                )
+            )
             graph_used = g
             if att.not_kept and not set(att.not_kept) <= not_kept:
                 # The plan rests on tensors JAX will not keep: it is wrong, solve without them.
@@ -544,11 +630,17 @@ class Planner:
             best = att
             if sol is None:  # the smallest plan: fits or not, nothing smaller to try
                 if overrules_model(att.verification, budget):
-                    sol = Solution(assignment=att.assignment, status="FEASIBLE",
-                                   objective_s=att.prediction.step_s,
-                                   bound_s=att.prediction.step_s, gap=0.0, wall_s=0.0,
-                                   num_classes=len(g.classes), num_variables=0,
-                                   budget_bytes=budget)
+                    sol = Solution(
+                        assignment=att.assignment,
+                        status="FEASIBLE",
+                        objective_s=att.prediction.step_s,
+                        bound_s=att.prediction.step_s,
+                        gap=0.0,
+                        wall_s=0.0,
+                        num_classes=len(g.classes),
+                        num_variables=0,
+                        budget_bytes=budget,
+                    )
                     infeasible = None
                 break
             infeasible = None
@@ -561,46 +653,85 @@ class Planner:
             raise AssertionError("max_rounds >= 1 is validated")
         graph = graph_used
         compiled_stock = {n: b for n, b in self._stock_bytes.items() if b is not None}
-        baselines = (evaluate_baselines(graph, cost, budget, compiled=compiled_stock)
-                     + self._uniform_baseline(graph, cost, budget))
-        plan_fits = best is not None and sol is not None and (
-            best.verification.compiled_device_bytes is None or _fits(best.verification, budget))
+        baselines = evaluate_baselines(
+            graph, cost, budget, compiled=compiled_stock
+        ) + self._uniform_baseline(graph, cost, budget)
+        plan_fits = (
+            best is not None
+            and sol is not None
+            and (
+                best.verification.compiled_device_bytes is None or _fits(best.verification, budget)
+            )
+        )
 
         # Never worse than the stock policies: the fastest stock policy that compiles within
         # the budget wins over a slower (or unfitting) plan.
         if opts.compare_stock and opts.verify_compile:
             plan_step = best.prediction.step_s if plan_fits else math.inf
-            faster = sorted((b for b in baselines if b.applicable and b.name in STOCK
-                             and b.prediction.step_s < plan_step),
-                            key=lambda b: b.prediction.step_s)
+            faster = sorted(
+                (
+                    b
+                    for b in baselines
+                    if b.applicable and b.name in STOCK and b.prediction.step_s < plan_step
+                ),
+                key=lambda b: b.prediction.step_s,
+            )
             for b in faster:
                 got = self._stock_fit_bytes(b.name, tr, graph, cost)
                 if got is not None and got <= budget:
                     if plan_fits:
-                        why = (f"{b.name} is predicted faster than the planner's own plan "
-                               f"({b.prediction.step_s * 1e3:.2f} vs "
-                               f"{best.prediction.step_s * 1e3:.2f} ms) and compiles within "
-                               f"the budget ({got / GB:.3f} of {budget / GB:.3f} GB usable), "
-                               "where the model had it "
-                               f"at {b.prediction.peak_bytes / GB:.3f} GB")
+                        why = (
+                            f"{b.name} is predicted faster than the planner's own plan "
+                            f"({b.prediction.step_s * 1e3:.2f} vs "
+                            f"{best.prediction.step_s * 1e3:.2f} ms) and compiles within "
+                            f"the budget ({got / GB:.3f} of {budget / GB:.3f} GB usable), "
+                            "where the model had it "
+                            f"at {b.prediction.peak_bytes / GB:.3f} GB"
+                        )
                     else:
-                        why = (f"the planner's own plan does not fit ({self._plan_miss(best, infeasible)}"
-                               f"), while {b.name} compiles within the budget ({got / GB:.3f} "
-                               f"of {budget / GB:.3f} GB usable)")
+                        why = (
+                            f"the planner's own plan does not fit ({self._plan_miss(best, infeasible)}"
+                            f"), while {b.name} compiles within the budget ({got / GB:.3f} "
+                            f"of {budget / GB:.3f} GB usable)"
+                        )
                     baselines = evaluate_baselines(
-                        graph, cost, budget, compiled={n: v for n, v in self._stock_bytes.items()
-                                                       if v is not None}
+                        graph,
+                        cost,
+                        budget,
+                        compiled={n: v for n, v in self._stock_bytes.items() if v is not None},
                     ) + self._uniform_baseline(graph, cost, budget)
-                    return self._stock_plan(b.name, tr, graph, cost, budget, why, rounds,
-                                            timings, headroom, requested, baselines)
+                    return self._stock_plan(
+                        b.name,
+                        tr,
+                        graph,
+                        cost,
+                        budget,
+                        why,
+                        rounds,
+                        timings,
+                        headroom,
+                        requested,
+                        baselines,
+                    )
         if infeasible is not None or best is None or sol is None:
             raise self._infeasible(requested, budget, headroom, best, infeasible, cost)
         sol = dataclasses.replace(sol, assignment=best.assignment)
         plan = Plan(
-            budget_bytes=requested, hardware=hw, trace=tr, graph=graph, cost=cost, solution=sol,
-            prediction=best.prediction, baselines=baselines, emitted=best.emitted,
-            verification=best.verification, rounds=tuple(rounds), timings=tuple(timings),
-            headroom_bytes=headroom, choice="planner", choice_why="",
+            budget_bytes=requested,
+            hardware=hw,
+            trace=tr,
+            graph=graph,
+            cost=cost,
+            solution=sol,
+            prediction=best.prediction,
+            baselines=baselines,
+            emitted=best.emitted,
+            verification=best.verification,
+            rounds=tuple(rounds),
+            timings=tuple(timings),
+            headroom_bytes=headroom,
+            choice="planner",
+            choice_why="",
         )
         ver = best.verification
         if ver.compiled_device_bytes is not None and not _fits(ver, budget):
@@ -608,11 +739,17 @@ class Planner:
                 f"After {len(rounds)} rounds the compiled step still needs "
                 f"{ver.compiled_device_bytes / GB:.3f} GB against a budget of {budget / GB:.3f} "
                 "GB, and no stock policy fits either. The plan is returned for inspection; do "
-                "not run it at this budget. Raise hbm_gb or max_rounds.", PlanWarning, stacklevel=4)
+                "not run it at this budget. Raise hbm_gb or max_rounds.",
+                PlanWarning,
+                stacklevel=4,
+            )
         failed = [c for c in ver.checks if not c.ok]
         if failed:
-            warnings.warn("Verification checks failed: " + "; ".join(c.detail for c in failed),
-                          PlanWarning, stacklevel=4)
+            warnings.warn(
+                "Verification checks failed: " + "; ".join(c.detail for c in failed),
+                PlanWarning,
+                stacklevel=4,
+            )
         return plan
 
     @staticmethod
@@ -628,8 +765,11 @@ class Planner:
         compiled to, as the budget that works."""
         hw = self.hardware
         # Without verify_compile the model is the judge; with it, the compiler's figures.
-        tried = ({n: b for n, b in self._stock_bytes.items() if b is not None}
-                 if self.options.verify_compile else {})
+        tried = (
+            {n: b for n, b in self._stock_bytes.items() if b is not None}
+            if self.options.verify_compile
+            else {}
+        )
         if self.options.verify_compile and self.options.compare_stock:
             # Before saying nothing fits, every applicable stock policy has been compiled.
             for b in evaluate_baselines(self.graph, cost, budget):
@@ -647,27 +787,43 @@ class Planner:
             need = error.min_feasible_bytes if error is not None else float(budget)
             what = f"the model's smallest plan needs {need / GB:.3f} GB (not compiled)"
         need_req = requested_for(need, hw, io_bytes(self.trace))
-        note = (f"\nNote: of hbm_gb={requested / GB:g} the planner plans to {budget / GB:.3f} GB, "
-                f"leaving {headroom / GB:.3f} GB free: {headroom_why(hw)}."
-                if headroom else "")
+        note = (
+            f"\nNote: of hbm_gb={requested / GB:g} the planner plans to {budget / GB:.3f} GB, "
+            f"leaving {headroom / GB:.3f} GB free: {headroom_why(hw)}."
+            if headroom
+            else ""
+        )
         return InfeasibleBudgetError(
             f"No plan fits {budget / GB:.3f} GB: {what}"
-            + (f" (the model's lower bound for any plan: {error.min_feasible_bytes / GB:.3f} GB)"
-               if error is not None else "") + ".\n"
+            + (
+                f" (the model's lower bound for any plan: {error.min_feasible_bytes / GB:.3f} GB)"
+                if error is not None
+                else ""
+            )
+            + ".\n"
             f"Why: {cost.fixed_bytes / GB:.3f} GB do not depend on the plan (parameters, "
             "optimizer state, batch, outputs, activations outside checkpoint regions, compiler "
             "buffers), and the backward pass of a layer needs its working set.\n"
             f"Fix: pass hbm_gb >= {math.ceil(need_req / 1e6) / 1000:.3f}, or shrink what is "
             "fixed (smaller batch per device, sharded parameters and optimizer state, donated "
             "state)." + note,
-            budget_bytes=requested, min_feasible_bytes=need_req)
+            budget_bytes=requested,
+            min_feasible_bytes=need_req,
+        )
 
 
 # ------------------------------------------------------------------------------ the verbs
 
-def solve(step_fn: Callable, *example_args, hbm_gb: float, hardware="h200",
-          options: PlanOptions | None = None,
-          progress: Callable[[str], None] | None = None, **option_fields) -> Plan:
+
+def solve(
+    step_fn: Callable,
+    *example_args,
+    hbm_gb: float,
+    hardware="h200",
+    options: PlanOptions | None = None,
+    progress: Callable[[str], None] | None = None,
+    **option_fields,
+) -> Plan:
     """Plan what the backward pass of ``step_fn(*example_args)`` keeps, under ``hbm_gb``.
 
     Args:
@@ -680,13 +836,26 @@ def solve(step_fn: Callable, *example_args, hbm_gb: float, hardware="h200",
       progress: called with a short message as each slow stage starts; None: silent.
     """
     b = _validate_budget(hbm_gb)
-    return Planner(step_fn, *example_args, hardware=hardware, options=options,
-                   progress=progress, **option_fields).plan(b)
+    return Planner(
+        step_fn,
+        *example_args,
+        hardware=hardware,
+        options=options,
+        progress=progress,
+        **option_fields,
+    ).plan(b)
 
 
-def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
-           options: PlanOptions | None = None, points: int = 5,
-           progress: Callable[[str], None] | None = None, **option_fields) -> list:
+def pareto(
+    step_fn: Callable,
+    *example_args,
+    hbm_gb=None,
+    hardware="h200",
+    options: PlanOptions | None = None,
+    points: int = 5,
+    progress: Callable[[str], None] | None = None,
+    **option_fields,
+) -> list:
     """Plans for several budgets from one trace: ``[Plan or PlannerError per budget]``
     (:meth:`Planner.pareto`)."""
     if hbm_gb is not None:
@@ -695,5 +864,11 @@ def pareto(step_fn: Callable, *example_args, hbm_gb=None, hardware="h200",
             raise InvalidArgumentError("hbm_gb is an empty list; give at least one budget in GB.")
         for b in budgets:
             _validate_budget(b)
-    return Planner(step_fn, *example_args, hardware=hardware, options=options,
-                   progress=progress, **option_fields).pareto(hbm_gb, points=points)
+    return Planner(
+        step_fn,
+        *example_args,
+        hardware=hardware,
+        options=options,
+        progress=progress,
+        **option_fields,
+    ).pareto(hbm_gb, points=points)

@@ -41,33 +41,73 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from planner._src import hlo
 
 # HLO opcodes whose shape is not the output of the equation named in their metadata.
 # (custom-call stays: a cuBLAS gemm is one, its first tuple element is the matmul's output.)
-_NOT_OUTPUTS = frozenset({
-    "fusion", "copy", "bitcast", "get-tuple-element", "parameter", "constant", "tuple",
-    "while", "conditional", "call", "copy-start", "copy-done", "async-start", "async-done",
-    "opt-barrier", "after-all", "partition-id", "replica-id",
-})
+_NOT_OUTPUTS = frozenset(
+    {
+        "fusion",
+        "copy",
+        "bitcast",
+        "get-tuple-element",
+        "parameter",
+        "constant",
+        "tuple",
+        "while",
+        "conditional",
+        "call",
+        "copy-start",
+        "copy-done",
+        "async-start",
+        "async-done",
+        "opt-barrier",
+        "after-all",
+        "partition-id",
+        "replica-id",
+    }
+)
 # Collectives, as the SPMD partitioner and XLA's async passes spell them.
-_COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute",
-                "all-to-all")
+_COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
 
-_EXPLICIT_COLLECTIVES = frozenset({
-    "psum", "psum_invariant", "pmax", "pmin", "all_gather", "all_gather_invariant",
-    "reduce_scatter", "psum_scatter", "all_to_all", "ragged_all_to_all", "ppermute",
-    "pbroadcast", "unreduced_psum", "unreduced_reduce_scatter"})
+_EXPLICIT_COLLECTIVES = frozenset(
+    {
+        "psum",
+        "psum_invariant",
+        "pmax",
+        "pmin",
+        "all_gather",
+        "all_gather_invariant",
+        "reduce_scatter",
+        "psum_scatter",
+        "all_to_all",
+        "ragged_all_to_all",
+        "ppermute",
+        "pbroadcast",
+        "unreduced_psum",
+        "unreduced_reduce_scatter",
+    }
+)
 
 _GROUPS_LIST = re.compile(r"replica_groups=\{(\{[\d,]*\}(?:,\{[\d,]*\})*)\}")
 _GROUPS_IOTA = re.compile(r"replica_groups=\[([\d,]+)\]<=")
 _GROUPS_MESH = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
 # Instructions a collective's result passes through unchanged on its way to its reader.
-_PASS_THROUGH = frozenset({"bitcast", "copy", "get-tuple-element", "all-gather-done",
-                           "all-reduce-done", "collective-permute-done", "async-done",
-                           "reshape", "transpose"})
+_PASS_THROUGH = frozenset(
+    {
+        "bitcast",
+        "copy",
+        "get-tuple-element",
+        "all-gather-done",
+        "all-reduce-done",
+        "collective-permute-done",
+        "async-done",
+        "reshape",
+        "transpose",
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -76,15 +116,15 @@ class HloOp:
 
     name: str
     opcode: str
-    shapes: tuple[tuple[str, tuple[int, ...]], ...]   # (dtype, per-device dims) per output
-    operands: tuple[tuple[int, ...] | None, ...]      # per-device dims of each operand, if known
-    primitive: str                                    # last part of op_name (JAX primitive)
-    where: tuple[str, int] | None                     # (file basename, line) of the user's code
-    forward: bool                                     # forward pass or its recompute
-    rematted: bool                                    # in the backward pass's recompute
-    program: int                                      # which of the indexed programs
-    collective_bytes: float                           # per device, over the device link
-    attrs: str                                        # the rest of the line (dims attributes)
+    shapes: tuple[tuple[str, tuple[int, ...]], ...]  # (dtype, per-device dims) per output
+    operands: tuple[tuple[int, ...] | None, ...]  # per-device dims of each operand, if known
+    primitive: str  # last part of op_name (JAX primitive)
+    where: tuple[str, int] | None  # (file basename, line) of the user's code
+    forward: bool  # forward pass or its recompute
+    rematted: bool  # in the backward pass's recompute
+    program: int  # which of the indexed programs
+    collective_bytes: float  # per device, over the device link
+    attrs: str  # the rest of the line (dims attributes)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -109,8 +149,10 @@ def _group_size(line: str, num_partitions: int) -> int:
         return int(m.group(1).split(",")[-1])
     m = _GROUPS_MESH.search(line)
     if m:  # mesh['a'=4,'b'=2] {'a'}: the product of the named axes
-        sizes = {k.strip("' "): int(v) for k, v in
-                 (kv.split("=") for kv in m.group(1).split(",") if "=" in kv)}
+        sizes = {
+            k.strip("' "): int(v)
+            for k, v in (kv.split("=") for kv in m.group(1).split(",") if "=" in kv)
+        }
         return math.prod(sizes.get(a.strip("' "), 1) for a in m.group(2).split(",") if a.strip())
     return num_partitions  # no groups: every device takes part
 
@@ -125,10 +167,10 @@ def _collective_bytes(opcode: str, out_bytes: float, n: int) -> float:
     if base == "all-reduce":
         return 2 * (n - 1) / n * out_bytes
     if base == "reduce-scatter":
-        return (n - 1) * out_bytes          # its input is n times its output
+        return (n - 1) * out_bytes  # its input is n times its output
     if base == "all-to-all":
         return (n - 1) / n * out_bytes
-    return out_bytes                        # collective-permute: the whole buffer moves
+    return out_bytes  # collective-permute: the whole buffer moves
 
 
 def parse_hlo(texts: Iterable[str]) -> HloIndex:
@@ -148,8 +190,11 @@ def parse_hlo(texts: Iterable[str]) -> HloIndex:
         if parts <= 1:
             continue  # one device: global sizes are per-device sizes, nothing to match
         by_name = module.by_name()
-        shapes = {i.name: i.arrays[0][1] for i in module.instructions
-                  if i.arrays and not i.shape.startswith("(")}
+        shapes = {
+            i.name: i.arrays[0][1]
+            for i in module.instructions
+            if i.arrays and not i.shape.startswith("(")
+        }
         ops: dict[str, HloOp] = {}
         for ins in module.instructions:
             if not ins.op_name:
@@ -161,13 +206,19 @@ def parse_hlo(texts: Iterable[str]) -> HloIndex:
                 if ins.opcode.endswith("-start") and len(outs) > 1:
                     out_b /= 2  # async start returns (operand, result): count the result
                 coll = _collective_bytes(ins.opcode, out_b, _group_size(ins.line, parts))
-            op = HloOp(name=ins.name, opcode=ins.opcode, shapes=outs,
-                       operands=tuple(shapes.get(n) for n in ins.operands),
-                       primitive=ins.primitive, where=ins.where,
-                       forward="transpose(" not in ins.op_name
-                       or "rematted_computation" in ins.op_name,
-                       rematted="rematted_computation" in ins.op_name, program=program,
-                       collective_bytes=coll, attrs=ins.attrs)
+            op = HloOp(
+                name=ins.name,
+                opcode=ins.opcode,
+                shapes=outs,
+                operands=tuple(shapes.get(n) for n in ins.operands),
+                primitive=ins.primitive,
+                where=ins.where,
+                forward="transpose(" not in ins.op_name or "rematted_computation" in ins.op_name,
+                rematted="rematted_computation" in ins.op_name,
+                program=program,
+                collective_bytes=coll,
+                attrs=ins.attrs,
+            )
             ops[ins.name] = op
             index.ops.setdefault((op.primitive, op.where), []).append(op)
         # Collectives feeding a reader of another key: indexed under the reader's key too,
@@ -183,13 +234,19 @@ def parse_hlo(texts: Iterable[str]) -> HloIndex:
                 if c is None or c.name in have or (c.primitive, c.where) == key:
                     continue
                 have.add(c.name)
-                index.ops.setdefault(key, []).append(dataclasses.replace(
-                    c, primitive=reader.primitive, where=reader.where, forward=reader.forward,
-                    rematted=reader.rematted))
+                index.ops.setdefault(key, []).append(
+                    dataclasses.replace(
+                        c,
+                        primitive=reader.primitive,
+                        where=reader.where,
+                        forward=reader.forward,
+                        rematted=reader.rematted,
+                    )
+                )
     return dataclasses.replace(index, num_partitions=parts)
 
 
-def _collectives_feeding(ins: "hlo.Instruction", by_name: dict) -> list[str]:
+def _collectives_feeding(ins: hlo.Instruction, by_name: dict) -> list[str]:
     """Names of the collectives whose results reach ``ins``'s operands directly or through
     pass-through instructions (bitcast, copy, get-tuple-element, async done)."""
     found, stack, seen = [], list(ins.operands), set()
@@ -211,39 +268,46 @@ def dims_divisor(global_shape: tuple[int, ...], local: tuple[int, ...] | None) -
     dimension divides), else None."""
     if local is None or len(local) != len(global_shape):
         return None
-    if any(l <= 0 or g % l for g, l in zip(global_shape, local)):
+    if any(n <= 0 or g % n for g, n in zip(global_shape, local)):
         return None
-    return math.prod(g // l for g, l in zip(global_shape, local))
+    return math.prod(g // n for g, n in zip(global_shape, local))
 
 
-def reshaped_divisor(global_shape: tuple[int, ...], local: tuple[int, ...] | None,
-                     num_partitions: int) -> int | None:
+def reshaped_divisor(
+    global_shape: tuple[int, ...], local: tuple[int, ...] | None, num_partitions: int
+) -> int | None:
     """``prod(global) / prod(local)`` for a per-device shape of another rank (XLA collapsed
     or split dimensions), when it is a whole number that divides the device count."""
     if local is None or len(local) == len(global_shape) or not local:
         return None
-    g, l = math.prod(global_shape), math.prod(local)
-    if l <= 0 or g % l or num_partitions % (g // l):
+    g, n = math.prod(global_shape), math.prod(local)
+    if n <= 0 or g % n or num_partitions % (g // n):
         return None
-    return g // l
+    return g // n
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Match:
     """What the partitioned program says about one equation."""
 
-    divisor: int | None          # of its first output; None: no matching instruction
-    ambiguous: bool              # several instructions disagreed (the smallest was kept)
-    reshaped: bool               # only instructions of another rank matched (element ratio)
-    flop_divisor: int | None     # for matmuls: global FLOPs / per-device FLOPs
-    collective_bytes: float      # per device, per run of the equation, forward collectives
+    divisor: int | None  # of its first output; None: no matching instruction
+    ambiguous: bool  # several instructions disagreed (the smallest was kept)
+    reshaped: bool  # only instructions of another rank matched (element ratio)
+    flop_divisor: int | None  # for matmuls: global FLOPs / per-device FLOPs
+    collective_bytes: float  # per device, per run of the equation, forward collectives
     collectives: tuple[str, ...]
     operand_divisors: tuple[int | None, ...]  # per jaxpr operand, from the HLO operand shapes
 
 
-def match_equation(index: HloIndex, primitive: str, where: tuple[str, int] | None,
-                   out_shape: tuple[int, ...], in_shapes: tuple[tuple[int, ...], ...],
-                   params: dict, sharers: int = 1) -> Match:
+def match_equation(
+    index: HloIndex,
+    primitive: str,
+    where: tuple[str, int] | None,
+    out_shape: tuple[int, ...],
+    in_shapes: tuple[tuple[int, ...], ...],
+    params: dict,
+    sharers: int = 1,
+) -> Match:
     """Match one jaxpr equation to its partitioned instructions (see the module docstring).
 
     ``sharers`` is how many candidates of the region have the same key (primitive, line):
@@ -290,20 +354,29 @@ def match_equation(index: HloIndex, primitive: str, where: tuple[str, int] | Non
                     flop_divs.add(glob // local)
     # Explicit collectives (psum, all_gather... under shard_map) are costed by their own
     # cost_models rules; only the partitioner's implicit ones are added here.
-    colls = [] if primitive in _EXPLICIT_COLLECTIVES else [
-        o for o in ops if o.opcode.removesuffix("-start") in _COLLECTIVES]
+    colls = (
+        []
+        if primitive in _EXPLICIT_COLLECTIVES
+        else [o for o in ops if o.opcode.removesuffix("-start") in _COLLECTIVES]
+    )
     per_prog = _one_program(colls)
     cbytes = sum(o.collective_bytes for o in per_prog) / max(1, sharers)
-    texts = tuple(f"{o.opcode.removesuffix('-start')} "
-                  + ",".join(f"{t}[{','.join(map(str, d))}]" for t, d in o.shapes)
-                  for o in per_prog)
+    texts = tuple(
+        f"{o.opcode.removesuffix('-start')} "
+        + ",".join(f"{t}[{','.join(map(str, d))}]" for t, d in o.shapes)
+        for o in per_prog
+    )
     via_reshape = not divs and bool(reshaped)
     divs = divs or reshaped
     return Match(
-        divisor=min(divs) if divs else None, ambiguous=len(divs) > 1, reshaped=via_reshape,
+        divisor=min(divs) if divs else None,
+        ambiguous=len(divs) > 1,
+        reshaped=via_reshape,
         flop_divisor=min(flop_divs) if flop_divs else None,
-        collective_bytes=cbytes, collectives=texts,
-        operand_divisors=tuple(min(s) if s else None for s in operand_divs))
+        collective_bytes=cbytes,
+        collectives=texts,
+        operand_divisors=tuple(min(s) if s else None for s in operand_divs),
+    )
 
 
 def _one_program(colls: list[HloOp]) -> list[HloOp]:

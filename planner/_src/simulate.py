@@ -31,7 +31,7 @@ class SimulationResult:
     peak_bytes: int
     host_peak_bytes: int
     step_s: float
-    recomputed: int          # equations recomputed in one step
+    recomputed: int  # equations recomputed in one step
     events: int
 
 
@@ -56,8 +56,13 @@ def _copy_queue_exposure(jobs, eta: float, compute_s: float) -> float:
     return max(0.0, t - compute_s)
 
 
-def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
-             budget_bytes: float | None = None) -> SimulationResult:
+def simulate(
+    graph: LivenessGraph,
+    cost: CostModel,
+    assignment: Assignment,
+    *,
+    budget_bytes: float | None = None,
+) -> SimulationResult:
     decisions = assignment.as_dict()
     eta = cost.overlap_efficiency  # the link's share of its speed while compute runs
     device = cost.fixed_bytes
@@ -82,8 +87,9 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
         if d == "offload" and not cost.allow_offload:
             raise PlanViolation(f"{key} is offloaded but offloading is not allowed")
         if d == "offload" and key in cost.no_offload_classes:
-            raise PlanViolation(f"{key} is offloaded under lax.scan(unroll > 1), which XLA "
-                                "cannot compile")
+            raise PlanViolation(
+                f"{key} is offloaded under lax.scan(unroll > 1), which XLA cannot compile"
+            )
         if c.effectful and d != "save":
             # JAX keeps effectful equations in the forward pass whatever the policy says.
             return "save"
@@ -97,8 +103,8 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
     plans = []
     for rg, rc in zip(graph.regions, cost.regions):
         cands = rg.region.candidates
-        kept: dict[int, str] = {}          # forward: values kept as residuals, and where
-        order: list[int] = []              # recompute order of one backward trip
+        kept: dict[int, str] = {}  # forward: values kept as residuals, and where
+        order: list[int] = []  # recompute order of one backward trip
 
         done: set[int] = set()
 
@@ -134,8 +140,9 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
         inputs_read = {i.index for i in rg.region.inputs if i.needed}
         for i in order:
             inputs_read.update(rg.reads_inputs(i))
-        stacked_inputs = sum(i.nbytes for i in rg.region.inputs
-                             if i.stacked and i.index in inputs_read)
+        stacked_inputs = sum(
+            i.nbytes for i in rg.region.inputs if i.stacked and i.index in inputs_read
+        )
         # Check every recomputed equation has its inputs: kept, recomputed, or region inputs.
         for i in order:
             for u in rg.reads(i):
@@ -147,28 +154,42 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
     # computed before the loop and stored once.
     for rg, rc, kept, _, stacked_inputs in plans:
         cands = rg.region.candidates
-        alloc(sum(cands[i].nbytes for i, d in kept.items()
-                  if d == "save" and cands[i].loop_invariant))
-        dev_b = stacked_inputs + sum(cands[i].nbytes for i, d in kept.items()
-                                     if d == "save" and not cands[i].loop_invariant)
-        host_b = sum(cands[i].nbytes for i, d in kept.items()
-                     if d == "offload" and not cands[i].loop_invariant)
-        host += sum(cands[i].nbytes for i, d in kept.items()  # hoisted: one host copy
-                    if d == "offload" and cands[i].loop_invariant)
+        alloc(
+            sum(cands[i].nbytes for i, d in kept.items() if d == "save" and cands[i].loop_invariant)
+        )
+        dev_b = stacked_inputs + sum(
+            cands[i].nbytes for i, d in kept.items() if d == "save" and not cands[i].loop_invariant
+        )
+        host_b = sum(
+            cands[i].nbytes
+            for i, d in kept.items()
+            if d == "offload" and not cands[i].loop_invariant
+        )
+        host += sum(
+            cands[i].nbytes
+            for i, d in kept.items()  # hoisted: one host copy
+            if d == "offload" and cands[i].loop_invariant
+        )
         # Each copy starts when its tensor is made: forward time elapsed at that point.
-        jobs = [(rc.fwd_s - rc.fwd_after_s[i], rc.d2h_s[i]) for i, d in kept.items()
-                if d == "offload"]
+        jobs = [
+            (rc.fwd_s - rc.fwd_after_s[i], rc.d2h_s[i]) for i, d in kept.items() if d == "offload"
+        ]
         exposure = _copy_queue_exposure(jobs, eta, rc.fwd_s)
         # Saving or offloading a value the forward would keep in a fusion costs its write to
         # HBM, every trip (an offload copies it from there).
-        exposure += sum(rc.materialize_s[i] for i, d in kept.items()
-                        if d in ("save", "offload") and not cands[i].loop_invariant)
+        exposure += sum(
+            rc.materialize_s[i]
+            for i, d in kept.items()
+            if d in ("save", "offload") and not cands[i].loop_invariant
+        )
         for _ in range(rc.multiplicity):
             alloc(dev_b)
             host += host_b
             host_peak = max(host_peak, host)
             if host > cost.host_cap_bytes and host_b:
-                raise PlanViolation(f"host memory {host} bytes exceeds the cap {cost.host_cap_bytes}")
+                raise PlanViolation(
+                    f"host memory {host} bytes exceeds the cap {cost.host_cap_bytes}"
+                )
             time_s += exposure
 
     # Backward: trips in reverse; each reloads, recomputes, runs, then frees.
@@ -176,11 +197,15 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
     deferred = 0
     for rg, rc, kept, order, stacked_inputs in reversed(plans):
         cands = rg.region.candidates
-        dev_b = stacked_inputs + sum(cands[i].nbytes for i, d in kept.items()
-                                     if d == "save" and not cands[i].loop_invariant)
+        dev_b = stacked_inputs + sum(
+            cands[i].nbytes for i, d in kept.items() if d == "save" and not cands[i].loop_invariant
+        )
         reload_b = sum(cands[i].nbytes for i, d in kept.items() if d == "offload")
-        host_b = sum(cands[i].nbytes for i, d in kept.items()
-                     if d == "offload" and not cands[i].loop_invariant)
+        host_b = sum(
+            cands[i].nbytes
+            for i, d in kept.items()
+            if d == "offload" and not cands[i].loop_invariant
+        )
         # Recomputed tensors the gradient reads stay for the trip; intermediates of the
         # recompute are freed once their readers ran (one at a time at most).
         # A recomputed view (graph.VIEWS) of a value that is there anyway (kept, a region
@@ -191,13 +216,14 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
             if src is not None and (src[0] == "input" or src[1] in kept or src[1] in aliased):
                 aliased.add(i)
         rec_b = sum(cands[i].nbytes for i in order if cands[i].needed and i not in aliased) + max(
-            (cands[i].nbytes for i in order if not cands[i].needed and i not in aliased),
-            default=0)
+            (cands[i].nbytes for i in order if not cands[i].needed and i not in aliased), default=0
+        )
         rec_s = sum(rc.recompute_s[i] for i in order)
         # Reloads are issued at the trip start in first-use order (latest produced first);
         # the deadline of each is the backward compute ahead of its first use.
-        reloads = sorted(((i, rc.h2d_s[i]) for i, d in kept.items() if d == "offload"),
-                         key=lambda p: -p[0])
+        reloads = sorted(
+            ((i, rc.h2d_s[i]) for i, d in kept.items() if d == "offload"), key=lambda p: -p[0]
+        )
         stall, link_t = 0.0, 0.0
         for i, dur in reloads:
             deadline = rc.bwd_before_s[i] + stall  # compute is late by the stalls so far
@@ -220,11 +246,17 @@ def simulate(graph: LivenessGraph, cost: CostModel, assignment: Assignment, *,
             events += 1
         # The region's residuals die with its backward trips, when the program order is known
         # (one place per region); merged regions may interleave, so theirs wait to the end.
-        freed = rc.multiplicity * dev_b + sum(cands[i].nbytes for i, d in kept.items()
-                                              if d == "save" and cands[i].loop_invariant)
+        freed = rc.multiplicity * dev_b + sum(
+            cands[i].nbytes for i, d in kept.items() if d == "save" and cands[i].loop_invariant
+        )
         if in_order:
             device -= freed
         else:
             deferred += freed
-    return SimulationResult(peak_bytes=int(peak), host_peak_bytes=int(host_peak), step_s=time_s,
-                            recomputed=recomputed, events=events)
+    return SimulationResult(
+        peak_bytes=int(peak),
+        host_peak_bytes=int(host_peak),
+        step_s=time_s,
+        recomputed=recomputed,
+        events=events,
+    )

@@ -29,8 +29,14 @@ from planner._src.errors import InfeasibleBudgetError, SolverError
 from planner._src.graph import LivenessGraph, class_key
 from planner._src.types import Assignment, Solution, SolverOptions
 
-__all__ = ["Solution", "SolverOptions", "check_solution", "min_feasible_bytes",
-           "min_peak_assignment", "solve_assignment"]
+__all__ = [
+    "Solution",
+    "SolverOptions",
+    "check_solution",
+    "min_feasible_bytes",
+    "min_peak_assignment",
+    "solve_assignment",
+]
 
 KIB = 1024
 NS = 1e9  # nanoseconds per second
@@ -47,8 +53,13 @@ def _ns(t: float) -> int:
 class _Model:
     """The CP-SAT model for one (graph, cost model, budget)."""
 
-    def __init__(self, graph: LivenessGraph, cost: CostModel, budget_bytes: float | None,
-                 uniform: bool = False):
+    def __init__(
+        self,
+        graph: LivenessGraph,
+        cost: CostModel,
+        budget_bytes: float | None,
+        uniform: bool = False,
+    ):
         m = self.cp = cp_model.CpModel()
         decisions = ("save", "remat", "offload") if cost.allow_offload else ("save", "remat")
         self.decisions = decisions
@@ -98,7 +109,9 @@ class _Model:
             need = {}
             for c in cands:
                 if c.index in possible:
-                    need[c.index] = 1 if c.needed else m.NewBoolVar(f"need[{rg.region.id},{c.index}]")
+                    need[c.index] = (
+                        1 if c.needed else m.NewBoolVar(f"need[{rg.region.id},{c.index}]")
+                    )
             # Remat dependency: need[u] >= need[v] AND remat[v] for each input u of v.
             for c in cands:
                 if c.index not in need:
@@ -125,7 +138,7 @@ class _Model:
                     return n if x else 0
                 if isinstance(n, int):
                     return x if n else 0
-                y = m.NewBoolVar(f"both[{rg.region.id},{c.index},{d}]")
+                y = m.NewBoolVar(f"both[{c.index},{d}]")
                 m.Add(y >= n + x - 1)
                 m.Add(y <= n)
                 m.Add(y <= x)
@@ -187,10 +200,16 @@ class _Model:
             starts = offloads if link_share > 0 else offloads[:1]
             for k, (u, _) in enumerate(starts):
                 tail = offloads[k:] if link_share > 0 else offloads
-                m.Add(exposed_fwd >= sum(_ns(rc.d2h_s[v]) * o for v, o in tail)
-                      - _ns(link_share * rc.fwd_after_s[u]))
-                m.Add(exposed_bwd >= sum(_ns(rc.h2d_s[v]) * o for v, o in tail)
-                      - _ns(link_share * rc.bwd_before_s[u]))
+                m.Add(
+                    exposed_fwd
+                    >= sum(_ns(rc.d2h_s[v]) * o for v, o in tail)
+                    - _ns(link_share * rc.fwd_after_s[u])
+                )
+                m.Add(
+                    exposed_bwd
+                    >= sum(_ns(rc.h2d_s[v]) * o for v, o in tail)
+                    - _ns(link_share * rc.bwd_before_s[u])
+                )
             # need_in[u]: a region input the scan stacks is kept when the backward pass reads
             # it or a needed recompute does.
             stacked_inputs = []
@@ -200,8 +219,9 @@ class _Model:
                 if inp.needed:
                     stacked_inputs.append(_kib_up(inp.nbytes))
                     continue
-                readers = [c for c in cands
-                           if inp.index in rg.reads_inputs(c.index) and c.index in need]
+                readers = [
+                    c for c in cands if inp.index in rg.reads_inputs(c.index) and c.index in need
+                ]
                 if not readers:
                     continue
                 n_in = m.NewBoolVar(f"need_in[{rg.region.id},{inp.index}]")
@@ -222,7 +242,7 @@ class _Model:
         fixed = _kib_up(cost.fixed_bytes)
         ordered = regions_in_order(graph)  # else every region's residuals at every k
         for k in range(len(ws_terms)):
-            held = residual_terms[:k + 1] if ordered else residual_terms
+            held = residual_terms[: k + 1] if ordered else residual_terms
             m.Add(self.peak_kib >= fixed + sum(held) + ws_terms[k])
         if budget_bytes is not None:
             m.Add(self.peak_kib <= int(budget_bytes // KIB))
@@ -236,14 +256,15 @@ class _Model:
         # Phase 4's objective: the device residual bytes, each weighted by n + its forward
         # position (n candidates in its region), so that of two equally large tensors the
         # earlier is kept, alike in every region and layer group.
-        self.residual_kib = sum(residual_terms) * (1 + max(
-            (len(rg.region.candidates) for rg in graph.regions), default=0)) + sum(tie_terms)
+        self.residual_kib = sum(residual_terms) * (
+            1 + max((len(rg.region.candidates) for rg in graph.regions), default=0)
+        ) + sum(tie_terms)
         self.base_ns = _ns(cost.base_step_s)
         self.num_variables = len(m.Proto().variables)
         self.wall_stopped = False
 
     def hint_all_remat(self):
-        for (k, d), v in self.choose.items():
+        for (_, d), v in self.choose.items():
             self.cp.AddHint(v, 1 if d == "remat" else 0)
 
     def run(self, objective, opts: SolverOptions, time_limit: float):
@@ -263,8 +284,10 @@ class _Model:
         s.parameters.random_seed = opts.seed
         s.parameters.linearization_level = opts.linearization_level
         status = s.Solve(self.cp)
-        if (status in (cp_model.FEASIBLE, cp_model.UNKNOWN)
-                and s.WallTime() >= 0.99 * s.parameters.max_time_in_seconds):
+        if (
+            status in (cp_model.FEASIBLE, cp_model.UNKNOWN)
+            and s.WallTime() >= 0.99 * s.parameters.max_time_in_seconds
+        ):
             self.wall_stopped = True
         return s, status
 
@@ -276,15 +299,18 @@ class _Model:
         return Assignment.of(out)
 
 
-def min_peak_assignment(graph: LivenessGraph, cost: CostModel,
-                        opts: SolverOptions) -> tuple[Assignment, float]:
+def min_peak_assignment(
+    graph: LivenessGraph, cost: CostModel, opts: SolverOptions
+) -> tuple[Assignment, float]:
     """The assignment with the smallest predicted peak, and the proved lower bound on any peak."""
     mod = _Model(graph, cost, None)
     mod.hint_all_remat()
     s, status = mod.run(mod.peak_kib, opts, opts.time_limit_s)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise SolverError("CP-SAT found no assignment at all, even without a budget: "
-                          f"status {s.StatusName(status)}. This is a planner bug; please report it.")
+        raise SolverError(
+            "CP-SAT found no assignment at all, even without a budget: "
+            f"status {s.StatusName(status)}. This is a planner bug; please report it."
+        )
     # The proved lower bound is the honest "no plan goes below this" figure.
     return mod.assignment(s), float(s.BestObjectiveBound() * KIB)
 
@@ -294,8 +320,14 @@ def min_feasible_bytes(graph: LivenessGraph, cost: CostModel, opts: SolverOption
     return min_peak_assignment(graph, cost, opts)[1]
 
 
-def solve_assignment(graph: LivenessGraph, cost: CostModel, budget_bytes: float,
-                     opts: SolverOptions = SolverOptions(), *, uniform: bool = False) -> Solution:
+def solve_assignment(
+    graph: LivenessGraph,
+    cost: CostModel,
+    budget_bytes: float,
+    opts: SolverOptions = SolverOptions(),
+    *,
+    uniform: bool = False,
+) -> Solution:
     """Fastest predicted assignment within ``budget_bytes``; raises if none fits.
 
     ``uniform=True`` ties the layer groups' decisions together (one policy for every group).
@@ -308,8 +340,9 @@ def solve_assignment(graph: LivenessGraph, cost: CostModel, budget_bytes: float,
         # The stronger relaxation can spend a short limit before any solution on a large
         # model (2,000 candidates at 0.5 deterministic s); the default one finds a first plan
         # sooner. Still deterministic: the same inputs take the same path.
-        s, status = mod.run(mod.extra_ns, dataclasses.replace(opts, linearization_level=1),
-                            opts.time_limit_s)
+        s, status = mod.run(
+            mod.extra_ns, dataclasses.replace(opts, linearization_level=1), opts.time_limit_s
+        )
     if status == cp_model.INFEASIBLE:
         need = min_feasible_bytes(graph, cost, opts)
         raise InfeasibleBudgetError(
@@ -321,12 +354,15 @@ def solve_assignment(graph: LivenessGraph, cost: CostModel, budget_bytes: float,
             f"Fix: pass hbm_gb >= {math.ceil(need / 1e6) / 1000:.3f}, or shrink what is fixed "
             "(smaller batch per device, shard parameters and optimizer state, donate the "
             "train state with donate_argnums).",
-            budget_bytes=budget_bytes, min_feasible_bytes=need)
+            budget_bytes=budget_bytes,
+            min_feasible_bytes=need,
+        )
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise SolverError(
             f"CP-SAT stopped with status {s.StatusName(status)} before finding any plan in "
             f"{opts.time_limit_s:g} deterministic s.\nFix: raise solver_time_limit_s, or give fewer "
-            "classes (name the tensors that matter with checkpoint_name).")
+            "classes (name the tensors that matter with checkpoint_name)."
+        )
     first = s.ObjectiveValue()
     bound = s.BestObjectiveBound()
     phase1_status = status
@@ -341,12 +377,11 @@ def solve_assignment(graph: LivenessGraph, cost: CostModel, budget_bytes: float,
     # deterministic time budget, so the answer does not depend on the machine's load.
     final = s
     mod.cp.Add(mod.extra_ns <= int(first))
-    for objective, keep in ((mod.host_kib, True), (mod.peak_kib, True),
-                            (mod.residual_kib, False)):
+    for objective, keep in ((mod.host_kib, True), (mod.peak_kib, True), (mod.residual_kib, False)):
         if isinstance(objective, int):  # nothing can be offloaded
             continue
         mod.cp.ClearHints()
-        for (k, d), v in mod.choose.items():
+        for v in mod.choose.values():
             mod.cp.AddHint(v, final.Value(v))
         s2, status2 = mod.run(objective, opts, opts.time_limit_s)
         if status2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -360,10 +395,13 @@ def solve_assignment(graph: LivenessGraph, cost: CostModel, budget_bytes: float,
     return Solution(
         assignment=assignment,
         status="OPTIMAL" if phase1_status == cp_model.OPTIMAL else "FEASIBLE",
-        objective_s=obj_s, bound_s=bound_s,
+        objective_s=obj_s,
+        bound_s=bound_s,
         gap=0.0 if obj_s <= 0 else max(0.0, (obj_s - bound_s) / obj_s),
-        wall_s=time.perf_counter() - t0, num_classes=len(graph.classes),
-        num_variables=mod.num_variables, budget_bytes=int(budget_bytes),
+        wall_s=time.perf_counter() - t0,
+        num_classes=len(graph.classes),
+        num_variables=mod.num_variables,
+        budget_bytes=int(budget_bytes),
         reproducible=not mod.wall_stopped,
     )
 
@@ -374,8 +412,12 @@ def check_solution(graph: LivenessGraph, cost: CostModel, sol: Solution) -> None
     slack = KIB * (1 + sum(len(r.region.candidates) for r in graph.regions))
     # slack: the solver rounds each term up to whole KiB, at most one KiB per candidate.
     if p.peak_bytes > sol.budget_bytes + slack:
-        raise SolverError(f"internal check failed: solver plan peaks at {p.peak_bytes} bytes "
-                          f"over its budget {sol.budget_bytes}; please report this bug")
+        raise SolverError(
+            f"internal check failed: solver plan peaks at {p.peak_bytes} bytes "
+            f"over its budget {sol.budget_bytes}; please report this bug"
+        )
     if p.host_bytes > cost.host_cap_bytes + slack:
-        raise SolverError(f"internal check failed: solver plan puts {p.host_bytes} bytes in host "
-                          f"memory over the cap {cost.host_cap_bytes}; please report this bug")
+        raise SolverError(
+            f"internal check failed: solver plan puts {p.host_bytes} bytes in host "
+            f"memory over the cap {cost.host_cap_bytes}; please report this bug"
+        )

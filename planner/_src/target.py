@@ -66,8 +66,9 @@ import importlib.util
 import json
 import re
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, NamedTuple, Sequence
+from typing import Any, Literal, NamedTuple
 
 import jax
 import numpy as np
@@ -89,35 +90,69 @@ class TargetError(_ErrorBase):
 
 # ------------------------------------------------------------------------------ the GPUs
 
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class _Gpu:
-    name: str                    # the hardware profile's name (cost_models/profiles/<name>.json)
-    label: str                   # how figures name it: "XLA:GPU for <label> (deviceless)"
-    spec_file: str | None        # cost_models/targets/<set>/<spec_file>; None: derived
-    device_kind: str             # regex matched against a local device's device_kind
-    devices_per_host: int        # default topology: hosts of this many GPUs
+    name: str  # the hardware profile's name (cost_models/profiles/<name>.json)
+    label: str  # how figures name it: "XLA:GPU for <label> (deviceless)"
+    spec_file: str | None  # cost_models/targets/<set>/<spec_file>; None: derived
+    device_kind: str  # regex matched against a local device's device_kind
+    devices_per_host: int  # default topology: hosts of this many GPUs
     hosts_per_partition: int = 1  # ... and NVLink partitions of this many hosts
     aliases: tuple[str, ...] = ()
     derived_from: str | None = None  # a spec of another GPU with this GPU's memory (see README)
 
 
 _GPUS: tuple[_Gpu, ...] = (
-    _Gpu(name="h100-sxm", label="H100 SXM", spec_file="h100_sxm.txtpb",
-         device_kind=r"(?<![A-Z])H100\b(?!.*\b(PCIe|NVL)\b)", devices_per_host=8,
-         aliases=("h100", "h100_sxm", "h100sxm")),
-    _Gpu(name="h100-pcie", label="H100 PCIe", spec_file="h100_pcie.txtpb",
-         device_kind=r"(?<![A-Z])H100\b.*\bPCIe\b", devices_per_host=8,
-         aliases=("h100_pcie", "h100pcie")),
-    _Gpu(name="h200", label="H200", spec_file="h200.txtpb",
-         device_kind=r"(?<![A-Z])H200\b", devices_per_host=8, aliases=("h200-sxm", "h200_sxm")),
-    _Gpu(name="b200", label="B200", spec_file="b200.txtpb",
-         device_kind=r"(?<![A-Z])B200\b", devices_per_host=8),
-    _Gpu(name="gb200", label="GB200", spec_file="gb200.txtpb",
-         device_kind=r"\bGB200\b", devices_per_host=4, hosts_per_partition=18),
+    _Gpu(
+        name="h100-sxm",
+        label="H100 SXM",
+        spec_file="h100_sxm.txtpb",
+        device_kind=r"(?<![A-Z])H100\b(?!.*\b(PCIe|NVL)\b)",
+        devices_per_host=8,
+        aliases=("h100", "h100_sxm", "h100sxm"),
+    ),
+    _Gpu(
+        name="h100-pcie",
+        label="H100 PCIe",
+        spec_file="h100_pcie.txtpb",
+        device_kind=r"(?<![A-Z])H100\b.*\bPCIe\b",
+        devices_per_host=8,
+        aliases=("h100_pcie", "h100pcie"),
+    ),
+    _Gpu(
+        name="h200",
+        label="H200",
+        spec_file="h200.txtpb",
+        device_kind=r"(?<![A-Z])H200\b",
+        devices_per_host=8,
+        aliases=("h200-sxm", "h200_sxm"),
+    ),
+    _Gpu(
+        name="b200",
+        label="B200",
+        spec_file="b200.txtpb",
+        device_kind=r"(?<![A-Z])B200\b",
+        devices_per_host=8,
+    ),
+    _Gpu(
+        name="gb200",
+        label="GB200",
+        spec_file="gb200.txtpb",
+        device_kind=r"\bGB200\b",
+        devices_per_host=4,
+        hosts_per_partition=18,
+    ),
     # XLA has no GH200 spec: its GPU is an H100 (GH100, 132 SMs, sm_90a) with 96 GB of HBM3;
     # the H100 SXM spec with that memory (cost_models/targets/README.md, "GH200").
-    _Gpu(name="gh200", label="GH200", spec_file=None, derived_from="h100-sxm",
-         device_kind=r"\bGH200\b", devices_per_host=1),
+    _Gpu(
+        name="gh200",
+        label="GH200",
+        spec_file=None,
+        derived_from="h100-sxm",
+        device_kind=r"\bGH200\b",
+        devices_per_host=1,
+    ),
 )
 
 # GH200, 96 GB HBM3 version: the figures cost_models/profiles/gh200.json cites (NVIDIA GH200
@@ -137,10 +172,12 @@ def _gpu(name: str) -> _Gpu:
         f"No GPU target config is known for {name!r}.\n"
         f"Why: deviceless compiles need XLA's description of the GPU (a GpuTargetConfigProto); "
         f"the planner carries them for {known} (cost_models/targets/README.md).\n"
-        f"Fix: pass one of those names, or None for a CPU profile.")
+        f"Fix: pass one of those names, or None for a CPU profile."
+    )
 
 
 # ----------------------------------------------------------------------- the target
+
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class CompilerTarget:
@@ -151,19 +188,19 @@ class CompilerTarget:
     """
 
     kind: Literal["deviceless", "local"]
-    platform: str                 # "cuda" for a GPU target; the local backend's otherwise
-    description: str              # the label of every figure
-    exact: bool                   # the compiler is the target's own
-    gpu_name: str | None          # the profile's GPU ("h200"), None for a CPU profile
-    how_to_get_exact: str = ""    # for the report when not exact
+    platform: str  # "cuda" for a GPU target; the local backend's otherwise
+    description: str  # the label of every figure
+    exact: bool  # the compiler is the target's own
+    gpu_name: str | None  # the profile's GPU ("h200"), None for a CPU profile
+    how_to_get_exact: str = ""  # for the report when not exact
     num_devices: int = 1
-    topology: str | None = None   # "<partitions>x<hosts per partition>x<devices per host>"
-    device_kind: str | None = None         # "NVIDIA H200 141GB HBM3e"
+    topology: str | None = None  # "<partitions>x<hosts per partition>x<devices per host>"
+    device_kind: str | None = None  # "NVIDIA H200 141GB HBM3e"
     compute_capability: str | None = None  # "9.0"
     jaxlib_version: str = ""
-    spec_path: str | None = None    # the target config file, relative to the repository
+    spec_path: str | None = None  # the target config file, relative to the repository
     spec_source: str | None = None  # where that text comes from (commit and path)
-    caveats: tuple[str, ...] = ()   # what this compiler does not model
+    caveats: tuple[str, ...] = ()  # what this compiler does not model
     target_config: str | None = dataclasses.field(default=None, repr=False)
 
 
@@ -200,9 +237,10 @@ def cuda_plugin() -> str | None:
 def _how_to_install(g: _Gpu, version: str) -> str:
     return (
         f'pip install -e ".[cuda]" (the CUDA PJRT plugin matching jaxlib {version}, '
-        f'jax-cuda13-plugin[with-cuda]=={version}: XLA:GPU and NVIDIA\'s CUDA, cuDNN and NCCL '
+        f"jax-cuda13-plugin[with-cuda]=={version}: XLA:GPU and NVIDIA's CUDA, cuDNN and NCCL "
         f"wheels, about 4 GB; no GPU or driver needed), then plan again: the figures then come "
-        f"from XLA:GPU for {g.label} (deviceless)")
+        f"from XLA:GPU for {g.label} (deviceless)"
+    )
 
 
 def _local_devices():
@@ -214,7 +252,7 @@ def _local_devices():
 
 def _local_description(devices, g: _Gpu | None) -> str:
     if not devices or devices[0].platform == "cpu":
-        return ("XLA:CPU" if g is None else "XLA:CPU (another backend: an estimate)")
+        return "XLA:CPU" if g is None else "XLA:CPU (another backend: an estimate)"
     kind = devices[0].device_kind
     if g is None:
         platform = devices[0].platform.upper()
@@ -224,8 +262,9 @@ def _local_description(devices, g: _Gpu | None) -> str:
     return f"XLA:GPU on this device ({kind}, not a {g.label}: an estimate)"
 
 
-def resolve(gpu: str | None, *, num_devices: int = 1,
-            topology: str | None = None) -> CompilerTarget:
+def resolve(
+    gpu: str | None, *, num_devices: int = 1, topology: str | None = None
+) -> CompilerTarget:
     """The compiler for a hardware profile's GPU ``gpu`` ("h200", ...; None for CPU profiles).
 
     * this machine's backend, exact, when it has ``num_devices`` devices that are that GPU;
@@ -237,38 +276,64 @@ def resolve(gpu: str | None, *, num_devices: int = 1,
     :class:`TargetError` only for a GPU with no target config at all, or a bad count.
     """
     if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
-        raise TargetError(f"num_devices must be an int >= 1 (the devices the step is "
-                          f"partitioned over), got {num_devices!r}.")
+        raise TargetError(
+            f"num_devices must be an int >= 1 (the devices the step is "
+            f"partitioned over), got {num_devices!r}."
+        )
     devices = _local_devices()
     local_platform = devices[0].platform if devices else "cpu"
     version = _jaxlib_version()
     if gpu is None:
         return CompilerTarget(
-            kind="local", platform=local_platform, description=_local_description(devices, None),
-            exact=local_platform == "cpu", gpu_name=None, num_devices=num_devices,
+            kind="local",
+            platform=local_platform,
+            description=_local_description(devices, None),
+            exact=local_platform == "cpu",
+            gpu_name=None,
+            num_devices=num_devices,
             jaxlib_version=version,
-            how_to_get_exact="" if local_platform == "cpu" else
-            "plan a CPU profile on a CPU backend (JAX_PLATFORMS=cpu)")
+            how_to_get_exact=""
+            if local_platform == "cpu"
+            else "plan a CPU profile on a CPU backend (JAX_PLATFORMS=cpu)",
+        )
     g = _gpu(gpu)
     spec = _spec_for(g, version)  # raises only when no jaxlib has a config for g
 
     def inexact(why: str, fix: str) -> CompilerTarget:
         return CompilerTarget(
-            kind="local", platform=local_platform, description=_local_description(devices, g),
-            exact=False, gpu_name=g.name, num_devices=num_devices, jaxlib_version=version,
-            how_to_get_exact=f"{why}. Fix: {fix}")
+            kind="local",
+            platform=local_platform,
+            description=_local_description(devices, g),
+            exact=False,
+            gpu_name=g.name,
+            num_devices=num_devices,
+            jaxlib_version=version,
+            how_to_get_exact=f"{why}. Fix: {fix}",
+        )
 
-    if (devices and devices[0].platform == "gpu" and len(devices) >= num_devices
-            and re.search(g.device_kind, devices[0].device_kind)):
+    if (
+        devices
+        and devices[0].platform == "gpu"
+        and len(devices) >= num_devices
+        and re.search(g.device_kind, devices[0].device_kind)
+    ):
         return CompilerTarget(
-            kind="local", platform=local_platform, description=_local_description(devices, g),
-            exact=True, gpu_name=g.name, num_devices=num_devices, jaxlib_version=version,
+            kind="local",
+            platform=local_platform,
+            description=_local_description(devices, g),
+            exact=True,
+            gpu_name=g.name,
+            num_devices=num_devices,
+            jaxlib_version=version,
             device_kind=devices[0].device_kind,
-            compute_capability=getattr(devices[0], "compute_capability", None))
+            compute_capability=getattr(devices[0], "compute_capability", None),
+        )
     if cuda_plugin() is None:
-        return inexact(f"The figures come from {_local_description(devices, g).split(' (')[0]}, "
-                       f"not XLA:GPU for {g.label}: the CUDA plugin is not installed",
-                       _how_to_install(g, version))
+        return inexact(
+            f"The figures come from {_local_description(devices, g).split(' (')[0]}, "
+            f"not XLA:GPU for {g.label}: the CUDA plugin is not installed",
+            _how_to_install(g, version),
+        )
     if spec is None:
         recorded = ", ".join(_recorded_versions(g)) or "none"
         return inexact(
@@ -276,7 +341,8 @@ def resolve(gpu: str | None, *, num_devices: int = 1,
             f"{recorded}); an unknown field in a target config is a hard error, so a config of "
             f"another jaxlib is not used",
             f"install one of those jaxlib versions with its CUDA plugin, or add XLA's specs at "
-            f"jaxlib {version}'s XLA commit under cost_models/targets/ (its README says how)")
+            f"jaxlib {version}'s XLA commit under cost_models/targets/ (its README says how)",
+        )
     topo = topology or _default_topology(g, num_devices)
     text, spec_path, spec_source = spec
     try:
@@ -287,19 +353,31 @@ def resolve(gpu: str | None, *, num_devices: int = 1,
             f"({str(e)[:200]}): without JAX_PLATFORMS=cpu the plugin first checks the CUDA "
             f"libraries against an NVIDIA driver, and on a machine without one that check fails",
             "start Python with JAX_PLATFORMS=cpu (the plugin then registers for compiling "
-            "only), or with JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1; both before JAX starts")
+            "only), or with JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1; both before JAX starts",
+        )
     except Exception as e:  # the plugin is there but cannot make the topology: say why
-        return inexact(f"The CUDA plugin ({cuda_plugin()}) could not build a {g.label} topology "
-                       f"{topo}: {type(e).__name__}: {str(e)[:300]}",
-                       f"check that the plugin matches jaxlib {version} "
-                       f"({_how_to_install(g, version)})")
+        return inexact(
+            f"The CUDA plugin ({cuda_plugin()}) could not build a {g.label} topology "
+            f"{topo}: {type(e).__name__}: {str(e)[:300]}",
+            f"check that the plugin matches jaxlib {version} ({_how_to_install(g, version)})",
+        )
     kind = _field(text, "device_description_str") or _field(text, "name")
     return CompilerTarget(
-        kind="deviceless", platform="cuda", description=f"XLA:GPU for {g.label} (deviceless)",
-        exact=True, gpu_name=g.name, num_devices=num_devices, topology=topo, device_kind=kind,
-        compute_capability=_compute_capability(text), jaxlib_version=version,
-        spec_path=spec_path, spec_source=spec_source, caveats=_DEVICELESS_CAVEATS,
-        target_config=text)
+        kind="deviceless",
+        platform="cuda",
+        description=f"XLA:GPU for {g.label} (deviceless)",
+        exact=True,
+        gpu_name=g.name,
+        num_devices=num_devices,
+        topology=topo,
+        device_kind=kind,
+        compute_capability=_compute_capability(text),
+        jaxlib_version=version,
+        spec_path=spec_path,
+        spec_source=spec_source,
+        caveats=_DEVICELESS_CAVEATS,
+        target_config=text,
+    )
 
 
 def _default_topology(g: _Gpu, n: int) -> str:
@@ -310,13 +388,15 @@ def _default_topology(g: _Gpu, n: int) -> str:
         raise TargetError(
             f"{n} devices do not fill whole {g.label} hosts of {per_host} GPUs.\n"
             f"Fix: use a multiple of {per_host} devices, or pass topology="
-            f"'<partitions>x<hosts per partition>x<devices per host>' to resolve().")
+            f"'<partitions>x<hosts per partition>x<devices per host>' to resolve()."
+        )
     hosts = n // per_host
     hpp = g.hosts_per_partition if hosts % g.hosts_per_partition == 0 else 1
     return f"{hosts // hpp}x{hpp}x{per_host}"
 
 
 # ------------------------------------------------------------------- target config files
+
 
 def _targets_dir() -> Path:
     try:
@@ -350,8 +430,10 @@ def _spec_for(g: _Gpu, version: str) -> tuple[str, str, str] | None:
     ``version``; None when it is recorded for other jaxlib versions only. Raises when no
     version has one (which the GPU table makes impossible unless the files are missing)."""
     if not _recorded_versions(g):
-        raise TargetError(f"cost_models/targets/index.json lists no target config for "
-                          f"{g.name}; the files are missing from this install.")
+        raise TargetError(
+            f"cost_models/targets/index.json lists no target config for "
+            f"{g.name}; the files are missing from this install."
+        )
     base = _gpu(g.derived_from) if g.derived_from else g
     for s in _sets_for(version):
         if base.spec_file in s["files"]:
@@ -359,8 +441,12 @@ def _spec_for(g: _Gpu, version: str) -> tuple[str, str, str] | None:
             text = (_targets_dir() / s["dir"] / base.spec_file).read_text(encoding="utf-8")
             source = s["files"][base.spec_file]
             if g.derived_from:  # the base GPU's file, with this GPU's memory (README: GH200)
-                return (_derive_gh200(text), rel, f"{source}, with GH200's memory "
-                        "(cost_models/profiles/gh200.json; cost_models/targets/README.md)")
+                return (
+                    _derive_gh200(text),
+                    rel,
+                    f"{source}, with GH200's memory "
+                    "(cost_models/profiles/gh200.json; cost_models/targets/README.md)",
+                )
             return text, rel, source
     return None
 
@@ -404,7 +490,8 @@ def _topology(text: str, topology: str):
             from jax.experimental import topologies
 
             _topologies[key] = topologies.get_topology_desc(
-                platform="cuda", target_config=text, topology=topology)
+                platform="cuda", target_config=text, topology=topology
+            )
         return _topologies[key]
 
 
@@ -418,8 +505,13 @@ def target_mesh(target: CompilerTarget, mesh) -> Mesh:
     """``mesh`` (a ``Mesh`` of this machine's devices or an ``AbstractMesh``) on the target's
     devices: the same axis names, sizes and axis types."""
     shape, names = tuple(mesh.shape.values()), tuple(mesh.shape.keys())
-    return _mesh(target, shape, names, getattr(mesh, "axis_types", None),
-                 f"The step's mesh {dict(mesh.shape)}")
+    return _mesh(
+        target,
+        shape,
+        names,
+        getattr(mesh, "axis_types", None),
+        f"The step's mesh {dict(mesh.shape)}",
+    )
 
 
 def _mesh(target: CompilerTarget, shape: tuple, names: tuple, axis_types, what: str) -> Mesh:
@@ -427,15 +519,17 @@ def _mesh(target: CompilerTarget, shape: tuple, names: tuple, axis_types, what: 
     if size != target.num_devices:
         raise TargetError(
             f"{what} has {size} devices, the target ({target.description}) "
-            f"{target.num_devices}.\nFix: resolve the target with num_devices={size}.")
+            f"{target.num_devices}.\nFix: resolve the target with num_devices={size}."
+        )
     key = (target.target_config, target.topology, shape, names, tuple(axis_types or ()))
     with _cache_lock:
         if key in _meshes:
             return _meshes[key]
     from jax.experimental import topologies
 
-    devices = topologies.make_mesh(_topology(target.target_config, target.topology),
-                                   shape, names).devices
+    devices = topologies.make_mesh(
+        _topology(target.target_config, target.topology), shape, names
+    ).devices
     out = Mesh(devices, names, axis_types=tuple(axis_types)) if axis_types else Mesh(devices, names)
     with _cache_lock:
         return _meshes.setdefault(key, out)
@@ -452,17 +546,22 @@ def _replicated(target: CompilerTarget, memory_kind: str | None):
 def _on_target(target: CompilerTarget, sharding, what: str):
     """``sharding`` (this machine's, or None) as the same placement on the target."""
     memory_kind = getattr(sharding, "memory_kind", None)
-    if (sharding is None or isinstance(sharding, SingleDeviceSharding)
-            or (isinstance(sharding, NamedSharding) and getattr(sharding.mesh, "empty", False))):
+    if (
+        sharding is None
+        or isinstance(sharding, SingleDeviceSharding)
+        or (isinstance(sharding, NamedSharding) and getattr(sharding.mesh, "empty", False))
+    ):
         # no placement (an aval's sharding on JAX 0.12 names the empty mesh): replicated
         return _replicated(target, memory_kind)
     if isinstance(sharding, NamedSharding):
-        return NamedSharding(target_mesh(target, sharding.mesh), sharding.spec,
-                             memory_kind=memory_kind)
+        return NamedSharding(
+            target_mesh(target, sharding.mesh), sharding.spec, memory_kind=memory_kind
+        )
     raise TargetError(
         f"{what} has a {type(sharding).__name__}, which cannot be moved onto "
         f"{target.description}.\nFix: give it a jax.sharding.NamedSharding (a mesh and a "
-        f"PartitionSpec), or no sharding.")
+        f"PartitionSpec), or no sharding."
+    )
 
 
 def args_for(target: CompilerTarget, example_args: Any) -> Any:
@@ -478,13 +577,21 @@ def args_for(target: CompilerTarget, example_args: Any) -> Any:
         path = jax.tree_util.keystr(key)
         if not (hasattr(x, "shape") and hasattr(x, "dtype")):
             x = jax.typeof(x) if hasattr(jax, "typeof") else jax.numpy.asarray(x)
-        out.append(jax.ShapeDtypeStruct(
-            tuple(x.shape), x.dtype, weak_type=bool(getattr(x, "weak_type", False)),
-            sharding=_on_target(target, getattr(x, "sharding", None), f"argument {path or '0'}")))
+        out.append(
+            jax.ShapeDtypeStruct(
+                tuple(x.shape),
+                x.dtype,
+                weak_type=bool(getattr(x, "weak_type", False)),
+                sharding=_on_target(
+                    target, getattr(x, "sharding", None), f"argument {path or '0'}"
+                ),
+            )
+        )
     return jax.tree.unflatten(tree, out)
 
 
 # --------------------------------------------------- the scope of a deviceless compile
+
 
 class _Scope(NamedTuple):
     target: CompilerTarget
@@ -492,7 +599,8 @@ class _Scope(NamedTuple):
 
 
 _active: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
-    "planner_compiler_target", default=None)
+    "planner_compiler_target", default=None
+)
 
 
 def _capability(text: str) -> tuple[int, int]:
@@ -513,8 +621,12 @@ def _make_capability_check(name: str, original: Callable[[str], bool]) -> Callab
         if scope is None:
             return original(capability)
         wanted = _capability(capability)
-        return scope.capability >= wanted if name == "check_compute_capability" \
+        return (
+            scope.capability >= wanted
+            if name == "check_compute_capability"
             else scope.capability == wanted
+        )
+
     check.__name__ = name
     check._planner_original = original  # type: ignore[attr-defined]
     return check
@@ -525,9 +637,11 @@ def _make_capability_check(name: str, original: Callable[[str], bool]) -> Callab
 # with_sharding_constraint; jax/_src/dispatch.py device_put_p, from jax.device_put inside a
 # step; jax/_src/shard_map.py shard_map_p's mesh). Wrapping the instance's ``bind`` (as the
 # planner's JAX adapter does for remat_p) lets the parameters be moved onto the target mesh.
-_SHARDING_PRIMITIVES = (("jax._src.pjit", "sharding_constraint_p"),
-                        ("jax._src.dispatch", "device_put_p"),
-                        ("jax._src.shard_map", "shard_map_p"))
+_SHARDING_PRIMITIVES = (
+    ("jax._src.pjit", "sharding_constraint_p"),
+    ("jax._src.dispatch", "device_put_p"),
+    ("jax._src.shard_map", "shard_map_p"),
+)
 
 
 def _internal(module: str, name: str):
@@ -538,16 +652,21 @@ def _internal(module: str, name: str):
         raise RuntimeError(
             f"planner/_src/target.py needs the JAX internal {module}.{name}, which JAX "
             f"{jax.__version__} does not have ({e}); see tests/test_target.py::"
-            f"test_jax_internals_are_where_the_module_expects_them") from e
+            f"test_jax_internals_are_where_the_module_expects_them"
+        ) from e
 
 
 def _translate(scope: _Scope, value):
     """``value`` with every sharding / mesh of this machine's devices moved onto the target."""
     target = scope.target
-    if isinstance(value, NamedSharding) and isinstance(value.mesh, Mesh) \
-            and _foreign(value.mesh.devices.flat[0]):
-        return NamedSharding(target_mesh(target, value.mesh), value.spec,
-                             memory_kind=value.memory_kind)
+    if (
+        isinstance(value, NamedSharding)
+        and isinstance(value.mesh, Mesh)
+        and _foreign(value.mesh.devices.flat[0])
+    ):
+        return NamedSharding(
+            target_mesh(target, value.mesh), value.spec, memory_kind=value.memory_kind
+        )
     if isinstance(value, SingleDeviceSharding) and _foreign(next(iter(value.device_set))):
         return _replicated(target, value.memory_kind)
     if isinstance(value, Mesh) and value.devices.size and _foreign(value.devices.flat[0]):
@@ -567,6 +686,7 @@ def _make_bind(original: Callable) -> Callable:
         if scope is not None:
             params = {k: _translate(scope, v) for k, v in params.items()}
         return original(*args, **params)
+
     bind._planner_original = original  # type: ignore[attr-defined]
     return bind
 
@@ -642,19 +762,26 @@ def target_scope(target: CompilerTarget) -> Iterator[None]:
 
 # What jax.jit says when a step it traces or lowers mixes this machine's devices (or their
 # memory kinds) with the target's: a user's jit with in_shardings / out_shardings on a CPU mesh.
-_FOREIGN_DEVICE_ERRORS = ("incompatible devices", "Memory kinds passed to jax.jit",
-                          "device assignment")
+_FOREIGN_DEVICE_ERRORS = (
+    "incompatible devices",
+    "Memory kinds passed to jax.jit",
+    "device assignment",
+)
 
 
 class TargetProgram(NamedTuple):
     """One trace and its compile for a target."""
 
-    traced: Any    # jax.stages.Traced (.jaxpr: the traced program)
+    traced: Any  # jax.stages.Traced (.jaxpr: the traced program)
     compiled: Any  # jax.stages.Compiled
 
 
-def compile_traced(target: CompilerTarget, fn_to_trace: Callable, target_args: Sequence[Any],
-                   compiler_options: dict[str, Any] | None = None) -> TargetProgram:
+def compile_traced(
+    target: CompilerTarget,
+    fn_to_trace: Callable,
+    target_args: Sequence[Any],
+    compiler_options: dict[str, Any] | None = None,
+) -> TargetProgram:
     """Trace ``fn_to_trace(*target_args)`` once, lower and compile it for ``target``.
 
     ``fn_to_trace`` may be a plain function or one the user already ``jax.jit``-ed (its own
@@ -678,7 +805,8 @@ def compile_traced(target: CompilerTarget, fn_to_trace: Callable, target_args: S
                         f"needs its own: {str(e)[:400]}\nFix: pass the step un-jitted (or "
                         "jitted without in_shardings / out_shardings on concrete devices) and "
                         "give shardings as NamedSharding on a Mesh or as PartitionSpecs; "
-                        "args_for() places the arguments.") from e
+                        "args_for() places the arguments."
+                    ) from e
                 raise
             compiled = lowered.compile(compiler_options=dict(compiler_options or {}) or None)
         finally:
@@ -688,11 +816,12 @@ def compile_traced(target: CompilerTarget, fn_to_trace: Callable, target_args: S
 
 # ---------------------------------------------------------------------- the figures
 
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class TargetFigures:
     """``memory_analysis()`` of one compile (per device) and its HLO, with the compiler."""
 
-    compiler: str          # CompilerTarget.description
+    compiler: str  # CompilerTarget.description
     exact: bool
     argument_bytes: int
     output_bytes: int
@@ -716,9 +845,12 @@ def read_figures(target: CompilerTarget, compiled) -> TargetFigures:
     """The compiled figures the planner reads, labelled with the compiler that made them."""
     m = compiled.memory_analysis()
     return TargetFigures(
-        compiler=target.description, exact=target.exact,
-        argument_bytes=int(m.argument_size_in_bytes), output_bytes=int(m.output_size_in_bytes),
-        alias_bytes=int(m.alias_size_in_bytes), temp_bytes=int(m.temp_size_in_bytes),
+        compiler=target.description,
+        exact=target.exact,
+        argument_bytes=int(m.argument_size_in_bytes),
+        output_bytes=int(m.output_size_in_bytes),
+        alias_bytes=int(m.alias_size_in_bytes),
+        temp_bytes=int(m.temp_size_in_bytes),
         host_temp_bytes=int(getattr(m, "host_temp_size_in_bytes", 0) or 0),
         hlo_text=compiled.as_text() or "",
     )

@@ -38,13 +38,14 @@ import hashlib
 import math
 import re
 from collections import Counter
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-import cost_models as cm
 import jax
-from cost_models._cost import aval_size  # per-device elements, as cost_models counts them
 import numpy as np
 
+import cost_models as cm
+from cost_models._cost import aval_size  # per-device elements, as cost_models counts them
 from planner._src import hlo, policies, shard
 from planner._src import jax_adapter as adapter
 from planner._src.errors import NoCheckpointRegionError, TraceError, UnsupportedError
@@ -53,8 +54,6 @@ from planner._src.types import Candidate, CompiledFigures, Region, RegionInput, 
 # ----------------------------------------------------------------------------- helpers
 
 _nbytes = adapter.nbytes  # typed PRNG keys included (their dtype carries its itemsize)
-
-
 
 
 def _hlo_dtype(dtype) -> str | None:
@@ -70,7 +69,7 @@ def _hlo_dtype(dtype) -> str | None:
         return "bf16"
     for prefix, short in (("float8_", "f8"), ("float6_", "f6"), ("float4_", "f4")):
         if name.startswith(prefix):
-            return short + name[len(prefix):]
+            return short + name[len(prefix) :]
     m = re.fullmatch(r"(float|int|uint|complex)(\d+)", name)
     if m:
         return {"float": "f", "int": "s", "uint": "u", "complex": "c"}[m.group(1)] + m.group(2)
@@ -121,8 +120,11 @@ def residuals_xla_drops(avals: Sequence[Any], stacks: Counter) -> set[int]:
     dropped = set()
     for i in sorted(left, key=lambda i: -keys[i][1]):
         dtype, n = keys[i]
-        near = [k for k, c in pool.items() if c > 0 and k[0] == dtype and n > 0
-                and abs(k[1] - n) <= _STACK_SLACK * n]
+        near = [
+            k
+            for k, c in pool.items()
+            if c > 0 and k[0] == dtype and n > 0 and abs(k[1] - n) <= _STACK_SLACK * n
+        ]
         if near:
             pool[min(near, key=lambda k: abs(k[1] - n))] -= 1
         else:
@@ -190,8 +192,9 @@ def _observe_residual_sources(step_jaxpr, rid: int, n_res: int | None = None) ->
                 out.append("const")
             else:
                 outer = scan.invars[i]
-                out.append("stacked" if adapter.is_var(outer) and outer in scan_outs
-                           else "forwarded")
+                out.append(
+                    "stacked" if adapter.is_var(outer) and outer in scan_outs else "forwarded"
+                )
         return out
     return None
 
@@ -209,8 +212,13 @@ def _constraint_divisor(eqn) -> int | None:
     return shard.dims_divisor(shape, local)
 
 
-def _per_device(cands: list[Candidate], eqns: Sequence[Any],
-                inputs: tuple[RegionInput, ...], in_vars, index: "shard.HloIndex | None"):
+def _per_device(
+    cands: list[Candidate],
+    eqns: Sequence[Any],
+    inputs: tuple[RegionInput, ...],
+    in_vars,
+    index: shard.HloIndex | None,
+):
     """Candidates and region inputs with per-device bytes (module docstring, planner/shard.py);
     ``eqns[i]`` is candidate ``i``'s equation.
 
@@ -223,8 +231,10 @@ def _per_device(cands: list[Candidate], eqns: Sequence[Any],
     by a checkpoint_name, is partitioned like what reads it), until nothing changes; the
     rest keeps its global bytes (``unsharded (conservative)``)."""
     if index is None or index.num_partitions <= 1:
-        return ([dataclasses.replace(c, global_nbytes=c.nbytes) for c in cands],
-                tuple(dataclasses.replace(i, global_nbytes=i.nbytes) for i in inputs))
+        return (
+            [dataclasses.replace(c, global_nbytes=c.nbytes) for c in cands],
+            tuple(dataclasses.replace(i, global_nbytes=i.nbytes) for i in inputs),
+        )
     in_pos = {v: k for k, v in enumerate(in_vars)}
     key_count: dict[tuple, int] = {}
     for c in cands:
@@ -236,8 +246,15 @@ def _per_device(cands: list[Candidate], eqns: Sequence[Any],
         e = eqns[c.index]
         where = adapter.eqn_where(e)
         in_shapes = tuple(tuple(getattr(v.aval, "shape", ())) for v in e.invars)
-        m = shard.match_equation(index, c.primitive, where, c.shape, in_shapes, e.params,
-                                 sharers=key_count[(c.primitive, where)])
+        m = shard.match_equation(
+            index,
+            c.primitive,
+            where,
+            c.shape,
+            in_shapes,
+            e.params,
+            sharers=key_count[(c.primitive, where)],
+        )
         matches.append(m)
         for k, v in enumerate(e.invars):
             if adapter.is_var(v) and v in in_pos and m.operand_divisors[k]:
@@ -248,14 +265,19 @@ def _per_device(cands: list[Candidate], eqns: Sequence[Any],
         if c.primitive == "sharding_constraint" and _constraint_divisor(eqns[c.index]):
             found.append((_constraint_divisor(eqns[c.index]), "sharding-constraint"))
         elif m.divisor is not None:
-            found.append((m.divisor, "hlo (ambiguous)" if m.ambiguous else
-                          "hlo (reshaped)" if m.reshaped else "hlo"))
+            found.append(
+                (
+                    m.divisor,
+                    "hlo (ambiguous)" if m.ambiguous else "hlo (reshaped)" if m.reshaped else "hlo",
+                )
+            )
         else:
             found.append(None)
     # A region input's divisor: the smallest its readers' partitioned operands show.
     in_found: dict[int, tuple[int, str] | None] = {
         i.index: (min(input_divs[i.index]), "hlo") if i.index in input_divs else None
-        for i in inputs}
+        for i in inputs
+    }
     size = lambda v: math.prod(getattr(v.aval, "shape", ()))
     readers: dict[Any, list[int]] = {}
     for j, c in enumerate(cands):
@@ -270,8 +292,12 @@ def _per_device(cands: list[Candidate], eqns: Sequence[Any],
         return None
 
     producer = {v: j for j, c in enumerate(cands) for v in eqns[c.index].outvars}
-    var_div = lambda v: (div_of(v) if v in in_pos else
-                         (found[producer[v]][0] if v in producer and found[producer[v]] else None))
+    var_div = lambda v: (
+        div_of(v)
+        if v in in_pos
+        else (found[producer[v]][0] if v in producer and found[producer[v]] else None)
+    )
+
     def propagate():
         changed = True
         while changed:
@@ -279,22 +305,31 @@ def _per_device(cands: list[Candidate], eqns: Sequence[Any],
             for j, c in enumerate(cands):  # forward: from an operand of the same size
                 if found[j] is None and eqns[c.index].outvars:
                     n = size(eqns[c.index].outvars[0])
-                    ds = [var_div(v) for v in eqns[c.index].invars if adapter.is_var(v)
-                          and size(v) == n and var_div(v)]
+                    ds = [
+                        var_div(v)
+                        for v in eqns[c.index].invars
+                        if adapter.is_var(v) and size(v) == n and var_div(v)
+                    ]
                     if ds:
                         found[j], changed = (min(ds), "input-sharding"), True
             for j in reversed(range(len(cands))):  # backward: from a reader of the same size
                 c = cands[j]
                 if found[j] is None and eqns[c.index].outvars:
                     v = eqns[c.index].outvars[0]
-                    ds = [found[r][0] for r in readers.get(v, ()) if found[r]
-                          and eqns[r].outvars and size(eqns[r].outvars[0]) == size(v)]
+                    ds = [
+                        found[r][0]
+                        for r in readers.get(v, ())
+                        if found[r] and eqns[r].outvars and size(eqns[r].outvars[0]) == size(v)
+                    ]
                     if ds:
                         found[j], changed = (min(ds), "reader-sharding"), True
             for v, k in in_pos.items():
                 if in_found.get(k) is None:
-                    ds = [found[r][0] for r in readers.get(v, ()) if found[r]
-                          and eqns[r].outvars and size(eqns[r].outvars[0]) == size(v)]
+                    ds = [
+                        found[r][0]
+                        for r in readers.get(v, ())
+                        if found[r] and eqns[r].outvars and size(eqns[r].outvars[0]) == size(v)
+                    ]
                     if ds:
                         in_found[k], changed = (min(ds), "reader-sharding"), True
 
@@ -316,8 +351,11 @@ def _per_device(cands: list[Candidate], eqns: Sequence[Any],
                 continue
             constant = not any(adapter.is_var(v) for v in eqns[c.index].invars)
             n = size(eqns[c.index].outvars[0])
-            ds = [found[r][0] for r in readers.get(eqns[c.index].outvars[0], ())
-                  if found[r] and n % found[r][0] == 0]
+            ds = [
+                found[r][0]
+                for r in readers.get(eqns[c.index].outvars[0], ())
+                if found[r] and n % found[r][0] == 0
+            ]
             if constant and ds:  # a constant XLA builds inside each reader's fusion
                 found[j] = (min(ds), "reader-sharding")
     propagate()
@@ -325,18 +363,37 @@ def _per_device(cands: list[Candidate], eqns: Sequence[Any],
     new_inputs = []
     for i in inputs:
         d, src = in_found.get(i.index) or fallback
-        new_inputs.append(dataclasses.replace(
-            i, global_nbytes=i.nbytes, shard_divisor=d, nbytes=-(-i.nbytes // d),
-            shard_source=src))
+        new_inputs.append(
+            dataclasses.replace(
+                i,
+                global_nbytes=i.nbytes,
+                shard_divisor=d,
+                nbytes=-(-i.nbytes // d),
+                shard_source=src,
+            )
+        )
     out = []
     for c, m, f in zip(cands, matches, found):
         d, src = f or fallback
-        out.append(dataclasses.replace(
-            c, global_nbytes=c.nbytes,
-            nbytes=sum(-(-_nbytes(eqns[c.index].outvars[k].aval) // d) for k in (
-                range(len(eqns[c.index].outvars)) if c.live_outputs is None else c.live_outputs)),
-            shard_divisor=d, shard_source=src, flop_divisor=m.flop_divisor or d,
-            collective_bytes=m.collective_bytes, collectives=m.collectives))
+        out.append(
+            dataclasses.replace(
+                c,
+                global_nbytes=c.nbytes,
+                nbytes=sum(
+                    -(-_nbytes(eqns[c.index].outvars[k].aval) // d)
+                    for k in (
+                        range(len(eqns[c.index].outvars))
+                        if c.live_outputs is None
+                        else c.live_outputs
+                    )
+                ),
+                shard_divisor=d,
+                shard_source=src,
+                flop_divisor=m.flop_divisor or d,
+                collective_bytes=m.collective_bytes,
+                collectives=m.collectives,
+            )
+        )
     return out, tuple(new_inputs)
 
 
@@ -354,22 +411,29 @@ def can_be_needed(cands: Sequence[Candidate]) -> set[int]:
 def _reading(cands: Sequence[Candidate], eqns: Sequence[Any], needed_vars) -> list[Candidate]:
     """``cands`` with ``needed``, ``live_outputs`` and ``nbytes`` for a backward pass that
     reads ``needed_vars``."""
-    cands = [dataclasses.replace(c, needed=any(v in needed_vars for v in eqns[c.index].outvars
-                                               if adapter.is_var(v)))
-             for c in cands]
+    cands = [
+        dataclasses.replace(
+            c, needed=any(v in needed_vars for v in eqns[c.index].outvars if adapter.is_var(v))
+        )
+        for c in cands
+    ]
     # Outputs that can be residuals: read by the backward pass, or by an equation that may
     # be recomputed for it (can_be_needed); the rest are never kept and weigh nothing.
     possible = can_be_needed(cands)
-    read = {v for c in cands if c.index in possible for v in eqns[c.index].invars
-            if adapter.is_var(v)}
+    read = {
+        v for c in cands if c.index in possible for v in eqns[c.index].invars if adapter.is_var(v)
+    }
     out = []
     for c in cands:
         outs = eqns[c.index].outvars
-        live = tuple(k for k, v in enumerate(outs)
-                     if adapter.is_var(v) and (v in needed_vars or v in read)) or (
-            tuple(range(len(outs))) if c.effectful else ())
-        out.append(dataclasses.replace(
-            c, live_outputs=live, nbytes=sum(_nbytes(outs[k].aval) for k in live)))
+        live = tuple(
+            k for k, v in enumerate(outs) if adapter.is_var(v) and (v in needed_vars or v in read)
+        ) or (tuple(range(len(outs))) if c.effectful else ())
+        out.append(
+            dataclasses.replace(
+                c, live_outputs=live, nbytes=sum(_nbytes(outs[k].aval) for k in live)
+            )
+        )
     return out
 
 
@@ -381,8 +445,7 @@ def _inner_signatures(eqn) -> frozenset[str]:
         for site in adapter.walk(sub):
             e = site.eqn
             if adapter.decidable(e):
-                out.add(adapter.signature_key(e.primitive, *[v.aval for v in e.invars],
-                                              **e.params))
+                out.add(adapter.signature_key(e.primitive, *[v.aval for v in e.invars], **e.params))
     return frozenset(out)
 
 
@@ -390,7 +453,7 @@ def _read_by_kernel(replay) -> set:
     """The residuals (vars of the forward jaxpr) the backward pass reads with a non-fusible
     equation, directly or through views, or returns: those XLA must materialize."""
     staged = replay.staged_jaxpr
-    to_known = dict(zip(staged.invars[:len(replay.residuals)], replay.residuals))
+    to_known = dict(zip(staged.invars[: len(replay.residuals)], replay.residuals))
     readers: dict[Any, list] = {}
     for e in staged.eqns:
         for v in e.invars:
@@ -406,8 +469,9 @@ def _read_by_kernel(replay) -> set:
             name = e.primitive.name
             if name not in cm.FUSIBLE:
                 return True
-            if name in views and any(by_kernel(o, depth + 1) for o in e.outvars
-                                     if adapter.is_var(o)):
+            if name in views and any(
+                by_kernel(o, depth + 1) for o in e.outvars if adapter.is_var(o)
+            ):
                 return True
         return False
 
@@ -422,12 +486,17 @@ class _Analysed:
     inputs: tuple[RegionInput, ...]
     backward_work: cm.Work
     traced: tuple[Candidate, ...] | None
-    inner_signatures: frozenset[str]   # decided inside higher-order equations (see graph.py)
+    inner_signatures: frozenset[str]  # decided inside higher-order equations (see graph.py)
 
 
-def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_region: int,
-                index: "shard.HloIndex | None" = None,
-                loop_stacks: Counter | None = None) -> _Analysed:
+def _candidates(
+    region: adapter.BoundRegion,
+    step_jaxpr,
+    anchor_jaxpr,
+    anchor_region: int,
+    index: shard.HloIndex | None = None,
+    loop_stacks: Counter | None = None,
+) -> _Analysed:
     """The candidates of one region (module docstring). ``loop_stacks``: for a region in a
     scan of a single-device step, what the compiled everything-saveable program's loops
     stack (compiled_loop_stacks): a per-trip residual XLA drops there is not counted as read
@@ -454,10 +523,16 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
         # Residuals made in the loop body, stacked per trip (not loop constants, and not
         # the loop's own inputs, which the program stacks anyway).
         kinds = dict(zip(real_res, observed)) if observed else {}
-        per_trip = [v for v in real_res if v not in invariant and hasattr(v.aval, "shape")
-                    and kinds.get(v, "stacked") == "stacked"]
-        dead_vars = {per_trip[i] for i in residuals_xla_drops([v.aval for v in per_trip],
-                                                              loop_stacks)}
+        per_trip = [
+            v
+            for v in real_res
+            if v not in invariant
+            and hasattr(v.aval, "shape")
+            and kinds.get(v, "stacked") == "stacked"
+        ]
+        dead_vars = {
+            per_trip[i] for i in residuals_xla_drops([v.aval for v in per_trip], loop_stacks)
+        }
     else:
         dead_vars = set()
 
@@ -474,35 +549,49 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
         decidable = adapter.decidable(eqn)
         if not decidable and not eqn.effects:
             inner |= _inner_signatures(eqn)
-        user = (adapter.decision_text(user_policy(eqn.primitive, *avals, **eqn.params))
-                if user_policy is not None and decidable else "remat")
-        cands.append(Candidate(
-            index=i,
-            signature=adapter.signature_key(eqn.primitive, *avals, **eqn.params),
-            primitive=eqn.primitive.name,
-            name=eqn.params.get("name") if eqn.primitive is adapter.name_p else None,
-            shape=tuple(getattr(first, "shape", ())),
-            dtype=adapter.dtype_name(first) if first is not None else "",
-            nbytes=sum(_nbytes(v.aval) for v in outs),
-            source=adapter.eqn_source(eqn),
-            inputs=ins,
-            n_outputs=len(eqn.outvars),
-            needed=False,  # set by _reading below
-            effectful=bool(eqn.effects),
-            decidable=decidable,
-            loop_invariant=bool(outs) and all(v in invariant for v in outs),
-            local_elements=int(aval_size(first)) if first is not None else 0,
-            stock=(policies.decide_all(eqn.primitive, avals, eqn.params) if decidable
-                   else tuple((n, "remat") for n in policies.STOCK)),
-            user_decision=user,
-        ))
+        user = (
+            adapter.decision_text(user_policy(eqn.primitive, *avals, **eqn.params))
+            if user_policy is not None and decidable
+            else "remat"
+        )
+        cands.append(
+            Candidate(
+                index=i,
+                signature=adapter.signature_key(eqn.primitive, *avals, **eqn.params),
+                primitive=eqn.primitive.name,
+                name=eqn.params.get("name") if eqn.primitive is adapter.name_p else None,
+                shape=tuple(getattr(first, "shape", ())),
+                dtype=adapter.dtype_name(first) if first is not None else "",
+                nbytes=sum(_nbytes(v.aval) for v in outs),
+                source=adapter.eqn_source(eqn),
+                inputs=ins,
+                n_outputs=len(eqn.outvars),
+                needed=False,  # set by _reading below
+                effectful=bool(eqn.effects),
+                decidable=decidable,
+                loop_invariant=bool(outs) and all(v in invariant for v in outs),
+                local_elements=int(aval_size(first)) if first is not None else 0,
+                stock=(
+                    policies.decide_all(eqn.primitive, avals, eqn.params)
+                    if decidable
+                    else tuple((n, "remat") for n in policies.STOCK)
+                ),
+                user_decision=user,
+            )
+        )
         for v in outs:
             producer[v] = i
     cands = _reading(cands, eqns, needed_vars - dead_vars)
     kernel_read = _read_by_kernel(replay)
-    cands = [dataclasses.replace(c, read_by_kernel=any(
-        adapter.is_var(v) and v in kernel_read for v in eqns[c.index].outvars))
-        for c in cands]
+    cands = [
+        dataclasses.replace(
+            c,
+            read_by_kernel=any(
+                adapter.is_var(v) and v in kernel_read for v in eqns[c.index].outvars
+            ),
+        )
+        for c in cands
+    ]
     # Forward work, fusion-aware: values the backward pass reads are materialized; the rest of
     # a fusible chain stays in registers (cost_models._fusion).
     escaping = [v for c in cands if c.needed for v in eqns[c.index].outvars if adapter.is_var(v)]
@@ -518,14 +607,26 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
     used_idx = [k for k, u in enumerate(full.staged_inputs_used) if u and k >= n_hoisted]
     in_src = dict(zip(used_idx, src[n_real_res:]))
     inputs = tuple(
-        RegionInput(index=k, nbytes=_nbytes(v.aval),
-                    stacked=in_src.get(k) in ("stacked", "unscanned"),
-                    needed=k < len(replay.staged_inputs_used) and replay.staged_inputs_used[k])
-        for k, v in enumerate(jvp.invars[:n_primal]))
+        RegionInput(
+            index=k,
+            nbytes=_nbytes(v.aval),
+            stacked=in_src.get(k) in ("stacked", "unscanned"),
+            needed=k < len(replay.staged_inputs_used) and replay.staged_inputs_used[k],
+        )
+        for k, v in enumerate(jvp.invars[:n_primal])
+    )
     in_pos = {v: k for k, v in enumerate(jvp.invars[:n_primal])}
-    cands = [dataclasses.replace(c, input_reads=tuple(sorted(
-        {in_pos[v] for v in eqns[c.index].invars if adapter.is_var(v) and v in in_pos})))
-        for c in cands]
+    cands = [
+        dataclasses.replace(
+            c,
+            input_reads=tuple(
+                sorted(
+                    {in_pos[v] for v in eqns[c.index].invars if adapter.is_var(v) and v in in_pos}
+                )
+            ),
+        )
+        for c in cands
+    ]
     cands, inputs = _per_device(cands, eqns, inputs, jvp.invars[:n_primal], index)
     # The traced program's view (JAX stacks what its backward jaxpr reads, dead or not), for
     # the verify stage. Residuals are matched only on one device (trace_step), where the
@@ -533,8 +634,13 @@ def _candidates(region: adapter.BoundRegion, step_jaxpr, anchor_jaxpr, anchor_re
     traced = tuple(_reading(cands, eqns, needed_vars)) if dead_vars else None
     staged = replay.staged_jaxpr
     backward = cm.eqns_work(staged.eqns, [])
-    return _Analysed(candidates=tuple(cands), inputs=inputs, backward_work=backward,
-                     traced=traced, inner_signatures=frozenset(inner))
+    return _Analysed(
+        candidates=tuple(cands),
+        inputs=inputs,
+        backward_work=backward,
+        traced=traced,
+        inner_signatures=frozenset(inner),
+    )
 
 
 def _policy_text(policy) -> str:
@@ -556,9 +662,15 @@ def compiled_figures(compiled, step_jaxpr=None, text: str | None = None) -> Comp
     module = hlo.parse((compiled.as_text() if text is None else text) or "")
     host_lines = hlo.host_memory_instructions(module)
     async_host = hlo.async_host_copies(module)
-    stacks = stacked_residuals(adapter.open_jaxpr(step_jaxpr)) if step_jaxpr is not None else (0, 0, 0, 0)
+    stacks = (
+        stacked_residuals(adapter.open_jaxpr(step_jaxpr))
+        if step_jaxpr is not None
+        else (0, 0, 0, 0)
+    )
     return CompiledFigures(
-        stacked_device_bytes=stacks[0], stacked_host_bytes=stacks[1], stacked_host_arrays=stacks[3],
+        stacked_device_bytes=stacks[0],
+        stacked_host_bytes=stacks[1],
+        stacked_host_arrays=stacks[3],
         argument_bytes=int(m.argument_size_in_bytes),
         output_bytes=int(m.output_size_in_bytes),
         alias_bytes=int(m.alias_size_in_bytes),
@@ -566,7 +678,9 @@ def compiled_figures(compiled, step_jaxpr=None, text: str | None = None) -> Comp
         host_temp_bytes=int(getattr(m, "host_temp_size_in_bytes", 0) or 0),
         host_buffers_in_hlo=len(host_lines),
         async_host_copies_in_hlo=len(async_host),
-        jaxpr_host_bytes=host_bytes_in_jaxpr(adapter.open_jaxpr(step_jaxpr)) if step_jaxpr is not None else 0,
+        jaxpr_host_bytes=host_bytes_in_jaxpr(adapter.open_jaxpr(step_jaxpr))
+        if step_jaxpr is not None
+        else 0,
         backend=jax.default_backend(),
     )
 
@@ -586,13 +700,15 @@ def host_bytes_in_jaxpr(jaxpr) -> int:
             continue  # inside a scan already counted by its stacked outputs
         if e.primitive.name == "scan":
             n_carry = adapter.scan_layout(e)[1]
-            total += sum(_nbytes(v.aval) for v in e.outvars[n_carry:]
-                         if adapter.memory_space_is_host(v.aval))
+            total += sum(
+                _nbytes(v.aval) for v in e.outvars[n_carry:] if adapter.memory_space_is_host(v.aval)
+            )
             inside_scan_outputs.add(id(e))
             continue
         if not list(adapter.subjaxprs(e)):
-            total += site.mult * sum(_nbytes(v.aval) for v in e.outvars
-                                     if adapter.memory_space_is_host(v.aval))
+            total += site.mult * sum(
+                _nbytes(v.aval) for v in e.outvars if adapter.memory_space_is_host(v.aval)
+            )
     return total
 
 
@@ -611,9 +727,13 @@ def stacked_residuals(jaxpr) -> tuple[int, int, int, int]:
         reads = scan_reads.get(id(site.jaxpr))
         if reads is None:
             reads = scan_reads[id(site.jaxpr)] = {
-                v for q in site.jaxpr.eqns if q.primitive.name == "scan"
-                for v in q.invars if adapter.is_var(v)}
-        for v in e.outvars[adapter.scan_layout(e)[1]:]:
+                v
+                for q in site.jaxpr.eqns
+                if q.primitive.name == "scan"
+                for v in q.invars
+                if adapter.is_var(v)
+            }
+        for v in e.outvars[adapter.scan_layout(e)[1] :]:
             if v not in reads:
                 continue
             if adapter.memory_space_is_host(v.aval):
@@ -637,9 +757,12 @@ def merge_regions(sites: Sequence[Region]) -> tuple[Region, ...]:
         if key in merged:
             m = merged[key]
             merged[key] = dataclasses.replace(
-                m, multiplicity=m.multiplicity + r.multiplicity,
+                m,
+                multiplicity=m.multiplicity + r.multiplicity,
                 scan_unroll=max(m.scan_unroll, r.scan_unroll),
-                call_sites=m.call_sites + r.call_sites, bind_ids=m.bind_ids + r.bind_ids)
+                call_sites=m.call_sites + r.call_sites,
+                bind_ids=m.bind_ids + r.bind_ids,
+            )
         else:
             merged[key] = dataclasses.replace(r, id=len(merged), group=None)
     return tuple(merged.values())
@@ -652,7 +775,7 @@ def merge_call_sites(trace: Trace) -> Trace:
     return dataclasses.replace(trace, regions=merge_regions(trace.regions))
 
 
-def site_key(br: "adapter.BoundRegion") -> str:
+def site_key(br: adapter.BoundRegion) -> str:
     """Where the user's code can give a call site its own policy: the source line that bound
     it and, when the code passed a policy of its own, that policy object's identity. Every
     layer of a Python loop over one ``jax.checkpoint``-ed function binds from one line with
@@ -669,8 +792,9 @@ def trace_step(step_fn: Callable, args: Sequence[Any], *, split_call_sites: bool
     region with its own ``group`` (layer groups: per-group decisions, one policy per call site).
     """
     try:
-        traced, bound = adapter.trace_step_with(step_fn, args,
-                                                lambda rid, r: adapter.everything_saveable)
+        traced, bound = adapter.trace_step_with(
+            step_fn, args, lambda rid, r: adapter.everything_saveable
+        )
         step_jaxpr = traced.jaxpr
     except Exception as e:  # the user's code failed to trace: say so, keep the cause
         raise TraceError(
@@ -684,9 +808,12 @@ def trace_step(step_fn: Callable, args: Sequence[Any], *, split_call_sites: bool
     _refuse_nested(bound)
     mult = _find_differentiated(step_jaxpr)
     if not bound or not mult:
-        why = ("it binds no jax.checkpoint / jax.remat region" if not bound else
-               f"its {len(bound)} checkpoint region(s) are never differentiated "
-               "(no gradient flows through them)")
+        why = (
+            "it binds no jax.checkpoint / jax.remat region"
+            if not bound
+            else f"its {len(bound)} checkpoint region(s) are never differentiated "
+            "(no gradient flows through them)"
+        )
         raise NoCheckpointRegionError(
             f"The train step has nothing to plan: {why}.\n"
             "Why: the planner chooses what the backward pass keeps from inside "
@@ -699,6 +826,7 @@ def trace_step(step_fn: Callable, args: Sequence[Any], *, split_call_sites: bool
     # The anchor: every region fully rematerialized, compiled. Region ids follow bind order,
     # so the anchor trace's ids match this trace's.
     from jax.ad_checkpoint import checkpoint_policies as cp
+
     anchor_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: cp.nothing_saveable)
     anchor_text = compiled.as_text() or ""
     anchor = compiled_figures(compiled, anchor_jaxpr, anchor_text)
@@ -724,33 +852,52 @@ def trace_step(step_fn: Callable, args: Sequence[Any], *, split_call_sites: bool
         in_scan, unroll = _scan_context(step_jaxpr, br.region_id) or (False, 1)
         # Only a scan with one layer per loop trip stacks [trips, ...] residuals that can be
         # matched (scan(unroll=u) stacks [trips/u, u, ...]).
-        trip_stacks = (_stacks_of_trip_count(stacks, mult[br.region_id])
-                       if stacks is not None and in_scan and unroll == 1 else None)
+        trip_stacks = (
+            _stacks_of_trip_count(stacks, mult[br.region_id])
+            if stacks is not None and in_scan and unroll == 1
+            else None
+        )
         key = (_region_structure_key(br.jaxpr), in_scan, trip_stacks is not None)
         cache_key = key + (id(br.user_policy),)  # the user's own decisions are per policy
         if cache_key not in analysed:
-            analysed[cache_key] = _candidates(br, step_jaxpr, anchor_jaxpr, br.region_id,
-                                              index, trip_stacks)
+            analysed[cache_key] = _candidates(
+                br, step_jaxpr, anchor_jaxpr, br.region_id, index, trip_stacks
+            )
         a = analysed[cache_key]
-        sites.append(Region(
-            id=len(sites), source=br.source, multiplicity=mult[br.region_id], call_sites=1,
-            candidates=a.candidates, user_policy=_policy_text(br.user_policy),
-            prevent_cse=bool(br.prevent_cse) if isinstance(br.prevent_cse, bool) else True,
-            in_scan=in_scan, scan_unroll=unroll, backward_work=a.backward_work,
-            traced_candidates=a.traced, inputs=a.inputs, group=len(sites),
-            bind_ids=(br.region_id,), site_key=site_key(br),
-            inner_signatures=a.inner_signatures,
-            body=hashlib.sha256(repr(key).encode()).hexdigest()[:16],
-        ))
+        sites.append(
+            Region(
+                id=len(sites),
+                source=br.source,
+                multiplicity=mult[br.region_id],
+                call_sites=1,
+                candidates=a.candidates,
+                user_policy=_policy_text(br.user_policy),
+                prevent_cse=bool(br.prevent_cse) if isinstance(br.prevent_cse, bool) else True,
+                in_scan=in_scan,
+                scan_unroll=unroll,
+                backward_work=a.backward_work,
+                traced_candidates=a.traced,
+                inputs=a.inputs,
+                group=len(sites),
+                bind_ids=(br.region_id,),
+                site_key=site_key(br),
+                inner_signatures=a.inner_signatures,
+                body=hashlib.sha256(repr(key).encode()).hexdigest()[:16],
+            )
+        )
     regions = tuple(sites) if split_call_sites else merge_regions(sites)
     arg_bytes = sum(_shard_nbytes(x) for x in jax.tree.leaves(args))
     return Trace(
-        regions=regions, anchor=anchor,
-        argument_bytes=arg_bytes, backend=jax.default_backend(),
+        regions=regions,
+        anchor=anchor,
+        argument_bytes=arg_bytes,
+        backend=jax.default_backend(),
         fingerprint=_fingerprint(step_jaxpr),
         undifferentiated_regions=sum(1 for br in bound if br.region_id not in mult),
-        anchor_saved=anchor_saved, num_partitions=index.num_partitions,
-        step_work=cm.work_of(step_jaxpr), jax_version=jax.__version__,
+        anchor_saved=anchor_saved,
+        num_partitions=index.num_partitions,
+        step_work=cm.work_of(step_jaxpr),
+        jax_version=jax.__version__,
     )
 
 
@@ -772,16 +919,19 @@ def _shard_nbytes(x) -> int:
 def _refuse_nested(bound) -> None:
     """Nested checkpoints: JAX applies the outer region's policy inside the inner one, so
     the two cannot be decided separately; say so instead of planning something else."""
+
     def inner(jx):
         for e in jx.eqns:
-            if e.primitive is adapter.remat_p and isinstance(e.params.get("policy"),
-                                                             adapter.RegionPolicy):
+            if e.primitive is adapter.remat_p and isinstance(
+                e.params.get("policy"), adapter.RegionPolicy
+            ):
                 return e
             for sub, _ in adapter.subjaxprs(e):
                 found = inner(sub)
                 if found is not None:
                     return found
         return None
+
     for br in bound:
         e = inner(br.jaxpr)
         if e is not None:
@@ -792,7 +942,8 @@ def _refuse_nested(bound) -> None:
                 "cannot decide them separately, and one emitted policy could not express two "
                 "levels.\nFix: keep one level of jax.checkpoint per repeated block (remove the "
                 "inner or the outer one; MaxText wraps each decoder layer once). Nested "
-                "lax.scan loops around one checkpoint level are fine.")
+                "lax.scan loops around one checkpoint level are fine."
+            )
 
 
 def step_fingerprint(step_fn: Callable, args: Sequence[Any]) -> str:
@@ -801,8 +952,14 @@ def step_fingerprint(step_fn: Callable, args: Sequence[Any]) -> str:
     return _fingerprint(traced.jaxpr)
 
 
-def compile_with(step_fn: Callable, args: Sequence[Any], make_policy,
-                 compiler_options: Sequence[tuple[str, Any]] = (), *, bound_out: list | None = None):
+def compile_with(
+    step_fn: Callable,
+    args: Sequence[Any],
+    make_policy,
+    compiler_options: Sequence[tuple[str, Any]] = (),
+    *,
+    bound_out: list | None = None,
+):
     """Trace and compile the step with ``make_policy(rid, region)`` in every region.
 
     ``compiler_options``: XLA debug options for this compile only (``(name, value)`` pairs,
@@ -811,9 +968,11 @@ def compile_with(step_fn: Callable, args: Sequence[Any], make_policy,
     ``bound_out``, when given, receives the regions the trace bound (the verify stage replays
     JAX's residual choice on them).
     """
+
     def wrap(rid, r):
         pol = make_policy(rid, r)
         return lambda prim, *a, **p: _as_enum(pol(prim, *a, **p))
+
     traced, bound = adapter.trace_step_with(step_fn, args, wrap)
     if bound_out is not None:
         bound_out.extend(bound)

@@ -25,25 +25,26 @@ _frozen = dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 
 # ------------------------------------------------------------------------------ stage 1: trace
 
+
 @_frozen
 class Candidate:
     """One equation of a region's forward pass whose outputs the backward pass could keep."""
 
-    index: int                     # position in the region's forward equations
-    signature: str                 # what a policy sees: equations with equal signatures share a decision
+    index: int  # position in the region's forward equations
+    signature: str  # what a policy sees: equations with equal signatures share a decision
     primitive: str
-    name: str | None               # checkpoint_name, if the equation is one
-    shape: tuple[int, ...]         # of the (first) output
+    name: str | None  # checkpoint_name, if the equation is one
+    shape: tuple[int, ...]  # of the (first) output
     dtype: str
-    nbytes: int                    # its live outputs, per device, one trip of the region
-                                   # (global bytes / shard_divisor, see trace.py)
-    source: str                    # file:line of the user's code
-    inputs: tuple[int, ...]        # candidates whose outputs it reads (the graph stage's edges)
-    needed: bool                   # the backward pass reads an output (residual when all is saved)
-                                   # and the compiled program keeps it (trace.residuals_xla_drops)
-    effectful: bool                # JAX always runs effectful equations forward; never recomputed
-    loop_invariant: bool           # depends only on loop constants: JAX hoists it out of the scan,
-                                   # so as a residual it is stored once, not once per trip
+    nbytes: int  # its live outputs, per device, one trip of the region
+    # (global bytes / shard_divisor, see trace.py)
+    source: str  # file:line of the user's code
+    inputs: tuple[int, ...]  # candidates whose outputs it reads (the graph stage's edges)
+    needed: bool  # the backward pass reads an output (residual when all is saved)
+    # and the compiled program keeps it (trace.residuals_xla_drops)
+    effectful: bool  # JAX always runs effectful equations forward; never recomputed
+    loop_invariant: bool  # depends only on loop constants: JAX hoists it out of the scan,
+    # so as a residual it is stored once, not once per trip
     input_reads: tuple[int, ...] = ()  # region inputs it reads (the graph stage's edges)
     # Whether a checkpoint policy decides this equation: JAX's partial evaluation asks the
     # policy about first-order equations only; a higher-order one (cond, while, a scan inside
@@ -53,7 +54,7 @@ class Candidate:
     # Positions of the outputs that can be residuals: read by the backward pass or by a forward
     # equation that may be recomputed for it. None (a candidate built by hand): every output.
     live_outputs: tuple[int, ...] | None = None
-    n_outputs: int = 1             # outputs the equation has (live or not)
+    n_outputs: int = 1  # outputs the equation has (live or not)
     # The backward pass reads it with a kernel (a matmul, a custom call, a loop: an equation
     # XLA does not fuse into), directly or through views, or returns it: recomputed, it is
     # materialized; a fusible value read only by fusible backward equations is recomputed
@@ -61,19 +62,21 @@ class Candidate:
     read_by_kernel: bool = True
     # The equation's forward work (fusion-aware, global avals): cost_models.Work of one kernel.
     work: cm.Work = cm.Work()
-    local_elements: int = 0        # elements of its first output as cost_models counts them
-                                   # (per device under Explicit sharding), for time divisors
+    local_elements: int = 0  # elements of its first output as cost_models counts them
+    # (per device under Explicit sharding), for time divisors
     # What the stock policies (planner._src.policies.STOCK) and the user's own policy decide
     # for it, recorded while the equation was at hand.
     stock: tuple[tuple[str, str], ...] = ()
     user_decision: str = "remat"
     # Sharded steps (see trace.py and shard.py):
-    global_nbytes: int = 0         # its live outputs at their global (jaxpr) shapes
-    shard_divisor: int = 1         # global elements / per-device elements of its outputs
-    shard_source: str = "single device"  # hlo | hlo (reshaped) | hlo (ambiguous) | sharding-constraint |
-                                   # input-sharding | reader-sharding | same-shape |
-                                   # unsharded (conservative) | single device
-    flop_divisor: int = 1          # global work / per-device work of the equation
+    global_nbytes: int = 0  # its live outputs at their global (jaxpr) shapes
+    shard_divisor: int = 1  # global elements / per-device elements of its outputs
+    shard_source: str = (
+        "single device"  # hlo | hlo (reshaped) | hlo (ambiguous) | sharding-constraint |
+    )
+    # input-sharding | reader-sharding | same-shape |
+    # unsharded (conservative) | single device
+    flop_divisor: int = 1  # global work / per-device work of the equation
     collective_bytes: float = 0.0  # per device per run: collectives the partitioner inserted
     collectives: tuple[str, ...] = ()  # those collectives, e.g. "all-gather f32[32,32]"
 
@@ -86,10 +89,10 @@ class RegionInput:
     """An input of the region. The backward pass keeps it when it or a recompute reads it."""
 
     index: int
-    nbytes: int        # per device (global_nbytes / shard_divisor)
-    stacked: bool      # kept per trip (a scan stacks it: the layer's input activation); else
-                       # the program holds it anyway (weights, loop constants): no extra bytes
-    needed: bool       # the backward pass reads it directly when everything is saved
+    nbytes: int  # per device (global_nbytes / shard_divisor)
+    stacked: bool  # kept per trip (a scan stacks it: the layer's input activation); else
+    # the program holds it anyway (weights, loop constants): no extra bytes
+    needed: bool  # the backward pass reads it directly when everything is saved
     global_nbytes: int = 0
     shard_divisor: int = 1
     shard_source: str = "single device"
@@ -101,12 +104,12 @@ class Region:
 
     id: int
     source: str
-    multiplicity: int              # executions per step
-    call_sites: int                # identical regions merged into this one
+    multiplicity: int  # executions per step
+    call_sites: int  # identical regions merged into this one
     candidates: tuple[Candidate, ...]
-    user_policy: str               # the policy the user's code passed (overridden while planning)
+    user_policy: str  # the policy the user's code passed (overridden while planning)
     prevent_cse: bool
-    in_scan: bool                  # runs inside lax.scan (the loop form matters)
+    in_scan: bool  # runs inside lax.scan (the loop form matters)
     # The largest lax.scan unroll around it; above 1 the planner does not offload there (XLA's
     # host offloader cannot compile compute on host data between the offload and its store).
     scan_unroll: int = 1
@@ -115,8 +118,8 @@ class Region:
     # Layer groups: a region of one call site decided on its own has group = its call-site
     # position; merged regions: None.
     group: int | None = None
-    bind_ids: tuple[int, ...] = ()   # the region ids the adapter gave its call sites (bind order)
-    body: str = ""                   # hash of the body: equal bodies are identical regions
+    bind_ids: tuple[int, ...] = ()  # the region ids the adapter gave its call sites (bind order)
+    body: str = ""  # hash of the body: equal bodies are identical regions
     # Where the user's code can give this call site a policy of its own: the source line of
     # the jax.checkpoint call and the identity of the policy it passed (trace.call_site_key).
     # Call sites with equal keys take one policy whatever the planner decides.
@@ -128,7 +131,8 @@ class Region:
     # The candidates as the traced (jaxpr) program keeps them, where they differ from
     # ``candidates`` (residuals the compiled program drops); None: the same. Verify reads it.
     traced_candidates: tuple[Candidate, ...] | None = dataclasses.field(
-        default=None, repr=False, compare=False)
+        default=None, repr=False, compare=False
+    )
 
 
 @_frozen
@@ -140,14 +144,14 @@ class CompiledFigures:
     alias_bytes: int
     temp_bytes: int
     host_temp_bytes: int
-    host_buffers_in_hlo: int       # instructions with a host memory space S(5) in the HLO
+    host_buffers_in_hlo: int  # instructions with a host memory space S(5) in the HLO
     async_host_copies_in_hlo: int  # copy-start / async fusions touching host memory
-    jaxpr_host_bytes: int          # bytes the traced program places in pinned_host (all trips)
-    stacked_device_bytes: int      # arrays forward scans stack for backward scans, in HBM
-    stacked_host_bytes: int        # ... and in pinned_host
+    jaxpr_host_bytes: int  # bytes the traced program places in pinned_host (all trips)
+    stacked_device_bytes: int  # arrays forward scans stack for backward scans, in HBM
+    stacked_host_bytes: int  # ... and in pinned_host
     stacked_host_arrays: int
     backend: str
-    compiler: str = ""             # which compiler made these figures (target.CompilerTarget)
+    compiler: str = ""  # which compiler made these figures (target.CompilerTarget)
 
     @property
     def device_bytes(self) -> int:
@@ -161,31 +165,32 @@ class Trace:
     """Everything stage 1 learned about the step."""
 
     regions: tuple[Region, ...]
-    anchor: CompiledFigures        # the step compiled with every region fully rematerialized
-    argument_bytes: int            # per device (each argument's shard shape)
+    anchor: CompiledFigures  # the step compiled with every region fully rematerialized
+    argument_bytes: int  # per device (each argument's shard shape)
     backend: str
-    fingerprint: str               # of the step's program, to detect stale plans
+    fingerprint: str  # of the step's program, to detect stale plans
     undifferentiated_regions: int  # checkpoint regions the gradient never reached
     anchor_saved: CompiledFigures | None = None  # ... and with everything saved
-    num_partitions: int = 1        # devices the step is partitioned over (SPMD)
+    num_partitions: int = 1  # devices the step is partitioned over (SPMD)
     step_work: cm.Work = cm.Work()  # the whole step with nothing recomputed (global avals)
     jax_version: str = ""
 
 
 # ------------------------------------------------------------------------------ stage 2: graph
 
+
 @_frozen
 class TensorClass:
     """A set of candidates the policy cannot tell apart, so one decision covers them all."""
 
-    key: str                                  # the policy signature (g<group>|signature per group)
-    label: str                                # for people: checkpoint name or primitive[shape]
-    name: str | None                          # checkpoint_name when the class is a name
-    members: tuple[tuple[int, int], ...]      # (region id, candidate index)
-    nbytes_per_trip: int                      # bytes of all members in one trip of their regions
-    needed_members: int                       # members the backward pass reads
-    group: int | None = None                  # the layer group (call site) it belongs to
-    signature: str = ""                       # what the policy sees (the key without its group)
+    key: str  # the policy signature (g<group>|signature per group)
+    label: str  # for people: checkpoint name or primitive[shape]
+    name: str | None  # checkpoint_name when the class is a name
+    members: tuple[tuple[int, int], ...]  # (region id, candidate index)
+    nbytes_per_trip: int  # bytes of all members in one trip of their regions
+    needed_members: int  # members the backward pass reads
+    group: int | None = None  # the layer group (call site) it belongs to
+    signature: str = ""  # what the policy sees (the key without its group)
     # A decision the class cannot escape, and why (e.g. "remat": a higher-order equation the
     # policy cannot keep, or a signature that also occurs inside one): None if free.
     forced: str | None = None
@@ -194,6 +199,7 @@ class TensorClass:
 
 # ------------------------------------------------------------------------------ stage 3: cost
 
+
 @_frozen
 class Assignment:
     """A decision per class key. Keys not present default to ``remat`` (JAX's default)."""
@@ -201,7 +207,7 @@ class Assignment:
     decisions: tuple[tuple[str, str], ...]
 
     @staticmethod
-    def of(mapping: Mapping[str, str]) -> "Assignment":
+    def of(mapping: Mapping[str, str]) -> Assignment:
         for k, d in mapping.items():
             if d not in DECISIONS:
                 raise ValueError(f"decision for {k!r} is {d!r}; expected one of {DECISIONS}")
@@ -218,26 +224,26 @@ class Assignment:
 class RegionCost:
     region_id: int
     multiplicity: int
-    recompute_s: tuple[float, ...]       # per candidate: its recompute in the backward pass
-    materialize_s: tuple[float, ...]     # per candidate: the forward write saving it forces
-    d2h_s: tuple[float, ...]             # per candidate: device->host copy of its outputs
-    h2d_s: tuple[float, ...]             # per candidate: host->device copy back
-    fwd_after_s: tuple[float, ...]       # forward compute after the candidate is made
-    bwd_before_s: tuple[float, ...]      # backward compute before its first use
-    fwd_s: float                         # one forward trip of the region
-    bwd_s: float                         # one backward trip (without recompute)
+    recompute_s: tuple[float, ...]  # per candidate: its recompute in the backward pass
+    materialize_s: tuple[float, ...]  # per candidate: the forward write saving it forces
+    d2h_s: tuple[float, ...]  # per candidate: device->host copy of its outputs
+    h2d_s: tuple[float, ...]  # per candidate: host->device copy back
+    fwd_after_s: tuple[float, ...]  # forward compute after the candidate is made
+    bwd_before_s: tuple[float, ...]  # backward compute before its first use
+    fwd_s: float  # one forward trip of the region
+    bwd_s: float  # one backward trip (without recompute)
 
 
 @_frozen
 class CostModel:
-    hardware: Any                        # cost_models.HardwareProfile (frozen data)
+    hardware: Any  # cost_models.HardwareProfile (frozen data)
     regions: tuple[RegionCost, ...]
-    base_step_s: float                   # the step with nothing recomputed
-    fixed_bytes: int                     # bytes no plan changes (measured, see cost.py)
-    correction_bytes: int                # added by verify after a compile exceeded the model
-    working_set_scale: float = 1.0       # measured, see cost.build_cost_model
+    base_step_s: float  # the step with nothing recomputed
+    fixed_bytes: int  # bytes no plan changes (measured, see cost.py)
+    correction_bytes: int  # added by verify after a compile exceeded the model
+    working_set_scale: float = 1.0  # measured, see cost.build_cost_model
     host_cap_bytes: float
-    overlap_efficiency: float            # fraction of the link's speed while compute runs
+    overlap_efficiency: float  # fraction of the link's speed while compute runs
     allow_offload: bool
     unknown_primitives: tuple[str, ...]
     # Classes never offloaded although offloading is allowed (a region under
@@ -248,19 +254,19 @@ class CostModel:
 @_frozen
 class RegionPrediction:
     region_id: int
-    device_residual_bytes: int           # one trip: saved values made anew each trip
-    invariant_residual_bytes: int        # loop-invariant saved values, stored once
-    input_residual_bytes: int            # region inputs a scan stacks for the backward pass
-    host_residual_bytes: int             # one trip: offloaded values, stacked in pinned_host
-    invariant_host_bytes: int = 0        # offloaded loop-invariant values, stored once
-    working_set_bytes: int               # one backward trip: recomputed and reloaded values
-    recompute_s: float                   # one trip
-    materialize_s: float                 # one trip
+    device_residual_bytes: int  # one trip: saved values made anew each trip
+    invariant_residual_bytes: int  # loop-invariant saved values, stored once
+    input_residual_bytes: int  # region inputs a scan stacks for the backward pass
+    host_residual_bytes: int  # one trip: offloaded values, stacked in pinned_host
+    invariant_host_bytes: int = 0  # offloaded loop-invariant values, stored once
+    working_set_bytes: int  # one backward trip: recomputed and reloaded values
+    recompute_s: float  # one trip
+    materialize_s: float  # one trip
     d2h_s: float
     h2d_s: float
     exposed_fwd_s: float
     exposed_bwd_s: float
-    needed: tuple[bool, ...]             # per candidate: the backward pass needs it
+    needed: tuple[bool, ...]  # per candidate: the backward pass needs it
 
 
 @_frozen
@@ -269,24 +275,25 @@ class Prediction:
     host_bytes: int
     step_s: float
     base_step_s: float
-    recompute_s: float                   # whole step
-    materialize_s: float                 # whole step
-    transfer_s: float                    # whole step, both directions
-    exposed_transfer_s: float            # whole step
+    recompute_s: float  # whole step
+    materialize_s: float  # whole step
+    transfer_s: float  # whole step, both directions
+    exposed_transfer_s: float  # whole step
     fixed_bytes: int
-    residual_bytes: int                  # every region's kept bytes, all trips
-    working_set_bytes: int               # of the region where the peak falls
+    residual_bytes: int  # every region's kept bytes, all trips
+    working_set_bytes: int  # of the region where the peak falls
     regions: tuple[RegionPrediction, ...]
 
 
 # ------------------------------------------------------------------------------ stage 4: solve
+
 
 @_frozen
 class SolverOptions:
     # CP-SAT deterministic seconds per phase: work counted, not time elapsed; one is 1-4 wall
     # seconds on one core with linearization_level 2 (benchmarks/solver_scale.py)
     time_limit_s: float = 30.0
-    workers: int = 1          # 1 keeps the search deterministic (CP-SAT's parallel portfolio is not)
+    workers: int = 1  # 1 keeps the search deterministic (CP-SAT's parallel portfolio is not)
     seed: int = 0
     # CP-SAT's linear relaxation: 2 adds the LP of every constraint (default 1). At 2 the MoE
     # example's trace and a synthetic 1,000-candidate graph are proved optimal in 1.5 and 2.0
@@ -298,18 +305,21 @@ class SolverOptions:
 @_frozen
 class Solution:
     assignment: Assignment
-    status: str               # OPTIMAL or FEASIBLE (time limit hit: see gap)
-    objective_s: float        # predicted step time as the solver scored it
-    bound_s: float            # best lower bound CP-SAT proved
-    gap: float                # (objective - bound) / objective
+    status: str  # OPTIMAL or FEASIBLE (time limit hit: see gap)
+    objective_s: float  # predicted step time as the solver scored it
+    bound_s: float  # best lower bound CP-SAT proved
+    gap: float  # (objective - bound) / objective
     wall_s: float
     num_classes: int
     num_variables: int
     budget_bytes: int
-    reproducible: bool = True  # False: the wall-clock guard, not deterministic time, stopped a phase
+    reproducible: bool = (
+        True  # False: the wall-clock guard, not deterministic time, stopped a phase
+    )
 
 
 # ------------------------------------------------------------------------------ stage 5: emit
+
 
 @_frozen
 class XlaFlagNote:
@@ -320,15 +330,15 @@ class XlaFlagNote:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Emitted:
-    policy: Any                       # pass to jax.checkpoint(..., policy=...); None: groups differ
-    policy_source: str                # Python text of the policy
-    names_only: bool                  # policy is JAX's own name-based policy
-    xla_flags: str                    # value for the XLA_FLAGS environment variable
+    policy: Any  # pass to jax.checkpoint(..., policy=...); None: groups differ
+    policy_source: str  # Python text of the policy
+    names_only: bool  # policy is JAX's own name-based policy
+    xla_flags: str  # value for the XLA_FLAGS environment variable
     xla_flag_notes: tuple[tuple[str, str, str], ...]  # (flag, why, source)
     maxtext_yaml: str
-    policies: tuple = ()              # per layer group (call order); () when the plan is uniform
+    policies: tuple = ()  # per layer group (call order); () when the plan is uniform
     policy_sources: tuple[str, ...] = ()
-    stock: str | None = None          # the plan is this stock policy (planner._src.policies)
+    stock: str | None = None  # the plan is this stock policy (planner._src.policies)
 
     @property
     def compiler_options(self) -> tuple[tuple[str, Any], ...]:
@@ -339,6 +349,7 @@ class Emitted:
 
 
 # ------------------------------------------------------------------------------ stage 6: verify
+
 
 @_frozen
 class Check:
@@ -351,7 +362,7 @@ class Check:
 class Verification:
     status: str
     compiled: CompiledFigures | None
-    compiled_device_bytes: int | None     # what counts against the budget on this backend
+    compiled_device_bytes: int | None  # what counts against the budget on this backend
     predicted_peak_bytes: int
     budget_bytes: int
     checks: tuple[Check, ...]
@@ -364,6 +375,7 @@ class Verification:
     @property
     def ok(self) -> bool:
         from planner._src.verify import STATUS_OK
+
         return self.status == STATUS_OK and all(c.ok for c in self.checks)
 
     @property
@@ -375,13 +387,14 @@ class Verification:
 
 # ------------------------------------------------------------------------- the stock policies
 
+
 @_frozen
 class Baseline:
     name: str
     assignment: Assignment
     prediction: Prediction
-    fits: bool                # predicted (or compiled, where compiled) within the budget
-    applicable: bool          # False: offload not allowed here, or the model has no such names
+    fits: bool  # predicted (or compiled, where compiled) within the budget
+    applicable: bool  # False: offload not allowed here, or the model has no such names
     compiled_device_bytes: int | None = None  # the verifying compiler's figure, when compiled
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 
@@ -57,8 +58,9 @@ class KeptCheck:
     not_kept: tuple[str, ...] = ()
 
 
-def kept_checks(graph: LivenessGraph, cost, assignment: Assignment, bound, policy_of,
-                *, global_sizes: bool) -> list[KeptCheck]:
+def kept_checks(
+    graph: LivenessGraph, cost, assignment: Assignment, bound, policy_of, *, global_sizes: bool
+) -> list[KeptCheck]:
     """Level 1: replay JAX's own residual selection (``partial_eval_jaxpr_custom``) with the
     emitted policy on every region the verify trace bound, and compare the bytes JAX keeps,
     in device and in host memory, with what the plan counts for that region (the traced
@@ -81,27 +83,38 @@ def kept_checks(graph: LivenessGraph, cost, assignment: Assignment, bound, polic
         where = f"region {r.id}" + ("" if r.group is None else f" (layer group {r.group})")
         not_kept = ()
         if ok:
-            detail = (f"{where}: JAX keeps {kept.device_bytes:,} device and {kept.host_bytes:,} "
-                      "host bytes per trip, as planned")
+            detail = (
+                f"{where}: JAX keeps {kept.device_bytes:,} device and {kept.host_bytes:,} "
+                "host bytes per trip, as planned"
+            )
         else:
             shapes = Counter((tuple(s), d) for s, d, _ in kept.residuals)
             planned = {}
             d = assignment.as_dict()
             for c in r.candidates:
                 key = class_key(r, c)
-                if rp.needed[c.index] and c.decidable and not c.effectful and d.get(
-                        key, "remat") != "remat":
+                if (
+                    rp.needed[c.index]
+                    and c.decidable
+                    and not c.effectful
+                    and d.get(key, "remat") != "remat"
+                ):
                     planned.setdefault(key, []).append((tuple(c.shape), c.dtype))
-            not_kept = tuple(sorted(k for k, avals in planned.items()
-                                    if not any(shapes[a] for a in avals)))
+            not_kept = tuple(
+                sorted(k for k, avals in planned.items() if not any(shapes[a] for a in avals))
+            )
             labels = {c.key: c.label for c in graph.classes}
-            detail = (f"{where}: JAX keeps {kept.device_bytes:,} device and "
-                      f"{kept.host_bytes:,} host bytes per trip where the plan counts "
-                      f"{want_dev:,} and {want_host:,}"
-                      + (f"; kept by the plan, not by JAX: {[labels.get(k, k) for k in not_kept]}"
-                         if not_kept else ""))
-        out.append(KeptCheck(check=Check(name=CHECK_KEPT, ok=ok, detail=detail),
-                             not_kept=not_kept))
+            detail = (
+                f"{where}: JAX keeps {kept.device_bytes:,} device and "
+                f"{kept.host_bytes:,} host bytes per trip where the plan counts "
+                f"{want_dev:,} and {want_host:,}"
+                + (
+                    f"; kept by the plan, not by JAX: {[labels.get(k, k) for k in not_kept]}"
+                    if not_kept
+                    else ""
+                )
+            )
+        out.append(KeptCheck(check=Check(name=CHECK_KEPT, ok=ok, detail=detail), not_kept=not_kept))
     return out
 
 
@@ -110,29 +123,55 @@ def _as_traced(graph: LivenessGraph) -> LivenessGraph:
     (``Region.traced_candidates``); ``graph`` itself where no region has another view."""
     if all(rg.region.traced_candidates is None for rg in graph.regions):
         return graph
-    regions = tuple(rg if rg.region.traced_candidates is None else dataclasses.replace(
-        rg, region=dataclasses.replace(rg.region, candidates=rg.region.traced_candidates))
-        for rg in graph.regions)
+    regions = tuple(
+        rg
+        if rg.region.traced_candidates is None
+        else dataclasses.replace(
+            rg, region=dataclasses.replace(rg.region, candidates=rg.region.traced_candidates)
+        )
+        for rg in graph.regions
+    )
     return dataclasses.replace(graph, regions=regions)
 
 
 def _at_global_sizes(graph: LivenessGraph) -> LivenessGraph:
     """``graph`` with every candidate and region input at its global (jaxpr) size, for
     checks against the traced jaxpr of a sharded step (see trace.py on sharded steps)."""
-    regions = tuple(dataclasses.replace(rg, region=dataclasses.replace(
-        rg.region,
-        candidates=tuple(dataclasses.replace(c, nbytes=c.global_nbytes or c.nbytes)
-                         for c in rg.region.candidates),
-        inputs=tuple(dataclasses.replace(i, nbytes=i.global_nbytes or i.nbytes)
-                     for i in rg.region.inputs)))
-        for rg in graph.regions)
+    regions = tuple(
+        dataclasses.replace(
+            rg,
+            region=dataclasses.replace(
+                rg.region,
+                candidates=tuple(
+                    dataclasses.replace(c, nbytes=c.global_nbytes or c.nbytes)
+                    for c in rg.region.candidates
+                ),
+                inputs=tuple(
+                    dataclasses.replace(i, nbytes=i.global_nbytes or i.nbytes)
+                    for i in rg.region.inputs
+                ),
+            ),
+        )
+        for rg in graph.regions
+    )
     return dataclasses.replace(graph, regions=regions)
 
 
-def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: LivenessGraph,
-           cost, assignment: Assignment, policy, prediction: Prediction, budget_bytes: int,
-           *, compile: bool = True, policies: tuple = (),
-           compiler_options: Sequence[tuple[str, Any]] = ()) -> tuple[Verification, tuple[str, ...]]:
+def verify(
+    step_fn: Callable,
+    args: Sequence[Any],
+    trace: Trace,
+    graph: LivenessGraph,
+    cost,
+    assignment: Assignment,
+    policy,
+    prediction: Prediction,
+    budget_bytes: int,
+    *,
+    compile: bool = True,
+    policies: tuple = (),
+    compiler_options: Sequence[tuple[str, Any]] = (),
+) -> tuple[Verification, tuple[str, ...]]:
     """Check a plan at the three levels of the module docstring.
 
     ``policy``: the one emitted policy; ``policies``: one per layer group (call site, in
@@ -148,26 +187,39 @@ def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: Liveness
     backend = jax.default_backend()
     # Each call site gets its group's policy, as the user's code would pass it; the trace
     # stage recorded which adapter region ids (bind order) each region's call sites had.
-    by_bind = {b: _region_policy(rg.region, policy, policies)
-               for rg in graph.regions for b in rg.region.bind_ids}
+    by_bind = {
+        b: _region_policy(rg.region, policy, policies)
+        for rg in graph.regions
+        for b in rg.region.bind_ids
+    }
     fallback = policy if policy is not None else policies[0]
     make = lambda rid, r: by_bind.get(rid, fallback)  # noqa: E731
     bound: list = []
     if compile:
-        step_jaxpr, compiled = compile_with(step_fn, args, make, compiler_options,
-                                            bound_out=bound)
+        step_jaxpr, compiled = compile_with(step_fn, args, make, compiler_options, bound_out=bound)
     else:
         traced, bound = adapter.trace_step_with(step_fn, args, make)
-    level1 = kept_checks(graph, cost, assignment, bound,
-                         lambda r: _region_policy(r, policy, policies) or fallback,
-                         global_sizes=trace.num_partitions > 1)
+    level1 = kept_checks(
+        graph,
+        cost,
+        assignment,
+        bound,
+        lambda r: _region_policy(r, policy, policies) or fallback,
+        global_sizes=trace.num_partitions > 1,
+    )
     checks = [k.check for k in level1]
     not_kept = tuple(sorted({c for k in level1 for c in k.not_kept}))
     if not compile:
-        return Verification(status=STATUS_NOT_COMPILED, compiled=None, compiled_device_bytes=None,
-                            predicted_peak_bytes=prediction.peak_bytes, budget_bytes=budget_bytes,
-                            checks=tuple(checks), backend=backend,
-                            note="compilation skipped (verify_compile=False)"), not_kept
+        return Verification(
+            status=STATUS_NOT_COMPILED,
+            compiled=None,
+            compiled_device_bytes=None,
+            predicted_peak_bytes=prediction.peak_bytes,
+            budget_bytes=budget_bytes,
+            checks=tuple(checks),
+            backend=backend,
+            note="compilation skipped (verify_compile=False)",
+        ), not_kept
     figs = compiled_figures(compiled, step_jaxpr)
 
     # Level 2: stacked residuals of the traced step against the full-remat anchor.
@@ -180,27 +232,42 @@ def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: Liveness
             # with the plan at global sizes, not with the per-device prediction.
             g = _at_global_sizes(g)
         if g is not graph:
-            scanned = [(rg, rp) for rg, rp in zip(g.regions, evaluate(cost, g, assignment).regions)
-                       if rg.region.in_scan]
+            scanned = [
+                (rg, rp)
+                for rg, rp in zip(g.regions, evaluate(cost, g, assignment).regions)
+                if rg.region.in_scan
+            ]
         full = {p.region_id: p for p in evaluate(cost, g, Assignment.of({})).regions}
-        want_dev = sum(rg.region.multiplicity * (rp.device_residual_bytes + rp.input_residual_bytes
-                                                 - full[rg.region.id].input_residual_bytes)
-                       for rg, rp in scanned)
+        want_dev = sum(
+            rg.region.multiplicity
+            * (
+                rp.device_residual_bytes
+                + rp.input_residual_bytes
+                - full[rg.region.id].input_residual_bytes
+            )
+            for rg, rp in scanned
+        )
         # Stacked host arrays: per-trip offloads (loop-invariant ones are hoisted, not stacked).
         want_host = sum(rg.region.multiplicity * rp.host_residual_bytes for rg, rp in scanned)
         grown = figs.stacked_device_bytes - trace.anchor.stacked_device_bytes
-        checks.append(Check(
-            name="traced step stacks the planned device residuals",
-            ok=grown == want_dev,
-            detail=f"forward scans stack {grown:,} more device bytes than under full remat; "
-                   f"the plan keeps {want_dev:,} per-trip bytes (loop-invariant ones are "
-                   "hoisted, not stacked)"))
+        checks.append(
+            Check(
+                name="traced step stacks the planned device residuals",
+                ok=grown == want_dev,
+                detail=f"forward scans stack {grown:,} more device bytes than under full remat; "
+                f"the plan keeps {want_dev:,} per-trip bytes (loop-invariant ones are "
+                "hoisted, not stacked)",
+            )
+        )
         if want_host or figs.stacked_host_bytes:
-            checks.append(Check(
-                name="offloaded residuals live in host memory",
-                ok=figs.stacked_host_bytes == want_host,
-                detail=f"{figs.stacked_host_arrays} stacked arrays, {figs.stacked_host_bytes:,} "
-                       f"bytes in {adapter.HOST_KIND}; the plan offloads {want_host:,} bytes"))
+            checks.append(
+                Check(
+                    name="offloaded residuals live in host memory",
+                    ok=figs.stacked_host_bytes == want_host,
+                    detail=f"{figs.stacked_host_arrays} stacked arrays, {figs.stacked_host_bytes:,} "
+                    f"bytes in {adapter.HOST_KIND}; the plan offloads {want_host:,} bytes",
+                )
+            )
 
     # Level 3: the compiled program, counted as users count it (arguments + outputs -
     # aliased + temporaries).
@@ -216,21 +283,32 @@ def verify(step_fn: Callable, args: Sequence[Any], trace: Trace, graph: Liveness
         device_bytes -= figs.jaxpr_host_bytes
         if device_bytes <= budget_bytes:
             status = STATUS_UNVERIFIED
-        note = (f"The {backend} backend keeps {adapter.HOST_KIND} arrays in the same memory as "
-                f"device arrays, so its compiler counts the {figs.jaxpr_host_bytes:,} offloaded "
-                f"bytes in temp ({figs.device_bytes:,} bytes in all): without them the program "
-                f"needs an estimated {device_bytes:,} bytes; only a compiler with host memory "
-                "(the target GPU's) can verify the plan.")
+        note = (
+            f"The {backend} backend keeps {adapter.HOST_KIND} arrays in the same memory as "
+            f"device arrays, so its compiler counts the {figs.jaxpr_host_bytes:,} offloaded "
+            f"bytes in temp ({figs.device_bytes:,} bytes in all): without them the program "
+            f"needs an estimated {device_bytes:,} bytes; only a compiler with host memory "
+            "(the target GPU's) can verify the plan."
+        )
     planned_host = prediction.host_bytes > 0
     if planned_host and separate_host:
-        checks.append(Check(
-            name="compiled program places offloads in host memory",
-            ok=figs.host_buffers_in_hlo > 0 and figs.host_temp_bytes > 0,
-            detail=f"{figs.host_buffers_in_hlo} HLO instructions in host memory space S(5), "
-                   f"host temp {figs.host_temp_bytes:,} bytes; an offload the compiler dropped "
-                   "shows as 0 here"))
+        checks.append(
+            Check(
+                name="compiled program places offloads in host memory",
+                ok=figs.host_buffers_in_hlo > 0 and figs.host_temp_bytes > 0,
+                detail=f"{figs.host_buffers_in_hlo} HLO instructions in host memory space S(5), "
+                f"host temp {figs.host_temp_bytes:,} bytes; an offload the compiler dropped "
+                "shows as 0 here",
+            )
+        )
     return Verification(
-        status=status, compiled=figs, compiled_device_bytes=int(device_bytes),
-        predicted_peak_bytes=prediction.peak_bytes, budget_bytes=budget_bytes,
-        checks=tuple(checks), backend=backend, note=note, exact=not estimated,
+        status=status,
+        compiled=figs,
+        compiled_device_bytes=int(device_bytes),
+        predicted_peak_bytes=prediction.peak_bytes,
+        budget_bytes=budget_bytes,
+        checks=tuple(checks),
+        backend=backend,
+        note=note,
+        exact=not estimated,
     ), not_kept

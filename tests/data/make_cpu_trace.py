@@ -22,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def tiny(x):
     def body(c, _):
         return jnp.tanh(c @ c), None
+
     return jax.lax.scan(body, x, None, length=3)[0]
 
 

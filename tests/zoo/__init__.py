@@ -39,7 +39,8 @@ import dataclasses
 import importlib
 import importlib.util
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["MODELS", "ZooEntry", "runnable"]
 
@@ -77,12 +78,15 @@ class ZooEntry:
 
     def skip_reason(self) -> str | None:
         if sys.version_info[:2] < self.min_python:
-            return (f"needs Python >= {'.'.join(map(str, self.min_python))}, this is "
-                    f"{sys.version_info.major}.{sys.version_info.minor}")
+            return (
+                f"needs Python >= {'.'.join(map(str, self.min_python))}, this is "
+                f"{sys.version_info.major}.{sys.version_info.minor}"
+            )
         for lib in self.libraries:
             if importlib.util.find_spec(lib) is None:
                 return f"needs the {lib!r} package, which is not installed here"
         import jax
+
         if _version_tuple(jax.__version__) < _version_tuple(self.min_jax):
             return f"needs jax >= {self.min_jax}, this is {jax.__version__}"
         hook = getattr(self._mod(), "skip_reason", None)
@@ -94,39 +98,102 @@ def _entries():
     eqx = ("optax", "equinox")
     pz = ("optax", "penzai")
     mt = ("maxtext",)
-    yield ZooEntry("flax_linen", "flax_linen", libraries=flax,
-                   note="nn.scan(nn.remat(Block)), TrainState + optax.adamw")
-    yield ZooEntry("flax_nnx", "flax_nnx", {"layers": "scan"}, libraries=flax,
-                   note="nnx.vmap-created blocks, nnx.scan over nnx.remat, nnx.Optimizer")
-    yield ZooEntry("flax_nnx_loop", "flax_nnx", {"layers": "loop"}, libraries=flax,
-                   note="nnx.List of blocks, nnx.remat per call in a Python loop")
-    yield ZooEntry("equinox_list", "equinox_model", {"layers": "list"}, libraries=eqx,
-                   note="list of blocks, eqx.filter_checkpoint in a Python loop")
-    yield ZooEntry("equinox_scan", "equinox_model", {"layers": "scan"}, libraries=eqx,
-                   note="eqx.filter_vmap-stacked blocks under lax.scan")
-    yield ZooEntry("penzai_stack", "penzai_model", {"layers": "stack"}, libraries=pz,
-                   note="llamalike, pz.nn.LayerStack (lax.scan with unroll=True), Checkpointed")
-    yield ZooEntry("penzai_unrolled", "penzai_model", {"layers": "unrolled"}, libraries=pz,
-                   note="llamalike, one block per layer, Checkpointed")
-    yield ZooEntry("gpt2_loop", "gpt2_loop", note="Python loop, no checkpoint_name, tied embeddings")
-    yield ZooEntry("parallel_residual", "parallel_residual",
-                   note="GPT-J/PaLM x + attn(h) + mlp(h), scan, MaxText names")
-    yield ZooEntry("moe_ragged", "moe", {"dispatch": "ragged"},
-                   note="top-2 of 8 experts, jax.lax.ragged_dot, scan")
-    yield ZooEntry("moe_dense", "moe", {"dispatch": "dense"},
-                   note="top-2 of 8 experts, dense einsum dispatch, scan")
+    yield ZooEntry(
+        "flax_linen",
+        "flax_linen",
+        libraries=flax,
+        note="nn.scan(nn.remat(Block)), TrainState + optax.adamw",
+    )
+    yield ZooEntry(
+        "flax_nnx",
+        "flax_nnx",
+        {"layers": "scan"},
+        libraries=flax,
+        note="nnx.vmap-created blocks, nnx.scan over nnx.remat, nnx.Optimizer",
+    )
+    yield ZooEntry(
+        "flax_nnx_loop",
+        "flax_nnx",
+        {"layers": "loop"},
+        libraries=flax,
+        note="nnx.List of blocks, nnx.remat per call in a Python loop",
+    )
+    yield ZooEntry(
+        "equinox_list",
+        "equinox_model",
+        {"layers": "list"},
+        libraries=eqx,
+        note="list of blocks, eqx.filter_checkpoint in a Python loop",
+    )
+    yield ZooEntry(
+        "equinox_scan",
+        "equinox_model",
+        {"layers": "scan"},
+        libraries=eqx,
+        note="eqx.filter_vmap-stacked blocks under lax.scan",
+    )
+    yield ZooEntry(
+        "penzai_stack",
+        "penzai_model",
+        {"layers": "stack"},
+        libraries=pz,
+        note="llamalike, pz.nn.LayerStack (lax.scan with unroll=True), Checkpointed",
+    )
+    yield ZooEntry(
+        "penzai_unrolled",
+        "penzai_model",
+        {"layers": "unrolled"},
+        libraries=pz,
+        note="llamalike, one block per layer, Checkpointed",
+    )
+    yield ZooEntry(
+        "gpt2_loop", "gpt2_loop", note="Python loop, no checkpoint_name, tied embeddings"
+    )
+    yield ZooEntry(
+        "parallel_residual",
+        "parallel_residual",
+        note="GPT-J/PaLM x + attn(h) + mlp(h), scan, MaxText names",
+    )
+    yield ZooEntry(
+        "moe_ragged",
+        "moe",
+        {"dispatch": "ragged"},
+        note="top-2 of 8 experts, jax.lax.ragged_dot, scan",
+    )
+    yield ZooEntry(
+        "moe_dense",
+        "moe",
+        {"dispatch": "dense"},
+        note="top-2 of 8 experts, dense einsum dispatch, scan",
+    )
     yield ZooEntry("dropout", "dropout", note="typed jax.random.key in the state, split per layer")
     yield ZooEntry("long_context", "long_context", note="seq 2048, d_model 64, batch 1")
     for kind in ("cond", "switch", "fori_loop", "while_loop"):
-        yield ZooEntry(f"control_flow_{kind}", "control_flow", {"kind": kind},
-                       note=f"lax.{kind} inside the checkpointed layer")
+        yield ZooEntry(
+            f"control_flow_{kind}",
+            "control_flow",
+            {"kind": kind},
+            note=f"lax.{kind} inside the checkpointed layer",
+        )
     yield ZooEntry("scalar_region", "scalar_region", note="every activation is f32[]")
-    yield ZooEntry("maxtext", "maxtext_model", {"scan_layers": True}, libraries=mt,
-                   min_jax="0.11.1", min_python=(3, 12),
-                   note="MaxText's own train_step, scan_layers=True")
-    yield ZooEntry("maxtext_unscanned", "maxtext_model", {"scan_layers": False}, libraries=mt,
-                   min_jax="0.11.1", min_python=(3, 12),
-                   note="MaxText's own train_step, scan_layers=False")
+    yield ZooEntry(
+        "maxtext",
+        "maxtext_model",
+        {"scan_layers": True},
+        libraries=mt,
+        min_jax="0.11.1",
+        min_python=(3, 12),
+        note="MaxText's own train_step, scan_layers=True",
+    )
+    yield ZooEntry(
+        "maxtext_unscanned",
+        "maxtext_model",
+        {"scan_layers": False},
+        libraries=mt,
+        min_jax="0.11.1",
+        min_python=(3, 12),
+        note="MaxText's own train_step, scan_layers=False",
+    )
 
 
 MODELS: dict[str, ZooEntry] = {e.name: e for e in _entries()}

@@ -7,8 +7,12 @@ import time
 import jax
 import numpy as np
 
-STOCK_POLICIES = ("nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
-                  "everything_saveable")
+STOCK_POLICIES = (
+    "nothing_saveable",
+    "dots_saveable",
+    "dots_with_no_batch_dims_saveable",
+    "everything_saveable",
+)
 
 
 def stock_policy(name):
@@ -32,8 +36,12 @@ def device_bytes(compiled):
     m = compiled.memory_analysis()
     if isinstance(m, (list, tuple)):  # one entry per device/program on some versions
         m = m[0]
-    return int(m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
-               + m.temp_size_in_bytes)
+    return int(
+        m.argument_size_in_bytes
+        + m.output_size_in_bytes
+        - m.alias_size_in_bytes
+        + m.temp_size_in_bytes
+    )
 
 
 def _float_leaves(tree):

@@ -28,8 +28,12 @@ import numpy as np  # noqa: E402
 from tests.zoo import MODELS  # noqa: E402
 from tests.zoo import _util as u  # noqa: E402
 
-SHORT = {"nothing_saveable": "nothing", "dots_saveable": "dots",
-         "dots_with_no_batch_dims_saveable": "dots_no_batch", "everything_saveable": "everything"}
+SHORT = {
+    "nothing_saveable": "nothing",
+    "dots_saveable": "dots",
+    "dots_with_no_batch_dims_saveable": "dots_no_batch",
+    "everything_saveable": "everything",
+}
 
 
 def measure(entry):
@@ -44,16 +48,20 @@ def measure(entry):
         finite = bool(np.isfinite(loss) and u.all_finite(u.state_of(result)))
         row["finite"] &= finite
         losses.append(loss)
-        row["policies"][name] = dict(bytes=u.device_bytes(compiled), compile_s=seconds,
-                                     loss=loss, finite=finite)
+        row["policies"][name] = dict(
+            bytes=u.device_bytes(compiled), compile_s=seconds, loss=loss, finite=finite
+        )
     row["loss"] = losses[0]
     row["loss_spread"] = float(max(losses) - min(losses))
     return row
 
 
 def table(rows, skipped):
-    head = ("| model | compile s | " + " | ".join(SHORT[p] for p in u.STOCK_POLICIES)
-            + " | everything / nothing | loss (finite) |")
+    head = (
+        "| model | compile s | "
+        + " | ".join(SHORT[p] for p in u.STOCK_POLICIES)
+        + " | everything / nothing | loss (finite) |"
+    )
     lines = [head, "|" + "---|" * (len(u.STOCK_POLICIES) + 4)]
     for r in rows:
         ps = r["policies"]
@@ -65,7 +73,9 @@ def table(rows, skipped):
             f"| {r['model']} | {min(secs):.2f}-{max(secs):.2f} | "
             + " | ".join(f"{x:,}" for x in b)
             + f" | {ratio:.2f}{flag} | {r['loss']:.4f} ({'yes' if r['finite'] else '**no**'}"
-            + (f", spread {r['loss_spread']:.1e}" if r["loss_spread"] > 1e-5 else "") + ") |")
+            + (f", spread {r['loss_spread']:.1e}" if r["loss_spread"] > 1e-5 else "")
+            + ") |"
+        )
     for name, reason in skipped:
         lines.append(f"| {name} | skipped: {reason} |" + " |" * (len(u.STOCK_POLICIES) + 2))
     return "\n".join(lines)
@@ -79,8 +89,10 @@ def main(argv=None):
     names = args.models.split(",") if args.models else list(MODELS)
     rows, skipped = [], []
     t0 = time.perf_counter()
-    print(f"# python {sys.version.split()[0]}, jax {jax.__version__}, "
-          f"devices {jax.devices()}", flush=True)
+    print(
+        f"# python {sys.version.split()[0]}, jax {jax.__version__}, devices {jax.devices()}",
+        flush=True,
+    )
     for name in names:
         entry = MODELS[name]
         reason = entry.skip_reason()
@@ -91,15 +103,23 @@ def main(argv=None):
         row = measure(entry)
         rows.append(row)
         ps = row["policies"]
-        print(f"{name}: " + ", ".join(
-            f"{SHORT[p]}={ps[p]['bytes']:,} B ({ps[p]['compile_s']:.2f} s)" for p in ps)
-            + f"; loss {row['loss']:.4f}, finite {row['finite']}", flush=True)
+        print(
+            f"{name}: "
+            + ", ".join(f"{SHORT[p]}={ps[p]['bytes']:,} B ({ps[p]['compile_s']:.2f} s)" for p in ps)
+            + f"; loss {row['loss']:.4f}, finite {row['finite']}",
+            flush=True,
+        )
     print(f"\n# total {time.perf_counter() - t0:.0f} s\n")
     print(table(rows, skipped))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(python=sys.version.split()[0], jax=jax.__version__, rows=rows,
-                           skipped=skipped), f, indent=1)
+            json.dump(
+                dict(
+                    python=sys.version.split()[0], jax=jax.__version__, rows=rows, skipped=skipped
+                ),
+                f,
+                indent=1,
+            )
     return 0 if all(r["finite"] for r in rows) else 1
 
 

@@ -24,20 +24,39 @@ import jax.numpy as jnp
 import optax
 
 KINDS = ("cond", "switch", "fori_loop", "while_loop")
-DEFAULTS = dict(vocab=128, d_model=64, n_heads=4, d_ff=256, n_layers=4, seq=64, batch=4,
-                lr=3e-4, n_inner=3, kind="cond")
+DEFAULTS = dict(
+    vocab=128,
+    d_model=64,
+    n_heads=4,
+    d_ff=256,
+    n_layers=4,
+    seq=64,
+    batch=4,
+    lr=3e-4,
+    n_inner=3,
+    kind="cond",
+)
 
 
 def init_params(key, cfg):
     d, f, L, v = cfg["d_model"], cfg["d_ff"], cfg["n_layers"], cfg["vocab"]
     ks = jax.random.split(key, 8)
     n = lambda k, shape, fan_in: jax.random.normal(k, shape) / jnp.sqrt(fan_in)  # noqa: E731
-    layers = dict(ln=jnp.ones((L, d)), wqkv=n(ks[0], (L, d, 3 * d), d),
-                  wo=n(ks[1], (L, d, d), d), w1=n(ks[2], (L, d, f), d),
-                  w_gate=n(ks[3], (L, d, f), d), w2=n(ks[4], (L, f, d), f),
-                  w_loop=n(ks[5], (L, d, d), d) * 0.5)
-    return dict(embed=0.02 * jax.random.normal(ks[6], (v, d)), layers=layers,
-                ln_f=jnp.ones(d), head=n(ks[7], (d, v), d))
+    layers = dict(
+        ln=jnp.ones((L, d)),
+        wqkv=n(ks[0], (L, d, 3 * d), d),
+        wo=n(ks[1], (L, d, d), d),
+        w1=n(ks[2], (L, d, f), d),
+        w_gate=n(ks[3], (L, d, f), d),
+        w2=n(ks[4], (L, f, d), f),
+        w_loop=n(ks[5], (L, d, d), d) * 0.5,
+    )
+    return dict(
+        embed=0.02 * jax.random.normal(ks[6], (v, d)),
+        layers=layers,
+        ln_f=jnp.ones(d),
+        head=n(ks[7], (d, v), d),
+    )
 
 
 def rms_norm(x, scale, eps=1e-6):
@@ -72,11 +91,15 @@ def make_layer(cfg):
         p, i = inputs
         h = rms_norm(x, p["ln"])
         if kind == "cond":
-            y = jax.lax.cond(i % 2 == 0, lambda h: attention(h, p, n_heads),
-                             lambda h: gelu_mlp(h, p), h)
+            y = jax.lax.cond(
+                i % 2 == 0, lambda h: attention(h, p, n_heads), lambda h: gelu_mlp(h, p), h
+            )
         elif kind == "switch":
-            y = jax.lax.switch(i % 3, [lambda h: gelu_mlp(h, p), lambda h: swiglu_mlp(h, p),
-                                       lambda h: relu2_mlp(h, p)], h)
+            y = jax.lax.switch(
+                i % 3,
+                [lambda h: gelu_mlp(h, p), lambda h: swiglu_mlp(h, p), lambda h: relu2_mlp(h, p)],
+                h,
+            )
         elif kind == "fori_loop":
             h = jax.lax.fori_loop(0, n_inner, lambda _, h: h + jnp.tanh(h @ p["w_loop"]), h)
             y = gelu_mlp(h, p)
@@ -92,6 +115,7 @@ def make_layer(cfg):
         else:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         return x + y, None
+
     return layer
 
 

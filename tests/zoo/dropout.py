@@ -15,19 +15,29 @@ import jax
 import jax.numpy as jnp
 import optax
 
-DEFAULTS = dict(vocab=256, d_model=64, n_heads=4, d_ff=256, n_layers=4, seq=128, batch=4,
-                lr=3e-4, rate=0.1)
+DEFAULTS = dict(
+    vocab=256, d_model=64, n_heads=4, d_ff=256, n_layers=4, seq=128, batch=4, lr=3e-4, rate=0.1
+)
 
 
 def init_params(key, cfg):
     d, f, L, v = cfg["d_model"], cfg["d_ff"], cfg["n_layers"], cfg["vocab"]
     ks = jax.random.split(key, 6)
     n = lambda k, shape, fan_in: jax.random.normal(k, shape) / jnp.sqrt(fan_in)  # noqa: E731
-    layers = dict(ln1=jnp.ones((L, d)), wqkv=n(ks[0], (L, d, 3 * d), d),
-                  wo=n(ks[1], (L, d, d), d), ln2=jnp.ones((L, d)),
-                  w1=n(ks[2], (L, d, f), d), w2=n(ks[3], (L, f, d), f))
-    return dict(embed=0.02 * jax.random.normal(ks[4], (v, d)), layers=layers,
-                ln_f=jnp.ones(d), head=n(ks[5], (d, v), d))
+    layers = dict(
+        ln1=jnp.ones((L, d)),
+        wqkv=n(ks[0], (L, d, 3 * d), d),
+        wo=n(ks[1], (L, d, d), d),
+        ln2=jnp.ones((L, d)),
+        w1=n(ks[2], (L, d, f), d),
+        w2=n(ks[3], (L, f, d), f),
+    )
+    return dict(
+        embed=0.02 * jax.random.normal(ks[4], (v, d)),
+        layers=layers,
+        ln_f=jnp.ones(d),
+        head=n(ks[5], (d, v), d),
+    )
 
 
 def rms_norm(x, scale, eps=1e-6):
@@ -54,6 +64,7 @@ def make_layer(n_heads, rate):
         x = x + dropout(k_out, a @ p["wo"], rate)
         h = jax.nn.gelu(rms_norm(x, p["ln2"]) @ p["w1"])
         return x + dropout(k_mlp, h @ p["w2"], rate), None
+
     return layer
 
 

@@ -22,8 +22,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-DEFAULTS = dict(vocab=256, d_model=64, n_heads=4, d_ff=256, n_layers=4, seq=128, batch=4,
-                lr=3e-4, layers="list")
+DEFAULTS = dict(
+    vocab=256, d_model=64, n_heads=4, d_ff=256, n_layers=4, seq=128, batch=4, lr=3e-4, layers="list"
+)
 
 
 class Block(eqx.Module):
@@ -110,8 +111,7 @@ def make(policy=None, **overrides):
         model = eqx.apply_updates(model, updates)
         return eqx.filter(model, eqx.is_array), opt_state, loss
 
-    tokens = jax.random.randint(jax.random.key(1), (cfg["batch"], cfg["seq"] + 1), 0,
-                                cfg["vocab"])
+    tokens = jax.random.randint(jax.random.key(1), (cfg["batch"], cfg["seq"] + 1), 0, cfg["vocab"])
     return train_step, (params, opt_state, tokens)
 
 

@@ -15,8 +15,7 @@ import jax.numpy as jnp
 import optax
 from flax.training import train_state
 
-DEFAULTS = dict(vocab=256, d_model=64, n_heads=4, d_ff=256, n_layers=4, seq=128, batch=4,
-                lr=3e-4)
+DEFAULTS = dict(vocab=256, d_model=64, n_heads=4, d_ff=256, n_layers=4, seq=128, batch=4, lr=3e-4)
 
 
 class Block(nn.Module):
@@ -47,11 +46,16 @@ class Transformer(nn.Module):
     def __call__(self, tokens):
         embed = nn.Embed(self.vocab, self.d_model)
         x = embed(tokens)
-        x = x + self.param("pos_embedding", nn.initializers.normal(0.02),
-                           (tokens.shape[1], self.d_model))
+        x = x + self.param(
+            "pos_embedding", nn.initializers.normal(0.02), (tokens.shape[1], self.d_model)
+        )
         RematBlock = nn.remat(Block, policy=self.remat_policy, prevent_cse=False)
-        x, _ = nn.scan(RematBlock, variable_axes={"params": 0}, split_rngs={"params": True},
-                       length=self.n_layers)(self.n_heads, self.d_ff, name="layers")(x, None)
+        x, _ = nn.scan(
+            RematBlock,
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            length=self.n_layers,
+        )(self.n_heads, self.d_ff, name="layers")(x, None)
         x = nn.LayerNorm()(x)
         return embed.attend(x)
 
@@ -59,16 +63,22 @@ class Transformer(nn.Module):
 def make(policy=None, **overrides):
     """``(train_step, (state, tokens))``; the step returns ``(state, loss)``."""
     cfg = {**DEFAULTS, **overrides}
-    model = Transformer(cfg["vocab"], cfg["d_model"], cfg["n_heads"], cfg["d_ff"],
-                        cfg["n_layers"], remat_policy=policy)
-    tokens = jax.random.randint(jax.random.key(1), (cfg["batch"], cfg["seq"] + 1), 0,
-                                cfg["vocab"])
+    model = Transformer(
+        cfg["vocab"],
+        cfg["d_model"],
+        cfg["n_heads"],
+        cfg["d_ff"],
+        cfg["n_layers"],
+        remat_policy=policy,
+    )
+    tokens = jax.random.randint(jax.random.key(1), (cfg["batch"], cfg["seq"] + 1), 0, cfg["vocab"])
 
     @jax.jit
     def create_state(key, tokens):
         params = model.init(key, tokens)["params"]
-        return train_state.TrainState.create(apply_fn=model.apply, params=params,
-                                             tx=optax.adamw(cfg["lr"]))
+        return train_state.TrainState.create(
+            apply_fn=model.apply, params=params, tx=optax.adamw(cfg["lr"])
+        )
 
     state = create_state(jax.random.key(0), tokens[:, :-1])
 

@@ -16,15 +16,17 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-DEFAULTS = dict(vocab=256, d_model=64, n_heads=4, d_ff=256, n_layers=4, seq=128, batch=4,
-                lr=3e-4, layers="scan")
+DEFAULTS = dict(
+    vocab=256, d_model=64, n_heads=4, d_ff=256, n_layers=4, seq=128, batch=4, lr=3e-4, layers="scan"
+)
 
 
 class Block(nnx.Module):
     def __init__(self, d_model, n_heads, d_ff, *, rngs: nnx.Rngs):
         self.ln1 = nnx.LayerNorm(d_model, rngs=rngs)
-        self.attn = nnx.MultiHeadAttention(num_heads=n_heads, in_features=d_model,
-                                           decode=False, rngs=rngs)
+        self.attn = nnx.MultiHeadAttention(
+            num_heads=n_heads, in_features=d_model, decode=False, rngs=rngs
+        )
         self.ln2 = nnx.LayerNorm(d_model, rngs=rngs)
         self.up = nnx.Linear(d_model, d_ff, rngs=rngs)
         self.down = nnx.Linear(d_ff, d_model, rngs=rngs)
@@ -44,6 +46,7 @@ class Transformer(nnx.Module):
         self.policy = policy
         make_block = lambda rngs: Block(d, cfg["n_heads"], cfg["d_ff"], rngs=rngs)  # noqa: E731
         if self.layers_kind == "scan":
+
             @nnx.split_rngs(splits=cfg["n_layers"])
             @nnx.vmap(in_axes=(0,), out_axes=0)
             def create(rngs):
@@ -57,6 +60,7 @@ class Transformer(nnx.Module):
     def __call__(self, tokens):
         x = self.embed(tokens) + self.pos[...][: tokens.shape[1]]
         if self.layers_kind == "scan":
+
             @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
             @nnx.remat(policy=self.policy)
             def body(block, x):
@@ -86,8 +90,7 @@ def make(policy=None, **overrides):
         optimizer.update(model, grads)
         return nnx.state((model, optimizer)), loss
 
-    tokens = jax.random.randint(jax.random.key(1), (cfg["batch"], cfg["seq"] + 1), 0,
-                                cfg["vocab"])
+    tokens = jax.random.randint(jax.random.key(1), (cfg["batch"], cfg["seq"] + 1), 0, cfg["vocab"])
     return train_step, (state, tokens)
 
 

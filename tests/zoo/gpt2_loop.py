@@ -22,16 +22,29 @@ def init_params(key, cfg):
     normal = lambda shape, std=0.02: std * jax.random.normal(next(keys), shape)  # noqa: E731
     layers = []
     for _ in range(cfg["n_layers"]):
-        layers.append(dict(
-            ln1_g=jnp.ones(d), ln1_b=jnp.zeros(d),
-            w_qkv=normal((d, 3 * d)), b_qkv=jnp.zeros(3 * d),
-            w_o=normal((d, d)), b_o=jnp.zeros(d),
-            ln2_g=jnp.ones(d), ln2_b=jnp.zeros(d),
-            w_fc=normal((d, 4 * d)), b_fc=jnp.zeros(4 * d),
-            w_proj=normal((4 * d, d)), b_proj=jnp.zeros(d),
-        ))
-    return dict(wte=normal((v, d)), wpe=normal((cfg["seq"], d), 0.01), layers=layers,
-                lnf_g=jnp.ones(d), lnf_b=jnp.zeros(d))
+        layers.append(
+            dict(
+                ln1_g=jnp.ones(d),
+                ln1_b=jnp.zeros(d),
+                w_qkv=normal((d, 3 * d)),
+                b_qkv=jnp.zeros(3 * d),
+                w_o=normal((d, d)),
+                b_o=jnp.zeros(d),
+                ln2_g=jnp.ones(d),
+                ln2_b=jnp.zeros(d),
+                w_fc=normal((d, 4 * d)),
+                b_fc=jnp.zeros(4 * d),
+                w_proj=normal((4 * d, d)),
+                b_proj=jnp.zeros(d),
+            )
+        )
+    return dict(
+        wte=normal((v, d)),
+        wpe=normal((cfg["seq"], d), 0.01),
+        layers=layers,
+        lnf_g=jnp.ones(d),
+        lnf_b=jnp.zeros(d),
+    )
 
 
 def layer_norm(x, g, b, eps=1e-5):
@@ -55,6 +68,7 @@ def make_layer(n_heads):
         h = layer_norm(x, p["ln2_g"], p["ln2_b"])
         h = jax.nn.gelu(h @ p["w_fc"] + p["b_fc"])
         return x + h @ p["w_proj"] + p["b_proj"]
+
     return layer
 
 

@@ -12,19 +12,27 @@ import jax
 import jax.numpy as jnp
 import optax
 
-DEFAULTS = dict(vocab=128, d_model=64, n_heads=2, d_ff=128, n_layers=2, seq=2048, batch=1,
-                lr=3e-4)
+DEFAULTS = dict(vocab=128, d_model=64, n_heads=2, d_ff=128, n_layers=2, seq=2048, batch=1, lr=3e-4)
 
 
 def init_params(key, cfg):
     d, f, L, v = cfg["d_model"], cfg["d_ff"], cfg["n_layers"], cfg["vocab"]
     ks = jax.random.split(key, 6)
     n = lambda k, shape, fan_in: jax.random.normal(k, shape) / jnp.sqrt(fan_in)  # noqa: E731
-    layers = dict(ln1=jnp.ones((L, d)), wqkv=n(ks[0], (L, d, 3 * d), d),
-                  wo=n(ks[1], (L, d, d), d), ln2=jnp.ones((L, d)),
-                  w1=n(ks[2], (L, d, f), d), w2=n(ks[3], (L, f, d), f))
-    return dict(embed=0.02 * jax.random.normal(ks[4], (v, d)), layers=layers,
-                ln_f=jnp.ones(d), head=n(ks[5], (d, v), d))
+    layers = dict(
+        ln1=jnp.ones((L, d)),
+        wqkv=n(ks[0], (L, d, 3 * d), d),
+        wo=n(ks[1], (L, d, d), d),
+        ln2=jnp.ones((L, d)),
+        w1=n(ks[2], (L, d, f), d),
+        w2=n(ks[3], (L, f, d), f),
+    )
+    return dict(
+        embed=0.02 * jax.random.normal(ks[4], (v, d)),
+        layers=layers,
+        ln_f=jnp.ones(d),
+        head=n(ks[5], (d, v), d),
+    )
 
 
 def rms_norm(x, scale, eps=1e-6):
@@ -42,6 +50,7 @@ def make_layer(n_heads):
         a = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1), heads(v)).reshape(b, t, d)
         x = x + a @ p["wo"]
         return x + jax.nn.gelu(rms_norm(x, p["ln2"]) @ p["w1"]) @ p["w2"], None
+
     return layer
 
 

@@ -35,12 +35,28 @@ import os
 from unittest import mock
 
 OVERRIDES = dict(
-    model_name="default", base_emb_dim=64, base_num_query_heads=4, base_num_kv_heads=4,
-    base_mlp_dim=256, base_num_decoder_layers=4, head_dim=16, vocab_size=256,
-    per_device_batch_size=4, max_target_length=128, scan_layers=True, remat_policy="full",
-    attention="dot_product", dtype="float32", weight_dtype="float32",
-    dataset_type="synthetic", enable_checkpointing=False, enable_tensorboard=False,
-    enable_goodput_recording=False, monitor_goodput=False, steps=1, run_name="zoo",
+    model_name="default",
+    base_emb_dim=64,
+    base_num_query_heads=4,
+    base_num_kv_heads=4,
+    base_mlp_dim=256,
+    base_num_decoder_layers=4,
+    head_dim=16,
+    vocab_size=256,
+    per_device_batch_size=4,
+    max_target_length=128,
+    scan_layers=True,
+    remat_policy="full",
+    attention="dot_product",
+    dtype="float32",
+    weight_dtype="float32",
+    dataset_type="synthetic",
+    enable_checkpointing=False,
+    enable_tensorboard=False,
+    enable_goodput_recording=False,
+    monitor_goodput=False,
+    steps=1,
+    run_name="zoo",
     base_output_directory="/tmp/maxtext-zoo",  # hardware stays base.yml's "tpu": "cpu" means
     # multi-process CPU (it initializes jax.distributed from JOB_INDEX); "tpu" runs on the local CPU
     jax_cache_dir="",  # base.yml's "~/jax_cache" turns on JAX's persistent compilation cache
@@ -49,6 +65,7 @@ OVERRIDES = dict(
 
 def skip_reason():
     import sys
+
     if sys.version_info < (3, 12):
         return "MaxText 0.2.5 needs Python >= 3.12"
     try:
@@ -95,27 +112,33 @@ def make(policy=None, concrete=True, **overrides):
         return train_state_nnx.TrainStateNNX(nnx_model, nnx.Optimizer(nnx_model, tx, wrt=nnx.Param))
 
     abstract_state, _, state_mesh_shardings = maxtext_utils.get_abstract_state(
-        config, mesh, create_train_state_fn, True)
+        config, mesh, create_train_state_fn, True
+    )
     with axis_rules(config.logical_axis_rules):
         graphdef, _ = nnx.split(nnx.eval_shape(create_train_state_fn))
     data_sharding = sharding.get_input_data_sharding(config, mesh)
     shaped_batch = maxtext_utils.get_shaped_batch(config, batch_sharding=data_sharding)
     params_shardings, state_mesh_shardings = sharding.maybe_update_params_sharding_with_opt(
-        config, state_mesh_shardings)
+        config, state_mesh_shardings
+    )
     input_shardings = sharding.build_zero1_input_state_mesh_shardings(
-        config, state_mesh_shardings, params_shardings)
+        config, state_mesh_shardings, params_shardings
+    )
     functional_train, *_ = maxtext_utils.get_functional_train_with_signature(
-        train.train_step, data_sharding, input_shardings, graphdef, config, params_shardings)
+        train.train_step, data_sharding, input_shardings, graphdef, config, params_shardings
+    )
 
     def policy_patch():
         if policy is None:
             return contextlib.nullcontext()
-        return mock.patch.object(nnx_decoders.NNXDecoder, "get_remat_policy",
-                                 lambda self: policy)
+        return mock.patch.object(nnx_decoders.NNXDecoder, "get_remat_policy", lambda self: policy)
 
     def train_step(state, batch):
-        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), \
-                axis_rules(config.logical_axis_rules), policy_patch():
+        with (
+            jax.sharding.use_abstract_mesh(mesh.abstract_mesh),
+            axis_rules(config.logical_axis_rules),
+            policy_patch(),
+        ):
             new_state, metrics = functional_train(state, batch)
         return new_state, metrics["scalar"]["learning/loss"]
 
@@ -124,17 +147,28 @@ def make(policy=None, concrete=True, **overrides):
 
     # maxtext_utils.setup_initial_state without a checkpoint, and a synthetic batch.
     with jax.set_mesh(mesh), axis_rules(config.logical_axis_rules):
-        state = jax.jit(lambda: nnx.state(create_train_state_fn()), in_shardings=None,
-                        out_shardings=state_mesh_shardings)()
+        state = jax.jit(
+            lambda: nnx.state(create_train_state_fn()),
+            in_shardings=None,
+            out_shardings=state_mesh_shardings,
+        )()
     b, t = shaped_batch["inputs"].shape
     tokens = jax.random.randint(jax.random.key(1), (b, t + 1), 1, config.vocab_size)
     positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
     segments = jnp.ones((b, t), jnp.int32)
-    batch = dict(inputs=tokens[:, :-1], inputs_position=positions, inputs_segmentation=segments,
-                 targets=tokens[:, 1:], targets_position=positions,
-                 targets_segmentation=segments)
-    batch = {k: jax.device_put(v.astype(shaped_batch[k].dtype), shaped_batch[k].sharding)
-             for k, v in batch.items() if k in shaped_batch}
+    batch = dict(
+        inputs=tokens[:, :-1],
+        inputs_position=positions,
+        inputs_segmentation=segments,
+        targets=tokens[:, 1:],
+        targets_position=positions,
+        targets_segmentation=segments,
+    )
+    batch = {
+        k: jax.device_put(v.astype(shaped_batch[k].dtype), shaped_batch[k].sharding)
+        for k, v in batch.items()
+        if k in shaped_batch
+    }
     return train_step, (state, batch)
 
 

@@ -16,8 +16,20 @@ import jax
 import jax.numpy as jnp
 import optax
 
-DEFAULTS = dict(vocab=256, d_model=64, n_heads=4, d_ff=128, n_experts=8, top_k=2, n_layers=3,
-                seq=64, batch=4, lr=3e-4, aux_weight=1e-2, dispatch="ragged")
+DEFAULTS = dict(
+    vocab=256,
+    d_model=64,
+    n_heads=4,
+    d_ff=128,
+    n_experts=8,
+    top_k=2,
+    n_layers=3,
+    seq=64,
+    batch=4,
+    lr=3e-4,
+    aux_weight=1e-2,
+    dispatch="ragged",
+)
 
 
 def init_params(key, cfg):
@@ -25,13 +37,21 @@ def init_params(key, cfg):
     ks = jax.random.split(key, 9)
     n = lambda k, shape, fan_in: jax.random.normal(k, shape) / jnp.sqrt(fan_in)  # noqa: E731
     layers = dict(
-        ln1=jnp.ones((L, d)), wqkv=n(ks[0], (L, d, 3 * d), d), wo=n(ks[1], (L, d, d), d),
-        ln2=jnp.ones((L, d)), router=n(ks[2], (L, d, E), d),
-        wi_0=n(ks[3], (L, E, d, f), d), wi_1=n(ks[4], (L, E, d, f), d),
+        ln1=jnp.ones((L, d)),
+        wqkv=n(ks[0], (L, d, 3 * d), d),
+        wo=n(ks[1], (L, d, d), d),
+        ln2=jnp.ones((L, d)),
+        router=n(ks[2], (L, d, E), d),
+        wi_0=n(ks[3], (L, E, d, f), d),
+        wi_1=n(ks[4], (L, E, d, f), d),
         wo_mlp=n(ks[5], (L, E, f, d), f),
     )
-    return dict(embed=0.02 * jax.random.normal(ks[6], (v, d)), layers=layers,
-                ln_f=jnp.ones(d), head=n(ks[7], (d, v), d))
+    return dict(
+        embed=0.02 * jax.random.normal(ks[6], (v, d)),
+        layers=layers,
+        ln_f=jnp.ones(d),
+        head=n(ks[7], (d, v), d),
+    )
 
 
 def rms_norm(x, scale, eps=1e-6):
@@ -87,6 +107,7 @@ def make_layer(cfg):
         frac = jnp.mean(jax.nn.one_hot(experts, n_experts).sum(1), axis=0) / top_k
         aux = n_experts * jnp.sum(frac * jnp.mean(jax.nn.softmax(logits, -1), axis=0))
         return x + moe(h, p, top_k, weights, experts).reshape(b, t, d), aux
+
     return layer
 
 

@@ -15,8 +15,7 @@ import jax.numpy as jnp
 import optax
 from jax.ad_checkpoint import checkpoint_name
 
-DEFAULTS = dict(vocab=256, d_model=64, n_heads=4, d_ff=256, n_layers=4, seq=128, batch=4,
-                lr=3e-4)
+DEFAULTS = dict(vocab=256, d_model=64, n_heads=4, d_ff=256, n_layers=4, seq=128, batch=4, lr=3e-4)
 
 
 def init_params(key, cfg):
@@ -25,12 +24,20 @@ def init_params(key, cfg):
     n = lambda k, shape, fan_in: jax.random.normal(k, shape) / jnp.sqrt(fan_in)  # noqa: E731
     layers = dict(
         norm=jnp.ones((L, d)),
-        wq=n(ks[0], (L, d, d), d), wk=n(ks[1], (L, d, d), d), wv=n(ks[2], (L, d, d), d),
+        wq=n(ks[0], (L, d, d), d),
+        wk=n(ks[1], (L, d, d), d),
+        wv=n(ks[2], (L, d, d), d),
         wo=n(ks[3], (L, d, d), d),
-        wi_0=n(ks[4], (L, d, f), d), wi_1=n(ks[5], (L, d, f), d), wo_mlp=n(ks[6], (L, f, d), f),
+        wi_0=n(ks[4], (L, d, f), d),
+        wi_1=n(ks[5], (L, d, f), d),
+        wo_mlp=n(ks[6], (L, f, d), f),
     )
-    return dict(embed=jax.random.normal(ks[7], (v, d)) * 0.02, layers=layers,
-                final_norm=jnp.ones(d), head=n(jax.random.key(99), (d, v), d))
+    return dict(
+        embed=jax.random.normal(ks[7], (v, d)) * 0.02,
+        layers=layers,
+        final_norm=jnp.ones(d),
+        head=n(jax.random.key(99), (d, v), d),
+    )
 
 
 def rms_norm(x, scale, eps=1e-6):
@@ -66,6 +73,7 @@ def make_layer(n_heads):
         u = checkpoint_name(h @ p["wi_1"], "mlpwi_1")
         mlp = checkpoint_name((jax.nn.silu(g) * u) @ p["wo_mlp"], "mlpwo")
         return x + attn + mlp, None
+
     return layer
 
 

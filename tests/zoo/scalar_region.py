@@ -20,20 +20,19 @@ DEFAULTS = dict(n_steps=64, dt=0.05, lr=1e-2)
 def make_step(dt):
     def step(carry, t):
         params, x, v = carry
-        accel = (-params["k"] * x - params["c"] * v
-                 + params["a"] * jnp.sin(params["w"] * t))
+        accel = -params["k"] * x - params["c"] * v + params["a"] * jnp.sin(params["w"] * t)
         v = v + dt * accel
         x = x + dt * v
         energy = 0.5 * v * v + 0.5 * params["k"] * x * x
         return (params, x, v), (x, energy)
+
     return step
 
 
 def make(policy=None, **overrides):
     """``(train_step, (params, opt_state, target))``; the step returns ``(params, opt_state, loss)``."""
     cfg = {**DEFAULTS, **overrides}
-    params = dict(k=jnp.float32(1.5), c=jnp.float32(0.1), a=jnp.float32(0.3),
-                  w=jnp.float32(1.0))
+    params = dict(k=jnp.float32(1.5), c=jnp.float32(0.1), a=jnp.float32(0.3), w=jnp.float32(1.0))
     ts = jnp.arange(cfg["n_steps"], dtype=jnp.float32) * cfg["dt"]
     true = dict(k=jnp.float32(2.0), c=jnp.float32(0.3), a=jnp.float32(0.5), w=jnp.float32(1.3))
     x0, v0 = jnp.float32(1.0), jnp.float32(0.0)

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 Interval = tuple[float, float]
 
+
 def union(intervals: Iterable[Interval]) -> list[Interval]:
     """Sorted, disjoint intervals covering the same points; empty ones are dropped."""
     out: list[list[float]] = []
@@ -72,4 +73,3 @@ def difference(a: Iterable[Interval], b: Iterable[Interval]) -> list[Interval]:
 def clip(intervals: Iterable[Interval], lo: float, hi: float) -> list[Interval]:
     """The parts of `intervals` inside [lo, hi)."""
     return [(max(s, lo), min(e, hi)) for s, e in intervals if min(e, hi) > max(s, lo)]
-

@@ -68,8 +68,15 @@ def _device_description(dev) -> str:
     return f"{kind} ({dev.platform})" if kind and kind != dev.platform else str(dev.platform)
 
 
-def profile(plan, step_fn: Callable, *args, steps: int = 5, warmup: int = 1,
-            logdir: str | None = None, donate_argnums: tuple[int, ...] = ()) -> ProfileResult:
+def profile(
+    plan,
+    step_fn: Callable,
+    *args,
+    steps: int = 5,
+    warmup: int = 1,
+    logdir: str | None = None,
+    donate_argnums: tuple[int, ...] = (),
+) -> ProfileResult:
     """Run ``step_fn(*args)`` (built with ``plan.policy``) under the profiler; read the overlap.
 
     Args:
@@ -86,8 +93,7 @@ def profile(plan, step_fn: Callable, *args, steps: int = 5, warmup: int = 1,
     import jax
 
     if steps < 1 or warmup < 0:
-        raise ValueError(f"steps must be >= 1 and warmup >= 0, got steps={steps}, "
-                         f"warmup={warmup}.")
+        raise ValueError(f"steps must be >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}.")
     flags = getattr(plan, "xla_flags", "") or ""
     opts = flags_to_compiler_options(flags)
     backend = jax.default_backend()
@@ -98,11 +104,13 @@ def profile(plan, step_fn: Callable, *args, steps: int = 5, warmup: int = 1,
         if not opts or "compile option" not in str(e):
             raise
         from planner._src.errors import InvalidArgumentError
+
         raise InvalidArgumentError(
             f"XLA rejected a flag of plan.xla_flags ({flags!r}) on the {backend} backend: "
             f"{e}.\nWhy: each flag is passed as a per-compile option, and this jaxlib does "
             "not know it.\nFix: drop that flag from the plan's flags (or profile on the "
-            "platform the plan was made for).") from e
+            "platform the plan was made for)."
+        ) from e
     hlo = compiled.as_text() or ""
     host_ops = host_transfer_ops(hlo)
     module = None
@@ -136,16 +144,25 @@ def profile(plan, step_fn: Callable, *args, steps: int = 5, warmup: int = 1,
                 walls.append(time.perf_counter() - t)
     path = find_xplane(logdir, newer_than=t_start)
     result = analyze_trace(
-        path, host_ops=host_ops, module=module, backend=backend,
+        path,
+        host_ops=host_ops,
+        module=module,
+        backend=backend,
         device=_device_description(jax.devices()[0]),
-        step_name=getattr(step_fn, "__name__", type(step_fn).__name__), xla_flags=flags,
-        expect_offload=offloads, wall_step_s=walls,
+        step_name=getattr(step_fn, "__name__", type(step_fn).__name__),
+        xla_flags=flags,
+        expect_offload=offloads,
+        wall_step_s=walls,
         predicted_exposed_s=getattr(pred, "exposed_transfer_s", None),
-        predicted_transfer_s=getattr(pred, "transfer_s", None))
+        predicted_transfer_s=getattr(pred, "transfer_s", None),
+    )
     if result.measured and offloads and not host_ops:
-        result = dataclasses.replace(result, status=result.status + (
-            "; warning: the compiled HLO has no host-memory (S(5)) transfers although the plan "
-            "offloads: was the step built with plan.policy?"))
+        result = dataclasses.replace(
+            result,
+            status=result.status
+            + (
+                "; warning: the compiled HLO has no host-memory (S(5)) transfers although the plan "
+                "offloads: was the step built with plan.policy?"
+            ),
+        )
     return result
-
-

@@ -19,6 +19,7 @@ from planner._src.profiling.intervals import Interval
 STEP_ANNOTATION = "planner_profile_step"
 KINDS = ("compute", "d2h", "h2d", "copy_other")
 
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Event:
     """One device event, times in ns on the trace's clock."""
@@ -26,7 +27,7 @@ class Event:
     name: str
     start_ns: float
     end_ns: float
-    kind: str                 # compute | d2h | h2d | copy_other
+    kind: str  # compute | d2h | h2d | copy_other
     line: str = ""
     hlo_op: str = ""
 
@@ -38,8 +39,9 @@ class Event:
 _HOST_KINDS = ("pinned", "pageable", "managed_host", "host")
 
 
-def classify(name: str, line: str, stats: Mapping[str, Any],
-             host_ops: Mapping[str, str] | None = None) -> str:
+def classify(
+    name: str, line: str, stats: Mapping[str, Any], host_ops: Mapping[str, str] | None = None
+) -> str:
     """The kind of one device event (see the module docstring for the rules, in order)."""
     details = str(stats.get("memcpy_details", "") or "")
     is_memcpy = bool(details) or name.lower().startswith("memcpy")
@@ -72,8 +74,8 @@ class TraceData:
     device_planes: tuple[str, ...]
     events: tuple[Event, ...]
     step_windows: tuple[Interval, ...]
-    step_source: str                       # "XLA Modules" | "StepTraceAnnotation" | "device span"
-    host_xla_events: int                   # XLA op events on host threads (the CPU backend)
+    step_source: str  # "XLA Modules" | "StepTraceAnnotation" | "device span"
+    host_xla_events: int  # XLA op events on host threads (the CPU backend)
     device_kind: str = ""
 
 
@@ -90,13 +92,16 @@ def find_xplane(logdir: str, newer_than: float | None = None) -> str:
     if newer_than is not None:
         paths = [p for p in paths if os.path.getmtime(p) >= newer_than - 1]
     if not paths:
-        raise FileNotFoundError(f"no .xplane.pb under {logdir}/plugins/profile/*/: did "
-                                "jax.profiler.trace write a profile there?")
+        raise FileNotFoundError(
+            f"no .xplane.pb under {logdir}/plugins/profile/*/: did "
+            "jax.profiler.trace write a profile there?"
+        )
     return max(paths, key=os.path.getmtime)
 
 
-def read_trace(source, *, host_ops: Mapping[str, str] | None = None,
-               module: str | None = None) -> TraceData:
+def read_trace(
+    source, *, host_ops: Mapping[str, str] | None = None, module: str | None = None
+) -> TraceData:
     """Read a trace: an ``.xplane.pb`` path, a text-proto ``.pbtxt`` path, a log directory, or
     a ``jax.profiler.ProfileData``. ``module``: the HLO module name of the step (e.g.
     ``jit_train_step``) to pick its ``XLA Modules`` events as step windows."""
@@ -132,11 +137,16 @@ def read_trace(source, *, host_ops: Mapping[str, str] | None = None,
                 continue
             for e in ln.events:
                 st = _stats(e)
-                events.append(Event(name=e.name, start_ns=float(e.start_ns),
-                                    end_ns=float(e.end_ns),
-                                    kind=classify(e.name, ln.name, st, host_ops),
-                                    line=f"{p.name} {ln.name}",
-                                    hlo_op=str(st.get("hlo_op", "") or "")))
+                events.append(
+                    Event(
+                        name=e.name,
+                        start_ns=float(e.start_ns),
+                        end_ns=float(e.end_ns),
+                        kind=classify(e.name, ln.name, st, host_ops),
+                        line=f"{p.name} {ln.name}",
+                        hlo_op=str(st.get("hlo_op", "") or ""),
+                    )
+                )
         for ln in lines:
             if ln.name == "XLA Modules":
                 for e in ln.events:
@@ -162,8 +172,13 @@ def read_trace(source, *, host_ops: Mapping[str, str] | None = None,
         src = "device span"
     else:
         windows, src = [], "none"
-    return TraceData(path=path, planes=names, device_planes=tuple(p.name for p in dev_planes),
-                     events=tuple(sorted(events, key=lambda e: e.start_ns)),
-                     step_windows=tuple(windows), step_source=src, host_xla_events=host_xla,
-                     device_kind=device_kind)
-
+    return TraceData(
+        path=path,
+        planes=names,
+        device_planes=tuple(p.name for p in dev_planes),
+        events=tuple(sorted(events, key=lambda e: e.start_ns)),
+        step_windows=tuple(windows),
+        step_source=src,
+        host_xla_events=host_xla,
+        device_kind=device_kind,
+    )
