@@ -132,13 +132,20 @@ def _link_seconds(nbytes: float, hw: HardwareProfile, direction: str) -> float:
 
 Rule = Callable[[Any], Cost]
 _RULES: dict[str, Rule] = {}
+# Primitives XLA fuses into the kernels around them (elementwise arithmetic, casts, layout
+# changes, reductions): the one table of fusibility. Registered with their rules; such a rule
+# launches no kernel of its own (tests/test_cost_models.py, the registry's contract test).
+_FUSIBLE: set[str] = set()
 
 
-def register_rule(primitive_name: str, *, replace: bool = False) -> Callable[[Rule], Rule]:
+def register_rule(
+    primitive_name: str, *, replace: bool = False, fusible: bool = False
+) -> Callable[[Rule], Rule]:
     """Decorator: `fn(eqn) -> Cost` becomes the rule for primitives named `primitive_name`.
 
     `eqn` is a JaxprEqn or anything with `.primitive.name`, `.params`, `.invars` and `.outvars`
     (whose items have `.aval`). Registering a name twice is an error unless `replace=True`.
+    `fusible`: XLA fuses the primitive into its neighbours (see `fusible_primitives`).
     """
 
     def decorate(fn: Rule) -> Rule:
@@ -149,9 +156,19 @@ def register_rule(primitive_name: str, *, replace: bool = False) -> Callable[[Ru
                 "Pass replace=True to register_rule to override it."
             )
         _RULES[primitive_name] = fn
+        if fusible:
+            _FUSIBLE.add(primitive_name)
+        else:
+            _FUSIBLE.discard(primitive_name)
         return fn
 
     return decorate
+
+
+def fusible_primitives() -> frozenset[str]:
+    """Names of the primitives registered as fusible: XLA's fusion passes merge them into the
+    kernels that produce or read their values, so their values need not touch HBM."""
+    return frozenset(_FUSIBLE)
 
 
 def registered_primitives() -> tuple[str, ...]:

@@ -43,10 +43,10 @@ THREEFRY_OPS_PER_WORD = (2 + 20 * 5 + 5 * 3) / 2
 CAUSAL_FRACTION = 0.5
 
 
-def _register(names: str, rule: Callable[[Any], Cost]) -> None:
+def _register(names: str, rule: Callable[[Any], Cost], *, fusible: bool = False) -> None:
     """Register `rule` for each primitive in the whitespace-separated `names`."""
     for name in names.split():
-        register_rule(name)(rule)
+        register_rule(name, fusible=fusible)(rule)
 
 
 def _avals_in(eqn: Any) -> list[Any]:
@@ -70,6 +70,7 @@ _register(
     dce_sink shard_alike reshape squeeze expand_dims bitcast_convert_type
     """,
     _free,
+    fusible=True,
 )
 
 
@@ -94,6 +95,7 @@ _register(
     shift_left shift_right_arithmetic shift_right_logical nextafter complex mulhi
     """,
     _elementwise(1),
+    fusible=True,
 )
 _register(
     """
@@ -103,12 +105,14 @@ _register(
     regularized_incomplete_beta
     """,
     _elementwise(TRANSCENDENTAL_FLOPS),
+    fusible=True,
 )
-register_rule("clamp")(_elementwise(2))  # a max and a min per element
-register_rule("one_minus_square")(_elementwise(2))  # 1 - x*x (tanh's derivative, JAX >= 0.11)
+register_rule("clamp", fusible=True)(_elementwise(2))  # a max and a min per element
+# 1 - x*x (tanh's derivative, JAX >= 0.11)
+register_rule("one_minus_square", fusible=True)(_elementwise(2))
 
 
-@register_rule("integer_pow")
+@register_rule("integer_pow", fusible=True)
 def _integer_pow(eqn: Any) -> Cost:
     """x ** y by square-and-multiply: (bit_length - 1) squarings + (popcount - 1) multiplies,
     plus one division for negative y."""
@@ -132,6 +136,7 @@ _register(
     convert_element_type broadcast_in_dim transpose rev pad concatenate select_n split tile
     """,
     _moves,
+    fusible=True,
 )
 
 
@@ -141,7 +146,7 @@ def _copy(eqn: Any) -> Cost:
     return Cost(hbm_bytes=in_bytes(eqn) + out_bytes(eqn), kernel_launches=1)
 
 
-@register_rule("iota")
+@register_rule("iota", fusible=True)
 def _iota(eqn: Any) -> Cost:
     return Cost(hbm_bytes=out_bytes(eqn))
 
@@ -150,7 +155,7 @@ def _index_bytes(avals: Iterable[Any]) -> float:
     return sum(aval_bytes(a) for a in avals)
 
 
-@register_rule("slice")
+@register_rule("slice", fusible=True)
 @register_rule("dynamic_slice")
 def _slice(eqn: Any) -> Cost:
     """Reads the slice (not the whole operand) and writes it, plus any start indices."""
@@ -218,14 +223,16 @@ def _device_put(eqn: Any) -> Cost:
 # Reductions, scans along an axis, windows, sorting
 
 
-def _reduction(ops_per_combine: float) -> Callable[[Any], Cost]:
+def _reduction(ops_per_combine: float, launches: int = 0) -> Callable[[Any], Cost]:
     def rule(eqn: Any) -> Cost:
-        """Combining n inputs into m outputs takes n - m steps."""
+        """Combining n inputs into m outputs takes n - m steps. The named reductions fuse
+        with their elementwise producers and consumers (XLA's input and loop fusions): no
+        kernel of their own."""
         combines = aval_size(eqn.invars[0].aval) - aval_size(eqn.outvars[0].aval)
         return Cost(
             vector_flops=ops_per_combine * combines,
             hbm_bytes=in_bytes(eqn) + out_bytes(eqn),
-            kernel_launches=1,
+            kernel_launches=launches,
         )
 
     return rule
@@ -237,6 +244,7 @@ _register(
     argmax argmin
     """,
     _reduction(1),
+    fusible=True,
 )
 
 
@@ -245,7 +253,7 @@ def _reduce(eqn: Any) -> Cost:
     """Generic reduce: each combine step runs the computation jaxpr, one op per equation."""
     computation = eqn.params["jaxpr"]
     ops = len(getattr(computation, "jaxpr", computation).eqns)
-    return _reduction(max(ops, 1))(eqn)
+    return _reduction(max(ops, 1), launches=1)(eqn)
 
 
 def _cumulative(ops_per_element: float) -> Callable[[Any], Cost]:

@@ -714,3 +714,67 @@ def test_allocator_headroom_is_optional_in_older_profile_files(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(cm.ProfileError, match=r"'allocator_headroom'.*at most 0\.5"):
         cm.load_profile(str(path))
+
+
+# ------------------------------------------------------------------------ the registry's contract
+
+
+def _fake_eqn(name: str, params: dict | None = None):
+    import types
+
+    import jax.numpy as jnp
+
+    aval = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+    var = types.SimpleNamespace(aval=aval)
+    return types.SimpleNamespace(
+        primitive=types.SimpleNamespace(name=name),
+        params=params or {},
+        invars=[var, var],
+        outvars=[var],
+        effects=(),
+    )
+
+
+@pytest.mark.parametrize("name", sorted(cm.fusible_primitives()))
+def test_every_fusible_rule_is_non_negative_and_launches_no_kernel(name):
+    """One table of fusibility: a primitive registered fusible launches no kernel of its own
+    (XLA fuses it into its neighbours), and no rule gives negative work."""
+    cost = cm.eqn_cost(_fake_eqn(name, {"y": 3}))
+    assert cost.kernel_launches == 0, name
+    for field in ("matmul_flops", "vector_flops", "hbm_bytes", "collective_bytes"):
+        assert getattr(cost, field) >= 0, (name, field)
+    assert cm.FUSIBLE == cm.fusible_primitives()
+
+
+def test_every_rule_met_in_real_programs_is_non_negative_and_fusible_ones_launch_nothing():
+    """Every equation of the bundled examples' train steps and of a JVP / transpose corpus,
+    costed by its registered rule: non-negative, and fusible ones launch no kernel; the
+    corpus meets a good part of the registry."""
+    import jax.numpy as jnp
+
+    from examples import llama, moe
+    from planner._src import jax_adapter as adapter
+
+    jaxprs = [jax.make_jaxpr(s)(*a) for s, a in (llama.make_train_step(), moe.make_train_step())]
+    jaxprs.append(
+        jax.make_jaxpr(jax.grad(lambda x: jnp.sum(jnp.cumsum(jnp.sort(x) ** 3))))(jnp.ones(8))
+    )
+    seen = set()
+    for jx in jaxprs:
+        for site in adapter.walk(jx.jaxpr):
+            name = site.eqn.primitive.name
+            if name not in cm.registered_primitives():
+                continue
+            seen.add(name)
+            cost = cm.eqn_cost(site.eqn)
+            for field in (
+                "matmul_flops",
+                "vector_flops",
+                "hbm_bytes",
+                "collective_bytes",
+                "kernel_launches",
+            ):
+                assert getattr(cost, field) >= 0, (name, field)
+            if name in cm.FUSIBLE:
+                assert cost.kernel_launches == 0, name
+    assert len(seen) >= 30, sorted(seen)
