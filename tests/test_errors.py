@@ -40,6 +40,7 @@ def test_missing_arguments_and_non_callable():
         planner.solve("step", *ARGS, hbm_gb=1)
 
 
+@pytest.mark.slow
 def test_budget_below_every_plan_names_the_smallest_feasible_budget():
     with pytest.raises(planner.InfeasibleBudgetError, match=r"pass hbm_gb >= \d") as e:
         planner.solve(STEP, *ARGS, hbm_gb=0.001, hardware="cpu")
@@ -59,7 +60,7 @@ def test_offload_requested_without_host_memory(monkeypatch):
 
     monkeypatch.setattr(plan_module, "_host_memory_available", lambda: False)
     with pytest.raises(planner.UnsupportedError, match="allow_offload=False"):
-        planner.solve(STEP, *ARGS, hbm_gb=1, allow_offload=True)
+        planner.solve(STEP, *ARGS, hbm_gb=1, allow_offload=True, compiler="local")
 
 
 def test_error_hierarchy():

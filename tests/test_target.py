@@ -236,7 +236,7 @@ def test_jaxlib_without_a_recorded_spec_is_an_estimate_not_an_error(monkeypatch)
     t = T.resolve("h200")
     assert not t.exact
     assert "No H200 target config is recorded for jaxlib 0.9.9" in t.how_to_get_exact
-    assert "0.10.2" in t.how_to_get_exact
+    assert "recorded for: 0.12.0" in t.how_to_get_exact
 
 
 def test_cpu_profile_is_the_local_cpu_exactly():

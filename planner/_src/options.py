@@ -41,6 +41,10 @@ class PlanOptions:
         proves the plans of our examples optimal; 1: CP-SAT's default).
       solver_workers: CP-SAT search workers (1: deterministic).
       seed: CP-SAT's random seed.
+      compiler: which compiler verifies. "auto" (default): the target GPU's XLA (on that GPU,
+        or deviceless where the CUDA plugin is installed: ``pip install -e ".[cuda]"``), else
+        this machine's backend, whose figures are then labelled an estimate; "target": the
+        target's or an error saying how to get it; "local": this machine's backend.
     """
 
     allow_offload: bool | None = None
@@ -53,8 +57,13 @@ class PlanOptions:
     linearization_level: int = 2
     solver_workers: int = 1
     seed: int = 0
+    compiler: str = "auto"
 
     def __post_init__(self):
+        if self.compiler not in ("auto", "target", "local"):
+            raise InvalidArgumentError(
+                f"compiler must be 'auto', 'target' or 'local', got {self.compiler!r}."
+            )
         if self.allow_offload is not None and not isinstance(self.allow_offload, bool):
             raise InvalidArgumentError(
                 f"allow_offload must be True, False or None (decide), got {self.allow_offload!r}."

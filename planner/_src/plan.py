@@ -58,6 +58,11 @@ class Plan:
     # (planner._src.policies.STOCK) returned instead, and why (the session's guarantees).
     choice: str = "planner"
     choice_why: str = ""
+    # Which compiler verified it (target.CompilerTarget.description), whether that is the
+    # target's own, and what to know about it (how to get the target's, its caveats).
+    compiler: str = ""
+    compiler_exact: bool = True
+    compiler_note: str = ""
 
     @property
     def policy(self):

@@ -45,6 +45,9 @@ class Report:
     checks: tuple[tuple[str, bool, str], ...]
     hardware: str
     backend: str
+    compiler: str = ""  # which compiler made the compiled figures
+    compiler_exact: bool = True  # the target's own compiler (else an estimate)
+    compiler_note: str = ""  # how to get the target's figures, or the compiler's caveats
     budget_gb: float
     headroom_gb: float  # of the budget, left free (allocator headroom, XLA's limit)
     predicted_peak_gb: float
@@ -185,6 +188,17 @@ def build_report(plan) -> Report:
     ver = plan.verification
     sol = plan.solution
     notes = []
+    if plan.compiler_note:
+        notes.append(
+            (
+                f"The compiled figures come from {plan.compiler}, not the target's "
+                f"compiler: {plan.compiler_note}"
+            )
+            if not plan.compiler_exact
+            else f"{plan.compiler}: {plan.compiler_note}."
+        )
+    if plan.choice != "planner":
+        notes.append(f"The answer is the stock policy {plan.choice}: {plan.choice_why}.")
     if ver.note:
         notes.append(ver.note)
     if cost.unknown_primitives:
@@ -217,12 +231,24 @@ def build_report(plan) -> Report:
                 "unroll=1, or k layers per iteration each in its own jax.checkpoint "
                 "(examples/llama.py, layers_per_iter)."
             )
-        elif not rg.region.in_scan and cost.allow_offload:
-            notes.append(
-                f"Region {rg.region.id} is not under lax.scan: on GPU, XLA dropped "
-                "offloads of unrolled layers in our measurements; check the compiled "
-                "program (verification) before trusting offloads there."
-            )
+    unrolled = [rg.region for rg in graph.regions if not rg.region.in_scan]
+    merged = [r.id for r in unrolled if not r.prevent_cse]
+    if merged:
+        notes.append(
+            f"{_regions(merged)} not under lax.scan and jax.checkpoint has prevent_cse=False "
+            "there: XLA may merge the recompute with the forward pass (common-subexpression "
+            "elimination), so the policy decides little of what the compiled program keeps (for "
+            "the Python-loop Llama compiled deviceless for the H200, nothing_saveable and "
+            "everything_saveable gave the same 29.73 GB, benchmarks/results/"
+            "h200-2026-12-02-zoo). Use prevent_cse=True (jax.checkpoint's default; MaxText "
+            "passes prevent_cse=not scan_layers) for unrolled layers."
+        )
+    elif unrolled and cost.allow_offload:
+        notes.append(
+            f"{_regions([r.id for r in unrolled])} not under lax.scan: on GPU, XLA dropped "
+            "offloads of unrolled layers in our measurements; check the compiled program "
+            "(verification) before trusting offloads there."
+        )
     groups = len(plan.emitted.policies)
     if groups:
         same = plan.emitted.policy is not None
@@ -249,6 +275,9 @@ def build_report(plan) -> Report:
         checks=tuple((c.name, c.ok, c.detail) for c in ver.checks),
         hardware=plan.hardware.name,
         backend=ver.backend,
+        compiler=plan.compiler or ver.backend,
+        compiler_exact=plan.compiler_exact,
+        compiler_note=plan.compiler_note,
         budget_gb=plan.budget_bytes / GB,
         headroom_gb=plan.headroom_bytes / GB,
         headroom_why=plan.headroom_why() if plan.headroom_bytes else "",
@@ -359,7 +388,7 @@ def _md(r: Report) -> str:
         f"Hardware **{r.hardware}**, budget **{r.budget_gb:.3f} GB**{_headroom(r)}; predicted peak "
         f"**{r.predicted_peak_gb:.3f} GB** (fixed {r.fixed_gb:.3f} + residuals "
         f"{r.residual_gb:.3f} + backward working set {r.working_set_gb:.3f}); compiler "
-        f"({r.backend}): {comp}; host {r.host_gb:.3f} GB.",
+        f"({_compiler(r)}): {comp}; host {r.host_gb:.3f} GB.",
         f"Predicted step **{r.step_ms:.2f} ms** = base {r.base_ms:.2f} + recompute "
         f"{r.recompute_ms:.2f} + saving writes {r.saving_ms:.2f} + exposed copies "
         f"{r.exposed_ms:.2f} (of {r.transfer_ms:.2f}).",
@@ -433,7 +462,7 @@ def _text(r: Report) -> str:
     con.print(
         f"hardware {r.hardware} | budget {r.budget_gb:.3f} GB{_headroom(r)} | predicted peak "
         f"{r.predicted_peak_gb:.3f} GB (fixed {r.fixed_gb:.3f} + residuals {r.residual_gb:.3f} "
-        f"+ working set {r.working_set_gb:.3f}) | compiler ({r.backend}) {comp} | host "
+        f"+ working set {r.working_set_gb:.3f}) | compiler ({_compiler(r)}) {comp} | host "
         f"{r.host_gb:.3f} GB",
         highlight=False,
     )
@@ -511,6 +540,21 @@ def _text(r: Report) -> str:
     for n in r.notes:
         con.print(f"note: {n}", highlight=False)
     return buf.getvalue()
+
+
+def _regions(ids) -> str:
+    """'Region 3 is' / 'Regions 0-7 are' / 'Regions 0, 2 are'."""
+    ids = sorted(ids)
+    if len(ids) == 1:
+        return f"Region {ids[0]} is"
+    span = ids == list(range(ids[0], ids[-1] + 1))
+    return f"Regions {ids[0]}-{ids[-1]} are" if span else f"Regions {', '.join(map(str, ids))} are"
+
+
+def _compiler(r: Report) -> str:
+    """The compiler's label, marked where it is not the target's."""
+    name = r.compiler or r.backend
+    return name if r.compiler_exact or "estimate" in name else f"{name}: an estimate"
 
 
 def _headroom(r: Report) -> str:

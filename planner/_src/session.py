@@ -25,6 +25,7 @@ What a session guarantees, by construction (the compiler is the judge):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -36,6 +37,7 @@ import jax
 
 import cost_models as cm
 from planner._src import jax_adapter as adapter
+from planner._src import target as targets
 from planner._src.baselines import evaluate_baselines, stock_assignment
 from planner._src.cost import build_cost_model, evaluate
 from planner._src.emit import emit
@@ -115,6 +117,56 @@ def _host_memory_available() -> bool:
     except Exception:  # noqa: BLE001  (backends without the memories API)
         return False
     return adapter.HOST_KIND in kinds
+
+
+def step_devices(example_args) -> int:
+    """How many devices the step is partitioned over: the largest mesh among the example
+    arguments' NamedShardings (1 when none is sharded)."""
+    n = 1
+    for x in jax.tree.leaves(example_args):
+        mesh = getattr(getattr(x, "sharding", None), "mesh", None)
+        size = getattr(mesh, "size", None)
+        if isinstance(size, int) and not getattr(mesh, "empty", False):
+            n = max(n, size)
+    return n
+
+
+def resolve_compiler(hw, example_args, choice: str) -> targets.CompilerTarget:
+    """The verifying compiler for ``hw`` (PlanOptions.compiler): the target GPU's XLA, on this
+    device or deviceless, where it can be had ("auto", "target"), else this machine's
+    backend, labelled an estimate where it is not the target's ("local")."""
+    gpu = None
+    if hw.platform == "gpu":
+        try:
+            gpu = targets._gpu(hw.name).name
+        except targets.TargetError:
+            gpu = None  # a GPU profile without a target config (a calibrated one, say)
+    n = step_devices(example_args)
+    if choice == "local" or gpu is None:
+        local = targets.resolve(None, num_devices=n)
+        if gpu is None and hw.platform == "gpu" and jax.default_backend() == "cpu":
+            return dataclasses.replace(
+                local,
+                description="XLA:CPU (another backend: an estimate)",
+                exact=False,
+                how_to_get_exact=f"the {hw.name} profile names no GPU the planner has a "
+                "target config for; plan with one of h100-sxm, h100-pcie, h200, b200, gb200, "
+                "gh200, or on that GPU",
+            )
+        if choice == "local" and hw.platform == "gpu" and jax.default_backend() == "cpu":
+            return dataclasses.replace(
+                local,
+                description="XLA:CPU (another backend: an estimate)",
+                exact=False,
+                how_to_get_exact="compiler='auto'",
+            )
+        return local
+    got = targets.resolve(gpu, num_devices=n)
+    if choice == "target" and not got.exact:
+        raise UnsupportedError(
+            f"compiler='target', but {got.how_to_get_exact or 'the target compiler is not here'}"
+        )
+    return got
 
 
 def _options(options: PlanOptions | None, overrides: dict) -> PlanOptions:
@@ -332,7 +384,12 @@ class Planner:
         self._step = step_fn
         self._args = example_args
         self._say = progress or (lambda message: None)
-        host_ok = _host_memory_available()
+        self.compiler = resolve_compiler(self.hardware, example_args, self.options.compiler)
+        deviceless = self.compiler.kind == "deviceless"
+        if deviceless:
+            self._args = targets.args_for(self.compiler, example_args)
+        self._backend = "cuda" if deviceless else jax.default_backend()
+        host_ok = deviceless or _host_memory_available()
         if self.options.allow_offload and not host_ok:
             raise UnsupportedError(
                 f"allow_offload=True, but the {jax.default_backend()} backend here has no "
@@ -347,7 +404,14 @@ class Planner:
             "tracing the step and compiling it under full remat and save-everything (the anchors)"
         )
         # One region per call site; merged, identical ones share their decisions (uniform).
-        self.sites = trace_step(step_fn, example_args, split_call_sites=True)
+        with self._scope():
+            self.sites = trace_step(
+                step_fn,
+                self._args,
+                split_call_sites=True,
+                backend=self._backend,
+                compiler=self.compiler.description,
+            )
         self.trace = merge_call_sites(self.sites)
         self.timings.append(("trace + anchor compiles", time.perf_counter() - t))
         t = time.perf_counter()
@@ -357,12 +421,24 @@ class Planner:
             self._grouped = (self.sites, build_graph(self.sites))
         self.timings.append(("graph", time.perf_counter() - t))
         self._solves = _Solves()
+        self._last_timings: list[tuple[str, float]] = []
         # name -> the verifying compiler's verification of that stock policy (budget-free);
         # the anchors are two of them already.
         self._stock_ver: dict[str, Verification] = {}
         self._stock_bytes: dict[str, int] = {"nothing_saveable": self.trace.anchor.device_bytes}
         if self.trace.anchor_saved is not None:
             self._stock_bytes["everything_saveable"] = self.trace.anchor_saved.device_bytes
+
+    def _compiler_fields(self) -> dict:
+        c = self.compiler
+        note = c.how_to_get_exact if not c.exact else "; ".join(c.caveats)
+        return {"compiler": c.description, "compiler_exact": c.exact, "compiler_note": note}
+
+    def _scope(self):
+        """Where traces and compiles run: the target's scope for a deviceless compile."""
+        if self.compiler.kind == "deviceless":
+            return targets.target_scope(self.compiler)
+        return contextlib.nullcontext()
 
     # -------------------------------------------------------------------- public
 
@@ -491,32 +567,48 @@ class Planner:
         if self.options.verify_compile:
             self._say(f"compiling {label or 'the plan'} for {budget / GB:g} GB to verify it")
         t = time.perf_counter()
-        ver, not_kept = verify(
-            self._step,
-            self._args,
-            tr,
-            graph,
-            cost,
-            assignment,
-            emitted.policy,
-            pred,
-            budget,
-            compile=self.options.verify_compile,
-            policies=emitted.policies,
-            compiler_options=emitted.compiler_options,
-        )
+        with self._scope():
+            ver, not_kept = verify(
+                self._step,
+                self._args,
+                tr,
+                graph,
+                cost,
+                assignment,
+                emitted.policy,
+                pred,
+                budget,
+                compile=self.options.verify_compile,
+                policies=emitted.policies,
+                compiler_options=emitted.compiler_options,
+                backend=self._backend,
+                compiler=self.compiler.description,
+            )
         self._last_timings.append((f"verify ({label or 'plan'})", time.perf_counter() - t))
         return _Attempt(assignment, pred, emitted, ver, not_kept)
 
     def _stock_fit_bytes(self, name: str, tr, graph, cost) -> int | None:
-        """The verifying compiler's bytes for stock policy ``name`` (compiled once per
-        session; the anchors give two)."""
+        """The verifying compiler's bytes for stock policy ``name``: compiled once per
+        session, and once for all stock policies that decide every class alike (the
+        anchors give nothing_saveable and everything_saveable)."""
         if name in self._stock_bytes:
             return self._stock_bytes[name]
         if not self.options.verify_compile:
             return None
-        a = stock_assignment(graph, name)
-        att = self._attempt(tr, graph, cost, a, 0, stock=name, label=f"stock {name}")
+        a = _normalize(graph, cost, stock_assignment(graph, name))
+        for other, got in list(self._stock_bytes.items()):
+            if (
+                got is not None
+                and STOCK[other].offloads == STOCK[name].offloads
+                and _normalize(graph, cost, stock_assignment(graph, other)) == a
+            ):
+                self._stock_bytes[name] = got  # the same program
+                if other in self._stock_ver:
+                    self._stock_ver[name] = self._stock_ver[other]
+                return got
+        att = self._attempt(
+            tr, graph, cost, stock_assignment(graph, name), 0, stock=name, label=f"stock {name}"
+        )
         self._stock_ver[name] = att.verification
         self._stock_bytes[name] = att.verification.compiled_device_bytes
         return self._stock_bytes[name]
@@ -568,6 +660,7 @@ class Planner:
             headroom_bytes=headroom,
             choice=name,
             choice_why=why,
+            **self._compiler_fields(),
         )
 
     def _plan_one(self, requested: int) -> Plan:
@@ -732,6 +825,7 @@ class Planner:
             headroom_bytes=headroom,
             choice="planner",
             choice_why="",
+            **self._compiler_fields(),
         )
         ver = best.verification
         if ver.compiled_device_bytes is not None and not _fits(ver, budget):

@@ -655,7 +655,14 @@ def _policy_text(policy) -> str:
     return name.split(".<locals>.")[0]
 
 
-def compiled_figures(compiled, step_jaxpr=None, text: str | None = None) -> CompiledFigures:
+def compiled_figures(
+    compiled,
+    step_jaxpr=None,
+    text: str | None = None,
+    *,
+    backend: str | None = None,
+    compiler: str = "",
+) -> CompiledFigures:
     """Read the compiler's memory figures and host-memory markers from a compiled step
     (``text``: its ``as_text()``, when the caller has it already)."""
     m = compiled.memory_analysis()
@@ -681,7 +688,8 @@ def compiled_figures(compiled, step_jaxpr=None, text: str | None = None) -> Comp
         jaxpr_host_bytes=host_bytes_in_jaxpr(adapter.open_jaxpr(step_jaxpr))
         if step_jaxpr is not None
         else 0,
-        backend=jax.default_backend(),
+        backend=backend or jax.default_backend(),
+        compiler=compiler,
     )
 
 
@@ -784,7 +792,14 @@ def site_key(br: adapter.BoundRegion) -> str:
     return br.source + ("" if pol is None else f"|policy@{id(pol):x}")
 
 
-def trace_step(step_fn: Callable, args: Sequence[Any], *, split_call_sites: bool = False) -> Trace:
+def trace_step(
+    step_fn: Callable,
+    args: Sequence[Any],
+    *,
+    split_call_sites: bool = False,
+    backend: str | None = None,
+    compiler: str = "",
+) -> Trace:
     """Trace ``step_fn(*args)`` and list the candidates of every checkpointed region.
 
     By default identical regions at several call sites are merged into one region (one
@@ -829,11 +844,15 @@ def trace_step(step_fn: Callable, args: Sequence[Any], *, split_call_sites: bool
 
     anchor_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: cp.nothing_saveable)
     anchor_text = compiled.as_text() or ""
-    anchor = compiled_figures(compiled, anchor_jaxpr, anchor_text)
+    anchor = compiled_figures(
+        compiled, anchor_jaxpr, anchor_text, backend=backend, compiler=compiler
+    )
     # The second anchor is the everything-saveable program traced above: compile it as is.
     compiled_saved = traced.lower().compile()
     saved_text = compiled_saved.as_text() or ""
-    anchor_saved = compiled_figures(compiled_saved, step_jaxpr, saved_text)
+    anchor_saved = compiled_figures(
+        compiled_saved, step_jaxpr, saved_text, backend=backend, compiler=compiler
+    )
     # Sharded steps: the partitioned programs give per-device sizes (planner/shard.py). The
     # everything-saveable compile runs every forward equation; the full-remat one adds the
     # recompute's instructions.
@@ -891,7 +910,7 @@ def trace_step(step_fn: Callable, args: Sequence[Any], *, split_call_sites: bool
         regions=regions,
         anchor=anchor,
         argument_bytes=arg_bytes,
-        backend=jax.default_backend(),
+        backend=backend or jax.default_backend(),
         fingerprint=_fingerprint(step_jaxpr),
         undifferentiated_regions=sum(1 for br in bound if br.region_id not in mult),
         anchor_saved=anchor_saved,

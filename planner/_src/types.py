@@ -371,6 +371,7 @@ class Verification:
     # False when compiled_device_bytes is an estimate (a backend that keeps host arrays in
     # device memory: the traced program's host bytes were subtracted).
     exact: bool = True
+    compiler: str = ""  # which compiler made the figures (target.CompilerTarget.description)
 
     @property
     def ok(self) -> bool:

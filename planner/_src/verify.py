@@ -171,6 +171,8 @@ def verify(
     compile: bool = True,
     policies: tuple = (),
     compiler_options: Sequence[tuple[str, Any]] = (),
+    backend: str | None = None,
+    compiler: str = "",
 ) -> tuple[Verification, tuple[str, ...]]:
     """Check a plan at the three levels of the module docstring.
 
@@ -184,7 +186,7 @@ def verify(
 
     Returns the verification and the classes the plan keeps that JAX does not (level 1:
     the plan is wrong about them; empty when the policy does what the plan says)."""
-    backend = jax.default_backend()
+    backend = backend or jax.default_backend()
     # Each call site gets its group's policy, as the user's code would pass it; the trace
     # stage recorded which adapter region ids (bind order) each region's call sites had.
     by_bind = {
@@ -219,8 +221,9 @@ def verify(
             checks=tuple(checks),
             backend=backend,
             note="compilation skipped (verify_compile=False)",
+            compiler=compiler,
         ), not_kept
-    figs = compiled_figures(compiled, step_jaxpr)
+    figs = compiled_figures(compiled, step_jaxpr, backend=backend, compiler=compiler)
 
     # Level 2: stacked residuals of the traced step against the full-remat anchor.
     scanned = [(rg, rp) for rg, rp in zip(graph.regions, prediction.regions) if rg.region.in_scan]
@@ -311,4 +314,5 @@ def verify(
         backend=backend,
         note=note,
         exact=not estimated,
+        compiler=compiler,
     ), not_kept
