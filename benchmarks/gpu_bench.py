@@ -44,11 +44,11 @@ def _model(job: dict, policy=None):
 
 def _policy_from_spec(spec: dict):
     """A checkpoint policy from a job spec: a stock name, or a plan's decisions."""
-    from planner._src.baselines import STOCK
-    from planner._src.cost import Assignment
+    from planner._src.policies import STOCK
+    from planner._src.types import Assignment
 
     if spec["kind"] == "stock":
-        return STOCK[spec["name"]][0]()
+        return STOCK[spec["name"]].policy()
     if spec["kind"] == "names":
         from jax.ad_checkpoint import checkpoint_policies as cp
 
@@ -212,19 +212,38 @@ def run_plan_worker(job: dict) -> dict:
     step = jax.jit(step, donate_argnums=(0,))
     t = time.perf_counter()
     auto = job["budgets"] == "auto"
-    plans = planner.pareto(
-        step,
-        *ex,
-        hbm_gb=None if auto else job["budgets"],
-        hardware=job["hardware"],
-        solver_time_limit_s=20,
-        verify_compile=True,
-    )  # compiled on this GPU; corrected if over
+    session = planner.Planner(step, *ex, hardware=job["hardware"], solver_time_limit_s=20)
+    trace_s = time.perf_counter() - t
+    plans, plan_s = [], []
+    if job["budgets"] == "anchors":  # 4 budgets from just above full remat's compiled size to
+        # save-everything's (requested so that what a plan may use spans them)
+        from planner._src.session import io_bytes, requested_for
+
+        lo = session.trace.anchor.device_bytes
+        hi = session.trace.anchor_saved.device_bytes
+        io = io_bytes(session.trace)
+        job = {
+            **job,
+            "budgets": [
+                math.ceil(requested_for(lo + f * (hi - lo), session.hardware, io) / 1e7) / 100
+                for f in (0.03, 0.35, 0.68, 1.0)
+            ],
+        }
+        auto = False
+    for b in session._span_budgets(job.get("points", 5)) if auto else job["budgets"]:
+        t1 = time.perf_counter()
+        try:  # compiled on this GPU; corrected if over; a stock policy where it is faster
+            plans.append(session.plan(b))
+        except planner.PlannerError as e:
+            plans.append(e)
+        plan_s.append(time.perf_counter() - t1)
     # Auto: budgets of 10 GB and more rounded up to a tenth of a GB for the table (the plans
     # were made for the exact ones, a little below).
     budgets = (
         [
-            math.ceil(p.budget_bytes / 1e8) / 10 if p.budget_bytes >= 1e10 else p.budget_bytes / 1e9
+            math.ceil(p.budget_bytes / 1e8) / 10
+            if getattr(p, "budget_bytes", 0) >= 1e10
+            else getattr(p, "budget_bytes", 0) / 1e9
             for p in plans
         ]
         if auto
@@ -236,11 +255,18 @@ def run_plan_worker(job: dict) -> dict:
             out[str(b)] = {"error": str(p)[:1500]}
             continue
         out[str(b)] = {
-            "policy": {
-                "kind": "plan",
-                "decisions": [list(x) for x in p.assignment.decisions],
-                "names": {c.key: c.name for c in p.graph.classes},
-            },
+            "policy": (
+                {
+                    "kind": "plan",
+                    "decisions": [list(x) for x in p.assignment.decisions],
+                    "names": {c.key: c.name for c in p.graph.classes},
+                }
+                if p.choice == "planner"
+                else {"kind": "stock", "name": p.choice}
+            ),
+            "choice": p.choice,
+            "choice_why": p.choice_why,
+            "timings": [list(t) for t in p.timings],
             "flags": p.xla_flags,
             "policy_source": p.emitted.policy_source,
             "decisions": p.decisions(),
@@ -279,6 +305,9 @@ def run_plan_worker(job: dict) -> dict:
         "per_layer": per_layer,
         "stock_assignments": same,
         "wall_s": time.perf_counter() - t,
+        "trace_s": trace_s,
+        "plan_s": plan_s,
+        "stock_compiled": {k: v for k, v in session._stock_bytes.items()},
         "unknown_primitives": list(first.cost.unknown_primitives) if first else [],
     }
 
@@ -455,7 +484,11 @@ def probe(args):
 def compare(args):
     """Planner vs stock at several budgets; plan on this device with the given flags."""
     d = Driver(Path(args.out), args.budget_s)  # no JAX in this process: workers get the GPU
-    budgets = "auto" if args.budgets == "auto" else [float(b) for b in args.budgets.split(",")]
+    budgets = (
+        args.budgets
+        if args.budgets in ("auto", "anchors")
+        else [float(b) for b in args.budgets.split(",")]
+    )
     # Plan in a worker process: compiling on the GPU leaves the allocator holding memory
     # (autotuning buffers) that the measurement workers would then not get.
     bench = MOE_BENCH if args.model == "moe" else BENCH
@@ -465,6 +498,9 @@ def compare(args):
         bench = {**bench, "layer_groups": args.layer_groups}
     if args.layers_per_iter > 1:
         bench = {**bench, "layers_per_iter": args.layers_per_iter}
+    for kv in filter(None, args.config.split(",")):  # key=value overrides of the config
+        k, _, v = kv.partition("=")
+        bench = {**bench, k: json.loads(v) if v[:1] in "0123456789[{tf-" else v}
     r = d.job(
         {
             "type": "plan",
@@ -547,6 +583,107 @@ def compare(args):
             )
 
 
+def _bench(args) -> dict:
+    bench = MOE_BENCH if args.model == "moe" else BENCH
+    for kv in filter(None, args.config.split(",")):  # key=value overrides of the config
+        k, _, v = kv.partition("=")
+        bench = {**bench, k: json.loads(v) if v[:1] in "0123456789[{tf-" else v}
+    return bench
+
+
+def plan_here(args):
+    """Plan on this machine (deviceless XLA:GPU for the target where the CUDA plugin is
+    installed) and save the plans as job specs for ``replay`` on the GPU."""
+    bench = _bench(args)
+    budgets = (
+        args.budgets
+        if args.budgets in ("auto", "anchors")
+        else [float(b) for b in args.budgets.split(",")]
+    )
+    t = time.perf_counter()
+    res = run_plan_worker(
+        {"config": bench, "model": args.model, "budgets": budgets, "hardware": args.hardware}
+    )
+    res["config"], res["model"], res["planned_on"] = bench, args.model, _machine()
+    res["plan_wall_s"] = time.perf_counter() - t
+    Path(args.save).write_text(json.dumps(res, indent=1, default=str))
+    for b, spec in res["plans"].items():
+        print(b, spec.get("choice"), spec.get("verified_peak"), spec.get("error", "")[:200])
+
+
+def _machine() -> str:
+    import jax
+
+    d = jax.devices()[0]
+    return f"{d.platform} {getattr(d, 'device_kind', '')}, jax {jax.__version__}"
+
+
+def replay(args):
+    """Run saved plans (``plan``) on this GPU, each capped at its budget, and the stock
+    policies uncapped (their peaks say which fit), in fresh processes; one planning of the
+    first budget on this device, timed."""
+    d = Driver(Path(args.out), args.budget_s)
+    saved = json.loads(Path(args.plans).read_text())
+    bench, model = saved["config"], saved.get("model", "llama")
+    d.record(
+        "planned",
+        {
+            k: saved[k]
+            for k in ("planned_on", "plan_wall_s", "trace_s", "plan_s", "stock_compiled")
+            if k in saved
+        },
+    )
+    for b, spec in saved["plans"].items():
+        if "error" in spec:
+            d.record("plan_failed", {"budget_gb": b, "error": spec["error"]})
+            continue
+        d.record("plan", {"budget_gb": b, **{k: v for k, v in spec.items() if k != "policy"}})
+        job = {
+            "name": f"plan@{b}",
+            "config": bench,
+            "model": model,
+            "policy": spec["policy"],
+            "flags": spec["flags"],
+            "budget_gb": float(b),
+            "steps": args.steps,
+        }
+        r = d.job({**job, "mem_fraction": float(b) * 1e9 / HBM_BYTES_H200}, need_s=40)
+        if r is not None and not r["ok"]:
+            d.job({**job, "name": f"plan@{b}:uncapped"}, need_s=40)
+    measured: dict[str, str] = {}
+    for name in filter(None, args.stock.split(",")):
+        key = saved.get("stock_assignments", {}).get(name)
+        if key is not None and key in measured:
+            d.record("same_program", {"stock": name, "as": measured[key]})
+            continue
+        d.job(
+            {
+                "name": f"stock:{name}",
+                "config": bench,
+                "model": model,
+                "policy": {"kind": "stock", "name": name},
+                "flags": args.stock_flags,
+                "steps": args.steps,
+            },
+            need_s=35,
+        )
+        if key is not None:
+            measured[key] = name
+    if args.time_planning and saved["plans"]:
+        first = float(next(iter(saved["plans"])))
+        d.job(
+            {
+                "type": "plan",
+                "name": "plan-on-device",
+                "config": bench,
+                "model": model,
+                "budgets": [first],
+                "hardware": args.hardware,
+            },
+            need_s=90,
+        )
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -591,6 +728,12 @@ def main():
     )
     c.add_argument("--hardware", default="h200")
     c.add_argument(
+        "--config",
+        default="",
+        help="config overrides, key=value,...: layer_loop=loop, parallel_residual=true, "
+        "batch=4 (JSON values)",
+    )
+    c.add_argument(
         "--stock-flags",
         default="",
         help="XLA_FLAGS for the stock and half-depth runs (default none, as users "
@@ -619,10 +762,39 @@ def main():
             ]
         ),
     )
+    h = sub.add_parser("plan", help="plan here and save the plans for replay on the GPU")
+    h.add_argument("--save", required=True)
+    h.add_argument("--budgets", default="anchors")
+    h.add_argument("--hardware", default="h200")
+    h.add_argument("--model", choices=("llama", "moe"), default="llama")
+    h.add_argument("--config", default="")
+    r = sub.add_parser("replay", help="run saved plans capped and the stock policies")
+    r.add_argument("--plans", required=True)
+    r.add_argument("--out", required=True)
+    r.add_argument("--budget-s", type=float, default=540)
+    r.add_argument("--steps", type=int, default=10)
+    r.add_argument("--hardware", default="h200")
+    r.add_argument("--stock-flags", default="")
+    r.add_argument("--time-planning", action="store_true")
+    r.add_argument(
+        "--stock",
+        default=",".join(
+            [
+                "nothing_saveable",
+                "dots_with_no_batch_dims_saveable",
+                "dots_saveable",
+                "everything_saveable",
+                "maxtext:minimal",
+                "maxtext:save_qkv_proj",
+                "maxtext:qkv_proj_offloaded",
+                "maxtext:minimal_offloaded",
+            ]
+        ),
+    )
     w = sub.add_parser("worker")
     w.add_argument("job")
     a = ap.parse_args()
-    if a.cmd != "worker":
+    if a.cmd not in ("worker", "plan"):
         # The driver calibrates and compiles; it must not take the GPU memory workers need.
         os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     if a.cmd == "worker":
@@ -631,6 +803,10 @@ def main():
         print(json.dumps(fn(job)))
     elif a.cmd == "probe":
         probe(a)
+    elif a.cmd == "plan":
+        plan_here(a)
+    elif a.cmd == "replay":
+        replay(a)
     else:
         compare(a)
 

@@ -66,6 +66,9 @@ class LlamaConfig:
     # jax.nn.dot_product_attention's implementation: None lets JAX pick (on our H200 it picked
     # XLA's, which materialises the scores); "cudnn" is the fused kernel MaxText uses on GPU.
     attention_impl: str | None = None
+    # GPT-J / PaLM parallel residual: attention and MLP both read one norm of the layer input,
+    # x + attn(norm(x)) + mlp(norm(x)) (the same weights; mlp_norm is not used).
+    parallel_residual: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -114,11 +117,13 @@ def _rope(x, positions):
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-def attention_sublayer(cfg: LlamaConfig, x, layer, positions):
-    """Pre-norm grouped-query attention with its residual: ``x + out_proj(attention)``."""
+def attention_sublayer(cfg: LlamaConfig, x, layer, positions, h=None):
+    """Pre-norm grouped-query attention with its residual: ``x + out_proj(attention)``;
+    ``h``: the normed input, when the caller made it (parallel residual)."""
     b, s, _ = x.shape
-    x = checkpoint_name(x, "decoder_layer_input")
-    h = _rms_norm(x, layer["attn_norm"])
+    if h is None:
+        x = checkpoint_name(x, "decoder_layer_input")
+        h = _rms_norm(x, layer["attn_norm"])
     q = checkpoint_name(h @ layer["wq"], "query_proj")
     k = checkpoint_name(h @ layer["wk"], "key_proj")
     v = checkpoint_name(h @ layer["wv"], "value_proj")
@@ -132,8 +137,13 @@ def attention_sublayer(cfg: LlamaConfig, x, layer, positions):
 
 def decoder_layer(cfg: LlamaConfig, x, layer, positions):
     """One pre-norm decoder layer. ``layer`` holds this layer's weights."""
-    x = attention_sublayer(cfg, x, layer, positions)
-    h = _rms_norm(x, layer["mlp_norm"])
+    if cfg.parallel_residual:  # x + attn(h) + mlp(h), one norm
+        x = checkpoint_name(x, "decoder_layer_input")
+        h = _rms_norm(x, layer["attn_norm"])
+        x = attention_sublayer(cfg, x, layer, positions, h=h)
+    else:
+        x = attention_sublayer(cfg, x, layer, positions)
+        h = _rms_norm(x, layer["mlp_norm"])
     gate = checkpoint_name(h @ layer["w1"], "mlpwi_0")
     up = checkpoint_name(h @ layer["w3"], "mlpwi_1")
     y = checkpoint_name((jax.nn.silu(gate) * up) @ layer["w2"], "mlpwo")

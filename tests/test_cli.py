@@ -10,6 +10,8 @@ import pytest
 from examples import llama
 from planner._src.cli import main
 
+pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
+
 ROOT = Path(__file__).resolve().parent.parent
 FACTORY = "test_cli:tiny"  # this module, importable as pytest puts tests/ on sys.path
 BUDGET = "0.012"

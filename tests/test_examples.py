@@ -13,6 +13,8 @@ from jax.ad_checkpoint import checkpoint_policies as cp
 import planner
 from planner._src.trace import compiled_figures
 
+pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
+
 
 def _device_bytes(step, args):
     jaxpr = jax.make_jaxpr(step)(*args)

@@ -6,6 +6,8 @@ import pytest
 
 import planner
 
+pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
+
 nn = pytest.importorskip("flax.linen")
 nnx = pytest.importorskip("flax.nnx")
 

@@ -14,6 +14,8 @@ from jax.sharding import AbstractMesh, NamedSharding
 from examples import frontier as F
 from planner._src import jax_adapter as adapter
 
+pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 

@@ -21,6 +21,8 @@ from planner._src.paste import paste_snippets
 from planner._src.solve import SolverOptions, solve_assignment
 from planner._src.trace import merge_call_sites, stacked_residuals, trace_step
 
+pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
+
 OPTS = SolverOptions(time_limit_s=20)
 
 

@@ -15,6 +15,8 @@ from planner._src.emit import emit
 from planner._src.paste import paste_snippets
 from planner._src.plots import hbm_timeline, memory_timeline, pareto_curve, policy_timeline
 
+pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
+
 MAXTEXT_VALUES = {"save": "device", "remat": "remat", "offload": "offload"}
 
 

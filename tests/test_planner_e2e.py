@@ -13,6 +13,8 @@ from examples import llama
 from planner._src.cost import Assignment, evaluate
 from planner._src.trace import compiled_figures, stacked_residuals
 
+pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
+
 CFG = llama.LlamaConfig(n_layers=4)
 
 

@@ -18,6 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.zoo import MODELS  # noqa: E402
 from tests.zoo import _util as u  # noqa: E402
 
+pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
+
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_zoo_model_builds_and_steps(name):

@@ -1,0 +1,94 @@
+"""The JAX adapter: every internal it uses is there, traces under planner policies are kept
+apart from the user's (no cache cleared, no program swapped), and a concurrent user thread
+sees JAX as it is."""
+
+import threading
+
+import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_policies as cp
+
+from planner._src import jax_adapter as adapter
+from planner._src.trace import compile_with, compiled_figures
+
+
+def test_every_jax_internal_the_adapter_uses_is_there():
+    missing = adapter.check_internals()
+    assert missing == [], (
+        f"JAX {jax.__version__} moved these internals the planner uses: {missing}; "
+        "planner/_src/jax_adapter.py is the one place to adapt"
+    )
+    assert len(adapter.INTERNALS) >= 20
+
+
+def _step():
+    def layer(w, x):
+        return jnp.sin(jnp.tanh(x @ w) @ w)
+
+    @jax.jit
+    def step(w, x):
+        def body(x, w):
+            return jax.checkpoint(layer)(w, x), None
+
+        return jax.grad(lambda w: jax.lax.scan(body, x, w)[0].sum())(w)
+
+    return step, (jnp.ones((4, 64, 64)), jnp.ones((8, 64)))
+
+
+def _temp(step, args):
+    return step.lower(*args).compile().memory_analysis().temp_size_in_bytes
+
+
+def test_planner_traces_neither_clear_nor_poison_the_users_caches():
+    step, args = _step()
+    users = _temp(step, args)
+    size_before = step._cache_size()
+    saved = compiled_figures(compile_with(step, args, lambda rid, r: cp.everything_saveable)[1])
+    remat = compiled_figures(compile_with(step, args, lambda rid, r: cp.nothing_saveable)[1])
+    # The planner's two programs differ (a second policy really gives a second program) ...
+    assert saved.temp_bytes > remat.temp_bytes
+    # ... and the user's own program, from the user's own cache entry, is what it was.
+    assert step._cache_size() >= size_before
+    assert _temp(step, args) == users
+    assert adapter.remat_p.bind is adapter._orig_bind
+    assert adapter._ad.primitive_jvps[adapter.remat_p] is adapter._orig_jvp
+
+
+def test_a_concurrent_user_trace_sees_its_own_policy():
+    """While the planner traces under its policies on one thread, a user thread tracing the
+    same step gets its own (default) program, every time."""
+    step, args = _step()
+    want = str(jax.make_jaxpr(step)(*args))
+    stop = threading.Event()
+    seen = []
+
+    def user():
+        while not stop.is_set():
+            seen.append(str(jax.make_jaxpr(step)(*args)) == want)
+
+    t = threading.Thread(target=user)
+    t.start()
+    try:
+        for _ in range(5):
+            compile_with(step, args, lambda rid, r: cp.everything_saveable)
+    finally:
+        stop.set()
+        t.join()
+    assert seen and all(seen)
+
+
+def test_typed_prng_keys_are_counted_by_their_key_data():
+    key = jax.random.key(0)
+    assert adapter.nbytes(jax.typeof(key) if hasattr(jax, "typeof") else key.aval) == 8
+    assert adapter.dtype_name(key) == str(key.dtype)
+
+
+def test_higher_order_equations_are_not_decided_by_the_policy():
+    def f(x):
+        y = jax.lax.cond(x.sum() > 0, jnp.sin, jnp.cos, x)
+        return jnp.tanh(y)
+
+    eqns = jax.make_jaxpr(f)(jnp.ones(3)).jaxpr.eqns
+    by_name = {e.primitive.name: e for e in eqns}
+    assert not adapter.decidable(by_name["cond"])
+    assert adapter.decidable(by_name["tanh"])
