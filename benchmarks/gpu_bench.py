@@ -500,7 +500,11 @@ def compare(args):
         bench = {**bench, "layers_per_iter": args.layers_per_iter}
     for kv in filter(None, args.config.split(",")):  # key=value overrides of the config
         k, _, v = kv.partition("=")
-        bench = {**bench, k: json.loads(v) if v[:1] in "0123456789[{tf-" else v}
+        try:  # numbers, true/false, lists; anything else is a string (float32, loop)
+            val = json.loads(v)
+        except json.JSONDecodeError:
+            val = v
+        bench = {**bench, k: val}
     r = d.job(
         {
             "type": "plan",
@@ -587,7 +591,11 @@ def _bench(args) -> dict:
     bench = MOE_BENCH if args.model == "moe" else BENCH
     for kv in filter(None, args.config.split(",")):  # key=value overrides of the config
         k, _, v = kv.partition("=")
-        bench = {**bench, k: json.loads(v) if v[:1] in "0123456789[{tf-" else v}
+        try:  # numbers, true/false, lists; anything else is a string (float32, loop)
+            val = json.loads(v)
+        except json.JSONDecodeError:
+            val = v
+        bench = {**bench, k: val}
     return bench
 
 

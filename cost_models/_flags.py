@@ -40,26 +40,15 @@ _DEBUG_OPTIONS = "openxla/xla xla/debug_options_flags.cc"
 _PROBE = "shared/measurements/h200-probe-2026-11-30.md"
 _OVERLAP = "benchmarks/results/h200-2026-12-02.md, section 1"
 
+# Not in the table: --xla_gpu_enable_host_memory_offloading=true. It does not change how JAX's
+# offloads are lowered; it only hands XLA's own HloRematerialization a host-memory config, so
+# that the pass may offload on its own (docs/xla-flags-research.md, finding 3). On our H200
+# (JAX 0.11.2, benchmarks/results/h200-2026-12-02-zoo/capped-probe) a verified plan of the
+# Python-loop Llama, run capped at its 29.26 GB budget, aborted at compile in 2 of 2 fresh
+# compiles with it ("hlo_rematerialization.cc:2181 Check failed: !place_before_list.empty()",
+# in OffloadInstruction), and ran in 2 of 2 without it (peak 27.68 GB, 342.0 ms; uncapped with
+# it: 337.7 ms, the same program within noise).
 FLAG_TABLE: tuple[_FlagRow, ...] = (
-    _FlagRow(
-        flag=XlaFlag(
-            name="xla_gpu_enable_host_memory_offloading",
-            value="true",
-            why=(
-                "With it the GPU compiler hands XLA's HloRematerialization pass a host-memory "
-                "offload configuration (xla/service/gpu/gpu_compiler.cc, CreateHloAnalysisOpts), "
-                "so the pass knows the host memory space; without it pinned-host buffers are "
-                "counted as device memory and offloaded activations still weigh on the HBM limit."
-            ),
-            source=(
-                f"{_DEBUG_OPTIONS}: flag 'xla_gpu_enable_host_memory_offloading' ('Whether to "
-                "trigger host memory offloading on a device.'), default "
-                "set_xla_gpu_enable_host_memory_offloading(false); present in jaxlib 0.10.2"
-            ),
-        ),
-        platform="gpu",
-        only_when_offloading=True,
-    ),
     _FlagRow(
         flag=XlaFlag(
             name="xla_gpu_enable_latency_hiding_scheduler",

@@ -646,12 +646,12 @@ def test_xla_flags():
     names = {flag.name for flag in flags}
     assert names == {
         "xla_gpu_enable_latency_hiding_scheduler",
-        "xla_gpu_enable_host_memory_offloading",
         "xla_gpu_enable_command_buffer",
     }
     assert all(flag.why and "debug_options_flags.cc" in flag.source for flag in flags)
     text = cm.format_xla_flags(flags)
-    assert "--xla_gpu_enable_host_memory_offloading=true" in text and text.count("--") == 3
+    # Not emitted: it let XLA's own remat offload, which aborted a capped compile on the H200.
+    assert "host_memory_offloading" not in text and text.count("--") == 2
     # An empty command-type list (graphs off) is written as "name=" with nothing after it,
     # which XLA's flag parser reads as the empty list (the H200 overlap fix).
     assert "--xla_gpu_enable_command_buffer= " in text + " "

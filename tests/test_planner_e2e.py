@@ -297,7 +297,9 @@ def test_verify_compiles_under_the_plans_own_flags(monkeypatch):
     from planner._src.solve import SolverOptions, min_feasible_bytes
 
     step, args = _unrolled_scan_step(1)
-    free = planner.solve(step, *args, hbm_gb=1.0, hardware="h200", verify_compile=False)
+    free = planner.solve(
+        step, *args, hbm_gb=1.0, hardware="h200", verify_compile=False, compiler="local"
+    )
     full_remat = {b.name: b for b in free.baselines}["nothing_saveable"].prediction.peak_bytes
     smallest = min_feasible_bytes(free.graph, free.cost, SolverOptions(time_limit_s=10))
     assert smallest < full_remat  # only offloading gets below full remat here
@@ -307,11 +309,12 @@ def test_verify_compiles_under_the_plans_own_flags(monkeypatch):
         budget = (smallest + full_remat) / 2 / (1 - free.hardware.allocator_headroom)
         # One round: XLA:CPU's compiled size of an offloading plan is only an estimate (host
         # arrays share its memory), and a correction round would plan without offloads.
-        plan = planner.solve(step, *args, hbm_gb=budget / 1e9, hardware="h200", max_rounds=1)
+        plan = planner.solve(
+            step, *args, hbm_gb=budget / 1e9, hardware="h200", max_rounds=1, compiler="local"
+        )
     assert "offload" in set(plan.decisions().values())  # so the GPU flags apply
     options = dict(plan.emitted.compiler_options)
     assert options == {
-        "xla_gpu_enable_host_memory_offloading": True,
         "xla_gpu_enable_latency_hiding_scheduler": True,
         "xla_gpu_enable_command_buffer": "",
     }
