@@ -5,6 +5,7 @@ arrays share device memory on this backend, is an estimate within it: "unverifie
 slower (predicted) than any stock policy that compiles within the budget, and passes its
 checks. ``benchmarks/zoo.py`` writes the same as a table to benchmarks/results/."""
 
+import math
 import os
 import sys
 import warnings
@@ -13,7 +14,7 @@ import pytest
 
 import planner
 from planner._src.policies import STOCK
-from planner._src.session import usable_bytes
+from planner._src.session import io_bytes, requested_for, usable_bytes
 from planner._src.verify import STATUS_OK, STATUS_UNVERIFIED
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,12 +25,16 @@ FRACTIONS = (0.1, 0.5, 1.0)
 
 
 def zoo_budgets(session) -> list[int]:
-    """Three budgets (bytes) from just above the smaller of the two compiled anchors to the
+    """Three budgets (bytes) whose usable part (less the profile's allocator headroom and, on
+    GPU, XLA's own limit) runs from just above the smaller of the two compiled anchors to the
     larger: a stock policy compiles within each, so none may be called infeasible."""
     lo = session.trace.anchor.device_bytes
     hi = session.trace.anchor_saved.device_bytes
     a, b = min(lo, hi), max(lo, hi)
-    return [int(a + f * (b - a)) + 1024 for f in FRACTIONS]
+    io = io_bytes(session.trace)
+    return [
+        math.ceil(requested_for(a + f * (b - a), session.hardware, io)) + 1024 for f in FRACTIONS
+    ]
 
 
 def check_answer(plan, requested: int) -> None:
