@@ -238,9 +238,9 @@ def build_report(plan) -> Report:
             f"{_regions(merged)} not under lax.scan and jax.checkpoint has prevent_cse=False "
             "there: XLA may merge the recompute with the forward pass (common-subexpression "
             "elimination), so the policy decides little of what the compiled program keeps (for "
-            "the Python-loop Llama compiled deviceless for the H200, nothing_saveable and "
-            "everything_saveable gave the same 29.73 GB, benchmarks/results/"
-            "h200-2026-12-02-zoo). Use prevent_cse=True (jax.checkpoint's default; MaxText "
+            "the Python-loop Llama compiled on the H200, nothing_saveable and "
+            "everything_saveable gave the same 31.38 GB, 17.06 vs 48.89 GB with prevent_cse=True: "
+            "benchmarks/results/h200-2026-12-02-zoo.md). Use prevent_cse=True (jax.checkpoint's default; MaxText "
             "passes prevent_cse=not scan_layers) for unrolled layers."
         )
     elif unrolled and cost.allow_offload:
