@@ -11,7 +11,7 @@ peak of that one program. Results are JSON lines in DIR/results.jsonl; the drive
 starting new jobs when its time is nearly up, so a partial run still reports.
 
 Model: examples/llama.py H200_BENCH (d_model 4096, ffn 14336, 32 heads, 8 KV heads, 8 layers,
-batch 8 x seq 4096 = 32k tokens, bf16), the configuration of ../shared/measurements.
+batch 8 x seq 4096 = 32k tokens, bf16), the configuration of benchmarks/results/h200-2026-11-30-shared-probe.
 """
 
 from __future__ import annotations

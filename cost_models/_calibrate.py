@@ -42,8 +42,9 @@ _BASE_BY_DEVICE_KIND: tuple[tuple[str, str], ...] = (
     ("H100 PCIe", "h100-pcie"),
     ("H100", "h100-sxm"),
 )
-# Matmul size: 8192^3 on accelerators, the size of the bf16 measurement in the device notes
-# (KINDS.md: 788 TFLOP/s on an H200, about 1.4 ms per product); 512^3 on CPU keeps it ~10 ms.
+# Matmul size: 8192^3 on accelerators, the size of the bf16 measurement in the device pool's
+# machine notes (KINDS.md, outside this repository: 788 TFLOP/s on an H200, about 1.4 ms per
+# product); 512^3 on CPU keeps it ~10 ms.
 _ACCELERATOR_MATMUL_N = 8192
 _CPU_MATMUL_N = 512
 # Matmul classes measured, with the precision that selects them. TF32 exists only on NVIDIA
@@ -66,8 +67,8 @@ _LAUNCH_CHAIN = 64
 _LAUNCH_N = 8
 # Longest matmul chain the overlap probe builds to match the copy time.
 _MAX_OVERLAP_MATMULS = 256
-# GPUs idle at low clocks (KINDS.md: SM 345 MHz idle, 1980 MHz just after a matmul burst) and
-# need sustained work to reach boost clocks: 0.2 s of back-to-back calls before timing.
+# GPUs idle at low clocks (the device pool's machine notes, KINDS.md, outside this repository:
+# SM 345 MHz idle, 1980 MHz just after a matmul burst) and need sustained work to reach boost clocks: 0.2 s of back-to-back calls before timing.
 _WARMUP_S = 0.2
 # A batched repeat runs the call back to back for at least 20 ms and waits once, so that Python
 # dispatch and the final sync (tens of microseconds) stay under a percent of the time measured.
@@ -109,7 +110,8 @@ def _has_pinned_host(device: Any) -> bool:
 
 
 def _random(device: Any, shape: tuple[int, ...], dtype: Any, seed: int = 0) -> jax.Array:
-    # Random data: tensor cores run faster on zeros (KINDS.md: 894 vs 788 TFLOP/s).
+    # Random data: tensor cores run faster on zeros (the device pool's machine notes, KINDS.md,
+    # outside this repository: 894 vs 788 TFLOP/s).
     x = jax.random.normal(jax.random.key(seed), shape, dtype)
     return jax.device_put(x, device)
 
@@ -362,7 +364,7 @@ def calibrate(
         sources["link.latency_s"] = (
             f"{stamp}: the kernel launch time, since XLA moves offloaded activations with kernels "
             "(async dynamic-(update-)slice fusions on pinned host memory, "
-            "shared/measurements/h200-probe-2026-11-30.md)"
+            "benchmarks/results/h200-2026-11-30-shared-probe/h200-probe-2026-11-30.md)"
         )
         overlap = measure_overlap(size_mb=max(sizes_mb), repeats=repeats, matmul_n=matmul_n)
         changes["overlap_efficiency"] = overlap.overlap

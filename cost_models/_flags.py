@@ -37,7 +37,7 @@ class _FlagRow:
 
 
 _DEBUG_OPTIONS = "openxla/xla xla/debug_options_flags.cc"
-_PROBE = "shared/measurements/h200-probe-2026-11-30.md"
+_PROBE = "benchmarks/results/h200-2026-11-30-shared-probe/h200-probe-2026-11-30.md"
 _OVERLAP = "benchmarks/results/h200-2026-12-02.md, section 1"
 
 # Not in the table: --xla_gpu_enable_host_memory_offloading=true. It does not change how JAX's

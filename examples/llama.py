@@ -75,7 +75,7 @@ class LlamaConfig:
         return self.d_model // self.n_heads
 
 
-# The configuration of the H200 measurements (../shared/measurements and benchmarks/).
+# The configuration of the H200 measurements (benchmarks/results/h200-2026-11-30-shared-probe and benchmarks/).
 H200_BENCH = LlamaConfig(
     vocab=32000,
     d_model=4096,

@@ -44,7 +44,7 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   the whole step with nothing recomputed, and ``X`` is the copy time one trip cannot hide.
   Under ``lax.scan`` XLA starts a device->host copy once its tensor exists and finishes it
   by the end of the same trip; it reads offloaded tensors back at the start of the backward
-  trip and waits for each before its first use (../shared/measurements). The copies share
+  trip and waits for each before its first use (benchmarks/results/h200-2026-11-30-shared-probe). The copies share
   one link, which moves data at a fraction ``eta`` (the profile's overlap efficiency) of its
   speed while compute runs and at full speed when compute waits. For such a queue the
   exposed time is the worst tail:
