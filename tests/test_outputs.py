@@ -187,6 +187,68 @@ def test_hbm_timeline_writes_png_and_svg(plan, tmp_path):
     assert "<svg" in svg.read_text()[:2000]
 
 
+def _legend(fig) -> list[str]:
+    return [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+
+
+def test_hbm_timeline_draws_budget_planned_to_compiled_and_trips(plan):
+    from planner._src.plots import draw_hbm_timeline
+
+    fig = draw_hbm_timeline(plan)
+    texts = _legend(fig)
+    v = plan.verification
+    assert any(t.startswith("budget ") and "(as given)" in t for t in texts), texts
+    assert any(t.startswith("compiled: ") and v.compiler in t for t in texts), texts
+    # hardware="cpu" keeps no headroom: no planned-to line; a GPU profile's plan gets one
+    assert plan.headroom_bytes == 0 and not any(t.startswith("planned to") for t in texts)
+    import dataclasses
+
+    gpu = dataclasses.replace(
+        plan, hardware=planner.load_profile("h200"), headroom_bytes=plan.budget_bytes // 20
+    )
+    planned = [t for t in _legend(draw_hbm_timeline(gpu)) if t.startswith("planned to ")]
+    assert planned and "1% allocator headroom" in planned[0] and "95%" in planned[0], planned
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    trips = plan.cost.regions[0].multiplicity
+    assert labels[0] == "F1" and f"B{trips}" in labels and labels[-1] == "B1", labels
+    assert "WITHIN BUDGET" in fig.axes[0].get_title()
+
+
+def test_hbm_timeline_marks_a_plan_that_did_not_verify(plan):
+    import dataclasses
+
+    from planner._src.plots import draw_hbm_timeline
+
+    failed = dataclasses.replace(
+        plan, verification=dataclasses.replace(plan.verification, status="over budget")
+    )
+    fig = draw_hbm_timeline(failed)
+    assert "not a fitting plan" in fig.axes[0].get_title()
+    assert any("(did not verify)" in t for t in _legend(fig))
+
+
+def test_pareto_curve_keeps_its_y_axis_around_the_plans(plan):
+    import dataclasses
+
+    from planner._src.plots import draw_pareto_curve
+
+    # A stock policy 10x slower than the plan must not flatten the curve: it sits on the top
+    # edge, its time in the legend.
+    slow = plan.baselines[0]
+    slow = dataclasses.replace(
+        slow,
+        applicable=True,
+        prediction=dataclasses.replace(slow.prediction, step_s=10 * plan.prediction.step_s),
+    )
+    other = dataclasses.replace(plan, baselines=(slow, *plan.baselines[1:]))
+    fig = draw_pareto_curve([other])
+    lo, hi = fig.axes[0].get_ylim()
+    assert lo > 0 and hi < 10 * plan.prediction.step_s * 1e3
+    assert lo <= plan.prediction.step_s * 1e3 <= hi
+    assert any(t.startswith(slow.name) and "above the chart" in t for t in _legend(fig))
+    assert any("its budget" in t for t in _legend(fig))
+
+
 def test_plot_errors_teach(plan, tmp_path):
     with pytest.raises(ValueError, match="Fix: name the file with one of .png, .svg"):
         hbm_timeline(plan, tmp_path / "t.jpg")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from planner._src.units import GB
+from planner._src.units import GB, MB
 
 DEFAULT_POLICIES = ("planner", "nothing_saveable", "dots_saveable", "everything_saveable")
 _FORMATS = {".png": "png", ".svg": "svg"}
@@ -114,7 +114,7 @@ def _figure():
             f"planner.plots needs matplotlib ({e}).\n"
             "Fix: pip install 'jax-offload-planner[plots]' (or pip install matplotlib)."
         ) from e
-    fig = Figure(figsize=(9, 4.8), layout="constrained")
+    fig = Figure(figsize=(11, 4.8), layout="constrained")
     FigureCanvasAgg(fig)
     return fig, fig.add_subplot()
 
@@ -132,35 +132,118 @@ def _save(fig, path) -> Path:
     return path
 
 
-def hbm_timeline(plan, path, policies=DEFAULT_POLICIES) -> Path:
-    """Draw predicted device memory over one step for ``policies``; return the file written.
+def _unit(max_bytes: float) -> tuple[float, str]:
+    """The unit that shows ``max_bytes`` with three significant decimals: GB, MB or KB."""
+    for div, name in ((GB, "GB"), (MB, "MB")):
+        if max_bytes >= 0.1 * div:
+            return div, name
+    return 1e3, "KB"
 
-    ``policies`` names ``"planner"`` and any of the stock policies in ``plan.baselines``
-    (``nothing_saveable``, ``everything_saveable``, ``maxtext:minimal``, ...). The dashed line
-    is the budget; the dotted one divides the forward trips from the backward ones.
-    """
+
+def _fmt(nbytes: float, unit: tuple[float, str]) -> str:
+    return f"{nbytes / unit[0]:.3f} {unit[1]}"
+
+
+def _trip_ticks(points, limit: int = 18) -> tuple[list[int], list[str]]:
+    """x ticks at the trips: ``F3`` = forward trip 3, ``B3`` = its backward trip (``r1 F3``
+    with several regions), at most ``limit`` of them, evenly thinned."""
+    regions = {p.label.split(" trip ")[0].split()[-1] for p in points if " trip " in p.label}
+    many = len(regions) > 1
+    idx, labels = [], []
+    for i, p in enumerate(points):
+        if " trip " not in p.label or p.label.endswith(" done"):
+            continue
+        head, trip = p.label.rsplit(" trip ", 1)
+        kind = "F" if head.startswith("forward") else "B"
+        region = head.split()[-1]
+        idx.append(i)
+        labels.append(f"r{region} {kind}{trip}" if many else f"{kind}{trip}")
+    if len(idx) > limit:
+        keep = sorted({round(k * (len(idx) - 1) / (limit - 1)) for k in range(limit)})
+        idx, labels = [idx[k] for k in keep], [labels[k] for k in keep]
+    return idx, labels
+
+
+def _headroom_short(hw) -> str:
+    """Why the plan was made for less than the budget, in a legend's words (the whole reason:
+    ``plan.headroom_why()``)."""
+    import cost_models as cm
+
+    why = []
+    if hw.allocator_headroom:
+        why.append(f"{hw.allocator_headroom:.0%} allocator headroom")
+    f = cm.compiler_temp_fraction(hw)
+    if f < 1.0:
+        why.append(f"XLA:GPU's {f:.0%} limit")
+    return ", ".join(why) or "headroom"
+
+
+def _status_line(plan) -> tuple[str, bool]:
+    """The plan's verification in a few words, and whether it fits (compiled within the
+    planned-to budget with every check passed)."""
+    v = plan.verification
+    ok = bool(v.ok)
+    return v.status.upper() + ("" if ok else ": not a fitting plan"), ok
+
+
+def draw_hbm_timeline(plan, policies=DEFAULT_POLICIES):
+    """The figure of :func:`hbm_timeline` (a matplotlib ``Figure``, Agg canvas)."""
     fig, ax = _figure()
+    series = [(name, policy_timeline(plan, name)) for name in policies]
+    v = plan.verification
+    planned_to = plan.budget_bytes - plan.headroom_bytes
+    top = max(
+        [plan.budget_bytes, v.compiled_device_bytes or 0]
+        + [p.device_bytes for _, pts in series for p in pts]
+    )
+    unit = _unit(top)
+    status, ok = _status_line(plan)
     boundary = None
-    for name in policies:
-        points = policy_timeline(plan, name)
-        ys = [p.device_bytes / GB for p in points]
-        peak = max(ys)
+    for name, points in series:
+        ys = [p.device_bytes / unit[0] for p in points]
+        peak = max(p.device_bytes for p in points)
+        mine = name == "planner"
         ax.step(
             range(len(ys)),
             ys,
             where="post",
-            linewidth=2.4 if name == "planner" else 1.3,
-            label=f"{name} (peak {peak:.3f} GB)",
-            zorder=3 if name == "planner" else 2,
+            linewidth=2.4 if mine else 1.3,
+            linestyle="-" if ok or not mine else (0, (4, 2)),
+            label=f"{name}: predicted peak {_fmt(peak, unit)}"
+            + ("" if ok or not mine else " (did not verify)"),
+            zorder=3 if mine else 2,
         )
         if boundary is None:
             boundary = next(i for i, p in enumerate(points) if p.phase == "backward")
     ax.axhline(
-        plan.budget_bytes / GB,
+        plan.budget_bytes / unit[0],
         color="crimson",
         linestyle="--",
-        label=f"budget {plan.budget_bytes / GB:.3f} GB",
+        label=f"budget {_fmt(plan.budget_bytes, unit)} (as given)",
     )
+    if plan.headroom_bytes:
+        ax.axhline(
+            planned_to / unit[0],
+            color="darkorange",
+            linestyle="-.",
+            label=f"planned to {_fmt(planned_to, unit)} ({_headroom_short(plan.hardware)})",
+        )
+    if v.compiled_device_bytes is not None:
+        # The compiler's figure is one number for the whole step: drawn at the plan's
+        # predicted peak position, where the model puts the step's high-water mark.
+        plan_pts = dict(series).get("planner") or policy_timeline(plan, "planner")
+        at = max(range(len(plan_pts)), key=lambda i: plan_pts[i].device_bytes)
+        ax.plot(
+            [at + 0.5],
+            [v.compiled_device_bytes / unit[0]],
+            marker="*",
+            markersize=15,
+            color="black" if ok else "crimson",
+            linestyle="none",
+            zorder=5,
+            label=f"compiled: {_fmt(v.compiled_device_bytes, unit)} by {v.compiler or v.backend}"
+            + ("" if v.exact or "estimate" in (v.compiler or "") else " (an estimate)"),
+        )
     if boundary is not None:
         ax.axvline(boundary - 0.5, color="gray", linestyle=":")
         ax.text(
@@ -171,12 +254,34 @@ def hbm_timeline(plan, path, policies=DEFAULT_POLICIES) -> Path:
             va="bottom",
             transform=ax.get_xaxis_transform(),
         )
-    ax.set_xlabel("one train step: forward trips, then backward trips in reverse")
-    ax.set_ylabel("predicted device memory (GB)")
-    ax.set_title(f"Device memory over one step ({plan.hardware.name}, cost model)")
-    ax.legend(fontsize="small", loc="upper left")
+    ticks, labels = _trip_ticks(series[0][1]) if series else ([], [])
+    # A step drawn with where="post" holds point i's value from x = i to i + 1: label its middle.
+    ax.set_xticks(
+        [t + 0.5 for t in ticks], labels, fontsize="x-small", rotation=0 if len(ticks) <= 12 else 45
+    )
+    ax.set_xlabel("one train step: forward trips F1..Fn, then backward trips Bn..B1")
+    ax.set_ylabel(f"predicted device memory ({unit[1]})")
+    ax.set_title(
+        f"Device memory over one step ({plan.hardware.name}, cost model) — {status}",
+        color="black" if ok else "crimson",
+        fontsize="medium",
+    )
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return fig
+
+
+def hbm_timeline(plan, path, policies=DEFAULT_POLICIES) -> Path:
+    """Draw predicted device memory over one step for ``policies``; return the file written.
+
+    ``policies`` names ``"planner"`` and any of the stock policies in ``plan.baselines``
+    (``nothing_saveable``, ``everything_saveable``, ``maxtext:minimal``, ...). Lines: the
+    budget as given (dashed), the budget the plan was made for after the profile's headroom
+    (dash-dot, ``plan.headroom_why()``), the compiled figure of the verifying compiler (a
+    star at the predicted peak's position), the forward / backward divide (dotted); x ticks
+    name the trips. A plan that did not verify says so in the title and is drawn dashed.
+    """
+    return _save(draw_hbm_timeline(plan, policies), path)
 
 
 def _budget_gb(item, budgets_gb, i) -> float | None:
@@ -185,13 +290,11 @@ def _budget_gb(item, budgets_gb, i) -> float | None:
     return None if budgets_gb is None else float(budgets_gb[i])
 
 
-def pareto_curve(plans_or_errors, path, budgets_gb=None) -> Path:
-    """Draw budget (x) against predicted step time (y) for ``planner.pareto``'s answers.
+_MARKERS = "s^vD<>pPhX*d"
 
-    Plans are joined by a line; budgets no plan reaches are marked with a red cross on the
-    x axis (errors without a budget of their own are placed by ``budgets_gb``, the list given
-    to ``pareto``, else left out); the stock policies are points at their predicted peak.
-    """
+
+def draw_pareto_curve(plans_or_errors, budgets_gb=None):
+    """The figure of :func:`pareto_curve` (a matplotlib ``Figure``, Agg canvas)."""
     items = list(plans_or_errors)
     plans = [
         (b, p)
@@ -206,21 +309,44 @@ def pareto_curve(plans_or_errors, path, budgets_gb=None) -> Path:
     fig, ax = _figure()
     if plans:
         plans.sort(key=lambda bp: bp[0])
-        ax.plot(
-            [b for b, _ in plans],
-            [p.prediction.step_s * 1e3 for _, p in plans],
-            "o-",
-            linewidth=2,
-            label="planner (at its budget)",
-            zorder=3,
-        )
-        for b in plans[0][1].baselines:
-            if b.applicable:
-                x, y = b.prediction.peak_bytes / GB, b.prediction.step_s * 1e3
-                ax.plot([x], [y], "s", markersize=5, alpha=0.8)
-                ax.annotate(
-                    b.name, (x, y), fontsize="x-small", xytext=(4, 3), textcoords="offset points"
-                )
+        xs = [p.prediction.peak_bytes / GB for _, p in plans]
+        ys = [p.prediction.step_s * 1e3 for _, p in plans]
+        ax.plot(xs, ys, "o-", linewidth=2, label="planner: predicted peak, step", zorder=3)
+        for (b, p), x, y in zip(plans, xs, ys):
+            fits = bool(p.verification.ok)
+            # The budget it was planned at: a thin line from the budget to its plan's peak.
+            ax.plot([b, x], [y, y], color="gray", linewidth=0.8, zorder=2)
+            ax.plot([b], [y], "|", color="crimson", markersize=12, markeredgewidth=1.5, zorder=3)
+            if not fits:
+                ax.plot([x], [y], "o", color="crimson", markersize=11, fillstyle="none", zorder=4)
+        ax.plot([], [], "|", color="crimson", markersize=12, label="its budget (GB)")
+        if any(not p.verification.ok for _, p in plans):
+            ax.plot([], [], "o", color="crimson", fillstyle="none", label="did not verify")
+        # The y axis spans the plans and the stock policies near them; a stock policy far
+        # slower (offloading presets on a small model) is drawn on the top edge, its step in
+        # the legend, so it does not flatten the curve.
+        ceiling = 1.5 * max(ys)
+        near = [
+            b.prediction.step_s * 1e3
+            for b in plans[0][1].baselines
+            if b.applicable and b.prediction.step_s * 1e3 <= ceiling
+        ]
+        lo, hi = min(ys + near), max(ys + near)
+        pad = 0.08 * (hi - lo or hi or 1.0)
+        ax.set_ylim(lo - pad, hi + pad)
+        for k, b in enumerate(x for x in plans[0][1].baselines if x.applicable):
+            step_ms = b.prediction.step_s * 1e3
+            above = step_ms > hi + pad
+            ax.plot(
+                [b.prediction.peak_bytes / GB],
+                [hi + pad if above else step_ms],
+                _MARKERS[k % len(_MARKERS)],
+                markersize=7,
+                alpha=0.85,
+                linestyle="none",
+                clip_on=not above,
+                label=f"{b.name}" + (f" ({step_ms:.3g} ms: above the chart)" if above else ""),
+            )
     if failed:
         ax.plot(
             failed,
@@ -230,13 +356,27 @@ def pareto_curve(plans_or_errors, path, budgets_gb=None) -> Path:
             markersize=10,
             markeredgewidth=2,
             clip_on=False,
+            transform=ax.get_xaxis_transform(),
             label="infeasible budget",
             zorder=4,
         )
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel("HBM budget, or a stock policy's predicted peak (GB)")
+    ax.margins(x=0.05)
+    ax.set_xlabel("device memory (GB): predicted peak (points), budget asked (red ticks)")
     ax.set_ylabel("predicted step time (ms)")
-    ax.set_title("Step time against the HBM budget (cost model)")
-    ax.legend(fontsize="small")
+    ax.set_title("Step time against device memory (cost model)")
+    ax.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return fig
+
+
+def pareto_curve(plans_or_errors, path, budgets_gb=None) -> Path:
+    """Draw predicted peak (x) against predicted step time (y) for ``planner.pareto``'s answers.
+
+    Each plan is a point at its predicted peak, joined in budget order, with a red tick at
+    the budget it was planned at (a thin line joins the two: the budget left unused); plans
+    that did not verify are circled in red; budgets no plan reaches are red crosses on the x
+    axis (errors without a budget of their own are placed by ``budgets_gb``, the list given
+    to ``pareto``, else left out); the stock policies are points at their predicted peak,
+    named in the legend beside the axes. The y axis spans the data.
+    """
+    return _save(draw_pareto_curve(plans_or_errors, budgets_gb), path)
