@@ -32,7 +32,9 @@ MODELS = ("llama3.1-405b", "deepseek-v3-671b", "deepseek-v3-671b-capacity")
 HARDWARE = ("h200", "gb200")
 
 
-def _one(model: str, hardware: str, fraction: float, profile: bool, n_devices: int) -> dict:
+def _one(
+    model: str, hardware: str, fraction: float, profile: bool, n_devices: int, compiler: str
+) -> dict:
     """Plan one (model, hardware) in this process; returns the figures as a dict."""
     import jax
 
@@ -69,7 +71,14 @@ def _one(model: str, hardware: str, fraction: float, profile: bool, n_devices: i
         prof.enable()
     t0 = time.perf_counter()
     try:
-        plan = planner.solve(step, *args, hbm_gb=budget_gb, hardware=hardware, verify_compile=False)
+        plan = planner.solve(
+            step,
+            *args,
+            hbm_gb=budget_gb,
+            hardware=hardware,
+            verify_compile=False,
+            compiler=compiler,
+        )
     except planner.InfeasibleBudgetError as e:
         out["status"] = "infeasible"
         out["min_feasible_gb"] = e.min_feasible_bytes / 1e9
@@ -92,6 +101,8 @@ def _one(model: str, hardware: str, fraction: float, profile: bool, n_devices: i
     if plan is not None:
         rep = build_report(plan)
         out.update(
+            compiler=plan.compiler,
+            compiler_exact=plan.compiler_exact,
             status=plan.solution.status,
             gap=plan.solution.gap,
             timings={k: v for k, v in plan.timings},
@@ -157,7 +168,7 @@ def _machine() -> str:
 
 def _table(rows: list[dict]) -> str:
     head = (
-        "| model | hardware | budget/device GB | status | plan wall s | trace+anchors s | "
+        "| model | hardware | compiler | budget/device GB | status | plan wall s | trace+anchors s | "
         "solve s | peak RSS GB | predicted peak/device GB | predicted step s | classes | "
         "candidates |"
     )
@@ -173,7 +184,8 @@ def _table(rows: list[dict]) -> str:
         )
         step = f"{r['predicted_step_s']:.3f}" if "predicted_step_s" in r else "-"
         lines.append(
-            f"| {r['model']} | {r['hardware']} | {r['budget_gb']:.1f} | {r.get('status', '?')} | "
+            f"| {r['model']} | {r['hardware']} | {r.get('compiler', '-')} | {r['budget_gb']:.1f} | "
+            f"{r.get('status', '?')} | "
             f"{r.get('plan_s', float('nan')):.1f} | "
             f"{trace_s} | {solve_s} | "
             f"{r.get('peak_rss_gb', float('nan')):.2f} | {peak} | {step} | "
@@ -242,9 +254,17 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per plan")
     ap.add_argument("--one", nargs=2, metavar=("MODEL", "HARDWARE"), help=argparse.SUPPRESS)
     ap.add_argument("--devices", type=int, default=512, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--compiler",
+        default="auto",
+        choices=("auto", "target", "local"),
+        help="PlanOptions.compiler: 'target' compiles the anchors deviceless for the GPU "
+        "(needs the CUDA plugin, JAX 0.12), 'local' on XLA:CPU",
+    )
     a = ap.parse_args(argv)
     if a.one:
-        print(json.dumps(_one(a.one[0], a.one[1], a.budget_fraction, a.profile, a.devices)))
+        figures = _one(a.one[0], a.one[1], a.budget_fraction, a.profile, a.devices, a.compiler)
+        print(json.dumps(figures))
         return 0
     rows = []
     for model in a.models:
@@ -257,6 +277,8 @@ def main(argv=None) -> int:
                 hw,
                 "--budget-fraction",
                 str(a.budget_fraction),
+                "--compiler",
+                a.compiler,
             ]
             cmd += ["--profile"] if a.profile else []
             print(f"planning {model} on {hw} ...", file=sys.stderr, flush=True)
