@@ -500,11 +500,18 @@ def abstract_args(cfg: FrontierConfig, mesh) -> tuple[dict, dict]:
 
 
 def make_train_step(
-    cfg: FrontierConfig = TINY_LLAMA, *, mesh=None, lr: float = 1e-3, momentum: float = 0.9
+    cfg: FrontierConfig = TINY_LLAMA,
+    *,
+    mesh=None,
+    lr: float = 1e-3,
+    momentum: float = 0.9,
+    out_shardings: bool = True,
 ):
     """``(train_step, (state, batch))``: the step jitted with the state donated and its
     outputs sharded like its inputs; the arguments abstract and sharded on ``mesh``
-    (default: ``make_mesh(cfg)``)."""
+    (default: ``make_mesh(cfg)``). ``out_shardings=False`` leaves the outputs' shardings to
+    XLA's propagation: a step compiled for a GPU target on a CPU (deviceless) cannot be
+    jitted with ``out_shardings`` on this machine's devices (target.py's TargetError)."""
     mesh = make_mesh(cfg) if mesh is None else mesh
     args = abstract_args(cfg, mesh)
 
@@ -513,6 +520,8 @@ def make_train_step(
     )
 
     state_sh = jax.tree.map(lambda s: s.sharding, args[0])
+    if not out_shardings:
+        return jax.jit(train_step, donate_argnums=(0,)), args
     step = jax.jit(
         train_step, donate_argnums=(0,), out_shardings=(state_sh, NamedSharding(mesh, P()))
     )
