@@ -48,7 +48,12 @@ import cost_models as cm
 from cost_models._cost import aval_size  # per-device elements, as cost_models counts them
 from planner._src import hlo, policies, shard
 from planner._src import jax_adapter as adapter
-from planner._src.errors import NoCheckpointRegionError, TraceError, UnsupportedError
+from planner._src.errors import (
+    NoCheckpointRegionError,
+    PlannerError,
+    TraceError,
+    UnsupportedError,
+)
 from planner._src.types import Candidate, CompiledFigures, Region, RegionInput, Trace
 
 # ----------------------------------------------------------------------------- helpers
@@ -842,7 +847,14 @@ def trace_step(
     # so the anchor trace's ids match this trace's.
     from jax.ad_checkpoint import checkpoint_policies as cp
 
-    anchor_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: cp.nothing_saveable)
+    try:
+        anchor_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: cp.nothing_saveable)
+    except PlannerError:
+        raise
+    except Exception as e:  # the first trace worked: the step behaves differently when re-run
+        raise again_error(
+            e, "the second trace (the full-remat anchor, after a first trace that worked)"
+        ) from e
     anchor_text = compiled.as_text() or ""
     anchor = compiled_figures(
         compiled, anchor_jaxpr, anchor_text, backend=backend, compiler=compiler
@@ -965,9 +977,34 @@ def _refuse_nested(bound) -> None:
             )
 
 
+def again_error(e: Exception, which: str) -> TraceError:
+    """The teaching error of a step that raised on one of the planner's later traces."""
+    return TraceError(
+        f"The train step raised {type(e).__name__} on {which}: {e}\n"
+        "Why: the planner traces step_fn(*example_args) several times (the candidates, the "
+        "anchors, the verify compile, plan-file checks); a step that traced once must trace "
+        "again the same way, so it must not depend on Python state it changes (a counter, a "
+        "generator, an iterator it consumes, a global it sets).\n"
+        "Fix: make the step a pure function of its arguments (keep mutable state out of it, "
+        "or pass it in as an argument), and check that calling jax.jit(step_fn).lower(*args) "
+        "twice works."
+    )
+
+
 def step_fingerprint(step_fn: Callable, args: Sequence[Any]) -> str:
     """The fingerprint ``trace_step`` records, without the rest of the trace."""
-    traced, _ = adapter.trace_step_with(step_fn, args, lambda rid, r: adapter.everything_saveable)
+    try:
+        traced, _ = adapter.trace_step_with(
+            step_fn, args, lambda rid, r: adapter.everything_saveable
+        )
+    except PlannerError:
+        raise
+    except Exception as e:  # noqa: BLE001  (the user's step, traced for plan.check)
+        raise TraceError(
+            f"Tracing the train step for the plan file's check failed with "
+            f"{type(e).__name__}: {e}\nFix: check that jax.jit(step_fn).lower(*example_args) "
+            "works on its own with the arguments passed to check()."
+        ) from e
     return _fingerprint(traced.jaxpr)
 
 
