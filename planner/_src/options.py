@@ -150,7 +150,8 @@ def check_fits_device(budget_gb: float, hw) -> None:
     )
     raise InvalidArgumentError(
         f"hbm_gb={budget_gb:g} is more than the device has: the {hw.name} profile's device "
-        f"has {fmt_bytes(cap)} of HBM ({cap / GB:.4g} GB).\nWhy: the budget is per device, "
+        f"has {cap / GB:.4g} GB of HBM{'' if cap >= 0.1 * GB else f' ({fmt_bytes(cap)})'}."
+        "\nWhy: the budget is per device, "
         "in GB (10^9 bytes); a plan for more memory than the device has cannot run on it.\n"
         f"Fix: pass hbm_gb <= {cap / GB:.4g}{fraction}; or name the device you train on "
         "(hardware=..., planner.list_profiles()); or give a profile its real capacity: "
