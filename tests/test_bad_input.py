@@ -342,3 +342,27 @@ def test_maxtext_block_is_yaml_for_any_checkpoint_name():
     # The empty name cannot be a MaxText key: the block says so, and how it is decided.
     assert "checkpoint_name(x, '') (an empty name) has no key here" in block
     assert "the plan decides it save through its policy" in block
+
+
+def test_a_step_raising_on_a_later_trace_is_a_trace_error_too():
+    calls = []
+
+    def flaky(*args):
+        calls.append(1)
+        if len(calls) > 2:  # traces for the candidates and the anchor work, then it fails
+            raise RuntimeError("the data iterator is exhausted")
+        return STEP(*args)
+
+    with pytest.raises(planner.TraceError) as e:
+        planner.solve(flaky, *ARGS, hbm_gb=0.05, hardware="cpu")
+    msg = str(e.value)
+    assert "raised RuntimeError on a later trace (a compile under the plan's or a stock" in msg
+    assert "the data iterator is exhausted" in msg and "please report it" in msg
+
+
+def test_a_step_raising_in_plan_check_is_a_trace_error(plan_file):
+    def broken_step(*args):
+        raise RuntimeError("no such layer")
+
+    with pytest.raises(planner.TraceError, match="for the plan file's check failed with Runtime"):
+        planner.load_plan(plan_file).check(broken_step, *ARGS)

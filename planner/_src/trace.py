@@ -847,14 +847,12 @@ def trace_step(
     # so the anchor trace's ids match this trace's.
     from jax.ad_checkpoint import checkpoint_policies as cp
 
-    try:
-        anchor_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: cp.nothing_saveable)
-    except PlannerError:
-        raise
-    except Exception as e:  # the first trace worked: the step behaves differently when re-run
-        raise again_error(
-            e, "the second trace (the full-remat anchor, after a first trace that worked)"
-        ) from e
+    anchor_jaxpr, compiled = compile_with(
+        step_fn,
+        args,
+        lambda rid, r: cp.nothing_saveable,
+        which="the second trace (the full-remat anchor, after a first trace that worked)",
+    )
     anchor_text = compiled.as_text() or ""
     anchor = compiled_figures(
         compiled, anchor_jaxpr, anchor_text, backend=backend, compiler=compiler
@@ -987,7 +985,8 @@ def again_error(e: Exception, which: str) -> TraceError:
         "generator, an iterator it consumes, a global it sets).\n"
         "Fix: make the step a pure function of its arguments (keep mutable state out of it, "
         "or pass it in as an argument), and check that calling jax.jit(step_fn).lower(*args) "
-        "twice works."
+        "twice works. (If it does, the policy of this trace made JAX fail: please report it "
+        "with this message.)"
     )
 
 
@@ -1015,6 +1014,7 @@ def compile_with(
     compiler_options: Sequence[tuple[str, Any]] = (),
     *,
     bound_out: list | None = None,
+    which: str = "a later trace (a compile under the plan's or a stock policy)",
 ):
     """Trace and compile the step with ``make_policy(rid, region)`` in every region.
 
@@ -1022,14 +1022,20 @@ def compile_with(
     the same names as XLA_FLAGS without ``--``), e.g. a plan's flags: the latency-hiding
     scheduler changes the schedule and with it the peak. Returns ``(step_jaxpr, compiled)``;
     ``bound_out``, when given, receives the regions the trace bound (the verify stage replays
-    JAX's residual choice on them).
+    JAX's residual choice on them). ``which`` names this trace in the TraceError of a step
+    that raises here after tracing once.
     """
 
     def wrap(rid, r):
         pol = make_policy(rid, r)
         return lambda prim, *a, **p: _as_enum(pol(prim, *a, **p))
 
-    traced, bound = adapter.trace_step_with(step_fn, args, wrap)
+    try:
+        traced, bound = adapter.trace_step_with(step_fn, args, wrap)
+    except PlannerError:
+        raise
+    except Exception as e:  # noqa: BLE001  (the user's step traced before: it changed)
+        raise again_error(e, which) from e
     if bound_out is not None:
         bound_out.extend(bound)
     compiled = traced.lower().compile(compiler_options=dict(compiler_options) or None)
