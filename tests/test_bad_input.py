@@ -366,3 +366,19 @@ def test_a_step_raising_in_plan_check_is_a_trace_error(plan_file):
 
     with pytest.raises(planner.TraceError, match="for the plan file's check failed with Runtime"):
         planner.load_plan(plan_file).check(broken_step, *ARGS)
+
+
+def test_pareto_table_shows_small_figures():
+    from planner._src.cli import _pareto_table
+
+    row = {
+        "budget_gb": 0.0005,
+        "feasible": True,
+        "status": "compiled, within budget",
+        "predicted_peak_gb": 0.000123,
+        "host_gb": 0.0,
+        "step_ms": 1.0,
+        "compiled_gb": 0.000456,
+    }
+    table = _pareto_table([row], [])
+    assert "0.000123" in table and "0.000456" in table

@@ -297,6 +297,12 @@ def _stock_rows(results) -> list[dict]:
     ]
 
 
+def _gbcol(gb: float) -> str:
+    """A figure of a GB column: three decimals, three significant digits below 0.1 GB, so a
+    small model does not read 0.000."""
+    return f"{gb:.3f}" if gb >= 0.1 or not gb else f"{gb:.3g}"
+
+
 def _pareto_table(rows, stock) -> str:
     """The pareto rows and stock policies as two rich tables, plain text."""
     import io
@@ -320,11 +326,11 @@ def _pareto_table(rows, stock) -> str:
                 "INFEASIBLE: " + r["error"].splitlines()[0],
             )
             continue
-        comp = "-" if r["compiled_gb"] is None else f"{r['compiled_gb']:.3f}"
+        comp = "-" if r["compiled_gb"] is None else _gbcol(r["compiled_gb"])
         t.add_row(
             f"{r['budget_gb']:g}",
-            f"{r['predicted_peak_gb']:.3f}",
-            f"{r['host_gb']:.3f}",
+            _gbcol(r["predicted_peak_gb"]),
+            _gbcol(r["host_gb"]),
             f"{r['step_ms']:.2f}",
             comp,
             r["status"],
@@ -338,8 +344,8 @@ def _pareto_table(rows, stock) -> str:
             if x["applicable"]:
                 s.add_row(
                     x["name"],
-                    f"{x['predicted_peak_gb']:.3f}",
-                    f"{x['host_gb']:.3f}",
+                    _gbcol(x["predicted_peak_gb"]),
+                    _gbcol(x["host_gb"]),
                     f"{x['step_ms']:.2f}",
                 )
         con.print(s)
