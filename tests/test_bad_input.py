@@ -382,3 +382,10 @@ def test_pareto_table_shows_small_figures():
     }
     table = _pareto_table([row], [])
     assert "0.000123" in table and "0.000456" in table
+
+
+def test_cli_pareto_checks_its_output_paths_before_solving(capsys, tmp_path):
+    bad = tmp_path / "missing" / "p.png"
+    code, out, err = run(capsys, "pareto", FACTORY, "--hbm-gb", "0.05", "--png", str(bad))
+    assert code == 2 and f"Cannot write the curve {bad}: its folder" in err
+    assert "[planner]" not in err

@@ -358,6 +358,11 @@ def _cmd_pareto(a) -> int:
     budgets = _budgets(a.hbm_gb)
     _image_path(a.png, (".png",), "--png")
     _image_path(a.svg, (".svg",), "--svg")
+    from planner._src.planfile import check_writable
+
+    for path, what in ((a.png, "the curve"), (a.svg, "the curve"), (a.out, "the table file")):
+        if path:
+            check_writable(path, what)  # before the solves, as for solve's outputs
     step, args = _load_factory(a.factory)
     with _Progress(a.quiet) as progress:
         progress(
