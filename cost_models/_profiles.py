@@ -79,6 +79,9 @@ class _Figure:
     integer: bool = False
     upper: float = math.inf  # inclusive upper bound (1 for fractions)
     positive: bool = False  # must be > 0, not just >= 0
+    # The physical range a nonzero value must lie in (inclusive): a figure outside it is a
+    # typo in its unit or exponent, and would reach the solver as a model it cannot solve.
+    lower: float = 0.0
 
     @property
     def example(self) -> str:
@@ -88,19 +91,37 @@ class _Figure:
 
 
 _FIGURES: tuple[_Figure, ...] = (
-    _Figure(key="hbm_bytes", kind=BYTES, what="HBM capacity per device", positive=True),
-    _Figure(key="hbm_bytes_per_s", kind=BANDWIDTH, what="HBM bandwidth", positive=True),
+    _Figure(
+        key="hbm_bytes",
+        kind=BYTES,
+        what="HBM capacity per device",
+        positive=True,
+        lower=1e6,
+        upper=1e14,
+    ),
+    _Figure(
+        key="hbm_bytes_per_s",
+        kind=BANDWIDTH,
+        what="HBM bandwidth",
+        positive=True,
+        lower=1e6,
+        upper=1e15,
+    ),
     _Figure(
         key="vector_flops_per_s",
         kind=FLOP_RATE,
         what="non-matrix fp32 rate (elementwise and reductions)",
         positive=True,
+        lower=1e6,
+        upper=1e18,
     ),
     _Figure(
         key="ici_bytes_per_s",
         kind=BANDWIDTH,
         what="device-to-device bandwidth per direction, used for collectives",
         positive=True,
+        lower=1e6,
+        upper=1e15,
     ),
     _Figure(
         key="overlap_efficiency",
@@ -108,7 +129,7 @@ _FIGURES: tuple[_Figure, ...] = (
         what="fraction of a host copy that hides behind concurrent compute, 0 to 1",
         upper=1.0,
     ),
-    _Figure(key="kernel_launch_s", kind=TIME, what="fixed time per launched kernel"),
+    _Figure(key="kernel_launch_s", kind=TIME, what="fixed time per launched kernel", upper=1.0),
     _Figure(
         key="allocator_headroom",
         kind=None,
@@ -123,14 +144,39 @@ _OPTIONAL: dict[str, tuple[float, str]] = {
     "allocator_headroom": (0.0, "no headroom (the planner fills the budget to the byte)"),
 }
 _LINK_FIGURES: tuple[_Figure, ...] = (
-    _Figure(key="d2h_bytes_per_s", kind=BANDWIDTH, what="device-to-host bandwidth per direction"),
-    _Figure(key="h2d_bytes_per_s", kind=BANDWIDTH, what="host-to-device bandwidth per direction"),
-    _Figure(key="latency_s", kind=TIME, what="fixed time per transfer"),
-    _Figure(key="copy_engines", kind=None, what="DMA copy engines", integer=True),
-    _Figure(key="host_pinned_bytes", kind=BYTES, what="pinned host memory usable for offload"),
+    _Figure(
+        key="d2h_bytes_per_s",
+        kind=BANDWIDTH,
+        what="device-to-host bandwidth per direction",
+        lower=1e6,
+        upper=1e15,
+    ),
+    _Figure(
+        key="h2d_bytes_per_s",
+        kind=BANDWIDTH,
+        what="host-to-device bandwidth per direction",
+        lower=1e6,
+        upper=1e15,
+    ),
+    _Figure(key="latency_s", kind=TIME, what="fixed time per transfer", upper=1.0),
+    # Informational (the report's and the reader's; the cost model's copy streams come from
+    # the measured overlap efficiency): at least 1 on a device with a host link (0 only for
+    # link kind 'none'), at most 64.
+    _Figure(key="copy_engines", kind=None, what="DMA copy engines", integer=True, upper=64),
+    _Figure(
+        key="host_pinned_bytes",
+        kind=BYTES,
+        what="pinned host memory usable for offload",
+        upper=1e15,
+    ),
 )
 _MATMUL_FIGURE = _Figure(
-    key="matmul_flops_per_s", kind=FLOP_RATE, what="dense matrix-unit rate", positive=True
+    key="matmul_flops_per_s",
+    kind=FLOP_RATE,
+    what="dense matrix-unit rate",
+    positive=True,
+    lower=1e6,
+    upper=1e18,
 )
 
 
@@ -147,6 +193,14 @@ def _check_value(figure: _Figure, value: object, field: str, profile: str) -> No
         problem = f"is {value!r}; it cannot be negative"
     elif figure.positive and value == 0:
         problem = "is 0; the cost model divides by it, so it must be positive"
+    elif value and not figure.lower <= value <= figure.upper and figure.kind is not None:
+        unit = next(u for u, scale in figure.kind.scales.items() if scale == 1)
+        problem = (
+            f"is {value:.3g} {unit}, outside the physical range "
+            f"{format_quantity(figure.lower, figure.kind)} to "
+            f"{format_quantity(figure.upper, figure.kind)}: a typo in its unit or exponent? "
+            "(Such a figure would reach the solver as times it cannot model)"
+        )
     elif value > figure.upper:
         problem = f"is {value!r}; it must be at most {figure.upper:g}"
     if problem is not None:
@@ -180,6 +234,13 @@ class LinkProfile:
             raise ProfileError(
                 "link kind 'none' means there is no host memory to offload to, but its "
                 f"bandwidths are {bandwidths}. Set both to '0 GB/s' or name the link kind."
+            )
+        if self.kind != "none" and self.copy_engines < 1:
+            raise ProfileError(
+                f"link kind {self.kind!r}: field 'link.copy_engines' (DMA copy engines) is "
+                f"{self.copy_engines!r}; a device with a host link copies with at least one "
+                "engine. Write the GPU's count (H100/H200: 3; nvidia-smi -q shows it), or use "
+                "link kind 'none' for a device without host memory."
             )
         if self.kind != "none" and not all(bandwidths):
             raise ProfileError(

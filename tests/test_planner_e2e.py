@@ -190,6 +190,7 @@ def test_allocator_headroom_is_left_free_and_reported(tmp_path):
 
     import cost_models as cm
     from planner._src.report import build_report, render
+    from planner._src.units import fmt_bytes
 
     step, args = llama.make_train_step(llama.LlamaConfig(n_layers=2, seq=64))
     hw = dataclasses.replace(cm.load_profile("cpu"), allocator_headroom=0.1)
@@ -206,9 +207,9 @@ def test_allocator_headroom_is_left_free_and_reported(tmp_path):
     assert plan.verification.compiled_device_bytes <= usable
     assert not {b.name: b for b in plan.baselines}["everything_saveable"].fits
     text = render(build_report(plan), "markdown")
-    assert f"planned to {usable / 1e9:.3f} GB" in text
+    assert f"planned to {fmt_bytes(usable)}" in text  # GB, or MB for a small model
     plan.save(tmp_path / "plan.json")
-    assert f"planned to {usable / 1e9:.3f} GB" in planner.load_plan(tmp_path / "plan.json").report()
+    assert f"planned to {fmt_bytes(usable)}" in planner.load_plan(tmp_path / "plan.json").report()
     lo = {b.name: b.prediction.peak_bytes for b in full.baselines}["nothing_saveable"]
     with pytest.raises(planner.InfeasibleBudgetError, match="allocator headroom") as e:
         planner.solve(step, *args, hbm_gb=lo * 1.02 / 1e9, hardware=hw, verify_compile=False)

@@ -10,8 +10,11 @@ as ``jax-offload-planner``).
 The factory is a function of no arguments returning ``(step_fn, example_args)``, for
 example ``examples.llama:quickstart``. Every command takes ``--json`` for machine-readable
 output on stdout; progress messages go to stderr, so stdout stays clean for pipes.
-Exit status: 0 success, 1 a plan that failed its checks (or no budget was feasible),
-2 an error (the message on stderr says what happened, why, and the fix).
+Exit status: 0 success; 1 a plan that failed its checks (pareto: no budget was feasible;
+profile: nothing was measured); 2 an error the planner found (bad input, an infeasible
+budget, a file that cannot be read or written: the message on stderr says what happened,
+why, and the fix), also argparse's usage errors; 3 your MODULE:FACTORY raised (its traceback,
+then what to check).
 """
 
 from __future__ import annotations
@@ -57,11 +60,35 @@ def import_factory(spec: str, contract: str):
     return factory
 
 
+EXIT_FACTORY = 3  # the user's MODULE:FACTORY raised
+
+
+class FactoryError(Exception):
+    """The user's factory raised: the CLI prints its traceback and exits EXIT_FACTORY."""
+
+    def __init__(self, spec: str, error: BaseException):
+        self.spec, self.error = spec, error
+        super().__init__(
+            f"{spec} raised {type(error).__name__}: {error}\nWhy: the command calls your "
+            "factory to build the step and its example arguments, and it failed (its traceback "
+            "is above; nothing was planned).\nFix: run it on its own, e.g. python -c "
+            f'"import {spec.partition(":")[0]} as m; m.{spec.partition(":")[2]}()", and fix it.'
+        )
+
+
+def call_factory(spec: str, factory, *args):
+    """``factory(*args)``; any exception of the user's code becomes a FactoryError."""
+    try:
+        return factory(*args)
+    except Exception as e:  # noqa: BLE001  (the user's code)
+        raise FactoryError(spec, e) from e
+
+
 def _load_factory(spec: str):
     """Import ``MODULE:FACTORY`` and call it; check it returned ``(step_fn, example_args)``."""
     from planner._src.errors import InvalidArgumentError
 
-    made = import_factory(spec, "(step_fn, example_args)")()
+    made = call_factory(spec, import_factory(spec, "(step_fn, example_args)"))
     if not (isinstance(made, tuple) and len(made) == 2 and callable(made[0])):
         raise InvalidArgumentError(
             f"{spec} returned {type(made).__name__}; it must return (step_fn, example_args) "
@@ -69,6 +96,39 @@ def _load_factory(spec: str):
         )
     step, args = made
     return step, tuple(args)
+
+
+def _gb(text: str) -> float:
+    """One ``--hbm-gb`` figure: a number of GB. ``80GB``, ``80 GiB``, ``auto`` and the like
+    get an argparse error that says what to write instead."""
+    t = text.strip()
+    try:
+        return float(t)
+    except ValueError:
+        pass
+    num = t.rstrip("BbIiGgMmTtKk ")
+    unit = t[len(num) :].strip()
+    if t.lower() == "auto":
+        fix = (
+            "solve plans one budget: give it in GB, e.g. --hbm-gb 80; "
+            "'pareto --hbm-gb auto' spans the budgets from full remat to saving everything"
+        )
+    elif num and unit:
+        try:
+            value = float(num)
+        except ValueError:
+            fix = "give a number of GB, e.g. --hbm-gb 80"
+        else:
+            if unit.lower() == "gb":
+                fix = f"--hbm-gb is in GB already: write --hbm-gb {value:g}"
+            else:
+                fix = (
+                    f"--hbm-gb takes GB (10^9 bytes), without a unit: convert {t} to GB "
+                    "(e.g. 80GiB is --hbm-gb 85.9, 500MB is --hbm-gb 0.5)"
+                )
+    else:
+        fix = "give a number of GB per device, e.g. --hbm-gb 80"
+    raise argparse.ArgumentTypeError(f"{text!r} is not a number of GB.\nFix: {fix}.")
 
 
 def _budgets(text: str) -> list[float]:
@@ -79,8 +139,10 @@ def _budgets(text: str) -> list[float]:
     if text.strip().lower() == "auto":
         return None
     try:
-        out = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
+        out = [_gb(x) for x in text.split(",") if x.strip()]
+    except argparse.ArgumentTypeError as e:
+        if any(c.isdigit() for c in text):  # "80GB,100GB": say what to write
+            raise InvalidArgumentError(f"--hbm-gb {e}") from None
         out = []
     if not out:
         raise InvalidArgumentError(
@@ -145,8 +207,16 @@ def _emit(text: str, out: str | None = None) -> None:
 
 def _cmd_solve(a) -> int:
     import planner
+    from planner._src.planfile import check_writable
 
     _image_path(a.timeline, (".png", ".svg"), "--timeline")
+    # Every output path is checked before the solve, so a typo costs a second, not a solve.
+    if a.save:
+        check_writable(a.save)
+    if a.out:
+        check_writable(a.out, "the report file")
+    if a.timeline:
+        check_writable(a.timeline, "the timeline")
     step, args = _load_factory(a.factory)
     with _Progress(a.quiet) as progress:
         progress(f"planning {a.factory} for {a.hardware} under {a.hbm_gb:g} GB")
@@ -165,13 +235,13 @@ def _cmd_solve(a) -> int:
 
             progress(f"drawing the memory timeline to {a.timeline}")
             hbm_timeline(plan, a.timeline)
+    _emit(plan.report("json" if a.json else a.format), a.out)  # the report first: never lost
     if a.save:
-        plan.save(a.save)
+        plan.save(a.save)  # a PlanFileError here still leaves the report printed (exit 2)
         print(
             f"[planner] plan saved to {a.save}; load it with planner.load_plan({a.save!r})",
             file=sys.stderr,
         )
-    _emit(plan.report("json" if a.json else a.format), a.out)
     return 0 if plan.verification.ok else 1
 
 
@@ -227,6 +297,12 @@ def _stock_rows(results) -> list[dict]:
     ]
 
 
+def _gbcol(gb: float) -> str:
+    """A figure of a GB column: three decimals, three significant digits below 0.1 GB, so a
+    small model does not read 0.000."""
+    return f"{gb:.3f}" if gb >= 0.1 or not gb else f"{gb:.3g}"
+
+
 def _pareto_table(rows, stock) -> str:
     """The pareto rows and stock policies as two rich tables, plain text."""
     import io
@@ -250,11 +326,11 @@ def _pareto_table(rows, stock) -> str:
                 "INFEASIBLE: " + r["error"].splitlines()[0],
             )
             continue
-        comp = "-" if r["compiled_gb"] is None else f"{r['compiled_gb']:.3f}"
+        comp = "-" if r["compiled_gb"] is None else _gbcol(r["compiled_gb"])
         t.add_row(
             f"{r['budget_gb']:g}",
-            f"{r['predicted_peak_gb']:.3f}",
-            f"{r['host_gb']:.3f}",
+            _gbcol(r["predicted_peak_gb"]),
+            _gbcol(r["host_gb"]),
             f"{r['step_ms']:.2f}",
             comp,
             r["status"],
@@ -268,8 +344,8 @@ def _pareto_table(rows, stock) -> str:
             if x["applicable"]:
                 s.add_row(
                     x["name"],
-                    f"{x['predicted_peak_gb']:.3f}",
-                    f"{x['host_gb']:.3f}",
+                    _gbcol(x["predicted_peak_gb"]),
+                    _gbcol(x["host_gb"]),
                     f"{x['step_ms']:.2f}",
                 )
         con.print(s)
@@ -282,6 +358,11 @@ def _cmd_pareto(a) -> int:
     budgets = _budgets(a.hbm_gb)
     _image_path(a.png, (".png",), "--png")
     _image_path(a.svg, (".svg",), "--svg")
+    from planner._src.planfile import check_writable
+
+    for path, what in ((a.png, "the curve"), (a.svg, "the curve"), (a.out, "the table file")):
+        if path:
+            check_writable(path, what)  # before the solves, as for solve's outputs
     step, args = _load_factory(a.factory)
     with _Progress(a.quiet) as progress:
         progress(
@@ -366,7 +447,7 @@ def _profile_arguments(p) -> None:
         "with the step built with that policy and concrete args, e.g. "
         "examples.llama:profile_quickstart",
     )
-    p.add_argument("--hbm-gb", type=float, help="plan at this budget (or give --plan)")
+    p.add_argument("--hbm-gb", type=_gb, help="plan at this budget (or give --plan)")
     p.add_argument("--plan", help="a plan file written by plan.save() instead of planning")
     p.add_argument("--hardware", default="h200", help="profile name or JSON file")
     p.add_argument("--steps", type=int, default=5)
@@ -403,10 +484,10 @@ def _cmd_profile(a) -> int:
     if a.plan:
         plan = planner.load_plan(a.plan)
     else:
-        step0, args0 = factory(None)
+        step0, args0 = call_factory(a.factory, factory, None)
         print(f"planning {a.factory} for {a.hardware} under {a.hbm_gb} GB ...", file=sys.stderr)
         plan = planner.solve(step0, *args0, hbm_gb=a.hbm_gb, hardware=a.hardware)
-    step, args = factory(plan.policy)
+    step, args = call_factory(a.factory, factory, plan.policy)
     print(f"profiling {a.steps} steps ...", file=sys.stderr)
     result = planner.profile(plan, step, *args, steps=a.steps, warmup=a.warmup, logdir=a.logdir)
     data = result.to_json()
@@ -461,7 +542,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("solve", help="plan a train step under an HBM budget")
     _common(s, planning=True)
-    s.add_argument("--hbm-gb", type=float, required=True, help="budget per device, GB (1e9 bytes)")
+    s.add_argument("--hbm-gb", type=_gb, required=True, help="budget per device, GB (1e9 bytes)")
     s.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     s.add_argument("--out", help="also write the report to this file")
     s.add_argument("--save", metavar="PLAN.json", help="write the plan file (planner.load_plan)")
@@ -517,7 +598,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Run one command; return the exit status (0 ok, 1 plan failed checks, 2 error)."""
+    """Run one command; return the exit status (0 ok, 1 plan failed checks, 2 error, 3 the
+    factory raised: the module docstring says which is which)."""
     import cost_models as cm
     import planner
 
@@ -527,6 +609,12 @@ def main(argv=None) -> int:
         return e.code if isinstance(e.code, int) else 2
     try:
         return a.run(a)
+    except FactoryError as e:  # the user's code: its traceback, then what to check
+        import traceback
+
+        traceback.print_exception(e.error, file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FACTORY
     except (planner.PlannerError, cm.ProfileError, cm.CalibrationError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

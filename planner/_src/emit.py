@@ -15,6 +15,8 @@ to use ``plan.policies[g]``).
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 
 from jax.ad_checkpoint import checkpoint_policies as cp
 
@@ -107,8 +109,31 @@ def maxtext_yaml(assignment: Assignment, class_names: dict[str, str | None]) -> 
         value = _MAXTEXT_VALUE[decided.get(n, "remat")]
         if n == "decoder_layer_input" and value == "remat":
             value = "device"
-        lines.append(f"{n}: '{value}'")
+        lines.append(f"{yaml_key(n)}: '{value}'")
+    empty = sorted({d for k, d in assignment.decisions if class_names.get(k) == ""})
+    if "" in class_names.values():
+        lines.append(
+            "# a tensor named with checkpoint_name(x, '') (an empty name) has no key here: "
+            "MaxText decides tensors by name; the plan "
+            + (f"decides it {'/'.join(empty)}" if empty else "recomputes it")
+            + " through its policy (name it to configure it)"
+        )
     return "\n".join(lines) + "\n"
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+
+
+def yaml_key(name: str) -> str:
+    """``name`` as a YAML mapping key: plain where it is a plain identifier (MaxText's names),
+    else a double-quoted scalar (JSON's escapes are YAML's), so a ``checkpoint_name`` with
+    ': ', '#', quotes or a newline cannot break the block."""
+    plain = _PLAIN_KEY.fullmatch(name) and name.lower() not in _YAML_WORDS
+    return name if plain else json.dumps(name)
+
+
+# Plain scalars YAML reads as booleans or null, not strings (YAML 1.1, PyYAML's default).
+_YAML_WORDS = frozenset("true false yes no on off y n null".split())
 
 
 def group_assignments(assignment: Assignment, class_names: dict[str, str | None]):

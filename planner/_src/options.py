@@ -109,3 +109,51 @@ class PlanOptions:
             seed=self.seed,
             linearization_level=self.linearization_level,
         )
+
+
+# ------------------------------------------------------------------------------ budgets
+
+
+def real_scalar(x):
+    """``x`` as a Python float where it is a real scalar of another kind (``np.float32(40)``,
+    ``np.int64(40)``, a 0-d NumPy or JAX array such as ``jnp.array(40.)``); else ``x`` as it
+    is, for the budget's own checks to refuse. Booleans stay booleans (refused)."""
+    import numbers
+
+    if isinstance(x, bool) or isinstance(x, (int, float)):
+        return x
+    dtype = getattr(x, "dtype", None)
+    if dtype is not None:
+        if getattr(x, "shape", None) != () or getattr(dtype, "kind", "") not in "iuf":
+            return x
+        try:
+            return float(x)
+        except Exception:  # noqa: BLE001  (an abstract value: a tracer, a ShapeDtypeStruct)
+            return x
+    if isinstance(x, numbers.Real):  # fractions.Fraction, decimal-like reals
+        return float(x)
+    return x
+
+
+def check_fits_device(budget_gb: float, hw) -> None:
+    """Refuse a budget above the profile's HBM capacity per device: no plan for more memory
+    than the device has can run on it, and "within budget" would then mean nothing."""
+    from planner._src.units import GB, fmt_bytes
+
+    cap = float(hw.hbm_bytes)
+    if budget_gb * GB <= cap * (1 + 1e-9) + 1:  # (auto budgets end at the capacity itself)
+        return
+    fraction = (
+        f" (JAX's allocator takes 0.75 of it by default: hbm_gb={0.75 * cap / GB:.4g})"
+        if hw.platform == "gpu"
+        else ""
+    )
+    raise InvalidArgumentError(
+        f"hbm_gb={budget_gb:g} is more than the device has: the {hw.name} profile's device "
+        f"has {cap / GB:.4g} GB of HBM{'' if cap >= 0.1 * GB else f' ({fmt_bytes(cap)})'}."
+        "\nWhy: the budget is per device, "
+        "in GB (10^9 bytes); a plan for more memory than the device has cannot run on it.\n"
+        f"Fix: pass hbm_gb <= {cap / GB:.4g}{fraction}; or name the device you train on "
+        "(hardware=..., planner.list_profiles()); or give a profile its real capacity: "
+        f"planner.load_profile({hw.name!r}).replace(hbm_bytes=...)."
+    )

@@ -35,6 +35,8 @@ class SavedPlan:
     report_data: dict = dataclasses.field(compare=False)
     path: str = ""
     call_sites: int = 1  # checkpoint call sites of the step (plan.policies' length)
+    # jax / jaxlib / planner versions the plan was made with ({} for files written before)
+    versions: dict = dataclasses.field(default_factory=dict, compare=False)
 
     @property
     def policy(self):
@@ -69,12 +71,76 @@ class SavedPlan:
 
         got = step_fingerprint(step_fn, example_args)
         if got != self.fingerprint:
+            note = _version_note(self.versions)
+            why = (
+                "the model, its shapes, dtypes or the step's code changed since the plan was "
+                "made, or JAX traces it differently now"
+                if note
+                else "the model, its shapes, dtypes or the step's code changed since the plan "
+                "was made"
+            )
             raise PlanFileError(
                 f"The plan in {self.path or 'this file'} was made for another step (its program "
-                f"fingerprint is {self.fingerprint}, this step's is {got}).\nWhy: the model, its "
-                "shapes, dtypes or the step's code changed since the plan was made, so its "
-                "decisions may not fit.\nFix: plan again with planner.solve on this step."
+                f"fingerprint is {self.fingerprint}, this step's is {got}).\nWhy: {why}, so its "
+                f"decisions may not fit.{note}\nFix: plan again with planner.solve on this step"
+                + (" (or check it with the versions it was made with)." if note else ".")
             )
+
+
+def versions() -> dict[str, str]:
+    """The versions a plan file records: a plan traced by another JAX is another program."""
+    import jax
+    import jaxlib
+
+    import planner
+
+    return {
+        "jax": jax.__version__,
+        "jaxlib": getattr(jaxlib, "__version__", "?"),
+        "planner": planner.__version__,
+    }
+
+
+def _version_note(recorded: dict | None) -> str:
+    """Why a fingerprint may differ when the plan was made on other versions ('' if not)."""
+    if not recorded:
+        return ""
+    now = versions()
+    differ = [f"{k} {recorded.get(k)} (here {v})" for k, v in now.items() if recorded.get(k) != v]
+    if not differ:
+        return ""
+    return (
+        f"\nNote: the plan was made with {', '.join(differ)}. Another JAX (or planner) version "
+        "traces the same step into another program, so its fingerprint differs even when "
+        "your model did not change."
+    )
+
+
+def check_writable(path: str | os.PathLike, what: str = "the plan file") -> Path:
+    """Raise PlanFileError unless a plan file can be written at ``path`` (checked before a
+    slow solve, so a typo costs a second, not the solve). Leaves nothing behind."""
+    path = Path(path)
+    why = None
+    if path.is_dir():
+        why = "it is a directory"
+    elif not path.parent.exists():
+        why = f"its folder {path.parent} does not exist"
+    elif not path.parent.is_dir():
+        why = f"{path.parent} is not a folder"
+    else:
+        probe = path.with_name(f".{path.name}.{os.getpid()}.probe")
+        try:
+            probe.write_text("")
+        except OSError as e:
+            why = e.strerror or str(e)
+        finally:
+            probe.unlink(missing_ok=True)
+    if why is not None:
+        raise PlanFileError(
+            f"Cannot write {what} {path}: {why}.\nFix: pass a file path in an existing "
+            "folder you may write to, e.g. plan.save('plan.json') or --save plan.json."
+        )
+    return path
 
 
 def save(plan, path: str | os.PathLike) -> None:
@@ -83,6 +149,7 @@ def save(plan, path: str | os.PathLike) -> None:
     data = {
         "format": FORMAT,
         "version": VERSION,
+        "versions": versions(),
         "fingerprint": plan.trace.fingerprint,
         "budget_bytes": plan.budget_bytes,
         "hardware": plan.hardware.name,
@@ -94,10 +161,35 @@ def save(plan, path: str | os.PathLike) -> None:
         "report": dataclasses.asdict(build_report(plan)),
     }
     text = json.dumps(data, indent=1, sort_keys=True)
-    path = Path(path)
+    path = check_writable(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)  # never a half-written plan file
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)  # never a half-written plan file
+    except OSError as e:
+        raise PlanFileError(
+            f"Cannot write the plan file {path}: {e.strerror or e}.\nFix: free space on its "
+            "disk or pass a path on a writable file system; nothing was written."
+        ) from e
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _damaged(path, what: str) -> PlanFileError:
+    return PlanFileError(
+        f"{path} is a damaged plan file: {what}.\n"
+        "Fix: save the plan again with plan.save(path) (or solve --save) and do not edit it "
+        "by hand."
+    )
+
+
+def _field(data: dict, path, key: str, kinds, what: str):
+    if key not in data:
+        raise _damaged(path, f"it has no {key!r} field ({what})")
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise _damaged(path, f"{key!r} is {value!r:.80}, not {what}")
+    return value
 
 
 def load(path: str | os.PathLike) -> SavedPlan:
@@ -108,11 +200,21 @@ def load(path: str | os.PathLike) -> SavedPlan:
         raise PlanFileError(
             f"No plan file at {path}. Fix: save one with plan.save(path)."
         ) from None
+    except IsADirectoryError:
+        raise PlanFileError(
+            f"{path} is a directory, not a plan file.\nFix: pass the file plan.save(path) "
+            "wrote, e.g. planner.load_plan('plan.json')."
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise PlanFileError(
             f"{path} is not a plan file: it is not valid JSON ({e}).\nFix: "
             "write plans with plan.save(path) and do not edit them by hand."
         ) from e
+    except OSError as e:
+        raise PlanFileError(
+            f"Cannot read the plan file {path}: {e.strerror or e}.\nFix: check the path and "
+            "its permissions."
+        ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise PlanFileError(
             f'{path} is not a jax-offload-planner plan (no \'"format": '
@@ -123,22 +225,67 @@ def load(path: str | os.PathLike) -> SavedPlan:
             f"{path} is a plan file of version {data.get('version')!r}; this "
             f"planner reads version {VERSION}.\nFix: plan again with this version."
         )
+    return _parse(data, path)
+
+
+def _parse(data: dict, path: Path) -> SavedPlan:
+    """The whole file's schema, checked: every field present with its type, every decision
+    for a class the plan has, the report readable. Anything else is a damaged file."""
+    from planner._src.report import report_from_dict
+    from planner._src.types import DECISIONS
+
+    fingerprint = _field(data, path, "fingerprint", str, "the step's program fingerprint")
+    budget = _field(data, path, "budget_bytes", int, "the budget in bytes (an integer)")
+    if budget <= 0:
+        raise _damaged(path, f"'budget_bytes' is {budget}, not a positive number of bytes")
+    hardware = _field(data, path, "hardware", str, "a hardware profile name")
+    names = _field(data, path, "class_names", dict, "a mapping of class key to tensor name")
+    if not names:
+        raise _damaged(path, "'class_names' is empty: a plan decides at least one class")
+    for k, v in names.items():
+        if v is not None and not isinstance(v, str):
+            raise _damaged(path, f"class {k!r} has the name {v!r}, not a string or null")
+    raw = _field(data, path, "decisions", list, "a list of [class key, decision] pairs")
+    decisions: dict[str, str] = {}
+    for pair in raw:
+        if not (
+            isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)
+        ):
+            raise _damaged(path, f"the decision {pair!r:.80} is not a [class key, decision] pair")
+        key, d = pair
+        if d not in DECISIONS:
+            raise _damaged(path, f"the decision for {key!r} is {d!r}, not one of {DECISIONS}")
+        if key not in names:
+            raise _damaged(
+                path,
+                f"it decides {d!r} for the class {key!r}, which is not one of its "
+                f"{len(names)} classes ('class_names'), so its policy would match nothing there",
+            )
+        decisions[key] = d
+    xla_flags = _field(data, path, "xla_flags", str, "the XLA_FLAGS text")
+    yaml = _field(data, path, "maxtext_yaml", str, "the MaxText block")
+    call_sites = data.get("call_sites", 1)
+    if isinstance(call_sites, bool) or not isinstance(call_sites, int) or call_sites < 1:
+        raise _damaged(path, f"'call_sites' is {call_sites!r}, not a count >= 1")
+    recorded = data.get("versions")
+    if recorded is not None and not isinstance(recorded, dict):
+        raise _damaged(path, f"'versions' is {recorded!r:.80}, not a mapping")
+    report = _field(data, path, "report", dict, "the plan's report")
     try:
-        decisions = {str(k): str(d) for k, d in data["decisions"]}
-        return SavedPlan(
-            fingerprint=str(data["fingerprint"]),
-            budget_bytes=int(data["budget_bytes"]),
-            hardware=str(data["hardware"]),
-            assignment=Assignment.of(decisions),
-            class_names=tuple(sorted((str(k), v) for k, v in data["class_names"].items())),
-            xla_flags=str(data["xla_flags"]),
-            maxtext_yaml=str(data["maxtext_yaml"]),
-            report_data=dict(data["report"]),
-            path=str(path),
-            call_sites=int(data.get("call_sites", 1)),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise PlanFileError(
-            f"{path} is a damaged plan file ({type(e).__name__}: {e}).\n"
-            "Fix: save the plan again with plan.save(path)."
-        ) from e
+        report_from_dict(report)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        missing = f"no {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+        raise _damaged(path, f"its 'report' cannot be read ({missing})") from None
+    return SavedPlan(
+        fingerprint=fingerprint,
+        budget_bytes=budget,
+        hardware=hardware,
+        assignment=Assignment.of(decisions),
+        class_names=tuple(sorted(names.items())),
+        xla_flags=xla_flags,
+        maxtext_yaml=yaml,
+        report_data=dict(report),
+        path=str(path),
+        call_sites=call_sites,
+        versions=dict(recorded or {}),
+    )

@@ -12,7 +12,7 @@ import io
 import json
 
 from planner._src.cost import evaluate
-from planner._src.units import GB, MB
+from planner._src.units import GB, MB, fmt_bytes, fmt_gb
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,10 +83,10 @@ def _reason(d: str, rec_ms: float, xfer_ms: float, nbytes: int, plan) -> str:
         alt = f"; offload: {xfer_ms:.3f} ms of copies" if plan.cost.allow_offload else ""
         return f"kept: recompute would add {rec_ms:.3f} ms{alt}"
     if d == "remat":
-        return f"recompute {rec_ms:.3f} ms frees {nbytes / MB:,.1f} MB"
+        return f"recompute {rec_ms:.3f} ms frees {fmt_bytes(nbytes)}"
     return (
         f"offload: {xfer_ms:.3f} ms of copies (hiding behind {eta:.0%} of the compute) free "
-        f"{nbytes / MB:,.1f} MB "
+        f"{fmt_bytes(nbytes)} "
         f"without recomputing ({rec_ms:.3f} ms) or its inputs"
     )
 
@@ -382,13 +382,13 @@ def _md(r: Report) -> str:
     out = [f"# Plan: {r.status}", ""]
     for name, ok, detail in r.checks:
         out.append(f"- [{'x' if ok else ' '}] {name}: {detail}")
-    comp = "not compiled" if r.compiled_gb is None else f"{r.compiled_gb:.3f} GB"
+    comp = "not compiled" if r.compiled_gb is None else fmt_gb(r.compiled_gb)
     out += [
         "",
-        f"Hardware **{r.hardware}**, budget **{r.budget_gb:.3f} GB**{_headroom(r)}; predicted peak "
-        f"**{r.predicted_peak_gb:.3f} GB** (fixed {r.fixed_gb:.3f} + residuals "
-        f"{r.residual_gb:.3f} + backward working set {r.working_set_gb:.3f}); compiler "
-        f"({_compiler(r)}): {comp}; host {r.host_gb:.3f} GB.",
+        f"Hardware **{r.hardware}**, budget **{fmt_gb(r.budget_gb)}**{_headroom(r)}; predicted "
+        f"peak **{fmt_gb(r.predicted_peak_gb)}** (fixed {fmt_gb(r.fixed_gb)} + residuals "
+        f"{fmt_gb(r.residual_gb)} + backward working set {fmt_gb(r.working_set_gb)}); compiler "
+        f"({_compiler(r)}): {comp}; host {fmt_gb(r.host_gb)}.",
         f"Predicted step **{r.step_ms:.2f} ms** = base {r.base_ms:.2f} + recompute "
         f"{r.recompute_ms:.2f} + saving writes {r.saving_ms:.2f} + exposed copies "
         f"{r.exposed_ms:.2f} (of {r.transfer_ms:.2f}).",
@@ -406,7 +406,7 @@ def _md(r: Report) -> str:
     for row in r.rows:
         out.append(
             ("" if not g else f"| {row.group} ")
-            + f"| {row.label} | {row.decision} | {row.nbytes_per_step / MB:,.1f} | "
+            + f"| {row.label} | {row.decision} | {_mb(row.nbytes_per_step)} | "
             f"{row.recompute_ms:.3f} | {row.transfer_ms:.3f} | {row.reason} | {row.source} |"
             + (f" {row.shard} |" if sharded else "")
         )
@@ -416,10 +416,12 @@ def _md(r: Report) -> str:
             + f"| {r.small_rows[0]} smaller classes | remat | {r.small_rows[1] / MB:,.2f} | | | "
             "under 0.1% of the bytes each | |"
         )
-    out += ["", "| policy | peak GB | host GB | step ms | fits |", "|---|---|---|---|---|"]
+    out += ["", "| policy | peak | host | step ms | fits |", "|---|---|---|---|---|"]
     for p in r.policies:
         fits = "yes" if p.fits else ("n/a" if not p.applicable else "no")
-        out.append(f"| {p.name} | {p.peak_gb:.3f} | {p.host_gb:.3f} | {p.step_ms:.2f} | {fits} |")
+        out.append(
+            f"| {p.name} | {fmt_gb(p.peak_gb)} | {fmt_gb(p.host_gb)} | {p.step_ms:.2f} | {fits} |"
+        )
     per_group = r.policy_source.startswith("# layer group")
     out += [
         "",
@@ -458,12 +460,12 @@ def _text(r: Report) -> str:
         con.print(
             f"  [{'ok' if ok else 'FAILED'}] {name}: {detail}", highlight=False, markup=False
         )  # '[ok]' is not a rich style tag
-    comp = "not compiled" if r.compiled_gb is None else f"{r.compiled_gb:.3f} GB"
+    comp = "not compiled" if r.compiled_gb is None else fmt_gb(r.compiled_gb)
     con.print(
-        f"hardware {r.hardware} | budget {r.budget_gb:.3f} GB{_headroom(r)} | predicted peak "
-        f"{r.predicted_peak_gb:.3f} GB (fixed {r.fixed_gb:.3f} + residuals {r.residual_gb:.3f} "
-        f"+ working set {r.working_set_gb:.3f}) | compiler ({_compiler(r)}) {comp} | host "
-        f"{r.host_gb:.3f} GB",
+        f"hardware {r.hardware} | budget {fmt_gb(r.budget_gb)}{_headroom(r)} | predicted peak "
+        f"{fmt_gb(r.predicted_peak_gb)} (fixed {fmt_gb(r.fixed_gb)} + residuals "
+        f"{fmt_gb(r.residual_gb)} + working set {fmt_gb(r.working_set_gb)}) | compiler "
+        f"({_compiler(r)}) {comp} | host {fmt_gb(r.host_gb)}",
         highlight=False,
     )
     con.print(
@@ -497,7 +499,7 @@ def _text(r: Report) -> str:
             *([str(row.group)] if g else []),
             row.label,
             row.decision,
-            f"{row.nbytes_per_step / MB:,.1f}",
+            _mb(row.nbytes_per_step),
             f"{row.recompute_ms:.3f}",
             f"{row.transfer_ms:.3f}",
             row.reason,
@@ -517,13 +519,13 @@ def _text(r: Report) -> str:
         )
     con.print(t)
     p = Table(title="Same model, stock policies")
-    for col in ("policy", "peak GB", "host GB", "step ms", "fits"):
+    for col in ("policy", "peak", "host", "step ms", "fits"):
         p.add_column(col)
     for x in r.policies:
         p.add_row(
             x.name,
-            f"{x.peak_gb:.3f}",
-            f"{x.host_gb:.3f}",
+            fmt_gb(x.peak_gb),
+            fmt_gb(x.host_gb),
             f"{x.step_ms:.2f}",
             "yes" if x.fits else ("n/a" if not x.applicable else "no"),
         )
@@ -540,6 +542,12 @@ def _text(r: Report) -> str:
     for n in r.notes:
         con.print(f"note: {n}", highlight=False)
     return buf.getvalue()
+
+
+def _mb(nbytes: float) -> str:
+    """Bytes in the MB column: one decimal, more where that would read 0.0."""
+    mb = nbytes / MB
+    return f"{mb:,.1f}" if mb >= 0.1 or not mb else f"{mb:.2g}"
 
 
 def _regions(ids) -> str:
@@ -561,7 +569,7 @@ def _headroom(r: Report) -> str:
     if not r.headroom_gb:
         return ""
     return (
-        f" (planned to {r.budget_gb - r.headroom_gb:.3f} GB: {r.headroom_gb:.3f} GB left "
+        f" (planned to {fmt_gb(r.budget_gb - r.headroom_gb)}: {fmt_gb(r.headroom_gb)} left "
         f"free: {r.headroom_why})"
     )
 

@@ -48,7 +48,7 @@ from planner._src.errors import (
     UnsupportedError,
 )
 from planner._src.graph import LivenessGraph, build_graph, class_key
-from planner._src.options import PlanOptions
+from planner._src.options import PlanOptions, check_fits_device, real_scalar
 from planner._src.plan import UNIFORM, Plan, PlanWarning
 from planner._src.policies import STOCK
 from planner._src.solve import check_solution, min_peak_assignment, solve_assignment
@@ -86,6 +86,7 @@ def _validate_step(step_fn, example_args) -> None:
 
 
 def _validate_budget(hbm_gb) -> float:
+    hbm_gb = real_scalar(hbm_gb)  # np.float32(40), jnp.array(40.) are numbers too (options.py)
     if isinstance(hbm_gb, bool) or not isinstance(hbm_gb, (int, float)):
         raise InvalidArgumentError(
             f"hbm_gb must be a number of gigabytes (10^9 bytes), got {hbm_gb!r}.\n"
@@ -251,6 +252,7 @@ def _allocator_limit_bytes() -> int | None:
 def _warn_above_allocator_limit(budget_gb: float, hw) -> None:
     """A GPU budget above what this process's allocator may use: XLA compiles against the
     allocator's limit, not hbm_gb, so say so before the plan is trusted."""
+    check_fits_device(budget_gb, hw)  # above the device's HBM: an error (options.py)
     limit = _allocator_limit_bytes() if hw.platform == "gpu" else None
     if limit is None or budget_gb * GB <= limit:
         return
@@ -930,6 +932,7 @@ def solve(
       progress: called with a short message as each slow stage starts; None: silent.
     """
     b = _validate_budget(hbm_gb)
+    check_fits_device(b, _load_hardware(hardware))  # before the trace, not after it
     return Planner(
         step_fn,
         *example_args,
@@ -956,8 +959,7 @@ def pareto(
         budgets = list(hbm_gb) if isinstance(hbm_gb, (list, tuple)) else [hbm_gb]
         if not budgets:
             raise InvalidArgumentError("hbm_gb is an empty list; give at least one budget in GB.")
-        for b in budgets:
-            _validate_budget(b)
+        check_fits_device(max(_validate_budget(b) for b in budgets), _load_hardware(hardware))
     return Planner(
         step_fn,
         *example_args,

@@ -48,7 +48,12 @@ import cost_models as cm
 from cost_models._cost import aval_size  # per-device elements, as cost_models counts them
 from planner._src import hlo, policies, shard
 from planner._src import jax_adapter as adapter
-from planner._src.errors import NoCheckpointRegionError, TraceError, UnsupportedError
+from planner._src.errors import (
+    NoCheckpointRegionError,
+    PlannerError,
+    TraceError,
+    UnsupportedError,
+)
 from planner._src.types import Candidate, CompiledFigures, Region, RegionInput, Trace
 
 # ----------------------------------------------------------------------------- helpers
@@ -842,7 +847,12 @@ def trace_step(
     # so the anchor trace's ids match this trace's.
     from jax.ad_checkpoint import checkpoint_policies as cp
 
-    anchor_jaxpr, compiled = compile_with(step_fn, args, lambda rid, r: cp.nothing_saveable)
+    anchor_jaxpr, compiled = compile_with(
+        step_fn,
+        args,
+        lambda rid, r: cp.nothing_saveable,
+        which="the second trace (the full-remat anchor, after a first trace that worked)",
+    )
     anchor_text = compiled.as_text() or ""
     anchor = compiled_figures(
         compiled, anchor_jaxpr, anchor_text, backend=backend, compiler=compiler
@@ -965,9 +975,35 @@ def _refuse_nested(bound) -> None:
             )
 
 
+def again_error(e: Exception, which: str) -> TraceError:
+    """The teaching error of a step that raised on one of the planner's later traces."""
+    return TraceError(
+        f"The train step raised {type(e).__name__} on {which}: {e}\n"
+        "Why: the planner traces step_fn(*example_args) several times (the candidates, the "
+        "anchors, the verify compile, plan-file checks); a step that traced once must trace "
+        "again the same way, so it must not depend on Python state it changes (a counter, a "
+        "generator, an iterator it consumes, a global it sets).\n"
+        "Fix: make the step a pure function of its arguments (keep mutable state out of it, "
+        "or pass it in as an argument), and check that calling jax.jit(step_fn).lower(*args) "
+        "twice works. (If it does, the policy of this trace made JAX fail: please report it "
+        "with this message.)"
+    )
+
+
 def step_fingerprint(step_fn: Callable, args: Sequence[Any]) -> str:
     """The fingerprint ``trace_step`` records, without the rest of the trace."""
-    traced, _ = adapter.trace_step_with(step_fn, args, lambda rid, r: adapter.everything_saveable)
+    try:
+        traced, _ = adapter.trace_step_with(
+            step_fn, args, lambda rid, r: adapter.everything_saveable
+        )
+    except PlannerError:
+        raise
+    except Exception as e:  # noqa: BLE001  (the user's step, traced for plan.check)
+        raise TraceError(
+            f"Tracing the train step for the plan file's check failed with "
+            f"{type(e).__name__}: {e}\nFix: check that jax.jit(step_fn).lower(*example_args) "
+            "works on its own with the arguments passed to check()."
+        ) from e
     return _fingerprint(traced.jaxpr)
 
 
@@ -978,6 +1014,7 @@ def compile_with(
     compiler_options: Sequence[tuple[str, Any]] = (),
     *,
     bound_out: list | None = None,
+    which: str = "a later trace (a compile under the plan's or a stock policy)",
 ):
     """Trace and compile the step with ``make_policy(rid, region)`` in every region.
 
@@ -985,14 +1022,20 @@ def compile_with(
     the same names as XLA_FLAGS without ``--``), e.g. a plan's flags: the latency-hiding
     scheduler changes the schedule and with it the peak. Returns ``(step_jaxpr, compiled)``;
     ``bound_out``, when given, receives the regions the trace bound (the verify stage replays
-    JAX's residual choice on them).
+    JAX's residual choice on them). ``which`` names this trace in the TraceError of a step
+    that raises here after tracing once.
     """
 
     def wrap(rid, r):
         pol = make_policy(rid, r)
         return lambda prim, *a, **p: _as_enum(pol(prim, *a, **p))
 
-    traced, bound = adapter.trace_step_with(step_fn, args, wrap)
+    try:
+        traced, bound = adapter.trace_step_with(step_fn, args, wrap)
+    except PlannerError:
+        raise
+    except Exception as e:  # noqa: BLE001  (the user's step traced before: it changed)
+        raise again_error(e, which) from e
     if bound_out is not None:
         bound_out.extend(bound)
     compiled = traced.lower().compile(compiler_options=dict(compiler_options) or None)

@@ -2,4 +2,24 @@
 
 GB = 1e9
 MB = 1e6
+KB = 1e3
 KIB = 1024
+
+
+def fmt_bytes(nbytes: float) -> str:
+    """A size in a unit that shows it: GB with three decimals from 0.1 GB up (as budgets are
+    given), else MB, KB or bytes, so a small model never reads "0.000 GB"."""
+    n = float(nbytes)
+    a = abs(n)
+    if a >= 0.1 * GB:
+        return f"{n / GB:.3f} GB"
+    if a >= 0.1 * MB:
+        return f"{n / MB:.3f} MB"
+    if a >= 0.1 * KB:
+        return f"{n / KB:.3f} KB"
+    return f"{n:.0f} B"
+
+
+def fmt_gb(gb: float) -> str:
+    """``fmt_bytes`` of a figure held in GB."""
+    return fmt_bytes(gb * GB)
