@@ -37,6 +37,8 @@ STATUS_OK = "compiled, within budget"
 STATUS_OVER = "compiled, over budget"
 STATUS_UNVERIFIED = "compiled, unverified"
 STATUS_NOT_COMPILED = "not compiled"
+STATUS_INVALID = "compiled, figure invalid"  # a negative memory_analysis() figure: never fits
+STATUS_NUMERICS = "compiled, numerics differ"  # the planned step computes something else
 
 CHECK_KEPT = "JAX keeps the planned residuals"
 
@@ -277,18 +279,48 @@ def verify(
     separate_host = backend in _SEPARATE_HOST_MEMORY
     device_bytes = figs.device_bytes
     note = ""
+    if device_bytes < 0 or min(figs.argument_bytes, figs.output_bytes, figs.temp_bytes) < 0:
+        # arguments + outputs - aliased + temporaries cannot be negative for a real program
+        # (aliased bytes are outputs that are also arguments): a figure that is says nothing.
+        checks.append(
+            Check(
+                name="the compiler's memory figure is a size",
+                ok=False,
+                detail=f"memory_analysis() gave arguments {figs.argument_bytes:,} + outputs "
+                f"{figs.output_bytes:,} - aliased {figs.alias_bytes:,} + temporaries "
+                f"{figs.temp_bytes:,} = {device_bytes:,} bytes; a negative size cannot be "
+                "held to a budget",
+            )
+        )
+        return Verification(
+            status=STATUS_INVALID,
+            compiled=figs,
+            compiled_device_bytes=None,
+            predicted_peak_bytes=prediction.peak_bytes,
+            budget_bytes=budget_bytes,
+            checks=tuple(checks),
+            backend=backend,
+            note="The compiler's memory figure for this plan is negative "
+            f"({device_bytes:,} bytes), so the plan is not verified: do not run it at this "
+            "budget before compiling it on the target.",
+            compiler=compiler,
+        ), not_kept
     status = STATUS_OK if device_bytes <= budget_bytes else STATUS_OVER
     estimated = False
     if not separate_host and figs.jaxpr_host_bytes and status == STATUS_OVER:
         # Same RAM for both memory kinds: the compiler counts host arrays in temp, so it
         # cannot tell whether the device part fits. The figure without them is an estimate.
+        # Only temporaries can hold them, and XLA may have deleted some the traced program
+        # has: never subtract more than the compiler counted in temp (subtracting the
+        # traced bytes from a program XLA had emptied gave -6,291,456 bytes "within budget").
         estimated = True
-        device_bytes -= figs.jaxpr_host_bytes
+        host_in_temp = min(figs.jaxpr_host_bytes, figs.temp_bytes)
+        device_bytes -= host_in_temp
         if device_bytes <= budget_bytes:
             status = STATUS_UNVERIFIED
         note = (
             f"The {backend} backend keeps {adapter.HOST_KIND} arrays in the same memory as "
-            f"device arrays, so its compiler counts the {figs.jaxpr_host_bytes:,} offloaded "
+            f"device arrays, so its compiler counts the {host_in_temp:,} offloaded "
             f"bytes in temp ({figs.device_bytes:,} bytes in all): without them the program "
             f"needs an estimated {device_bytes:,} bytes; only a compiler with host memory "
             "(the target GPU's) can verify the plan."
