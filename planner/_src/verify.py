@@ -159,6 +159,19 @@ def _at_global_sizes(graph: LivenessGraph) -> LivenessGraph:
     return dataclasses.replace(graph, regions=regions)
 
 
+def policy_maker(graph: LivenessGraph, policy, policies: tuple = ()):
+    """``make(region_id, region)``: the emitted policy each checkpoint call site gets, as the
+    user's code would pass it (its layer group's, else the one policy); the trace stage
+    recorded which adapter region ids (bind order) each region's call sites had."""
+    by_bind = {
+        b: _region_policy(rg.region, policy, policies)
+        for rg in graph.regions
+        for b in rg.region.bind_ids
+    }
+    fallback = policy if policy is not None else policies[0]
+    return lambda rid, r: by_bind.get(rid, fallback)
+
+
 def verify(
     step_fn: Callable,
     args: Sequence[Any],
@@ -175,6 +188,7 @@ def verify(
     compiler_options: Sequence[tuple[str, Any]] = (),
     backend: str | None = None,
     compiler: str = "",
+    compiled_out: list | None = None,
 ) -> tuple[Verification, tuple[str, ...]]:
     """Check a plan at the three levels of the module docstring.
 
@@ -186,21 +200,18 @@ def verify(
     compiled under their own flags to 33.13 GB (Llama, 32.87 GB usable) and 53.70 GB (MoE,
     52.97 GB usable) and ran out of memory at their budgets.
 
+    ``compiled_out``, when given, receives the compiled program (the numerics check runs it).
+
     Returns the verification and the classes the plan keeps that JAX does not (level 1:
     the plan is wrong about them; empty when the policy does what the plan says)."""
     backend = backend or jax.default_backend()
-    # Each call site gets its group's policy, as the user's code would pass it; the trace
-    # stage recorded which adapter region ids (bind order) each region's call sites had.
-    by_bind = {
-        b: _region_policy(rg.region, policy, policies)
-        for rg in graph.regions
-        for b in rg.region.bind_ids
-    }
+    make = policy_maker(graph, policy, policies)
     fallback = policy if policy is not None else policies[0]
-    make = lambda rid, r: by_bind.get(rid, fallback)  # noqa: E731
     bound: list = []
     if compile:
         step_jaxpr, compiled = compile_with(step_fn, args, make, compiler_options, bound_out=bound)
+        if compiled_out is not None:
+            compiled_out.append(compiled)
     else:
         traced, bound = adapter.trace_step_with(step_fn, args, make)
     level1 = kept_checks(
