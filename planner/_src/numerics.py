@@ -16,14 +16,16 @@ so the comparison allows rounding. For a floating-point leaf with reference ``b`
 
 with ``eps`` the machine epsilon of the step's *coarsest* floating dtype among its inputs and
 outputs (a float32 loss computed from bfloat16 logits differs at bfloat16's rounding, not at
-float32's), ``TOLERANCE_ULPS = 32`` and ``TOLERANCE_FLOOR = 1e-5``. Measured on XLA:CPU
+float32's), ``TOLERANCE_ULPS = 32`` and ``TOLERANCE_FLOOR = 1e-4``. Measured on XLA:CPU
 (2026-12-03, JAX 0.10.2), the largest honest differences from the user's own policy: the
 bfloat16 MoE example under stock policies 0.0876 of a leaf's largest magnitude (11 eps; the
-router's top-k flips between near-tied experts), float32 MoE 1.3e-6 (11 eps), a float32 Llama
-plan 1.23e-6 (10 eps, a norm scale's momentum: a long reduction summed in another order),
-stock policies on the Llama example bit-identical. So: float32 1e-5 (the floor, 84 eps: about
-8 times the largest measured), float16 3.1e-2, bfloat16 0.25 of the leaf's scale (about 3
-times). Integer, boolean and PRNG-key leaves must be equal. A planted 1% error in one float32
+router's top-k flips between near-tied experts), float32 MoE 1.3e-6, a float32 Llama plan
+1.23e-6 (a norm scale's momentum: a long reduction summed in another order), a plan of the
+float32 dropout zoo model 1.95e-5 (164 eps, in 2 of its 30 leaves; the stock policies are
+bit-identical there: XLA fuses the plan's mix of saved and recomputed values differently),
+stock policies on the Llama example bit-identical. So: float32 1e-4 (the floor, about 5 times
+the largest measured), float16 3.1e-2, bfloat16 0.25 of the leaf's scale (about 3 times).
+Integer, boolean and PRNG-key leaves must be equal. A planted 1% error in one float32
 gradient is 0.0099 of its scale (tests/test_numerics.py).
 
 The check runs on this machine's backend. Where that is a CPU and the target a GPU, it is
@@ -54,7 +56,7 @@ from planner._src.types import Check
 __all__ = ["TOLERANCE_ULPS", "NumericsResult", "check_numerics", "compare", "is_concrete"]
 
 TOLERANCE_ULPS = 32
-TOLERANCE_FLOOR = 1e-5
+TOLERANCE_FLOOR = 1e-4
 
 
 def tolerance(eps: float) -> float:
