@@ -443,6 +443,7 @@ class Planner:
         # name -> the verifying compiler's verification of that stock policy (budget-free);
         # the anchors are two of them already.
         self._stock_ver: dict[str, Verification] = {}
+        self._stock_compiled: dict[str, Any] = {}  # name -> its verify compile (live)
         self._stock_bytes: dict[str, int] = {"nothing_saveable": self.trace.anchor.device_bytes}
         if self.trace.anchor_saved is not None:
             self._stock_bytes["everything_saveable"] = self.trace.anchor_saved.device_bytes
@@ -693,11 +694,13 @@ class Planner:
                 self._stock_bytes[name] = got  # the same program
                 if other in self._stock_ver:
                     self._stock_ver[name] = self._stock_ver[other]
+                    self._stock_compiled[name] = self._stock_compiled.get(other)
                 return got
         att = self._attempt(
             tr, graph, cost, stock_assignment(graph, name), 0, stock=name, label=f"stock {name}"
         )
         self._stock_ver[name] = att.verification
+        self._stock_compiled[name] = att.compiled  # the numerics check runs it, if chosen
         self._stock_bytes[name] = att.verification.compiled_device_bytes
         return self._stock_bytes[name]
 
@@ -710,7 +713,14 @@ class Planner:
         if name in self._stock_ver:
             pred = evaluate(cost, graph, a)
             emitted = emit(a, {c.key: c.name for c in graph.classes}, self.hardware, stock=name)
-            att = _Attempt(a, pred, emitted, _restatus(self._stock_ver[name], budget), ())
+            att = _Attempt(
+                a,
+                pred,
+                emitted,
+                _restatus(self._stock_ver[name], budget),
+                (),
+                self._stock_compiled.get(name),
+            )
         else:
             att = self._attempt(tr, graph, cost, a, budget, stock=name, label=f"stock {name}")
         sol = Solution(
