@@ -24,6 +24,7 @@ from planner._src.errors import (
     TraceError,
     UnsupportedError,
 )
+from planner._src.numerics import NumericsResult, check_numerics
 from planner._src.options import PlanOptions
 from planner._src.paste import paste_snippets
 from planner._src.plan import Plan, PlanWarning
@@ -43,6 +44,7 @@ __all__ = [
     "InvalidArgumentError",
     "LayerGroupsError",
     "NoCheckpointRegionError",
+    "NumericsResult",
     "Plan",
     "PlanFileError",
     "PlanOptions",
@@ -58,6 +60,7 @@ __all__ = [
     "UnsupportedError",
     "Verification",
     "__version__",
+    "check_numerics",
     "hbm_timeline",
     "list_profiles",
     "load_plan",

@@ -318,6 +318,27 @@ def test_a_second_compile_under_another_policy_is_a_new_program(
     assert offload.alias_bytes == remat_jitted.alias_bytes == params_bytes > 0
 
 
+def test_compile_traced_leaves_the_users_compiled_programs_alone(h200, monkeypatch):
+    """No jax.clear_caches: a function the user jitted and ran before a deviceless compile is
+    not traced again after it, and a compile_traced of that same function object under
+    another policy is still a new program."""
+    traces = []
+
+    def f(x):
+        traces.append(1)
+        return jnp.sin(x) * 2
+
+    jitted = jax.jit(f)
+    x = jnp.ones((8, 8), jnp.float32)
+    want = jitted(x)
+    monkeypatch.setattr(jax, "clear_caches", lambda: pytest.fail("compile_traced cleared caches"))
+    T.compile_traced(h200, jitted, T.args_for(h200, (x,)))
+    n = len(traces)
+    assert n == 2  # the user's trace, then the target's own
+    np.testing.assert_array_equal(jitted(x), want)
+    assert len(traces) == n  # served from the user's cache entry, not traced again
+
+
 def test_offload_policy_puts_residuals_in_host_memory(remat_and_saved, jitted_offload_then_remat):
     offload, _ = jitted_offload_then_remat
     assert offload.host_buffers_in_hlo > 0

@@ -80,6 +80,7 @@ import dataclasses
 import math
 
 import cost_models as cm
+from planner._src.errors import PlannerError
 from planner._src.graph import VIEWS as _VIEWS
 from planner._src.graph import LivenessGraph, class_key
 from planner._src.types import (
@@ -252,8 +253,13 @@ def build_cost_model(
             if WORKING_SET_SCALE_BOUNDS[0] <= scale <= WORKING_SET_SCALE_BOUNDS[1]:
                 ws_scale = scale
                 fixed = trace.anchor_saved.device_bytes - kept_all - ws_scale * ws_all
+    # The bytes no plan changes are never negative. F < 0 means the model's working set (or
+    # a region that never runs) exceeds the whole compiled anchor; F = 0 keeps the model
+    # conservative (its peaks too high, never below zero) and verify corrects the rest. (A
+    # scan over 0 layers predicted -29,360,108 bytes before; the trace stage refuses it now.)
+    fixed = max(fixed, 0)
     return dataclasses.replace(
-        model, fixed_bytes=int(fixed + correction_bytes), working_set_scale=ws_scale
+        model, fixed_bytes=int(fixed + max(0, correction_bytes)), working_set_scale=ws_scale
     )
 
 
@@ -423,6 +429,16 @@ def evaluate(
     exposed = sum(
         rc.multiplicity * (p.exposed_fwd_s + p.exposed_bwd_s) for rc, p in zip(model.regions, preds)
     )
+    if fixed + peak_var < 0 or residual < 0 or ws < 0:
+        raise PlannerError(
+            f"The cost model predicted a negative peak ({int(fixed + peak_var):,} bytes: fixed "
+            f"{int(fixed):,} + residuals {int(residual):,} + working set {int(ws):,}).\n"
+            "Why: every term of the memory model is a size, so this is a planner bug, not a "
+            "property of your step; no plan made from it could be trusted.\n"
+            "Fix: report it with the step (planner.Planner(step, *args).trace.regions shows "
+            "what was traced); meanwhile plan with verify_compile=True (the default) and "
+            "trust only compiled figures."
+        )
     return Prediction(
         peak_bytes=int(fixed + peak_var),
         host_bytes=int(host),

@@ -281,6 +281,24 @@ def controlled_policies(
             _state.controller = None
 
 
+@contextlib.contextmanager
+def isolated_traces() -> Iterator[None]:
+    """Traces made on this thread inside the block get a trace context of their own (a new
+    ``_TRACE_EPOCH`` value), without policy substitution: they neither hit nor fill the
+    entries of JAX's caches that the user's own traces use, so nothing has to be cleared
+    (the numerics check runs the user's step this way; target.compile_traced traces so)."""
+    with _TRACE_EPOCH(("planner-isolated", next(_epochs))):
+        yield
+
+
+def live_jaxpr(j):
+    """The open jaxpr of ``j`` with the equations its outputs do not need removed (JAX's own
+    dead-code elimination, which keeps effectful equations): what XLA will run."""
+    jx = open_jaxpr(j)
+    out, _ = _pe.dce_jaxpr(jx, [True] * len(jx.outvars))
+    return out
+
+
 # ---------------------------------------------------------------- replay of partial eval
 
 

@@ -45,6 +45,13 @@ class PlanOptions:
         or deviceless where the CUDA plugin is installed: ``pip install -e ".[cuda]"``), else
         this machine's backend, whose figures are then labelled an estimate; "target": the
         target's or an error saying how to get it; "local": this machine's backend.
+      check_numerics: run the planned step and the step under your own policies once on the
+        example arguments and compare every output leaf (loss, gradients, updated state)
+        within a dtype-aware tolerance (planner/_src/numerics.py); a mismatch fails the plan.
+        None (default): check where the example arguments are concrete arrays and this
+        machine can run the step (not on a deviceless target), else the report says the
+        numerics were not checked and how to check them (``planner.check_numerics``). True:
+        insist (an error where it cannot run). False: never run the step.
     """
 
     allow_offload: bool | None = None
@@ -58,6 +65,7 @@ class PlanOptions:
     solver_workers: int = 1
     seed: int = 0
     compiler: str = "auto"
+    check_numerics: bool | None = None
 
     def __post_init__(self):
         if self.compiler not in ("auto", "target", "local"):
@@ -67,6 +75,11 @@ class PlanOptions:
         if self.allow_offload is not None and not isinstance(self.allow_offload, bool):
             raise InvalidArgumentError(
                 f"allow_offload must be True, False or None (decide), got {self.allow_offload!r}."
+            )
+        if self.check_numerics is not None and not isinstance(self.check_numerics, bool):
+            raise InvalidArgumentError(
+                "check_numerics must be True, False or None (check where the arguments are "
+                f"concrete), got {self.check_numerics!r}."
             )
         if self.layer_groups is not None and not isinstance(self.layer_groups, bool):
             raise InvalidArgumentError(

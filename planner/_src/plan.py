@@ -63,6 +63,9 @@ class Plan:
     compiler: str = ""
     compiler_exact: bool = True
     compiler_note: str = ""
+    # The numerics check (planner._src.numerics.NumericsResult): the planned step against the
+    # step under the user's own policies on the example arguments; None: not attempted.
+    numerics: Any = None
 
     @property
     def policy(self):

@@ -37,6 +37,7 @@ import jax
 
 import cost_models as cm
 from planner._src import jax_adapter as adapter
+from planner._src import numerics
 from planner._src import target as targets
 from planner._src.baselines import evaluate_baselines, stock_assignment
 from planner._src.cost import build_cost_model, evaluate
@@ -63,7 +64,14 @@ from planner._src.types import (
     Verification,
 )
 from planner._src.units import GB
-from planner._src.verify import STATUS_OK, STATUS_OVER, STATUS_UNVERIFIED, verify
+from planner._src.verify import (
+    STATUS_NUMERICS,
+    STATUS_OK,
+    STATUS_OVER,
+    STATUS_UNVERIFIED,
+    policy_maker,
+    verify,
+)
 
 __all__ = ["Planner", "pareto", "solve", "usable_bytes"]
 
@@ -350,6 +358,7 @@ class _Attempt:
     emitted: Any
     verification: Verification
     not_kept: tuple[str, ...]
+    compiled: Any = None  # the verify compile (live), which the numerics check runs
 
 
 # ------------------------------------------------------------------------------ the session
@@ -385,6 +394,8 @@ class Planner:
         self.hardware = _load_hardware(hardware)
         self._step = step_fn
         self._args = example_args
+        self._user_args = example_args  # as given (self._args may be placed on the target)
+        self._reference = None  # the step's outputs under the user's policies (numerics)
         self._say = progress or (lambda message: None)
         self.compiler = resolve_compiler(self.hardware, example_args, self.options.compiler)
         deviceless = self.compiler.kind == "deviceless"
@@ -400,6 +411,13 @@ class Planner:
                 "0.4.31), or pass allow_offload=False."
             )
         self.offload = host_ok if self.options.allow_offload is None else self.options.allow_offload
+        if self.options.check_numerics:
+            why = self._numerics_impossible()
+            if why:
+                raise InvalidArgumentError(
+                    f"check_numerics=True, but {why}.\nFix: {numerics.HOW_TO_CHECK}; or leave "
+                    "check_numerics=None, and the report says the numerics were not checked."
+                )
         self.timings: list[tuple[str, float]] = []
         t = time.perf_counter()
         self._say(
@@ -427,6 +445,7 @@ class Planner:
         # name -> the verifying compiler's verification of that stock policy (budget-free);
         # the anchors are two of them already.
         self._stock_ver: dict[str, Verification] = {}
+        self._stock_compiled: dict[str, Any] = {}  # name -> its verify compile (live)
         self._stock_bytes: dict[str, int] = {"nothing_saveable": self.trace.anchor.device_bytes}
         if self.trace.anchor_saved is not None:
             self._stock_bytes["everything_saveable"] = self.trace.anchor_saved.device_bytes
@@ -569,6 +588,7 @@ class Planner:
         if self.options.verify_compile:
             self._say(f"compiling {label or 'the plan'} for {budget / GB:g} GB to verify it")
         t = time.perf_counter()
+        compiled: list = []
         with self._scope():
             ver, not_kept = verify(
                 self._step,
@@ -585,9 +605,78 @@ class Planner:
                 compiler_options=emitted.compiler_options,
                 backend=self._backend,
                 compiler=self.compiler.description,
+                compiled_out=compiled,
             )
         self._last_timings.append((f"verify ({label or 'plan'})", time.perf_counter() - t))
-        return _Attempt(assignment, pred, emitted, ver, not_kept)
+        return _Attempt(assignment, pred, emitted, ver, not_kept, compiled[0] if compiled else None)
+
+    # -------------------------------------------------------------------- numerics
+
+    def _numerics_impossible(self) -> str:
+        """Why the numerics check cannot run here ('' when it can)."""
+        if not numerics.is_concrete(self._user_args):
+            return (
+                "the example arguments are abstract (jax.ShapeDtypeStruct): there are no "
+                "values to run the step on"
+            )
+        if self.compiler.kind == "deviceless":
+            return (
+                f"the verifying compiler, {self.compiler.description}, compiles for a GPU "
+                "that is not here and cannot run the step"
+            )
+        return ""
+
+    def _with_numerics(self, plan: Plan, compiled=None) -> Plan:
+        """``plan`` with the numerics check (numerics.py) in its verification: a check when
+        it ran (a mismatch is the status), a note saying why not and how to check when not."""
+        why = (
+            "check_numerics=False"
+            if self.options.check_numerics is False
+            else self._numerics_impossible()
+        )
+        if why:
+            result = numerics.not_checked(why)
+        else:
+            self._say("running the planned step and yours once to compare their outputs")
+            t = time.perf_counter()
+            try:
+                if self._reference is None:
+                    self._reference = numerics.run_reference(self._step, self._args)
+                planned = numerics.run_planned(
+                    self._step,
+                    self._args,
+                    policy_maker(plan.graph, plan.emitted.policy, plan.emitted.policies),
+                    compiled,
+                )
+            except Exception as e:  # noqa: BLE001  (a step that cannot run here, e.g. OOM)
+                if self.options.check_numerics:
+                    raise
+                result = numerics.not_checked(
+                    f"running the step here failed with {type(e).__name__}: {str(e)[:300]}"
+                )
+            else:
+                result = numerics.judge(
+                    planned,
+                    self._reference,
+                    numerics.coarsest_eps(self._args, self._reference),
+                    decisions=plan.decisions(),
+                    ran_on=numerics.backend_note(),
+                )
+            self._last_timings.append(("numerics check", time.perf_counter() - t))
+        ver = plan.verification
+        if result.checked:
+            ver = dataclasses.replace(
+                ver,
+                checks=ver.checks + (result.check,),
+                status=ver.status if result.ok else STATUS_NUMERICS,
+            )
+        else:
+            ver = dataclasses.replace(
+                ver, note=(ver.note + " " if ver.note else "") + result.detail
+            )
+        return dataclasses.replace(
+            plan, verification=ver, numerics=result, timings=tuple(self._last_timings)
+        )
 
     def _stock_fit_bytes(self, name: str, tr, graph, cost) -> int | None:
         """The verifying compiler's bytes for stock policy ``name``: compiled once per
@@ -607,11 +696,13 @@ class Planner:
                 self._stock_bytes[name] = got  # the same program
                 if other in self._stock_ver:
                     self._stock_ver[name] = self._stock_ver[other]
+                    self._stock_compiled[name] = self._stock_compiled.get(other)
                 return got
         att = self._attempt(
             tr, graph, cost, stock_assignment(graph, name), 0, stock=name, label=f"stock {name}"
         )
         self._stock_ver[name] = att.verification
+        self._stock_compiled[name] = att.compiled  # the numerics check runs it, if chosen
         self._stock_bytes[name] = att.verification.compiled_device_bytes
         return self._stock_bytes[name]
 
@@ -624,7 +715,14 @@ class Planner:
         if name in self._stock_ver:
             pred = evaluate(cost, graph, a)
             emitted = emit(a, {c.key: c.name for c in graph.classes}, self.hardware, stock=name)
-            att = _Attempt(a, pred, emitted, _restatus(self._stock_ver[name], budget), ())
+            att = _Attempt(
+                a,
+                pred,
+                emitted,
+                _restatus(self._stock_ver[name], budget),
+                (),
+                self._stock_compiled.get(name),
+            )
         else:
             att = self._attempt(tr, graph, cost, a, budget, stock=name, label=f"stock {name}")
         sol = Solution(
@@ -646,7 +744,7 @@ class Planner:
                 status=att.verification.status,
             )
         )
-        return Plan(
+        plan = Plan(
             budget_bytes=requested,
             hardware=self.hardware,
             trace=tr,
@@ -664,6 +762,10 @@ class Planner:
             choice_why=why,
             **self._compiler_fields(),
         )
+        plan = self._with_numerics(plan, att.compiled)
+        if plan.numerics is not None and plan.numerics.checked and not plan.numerics.ok:
+            warnings.warn(plan.numerics.detail, PlanWarning, stacklevel=4)
+        return plan
 
     def _plan_one(self, requested: int) -> Plan:
         hw, opts = self.hardware, self.options
@@ -829,7 +931,8 @@ class Planner:
             choice_why="",
             **self._compiler_fields(),
         )
-        ver = best.verification
+        plan = self._with_numerics(plan, best.compiled)
+        ver = plan.verification
         if ver.compiled_device_bytes is not None and not _fits(ver, budget):
             warnings.warn(
                 f"After {len(rounds)} rounds the compiled step still needs "

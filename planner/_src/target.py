@@ -23,9 +23,10 @@ placed on those devices lowers and compiles as it would on the GPU.
   mesh shape, axis names and partition specs.
 * :func:`compile_traced` traces, lowers and compiles for the target, once per call. JAX caches
   traces by function identity and argument types, not by the checkpoint policies a caller
-  substitutes while tracing, so the caches are cleared before the trace (a second call under
-  other policies gets a new program) and after it (a program traced under a caller's policies
-  never reaches the user). While it runs, for a deviceless target only and only in the calling
+  substitutes while tracing, so each call traces under a trace context of its own (a private
+  configuration value, ``jax_adapter.isolated_traces``): a second call under other policies
+  gets a new program, a program traced under a caller's policies never reaches the user, and
+  JAX's caches are never cleared. While it runs, for a deviceless target only and only in the calling
   context (a ``ContextVar``: other threads are untouched):
 
   - JAX's cuDNN attention checks answer for the target's compute capability
@@ -73,6 +74,8 @@ from typing import Any, Literal, NamedTuple
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+
+from planner._src import jax_adapter as adapter
 
 try:  # the planner's error base, where the package layout puts it; ValueError otherwise
     from planner._src.errors import InvalidArgumentError as _ErrorBase
@@ -787,30 +790,28 @@ def compile_traced(
     ``fn_to_trace`` may be a plain function or one the user already ``jax.jit``-ed (its own
     options, donation included, are kept). ``target_args``: positional arguments from
     :func:`args_for`. ``compiler_options``: XLA options for this compile only (XLA_FLAGS names
-    without ``--``). JAX's caches are cleared before the trace and after the compile, so each
-    call traces anew (a caller substituting checkpoint policies gets their program, never a
-    cached one) and leaves no program traced under those policies behind.
+    without ``--``). Each call traces anew under a trace context of its own
+    (``jax_adapter.isolated_traces``: a private configuration value in JAX's trace context),
+    so a caller substituting checkpoint policies gets their program, never a cached one, and
+    no program traced here is ever returned to the user's own calls. JAX's caches are not
+    cleared: the user's compiled programs stay (tests/test_numerics.py).
     """
     jitted = fn_to_trace if hasattr(fn_to_trace, "trace") else jax.jit(fn_to_trace)
-    with target_scope(target):
-        jax.clear_caches()
+    with target_scope(target), adapter.isolated_traces():
         try:
-            try:
-                traced = jitted.trace(*target_args)
-                lowered = traced.lower()
-            except ValueError as e:
-                if any(m in str(e) for m in _FOREIGN_DEVICE_ERRORS):
-                    raise TargetError(
-                        f"The step names devices of this machine where {target.description} "
-                        f"needs its own: {str(e)[:400]}\nFix: pass the step un-jitted (or "
-                        "jitted without in_shardings / out_shardings on concrete devices) and "
-                        "give shardings as NamedSharding on a Mesh or as PartitionSpecs; "
-                        "args_for() places the arguments."
-                    ) from e
-                raise
-            compiled = lowered.compile(compiler_options=dict(compiler_options or {}) or None)
-        finally:
-            jax.clear_caches()
+            traced = jitted.trace(*target_args)
+            lowered = traced.lower()
+        except ValueError as e:
+            if any(m in str(e) for m in _FOREIGN_DEVICE_ERRORS):
+                raise TargetError(
+                    f"The step names devices of this machine where {target.description} "
+                    f"needs its own: {str(e)[:400]}\nFix: pass the step un-jitted (or "
+                    "jitted without in_shardings / out_shardings on concrete devices) and "
+                    "give shardings as NamedSharding on a Mesh or as PartitionSpecs; "
+                    "args_for() places the arguments."
+                ) from e
+            raise
+        compiled = lowered.compile(compiler_options=dict(compiler_options or {}) or None)
     return TargetProgram(traced=traced, compiled=compiled)
 
 

@@ -826,8 +826,13 @@ def trace_step(
         ) from e
 
     _refuse_nested(bound)
-    mult = _find_differentiated(step_jaxpr)
-    if not bound or not mult:
+    differentiated = _find_differentiated(step_jaxpr)
+    # What XLA runs: a backward pass the step's outputs do not need is deleted whole (a step
+    # that forgets `return` compiled to 0 bytes and was planned as if it ran), and a region
+    # under a scan of length 0 never runs (its working set made the fixed bytes negative).
+    live = _find_differentiated(adapter.live_jaxpr(step_jaxpr)) if differentiated else {}
+    mult = {rid: n for rid, n in differentiated.items() if n > 0}
+    if not bound or not differentiated:
         why = (
             "it binds no jax.checkpoint / jax.remat region"
             if not bound
@@ -841,6 +846,31 @@ def trace_step(
             "Fix: wrap each repeated layer in jax.checkpoint (or flax.linen.remat / nnx.remat), "
             "e.g. `layer = jax.checkpoint(layer)` before `jax.lax.scan`, and take the gradient "
             "inside the step (jax.grad / jax.value_and_grad)."
+        )
+    if not live:
+        n_out = len(adapter.open_jaxpr(step_jaxpr).outvars)
+        returns = (
+            "returns nothing (None: is a `return` missing?)"
+            if n_out == 0
+            else f"returns {n_out} value(s), none of which depends on the gradient"
+        )
+        raise NoCheckpointRegionError(
+            f"The train step has nothing to plan: it {returns}, so the backward pass through "
+            f"its {len(differentiated)} checkpoint region(s) is dead code.\n"
+            "Why: XLA deletes computations whose results the step does not return; the "
+            "compiled step keeps no residuals at all, and its memory figure would say nothing "
+            "about the training step you will run.\n"
+            "Fix: return what training needs from the step, e.g. `return new_state, loss` "
+            "(the updated parameters and optimizer state, or the gradients)."
+        )
+    if not mult:
+        raise NoCheckpointRegionError(
+            f"The train step has nothing to plan: its {len(differentiated)} checkpoint "
+            "region(s) run 0 times per step (a jax.lax.scan over a stack of 0 layers?).\n"
+            "Why: a region under a loop of length 0 keeps no residuals; there is no memory to "
+            "trade for recompute.\n"
+            "Fix: build the model with at least one layer (check the leading dimension of "
+            "the stacked layer parameters the scan runs over)."
         )
 
     # The anchor: every region fully rematerialized, compiled. Region ids follow bind order,

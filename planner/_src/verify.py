@@ -37,6 +37,8 @@ STATUS_OK = "compiled, within budget"
 STATUS_OVER = "compiled, over budget"
 STATUS_UNVERIFIED = "compiled, unverified"
 STATUS_NOT_COMPILED = "not compiled"
+STATUS_INVALID = "compiled, figure invalid"  # a negative memory_analysis() figure: never fits
+STATUS_NUMERICS = "compiled, numerics differ"  # the planned step computes something else
 
 CHECK_KEPT = "JAX keeps the planned residuals"
 
@@ -157,6 +159,19 @@ def _at_global_sizes(graph: LivenessGraph) -> LivenessGraph:
     return dataclasses.replace(graph, regions=regions)
 
 
+def policy_maker(graph: LivenessGraph, policy, policies: tuple = ()):
+    """``make(region_id, region)``: the emitted policy each checkpoint call site gets, as the
+    user's code would pass it (its layer group's, else the one policy); the trace stage
+    recorded which adapter region ids (bind order) each region's call sites had."""
+    by_bind = {
+        b: _region_policy(rg.region, policy, policies)
+        for rg in graph.regions
+        for b in rg.region.bind_ids
+    }
+    fallback = policy if policy is not None else policies[0]
+    return lambda rid, r: by_bind.get(rid, fallback)
+
+
 def verify(
     step_fn: Callable,
     args: Sequence[Any],
@@ -173,6 +188,7 @@ def verify(
     compiler_options: Sequence[tuple[str, Any]] = (),
     backend: str | None = None,
     compiler: str = "",
+    compiled_out: list | None = None,
 ) -> tuple[Verification, tuple[str, ...]]:
     """Check a plan at the three levels of the module docstring.
 
@@ -184,21 +200,18 @@ def verify(
     compiled under their own flags to 33.13 GB (Llama, 32.87 GB usable) and 53.70 GB (MoE,
     52.97 GB usable) and ran out of memory at their budgets.
 
+    ``compiled_out``, when given, receives the compiled program (the numerics check runs it).
+
     Returns the verification and the classes the plan keeps that JAX does not (level 1:
     the plan is wrong about them; empty when the policy does what the plan says)."""
     backend = backend or jax.default_backend()
-    # Each call site gets its group's policy, as the user's code would pass it; the trace
-    # stage recorded which adapter region ids (bind order) each region's call sites had.
-    by_bind = {
-        b: _region_policy(rg.region, policy, policies)
-        for rg in graph.regions
-        for b in rg.region.bind_ids
-    }
+    make = policy_maker(graph, policy, policies)
     fallback = policy if policy is not None else policies[0]
-    make = lambda rid, r: by_bind.get(rid, fallback)  # noqa: E731
     bound: list = []
     if compile:
         step_jaxpr, compiled = compile_with(step_fn, args, make, compiler_options, bound_out=bound)
+        if compiled_out is not None:
+            compiled_out.append(compiled)
     else:
         traced, bound = adapter.trace_step_with(step_fn, args, make)
     level1 = kept_checks(
@@ -277,18 +290,48 @@ def verify(
     separate_host = backend in _SEPARATE_HOST_MEMORY
     device_bytes = figs.device_bytes
     note = ""
+    if device_bytes < 0 or min(figs.argument_bytes, figs.output_bytes, figs.temp_bytes) < 0:
+        # arguments + outputs - aliased + temporaries cannot be negative for a real program
+        # (aliased bytes are outputs that are also arguments): a figure that is says nothing.
+        checks.append(
+            Check(
+                name="the compiler's memory figure is a size",
+                ok=False,
+                detail=f"memory_analysis() gave arguments {figs.argument_bytes:,} + outputs "
+                f"{figs.output_bytes:,} - aliased {figs.alias_bytes:,} + temporaries "
+                f"{figs.temp_bytes:,} = {device_bytes:,} bytes; a negative size cannot be "
+                "held to a budget",
+            )
+        )
+        return Verification(
+            status=STATUS_INVALID,
+            compiled=figs,
+            compiled_device_bytes=None,
+            predicted_peak_bytes=prediction.peak_bytes,
+            budget_bytes=budget_bytes,
+            checks=tuple(checks),
+            backend=backend,
+            note="The compiler's memory figure for this plan is negative "
+            f"({device_bytes:,} bytes), so the plan is not verified: do not run it at this "
+            "budget before compiling it on the target.",
+            compiler=compiler,
+        ), not_kept
     status = STATUS_OK if device_bytes <= budget_bytes else STATUS_OVER
     estimated = False
     if not separate_host and figs.jaxpr_host_bytes and status == STATUS_OVER:
         # Same RAM for both memory kinds: the compiler counts host arrays in temp, so it
         # cannot tell whether the device part fits. The figure without them is an estimate.
+        # Only temporaries can hold them, and XLA may have deleted some the traced program
+        # has: never subtract more than the compiler counted in temp (subtracting the
+        # traced bytes from a program XLA had emptied gave -6,291,456 bytes "within budget").
         estimated = True
-        device_bytes -= figs.jaxpr_host_bytes
+        host_in_temp = min(figs.jaxpr_host_bytes, figs.temp_bytes)
+        device_bytes -= host_in_temp
         if device_bytes <= budget_bytes:
             status = STATUS_UNVERIFIED
         note = (
             f"The {backend} backend keeps {adapter.HOST_KIND} arrays in the same memory as "
-            f"device arrays, so its compiler counts the {figs.jaxpr_host_bytes:,} offloaded "
+            f"device arrays, so its compiler counts the {host_in_temp:,} offloaded "
             f"bytes in temp ({figs.device_bytes:,} bytes in all): without them the program "
             f"needs an estimated {device_bytes:,} bytes; only a compiler with host memory "
             "(the target GPU's) can verify the plan."

@@ -1,0 +1,381 @@
+"""Stage 6b, numerics: the planned step computes what the user's step computes.
+
+The memory checks of the verify stage say a plan fits; they cannot say its gradients are
+right. Where the example arguments are concrete, the verify stage runs the step twice on the
+same inputs: once as the user wrote it (their own policies: the *reference*) and once with
+the emitted policy in every checkpoint region (the *planned* step, the program verify
+compiled, under the plan's own XLA flags), and compares every output leaf (loss, gradients,
+updated state).
+
+Remat and offload reorder nothing in principle, but XLA fuses the two programs differently,
+so the comparison allows rounding. For a floating-point leaf with reference ``b`` and planned
+``a`` (compared in float64, NaN and infinity positions required to agree)::
+
+    error = max|a - b| / max(max|b|, max|a|, S)       (0 when all three are 0)
+    ok    = error <= max(TOLERANCE_ULPS * eps, TOLERANCE_FLOOR)
+
+where ``S`` is the largest magnitude among the reference's float leaves in the same part of
+the output (the leaves sharing the first ``GROUP_DEPTH = 1`` key of their path: for a step
+returning ``(state, loss)``, the whole new state, and the loss): a leaf whose exact value
+is 0 holds only rounding noise (the gradient of an attention key's bias, which softmax
+cancels; Adam then scales that noise to the learning rate), and is judged against the
+parameters it sits among (the Flax NNX zoo model: 0.91 of that leaf's own scale, 3.8e-5 of
+its part's). The price: a leaf far smaller than the largest of its part (Adam's second
+moments beside the parameters) is checked only to that part's scale; a wrong gradient shows
+in the parameters it updates. ``eps`` is the machine epsilon of the step's *coarsest* floating dtype among its inputs and
+outputs (a float32 loss computed from bfloat16 logits differs at bfloat16's rounding, not at
+float32's), ``TOLERANCE_ULPS = 32`` and ``TOLERANCE_FLOOR = 1e-4``. Measured on XLA:CPU
+(2026-12-03, JAX 0.10.2), the largest honest differences from the user's own policy: the
+bfloat16 MoE example under stock policies 0.0876 of a leaf's largest magnitude (11 eps; the
+router's top-k flips between near-tied experts), float32 MoE 1.3e-6, a float32 Llama plan
+1.23e-6 (a norm scale's momentum: a long reduction summed in another order), a plan of the
+float32 dropout zoo model 1.95e-5 of a leaf's own scale (164 eps, in 2 of its 30 leaves; the
+stock policies are bit-identical there: XLA fuses the plan's mix of saved and recomputed
+values differently), a plan of the Flax NNX zoo model 3.8e-5 of its part's scale,
+stock policies on the Llama example bit-identical. So: float32 1e-4 (the floor, 2.6 times
+the largest measured), float16 3.1e-2, bfloat16 0.25 of the leaf's scale (about 3 times).
+Integer, boolean and PRNG-key leaves must be equal. A planted 1% error in one float32
+weight update is caught at more than 20 times the tolerance (tests/test_numerics.py).
+
+The check runs on this machine's backend. Where that is a CPU and the target a GPU, it is
+still a check of the policy: what a policy saves, recomputes or offloads changes where values
+live, not the math, so a gradient the plan gets wrong on XLA:CPU it gets wrong on XLA:GPU.
+It cannot run where the arguments are abstract (``jax.ShapeDtypeStruct``) or the verifying
+compiler is deviceless (it compiles for a GPU that is not there); the report says so, and
+:func:`check_numerics` runs the same check wherever the step can run (on the GPU, with
+concrete arguments of the shapes planned).
+
+Inputs are copied before each run: a step jitted with ``donate_argnums`` would otherwise
+consume the caller's arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from planner._src import jax_adapter as adapter
+from planner._src.types import Check
+
+__all__ = ["TOLERANCE_ULPS", "NumericsResult", "check_numerics", "compare", "is_concrete"]
+
+TOLERANCE_ULPS = 32
+TOLERANCE_FLOOR = 1e-4
+GROUP_DEPTH = 1
+
+
+def tolerance(eps: float) -> float:
+    """The largest difference allowed, relative to a leaf's scale (module docstring)."""
+    return max(TOLERANCE_ULPS * eps, TOLERANCE_FLOOR)
+
+
+CHECK_NAME = "the planned step computes what your step computes"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class LeafCheck:
+    """One output leaf of the step, planned against the reference."""
+
+    path: str
+    what: str  # dtype[shape]
+    error: float  # max|a - b| over the leaf's scale (float leaves); 0 or inf (exact leaves)
+    tolerance: float
+    ok: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class NumericsResult:
+    """The numerics check of a plan: ``checked`` False says why not (``detail``) and how to
+    check (``how_to_check``); otherwise ``ok`` and every leaf's error and tolerance."""
+
+    checked: bool
+    ok: bool
+    detail: str
+    leaves: tuple[LeafCheck, ...] = ()
+    ran_on: str = ""
+    tolerance: float = 0.0
+    how_to_check: str = ""
+
+    @property
+    def check(self) -> Check | None:
+        """The verification check (None when not checked)."""
+        return Check(name=CHECK_NAME, ok=self.ok, detail=self.detail) if self.checked else None
+
+    @property
+    def mismatched(self) -> tuple[LeafCheck, ...]:
+        return tuple(leaf for leaf in self.leaves if not leaf.ok)
+
+
+HOW_TO_CHECK = (
+    "pass concrete arrays as the example arguments (the planner then runs both steps once), "
+    "or run planner.check_numerics(plan, step_fn, *args) where the step can run (on the GPU), "
+    "with concrete arguments of the shapes planned"
+)
+
+
+def is_concrete(args) -> bool:
+    """Whether every leaf of ``args`` holds values (arrays, scalars), none abstract."""
+    for x in jax.tree.leaves(args):
+        if isinstance(x, jax.ShapeDtypeStruct):
+            return False
+        if not isinstance(x, (jax.Array, np.ndarray, np.generic, int, float, complex, bool)):
+            return False
+    return True
+
+
+def _copy(args):
+    """Fresh buffers for every array leaf (a donating step consumes its inputs)."""
+
+    def one(x):
+        if isinstance(x, jax.Array):
+            return x.copy()
+        if isinstance(x, np.ndarray):
+            return x.copy()
+        return x
+
+    return jax.tree.map(one, args)
+
+
+def _ready(out):
+    return jax.block_until_ready(out)
+
+
+def _jitted(step_fn):
+    return step_fn if hasattr(step_fn, "trace") else jax.jit(step_fn)
+
+
+def run_reference(step_fn: Callable, args: Sequence[Any]):
+    """The user's step as they wrote it (their policies), on copies of ``args``; traced in a
+    context of its own, so it neither reuses nor fills the user's jit cache entries."""
+    with adapter.isolated_traces(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*donated buffers.*")
+        return _ready(_jitted(step_fn)(*_copy(args)))
+
+
+def run_planned(step_fn: Callable, args: Sequence[Any], make_policy, compiled=None):
+    """The step with ``make_policy(region_id, region)`` in every checkpoint region, on copies
+    of ``args``: ``compiled`` (verify's program, under the plan's flags) where it takes the
+    arguments as given, else traced, compiled and run here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*donated buffers.*")
+        if compiled is not None:
+            try:
+                return _ready(compiled(*_copy(args)))
+            except TypeError:  # static arguments: the compiled program takes the others only
+                pass
+        from planner._src.trace import _as_enum
+
+        def wrap(rid, r):
+            pol = make_policy(rid, r)
+            return lambda prim, *a, **p: _as_enum(pol(prim, *a, **p))
+
+        with adapter.controlled_policies(wrap):
+            return _ready(_jitted(step_fn)(*_copy(args)))
+
+
+def _float_kind(dtype) -> bool:
+    return jax.numpy.issubdtype(dtype, jax.numpy.inexact)
+
+
+def _is_key(x) -> bool:
+    return hasattr(x, "dtype") and jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def coarsest_eps(*trees) -> float:
+    """Machine epsilon of the coarsest floating dtype among the leaves (float32's if none)."""
+    eps = [
+        float(jax.numpy.finfo(x.dtype).eps)
+        for t in trees
+        for x in jax.tree.leaves(t)
+        if hasattr(x, "dtype") and not _is_key(x) and _float_kind(x.dtype)
+    ]
+    return max(eps, default=float(np.finfo(np.float32).eps))
+
+
+def _scale(x) -> float:
+    """The largest finite magnitude of a float leaf (0 for other leaves)."""
+    if _is_key(x) or not (hasattr(x, "dtype") and _float_kind(x.dtype)):
+        return 0.0
+    a = np.abs(np.asarray(x).astype(np.complex128 if np.iscomplexobj(x) else np.float64))
+    a = a[np.isfinite(a)]
+    return float(np.max(a)) if a.size else 0.0
+
+
+def _leaf_error(a, b, group_scale: float = 0.0) -> float:
+    if _is_key(a) or _is_key(b):
+        if not (_is_key(a) and _is_key(b)):
+            return float("inf")
+        a, b = jax.random.key_data(a), jax.random.key_data(b)
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return float("inf")
+    if not (_float_kind(a.dtype) and _float_kind(b.dtype)):
+        return 0.0 if np.array_equal(a, b) else float("inf")
+    a = a.astype(np.complex128 if np.iscomplexobj(a) else np.float64)
+    b = b.astype(np.complex128 if np.iscomplexobj(b) else np.float64)
+    if not np.array_equal(np.isnan(a), np.isnan(b)):
+        return float("inf")
+    inf_a = np.isinf(a)
+    if not np.array_equal(inf_a, np.isinf(b)) or not np.array_equal(a[inf_a], b[inf_a]):
+        return float("inf")  # the same infinities in the same places (NaNs agree already)
+    finite = np.isfinite(a)
+    a, b = a[finite], b[finite]
+    if a.size == 0:
+        return 0.0
+    scale = max(float(np.max(np.abs(b))), float(np.max(np.abs(a))), group_scale)
+    if scale == 0.0:
+        return 0.0
+    return float(np.max(np.abs(a - b))) / scale
+
+
+def compare(planned, reference, eps: float) -> tuple[LeafCheck, ...]:
+    """Every output leaf of ``planned`` against ``reference`` (module docstring's formula)."""
+    tol = tolerance(eps)
+    ref_leaves, ref_tree = jax.tree_util.tree_flatten_with_path(reference)
+    got_leaves, got_tree = jax.tree_util.tree_flatten_with_path(planned)
+    if ref_tree != got_tree:
+        return (
+            LeafCheck(
+                path="(the output's structure)",
+                what=f"{got_tree} vs {ref_tree}",
+                error=float("inf"),
+                tolerance=tol,
+                ok=False,
+            ),
+        )
+    # A leaf's scale is at least that of its part of the output (its first GROUP_DEPTH path
+    # keys: for (state, loss), the new state and the loss; module docstring).
+    groups: dict[tuple, float] = {}
+    for path, b in ref_leaves:
+        key = tuple(path[:GROUP_DEPTH])
+        groups[key] = max(groups.get(key, 0.0), _scale(b))
+    out = []
+    for (path, b), (_, a) in zip(ref_leaves, got_leaves):
+        err = _leaf_error(a, b, groups[tuple(path[:GROUP_DEPTH])])
+        dtype = getattr(b, "dtype", type(b).__name__)
+        shape = list(getattr(b, "shape", ()))
+        exact = _is_key(b) or not (hasattr(b, "dtype") and _float_kind(b.dtype))
+        out.append(
+            LeafCheck(
+                path=f"out{jax.tree_util.keystr(path)}",
+                what=f"{getattr(dtype, 'name', dtype)}{shape}",
+                error=err,
+                tolerance=0.0 if exact else tol,
+                ok=err <= (0.0 if exact else tol),
+            )
+        )
+    return tuple(out)
+
+
+def _decisions_text(decisions: dict[str, str], limit: int = 8) -> str:
+    parts = []
+    for what, verb in (("offload", "offloaded"), ("remat", "recomputed")):
+        names = sorted(k for k, d in decisions.items() if d == what)
+        if names:
+            more = f" and {len(names) - limit} more" if len(names) > limit else ""
+            parts.append(f"{verb} {names[:limit]}{more}")
+    return "; ".join(parts) if parts else "every tensor saved"
+
+
+def judge(
+    planned, reference, eps: float, *, decisions: dict[str, str], ran_on: str, args_note: str = ""
+) -> NumericsResult:
+    """The check's result from the two runs' outputs."""
+    leaves = compare(planned, reference, eps)
+    tol = tolerance(eps)
+    bad = [leaf for leaf in leaves if not leaf.ok]
+    worst = max(leaves, key=lambda leaf: leaf.error / (leaf.tolerance or 1.0), default=None)
+    where = f"ran on {ran_on}" + (f" ({args_note})" if args_note else "")
+    if not bad:
+        detail = (
+            f"{len(leaves)} output leaves (loss, gradients, updated state) of the planned step "
+            f"match the step under your own policies on the example arguments; {where}; the "
+            f"largest difference {worst.error:.3g} of a leaf's scale ({worst.path}), allowed "
+            f"{tol:.3g} (the larger of {TOLERANCE_ULPS} x eps of the step's coarsest float dtype "
+            f"and {TOLERANCE_FLOOR:g})"
+            if worst is not None
+            else f"the step has no outputs to compare; {where}"
+        )
+        return NumericsResult(
+            checked=True, ok=True, detail=detail, leaves=leaves, ran_on=ran_on, tolerance=tol
+        )
+    shown = ", ".join(
+        f"{leaf.path} ({leaf.what}) differs by "
+        + ("a different value" if leaf.tolerance == 0.0 else f"{leaf.error:.3g} of its scale")
+        + (f", allowed {leaf.tolerance:.3g}" if leaf.tolerance else "")
+        for leaf in bad[:6]
+    ) + (f" and {len(bad) - 6} more leaves" if len(bad) > 6 else "")
+    detail = (
+        f"NUMERICS DIFFER: {len(bad)} of {len(leaves)} output leaves of the planned step differ "
+        f"from the step under your own policies on the same inputs: {shown}; {where}. The "
+        f"plan's decisions involved: {_decisions_text(decisions)}. Why: saving, recomputing or "
+        "offloading a residual must not change the math; a difference beyond rounding means a "
+        "residual the backward pass reads was not what the forward pass made (a step whose "
+        "region is impure, e.g. a callback or a stateful RNG inside jax.checkpoint, or a "
+        "planner/JAX bug). Fix: do not train with this plan; plan with allow_offload=False "
+        "to see whether the offloads are involved, and report the step."
+    )
+    return NumericsResult(
+        checked=True, ok=False, detail=detail, leaves=leaves, ran_on=ran_on, tolerance=tol
+    )
+
+
+def not_checked(why: str) -> NumericsResult:
+    return NumericsResult(
+        checked=False,
+        ok=False,
+        detail=f"Numerics not checked: {why}. To check that the planned step computes the same "
+        f"loss, gradients and state as yours: {HOW_TO_CHECK}.",
+        how_to_check=HOW_TO_CHECK,
+    )
+
+
+def backend_note() -> str:
+    """Which backend the runs used, and why that checks a plan for a GPU too."""
+    b = jax.default_backend()
+    name = {"cpu": "XLA:CPU", "gpu": "XLA:GPU", "cuda": "XLA:GPU", "tpu": "XLA:TPU"}.get(b, b)
+    return name + (
+        ", this machine's backend: a valid check of the policy for a GPU too (what a policy "
+        "saves, recomputes or offloads changes where values live, not the math)"
+        if b == "cpu"
+        else ", this machine's device"
+    )
+
+
+def check_numerics(plan, step_fn: Callable, *args) -> NumericsResult:
+    """Run ``step_fn(*args)`` under ``plan``'s policies and as written, and compare every
+    output leaf (module docstring: the tolerance). ``args`` must be concrete arrays of the
+    shapes planned (a plan's policy decides by shapes and names). Runs on this machine's
+    default backend, e.g. on the GPU after planning on a CPU::
+
+        result = planner.check_numerics(plan, train_step, state, batch)
+        assert result.ok, result.detail
+    """
+    from planner._src.errors import InvalidArgumentError
+    from planner._src.verify import policy_maker
+
+    if not args:
+        raise InvalidArgumentError(
+            "check_numerics needs the step's arguments: check_numerics(plan, step_fn, *args)."
+        )
+    if not is_concrete(args):
+        raise InvalidArgumentError(
+            "check_numerics runs the step, so its arguments must be concrete arrays, not "
+            "jax.ShapeDtypeStruct.\nFix: pass real arrays of the shapes planned (e.g. the "
+            "first batch and the initial state), on a machine where they fit."
+        )
+    make = policy_maker(plan.graph, plan.emitted.policy, plan.emitted.policies)
+    reference = run_reference(step_fn, args)
+    planned = run_planned(step_fn, args, make)
+    return judge(
+        planned,
+        reference,
+        coarsest_eps(args, reference),
+        decisions=plan.decisions(),
+        ran_on=backend_note(),
+    )

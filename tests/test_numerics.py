@@ -1,0 +1,377 @@
+"""The numerics check (planner/_src/numerics.py), planning without global side effects, and
+no negative figures presented as fitting."""
+
+import dataclasses
+import os
+import re
+import sys
+import threading
+import time
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.ad_checkpoint import checkpoint_name
+from jax.ad_checkpoint import checkpoint_policies as cp
+
+import planner
+from planner._src import numerics
+from planner._src.cost import Assignment, build_cost_model, evaluate
+from planner._src.verify import STATUS_NUMERICS, STATUS_OK, STATUS_OVER, verify
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+F32_TOL = numerics.tolerance(float(jnp.finfo(jnp.float32).eps))
+BF16_TOL = numerics.tolerance(float(jnp.finfo(jnp.bfloat16).eps))
+
+# ------------------------------------------------------------------ a small step
+
+
+def _layer(x, w):
+    h = checkpoint_name(jnp.tanh(x @ w["up"]), "hidden")
+    return x + checkpoint_name(h @ w["down"], "out")
+
+
+def make_step(n_layers=4, d=128, f=512, batch=64, policy=None, donate=False, traces=None):
+    """A scanned residual MLP: loss, SGD update (``traces``: a list the step's Python body
+    appends to each time JAX traces it)."""
+
+    def step(params, x):
+        if traces is not None:
+            traces.append(1)
+
+        def loss(p):
+            def body(h, w):
+                return jax.checkpoint(_layer, policy=policy)(h, w), None
+
+            y, _ = jax.lax.scan(body, x, p)
+            return jnp.mean(y**2)
+
+        value, grads = jax.value_and_grad(loss)(params)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), value
+
+    k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
+    params = {
+        "up": jax.random.normal(k1, (n_layers, d, f)) * d**-0.5,
+        "down": jax.random.normal(k2, (n_layers, f, d)) * f**-0.5,
+    }
+    x = jax.random.normal(k3, (batch, d))
+    fn = jax.jit(step, donate_argnums=0) if donate else step
+    return fn, (params, x)
+
+
+def _anchors(step, args):
+    """Compiled bytes of the step under full remat and under save-everything."""
+    s = planner.Planner(step, *args, hardware="cpu", allow_offload=False)
+    return s, s.trace.anchor.device_bytes, s.trace.anchor_saved.device_bytes
+
+
+# ------------------------------------------------------------------ the tolerance
+
+
+def test_the_tolerance_scales_with_the_coarsest_float_dtype():
+    b = np.linspace(-2.0, 3.0, 1000, dtype=np.float32)
+    eps32 = float(jnp.finfo(jnp.float32).eps)
+    assert numerics.coarsest_eps(b) == eps32
+    assert F32_TOL == numerics.TOLERANCE_FLOOR == 1e-4  # 32 eps = 3.8e-6 is below the floor
+    assert BF16_TOL == 32 * 2.0**-7
+    assert numerics.coarsest_eps(b, jnp.ones(2, jnp.bfloat16)) == float(jnp.finfo(jnp.bfloat16).eps)
+    # error relative to the leaf's largest magnitude (3.0): within 32 eps passes, beyond fails
+    near = b + np.float32(0.5 * F32_TOL * 3.0)
+    far = b + np.float32(2.0 * F32_TOL * 3.0)
+    (ok,) = numerics.compare(near, b, eps32)
+    (bad,) = numerics.compare(far, b, eps32)
+    assert ok.ok and 0 < ok.error <= F32_TOL
+    assert not bad.ok and bad.error > F32_TOL
+    # the same difference is rounding for a bfloat16 step
+    (loose,) = numerics.compare(far, b, float(jnp.finfo(jnp.bfloat16).eps))
+    assert loose.ok and BF16_TOL > 0.2
+    # integers, booleans and keys are compared exactly; NaNs must sit in the same places
+    assert not numerics.compare(np.array([1, 2]), np.array([1, 3]), eps32)[0].ok
+    assert numerics.compare(np.array([np.nan, 1.0]), np.array([np.nan, 1.0]), eps32)[0].ok
+    assert not numerics.compare(np.array([np.nan, 1.0]), np.array([1.0, 1.0]), eps32)[0].ok
+    k = jax.random.key(1)
+    assert numerics.compare(k, k, eps32)[0].ok
+    assert not numerics.compare(jax.random.key(2), k, eps32)[0].ok
+    # a leaf of rounding noise (exactly 0 in exact arithmetic) is judged against its part of
+    # the output: the parameters it sits among; a wrong value of that size is not noise
+    ref = ({"w": np.ones((4, 4)), "bias": np.full(4, 1e-9)}, np.float32(2.0))
+    noisy = ({"w": np.ones((4, 4)), "bias": np.full(4, -1e-9)}, np.float32(2.0))
+    assert all(leaf.ok for leaf in numerics.compare(noisy, ref, eps32))
+    wrong = ({"w": np.ones((4, 4)), "bias": np.full(4, 1e-2)}, np.float32(2.0))
+    bad = [leaf.path for leaf in numerics.compare(wrong, ref, eps32) if not leaf.ok]
+    assert bad == ["out[0]['bias']"]
+    # both all zero: no difference; a zero reference against nonzero: the whole scale
+    assert numerics.compare(np.zeros(3), np.zeros(3), eps32)[0].error == 0
+    assert not numerics.compare(np.ones(3) * 1e-9, np.zeros(3), eps32)[0].ok
+
+
+# ------------------------------------------------------------------ the check in solve
+
+
+@pytest.fixture(scope="module")
+def small():
+    step, args = make_step()
+    session, lo, hi = _anchors(step, args)
+    return step, args, session, lo, hi
+
+
+@pytest.mark.slow  # plans (compiles) a model
+def test_a_plan_on_concrete_arguments_is_checked_and_matches(small):
+    step, args, session, lo, hi = small
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", planner.PlanWarning)
+        plan = session.plan((lo + 0.5 * (hi - lo)) / 1e9)
+    res = plan.numerics
+    assert res.checked and res.ok, res.detail
+    assert len(res.leaves) == 3  # two updated weights, the loss
+    assert all(leaf.tolerance == pytest.approx(F32_TOL) for leaf in res.leaves)
+    check = [c for c in plan.verification.checks if c.name == numerics.CHECK_NAME]
+    assert check and check[0].ok
+    assert plan.verification.status == STATUS_OK
+    assert "XLA:CPU" in res.detail and "valid check of the policy for a GPU" in res.detail
+    assert numerics.CHECK_NAME in plan.report("markdown")
+
+
+@pytest.mark.slow  # plans (compiles) a model
+def test_a_planted_mismatch_fails_the_plan_loudly_and_names_the_tensors(small, monkeypatch):
+    """A wrong-gradient stand-in: the planned step's update of "down" is off by 1% (as if a
+    residual the backward pass reads had been replaced), everything else as planned."""
+    step, args, session, lo, hi = small
+    real = numerics.run_planned
+
+    def wrong(*a, **k):
+        params, loss = real(*a, **k)
+        return {**params, "down": params["down"] * 1.01}, loss
+
+    monkeypatch.setattr(numerics, "run_planned", wrong)
+    with pytest.warns(planner.PlanWarning, match="NUMERICS DIFFER") as caught:
+        plan = session.plan((lo + 0.2 * (hi - lo)) / 1e9)
+    v = plan.verification
+    assert v.status == STATUS_NUMERICS and not v.ok
+    (check,) = [c for c in v.checks if c.name == numerics.CHECK_NAME]
+    assert not check.ok
+    # the leaf, by its path in the step's outputs, and nothing else
+    assert [leaf.path for leaf in plan.numerics.mismatched] == ["out[0]['down']"]
+    assert re.search(
+        r"out\[0\]\['down'\] \(float32\[4, 512, 128\]\) differs by [0-9.e-]+ of its scale, "
+        r"allowed 0\.0001",
+        check.detail,
+    ), check.detail
+    (leaf,) = plan.numerics.mismatched
+    assert leaf.error > 20 * leaf.tolerance  # 1% of one weight: far beyond rounding
+    # the plan's decisions, by tensor label
+    recomputed = sorted(k for k, d in plan.decisions().items() if d == "remat")
+    assert recomputed and all(label in check.detail for label in recomputed[:8])
+    assert "recomputed [" in check.detail
+    assert "NUMERICS DIFFER" in str(caught[0].message)
+    assert plan.report("markdown").startswith(f"# Plan: {STATUS_NUMERICS}")
+
+
+@pytest.mark.slow  # plans (compiles) a model
+def test_abstract_arguments_say_the_numerics_were_not_checked_and_how():
+    step, args = make_step(n_layers=2)
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), args)
+    session = planner.Planner(step, *abstract, hardware="cpu", allow_offload=False)
+    plan = session.plan(session.trace.anchor_saved.device_bytes * 2 / 1e9)
+    assert not plan.numerics.checked
+    assert all(c.name != numerics.CHECK_NAME for c in plan.verification.checks)
+    note = plan.verification.note
+    assert "Numerics not checked: the example arguments are abstract" in note
+    assert "planner.check_numerics(plan, step_fn, *args)" in note
+    assert "Numerics not checked" in plan.report("markdown")
+    # ... and the public function checks it where the step can run
+    res = planner.check_numerics(plan, step, *args)
+    assert res.checked and res.ok, res.detail
+    with pytest.raises(planner.InvalidArgumentError, match="check_numerics=True"):
+        planner.Planner(step, *abstract, hardware="cpu", check_numerics=True)
+    with pytest.raises(planner.InvalidArgumentError, match="concrete arrays"):
+        planner.check_numerics(plan, step, *abstract)
+
+
+@pytest.mark.slow  # plans (compiles) a model
+def test_check_numerics_false_runs_nothing(small, monkeypatch):
+    step, args, _, lo, hi = small
+    monkeypatch.setattr(numerics, "run_reference", lambda *a: pytest.fail("ran the step"))
+    plan = planner.solve(
+        step, *args, hbm_gb=hi * 2 / 1e9, hardware="cpu", allow_offload=False, check_numerics=False
+    )
+    assert not plan.numerics.checked and "check_numerics=False" in plan.verification.note
+
+
+@pytest.mark.slow  # plans (compiles) a model
+def test_donated_arguments_are_copied_before_each_run():
+    step, args = make_step(n_layers=2, donate=True)
+    hi = planner.Planner(step, *args, hardware="cpu").trace.anchor_saved.device_bytes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # donation on XLA:CPU
+        plan = planner.solve(step, *args, hbm_gb=hi * 2 / 1e9, hardware="cpu")
+    assert plan.numerics.checked and plan.numerics.ok, plan.numerics.detail
+    # the caller's arrays are alive: neither run consumed them
+    assert not any(x.is_deleted() for x in jax.tree.leaves(args))
+    np.asarray(args[0]["up"])
+
+
+# ------------------------------------------------------------------ examples and the zoo
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name",
+    ["llama", "llama-bf16", "moe"],
+)
+def test_the_examples_plans_match_their_steps(name):
+    from examples import llama, moe
+
+    if name.startswith("llama"):
+        cfg = llama.LlamaConfig(
+            n_layers=2, dtype="bfloat16" if name.endswith("bf16") else "float32"
+        )
+        step, args = llama.make_train_step(cfg, concrete=True)
+    else:
+        step, args = moe.make_train_step(moe.MoEConfig(n_layers=2), concrete=True)
+    session, lo, hi = _anchors(step, args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", planner.PlanWarning)  # budgets are asserted elsewhere
+        plan = session.plan((lo + 0.3 * (abs(hi - lo))) / 1e9)
+    assert plan.numerics.checked and plan.numerics.ok, plan.numerics.detail
+    assert plan.assignment.decisions  # a plan that decides something was checked
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gpt2_loop", "dropout", "flax_nnx"])
+def test_zoo_plans_match_their_steps(name):
+    from tests.zoo import MODELS
+
+    entry = MODELS[name]
+    if entry.skip_reason() is not None:
+        pytest.skip(entry.skip_reason())
+    step, args = entry.make()
+    session = planner.Planner(step, *args, hardware="cpu")
+    lo, hi = session.trace.anchor.device_bytes, session.trace.anchor_saved.device_bytes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", planner.PlanWarning)
+        plan = session.plan((min(lo, hi) + 0.5 * abs(hi - lo)) / 1e9 * 1.05)
+    assert plan.numerics.checked and plan.numerics.ok, plan.numerics.detail
+
+
+# ------------------------------------------------------------------ no global side effects
+
+
+@pytest.mark.slow  # plans (compiles) a model
+def test_planning_neither_clears_nor_recompiles_the_users_jitted_step(monkeypatch):
+    traces = []
+    step, args = make_step(n_layers=2, traces=traces)
+    jitted = jax.jit(step)
+    before = jitted(*args)
+    assert len(traces) == 1
+    size = jitted._cache_size()
+    monkeypatch.setattr(jax, "clear_caches", lambda: pytest.fail("planning cleared JAX's caches"))
+    env = dict(os.environ)
+    plan = planner.solve(jitted, *args, hbm_gb=1.0, hardware="cpu")
+    assert plan.numerics.ok
+    planner_traces = len(traces)
+    assert planner_traces > 1  # the planner traced the step (under its own trace contexts)
+    after = jitted(*args)  # the user's call: served from the user's own cache entry
+    assert len(traces) == planner_traces, "the user's step was traced again after planning"
+    assert jitted._cache_size() >= size
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), before, after)
+    # nothing process-wide changed either
+    assert dict(os.environ) == env
+
+
+@pytest.mark.slow  # plans (compiles) a model
+def test_a_user_thread_tracing_during_solve_sees_its_own_program():
+    step, args = make_step(n_layers=2, policy=cp.nothing_saveable)
+    want = str(jax.make_jaxpr(step)(*args))
+    stop = threading.Event()
+    seen = []
+
+    def user():
+        deadline = time.monotonic() + 300  # bounded, whatever happens to the solve
+        while not stop.is_set() and time.monotonic() < deadline:
+            seen.append(str(jax.make_jaxpr(step)(*args)) == want)
+
+    t = threading.Thread(target=user, daemon=True)
+    t.start()
+    try:
+        planner.solve(step, *args, hbm_gb=1.0, hardware="cpu", allow_offload=False)
+    finally:
+        stop.set()
+        t.join(timeout=60)
+    assert not t.is_alive()
+    assert len(seen) >= 2 and all(seen), (len(seen), seen.count(False))
+
+
+# ------------------------------------------------------------------ no negative figures
+
+
+def test_a_step_that_returns_nothing_is_refused_before_solving():
+    step, args = make_step(n_layers=2)
+
+    def forgot_return(params, x):
+        step(params, x)
+
+    with pytest.raises(planner.NoCheckpointRegionError, match=r"returns nothing \(None"):
+        planner.solve(forgot_return, *args, hbm_gb=1.0, hardware="cpu")
+
+    def drops_the_gradient(params, x):
+        step(params, x)
+        return x.sum()
+
+    with pytest.raises(planner.NoCheckpointRegionError, match="none of which depends"):
+        planner.solve(drops_the_gradient, *args, hbm_gb=1.0, hardware="cpu")
+
+
+def test_a_scan_of_zero_layers_is_refused_before_solving():
+    step, args = make_step(n_layers=0)
+    with pytest.raises(planner.NoCheckpointRegionError, match="run 0 times per step"):
+        planner.solve(step, *args, hbm_gb=1.0, hardware="cpu")
+
+
+@pytest.mark.slow  # plans (compiles) a model
+def test_predicted_peaks_are_never_negative_even_when_the_anchor_is_tiny(small):
+    """F = anchor - model: an anchor below the model's own working set (a region that never
+    runs made it -29,360,108 bytes) leaves F at 0, so every prediction is a size."""
+    _, _, session, _, _ = small
+    tr = session.trace
+    tiny = dataclasses.replace(tr.anchor, argument_bytes=0, output_bytes=0, temp_bytes=0)
+    tr = dataclasses.replace(tr, anchor=tiny, anchor_saved=None)
+    cost = build_cost_model(tr, session.graph, session.hardware, allow_offload=False)
+    assert cost.fixed_bytes == 0
+    for a in (Assignment.of({}), Assignment.of({c.key: "save" for c in session.graph.classes})):
+        assert evaluate(cost, session.graph, a).peak_bytes >= 0
+
+
+@pytest.mark.slow  # plans (compiles) a model
+def test_the_cpu_estimate_never_subtracts_more_than_the_compiler_counted(small, monkeypatch):
+    """On XLA:CPU host arrays are counted in temp; a program XLA emptied (temp 0) while the
+    traced one holds 6,291,456 host bytes compiled to -6,291,456 bytes "within budget"."""
+    step, args, session, _, _ = small
+    import planner._src.verify as V
+
+    real = V.compiled_figures
+
+    def emptied(*a, **k):
+        f = real(*a, **k)
+        return dataclasses.replace(f, temp_bytes=0, jaxpr_host_bytes=6_291_456)
+
+    monkeypatch.setattr(V, "compiled_figures", emptied)
+    cost = build_cost_model(session.trace, session.graph, session.hardware, allow_offload=False)
+    a = Assignment.of({})
+    ver, _ = verify(
+        step,
+        args,
+        session.trace,
+        session.graph,
+        cost,
+        a,
+        cp.nothing_saveable,
+        evaluate(cost, session.graph, a),
+        1000,  # bytes: below the arguments alone
+        backend="cpu",
+    )
+    assert ver.compiled_device_bytes >= ver.compiled.argument_bytes > 0
+    assert ver.status == STATUS_OVER
