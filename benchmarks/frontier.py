@@ -176,7 +176,8 @@ def _table(rows: list[dict]) -> str:
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         t = r.get("timings", {})  # absent when the planner raised (infeasible budget)
-        trace_s = f"{t['trace + anchor compile']:.1f}" if t else "-"
+        trace = t.get("trace + anchor compiles", t.get("trace + anchor compile"))
+        trace_s = f"{trace:.1f}" if trace is not None else "-"
         solve_s = f"{sum(v for k, v in t.items() if k.startswith('solve')):.2f}" if t else "-"
         peak = (
             f"{r['predicted_peak_gb']:.1f}"
@@ -197,6 +198,8 @@ def _table(rows: list[dict]) -> str:
 
 def _summary(r: dict) -> str:
     out = [f"#### {r['model']} on {r['hardware']} (budget {r['budget_gb']:.1f} GB per device)", ""]
+    if "params_b" not in r:  # the process crashed before it measured anything
+        return "\n".join(out + [f"- {r.get('status')}: {r.get('error', '')[-500:]}"])
     out.append(
         f"- parameters: {r['params_b']:.1f} B; mesh fsdp x tensor = "
         f"{r['mesh'][0]} x {r['mesh'][1]}; batch {r['global_batch']} x {r['seq']} "
@@ -320,6 +323,9 @@ def main(argv=None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+    if a.json:  # the raw figures first: a table that fails to render loses nothing
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
     md = [
         f"Command: `python benchmarks/frontier.py {' '.join(argv or sys.argv[1:])}`".rstrip(),
         f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
@@ -345,9 +351,6 @@ def main(argv=None) -> int:
     if a.out:
         with open(a.out, "w") as f:
             f.write(text)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
     return 0
 
 
