@@ -1,6 +1,11 @@
 """Fuzz the solver: random region graphs and budgets, every answer checked three ways.
 
     python benchmarks/fuzz.py --n 1000 --out benchmarks/results/fuzz-2026-11-30.md
+    python benchmarks/fuzz.py graphs --n 1000 ...      # the same, named
+
+``python benchmarks/fuzz.py programs --n 500 --out ...`` fuzzes the whole planner on random
+programs instead (random layer bodies from a grammar of JAX ops, planned and compiled):
+``benchmarks/fuzz_programs.py``.
 
 For each random problem (tests/synthetic.py: random DAGs, shared classes, region inputs,
 loop-invariant values, host caps, overlap efficiencies 0 / 0.5 / 1) and a random budget:
@@ -70,6 +75,13 @@ def check(seed: int) -> str | None:
 
 
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "programs":
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import fuzz_programs
+
+        return fuzz_programs.main(sys.argv[2:])
+    if len(sys.argv) > 1 and sys.argv[1] == "graphs":
+        del sys.argv[1]
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--start", type=int, default=0)
