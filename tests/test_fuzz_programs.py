@@ -76,14 +76,11 @@ def _batched_dot_step():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="fuzz seed 6: on XLA:CPU the InfeasibleBudgetError names the planner's smallest "
-    "(offloading) plan's estimated figure (host bytes subtracted), below nothing_saveable; "
-    "planning at that named budget raises InfeasibleBudgetError again (with "
-    "allow_offload=False the named budget is nothing_saveable's and planning there succeeds)",
-)
 def test_planning_at_the_named_minimum_succeeds_fuzz_seed_6():
+    """Fuzz seed 6 (found 2026-12-03): on XLA:CPU the InfeasibleBudgetError named the
+    planner's smallest (offloading) plan's estimated figure (host bytes subtracted), below
+    nothing_saveable, and planning at that budget was refused again. Only exact figures are
+    named now (session._infeasible)."""
     import math
     import warnings
 
@@ -101,13 +98,9 @@ def test_planning_at_the_named_minimum_succeeds_fuzz_seed_6():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="fuzz seed 84 (transpose_mix, Python loop x3, f32): at hbm 28,868 B the planner "
-    "raises InfeasibleBudgetError naming 24,748 B, below the budget it refused (fuzz seeds "
-    "80 and 84; cause not yet isolated, likely the XLA:CPU offload estimate as in seed 6)",
-)
 def test_refusal_names_no_budget_below_the_one_refused_fuzz_seed_84():
+    """Fuzz seed 84 (transpose_mix, Python loop x3, f32): at 28,868 B the refusal named
+    24,748 B, below the budget it refused: the smallest plan's XLA:CPU estimate, as in seed 6."""
     import warnings
 
     import planner
