@@ -216,7 +216,7 @@ def test_errors_exit_2_with_the_message_on_stderr(capsys, argv, message):
 def test_infeasible_budget_exits_2_and_names_the_budget_that_works(capsys):
     code, out, err = run(capsys, "solve", FACTORY, "--hbm-gb", "0.001", "--hardware", "cpu", "-q")
     assert code == 2 and out == ""
-    assert "No plan fits 0.001 GB" in err and "Fix: pass hbm_gb >=" in err
+    assert "No plan fits 1.000 MB" in err and "Fix: pass hbm_gb >=" in err
 
 
 def test_profile_command_says_nothing_was_measured_on_cpu(tmp_path, capsys):

@@ -63,7 +63,7 @@ from planner._src.types import (
     Trace,
     Verification,
 )
-from planner._src.units import GB
+from planner._src.units import GB, fmt_bytes
 from planner._src.verify import (
     STATUS_NUMERICS,
     STATUS_OK,
@@ -988,10 +988,10 @@ class Planner:
             figures["the planner's smallest plan"] = best.verification.compiled_device_bytes
         if figures:
             name, need = min(figures.items(), key=lambda kv: kv[1])
-            what = f"the smallest of the plans tried compiles to {need / GB:.3f} GB ({name})"
+            what = f"the smallest of the plans tried compiles to {fmt_bytes(need)} ({name})"
         else:
             need = error.min_feasible_bytes if error is not None else float(budget)
-            what = f"the model's smallest plan needs {need / GB:.3f} GB (not compiled)"
+            what = f"the model's smallest plan needs {fmt_bytes(need)} (not compiled)"
         need_req = requested_for(need, hw, io_bytes(self.trace))
         note = (
             f"\nNote: of hbm_gb={requested / GB:g} the planner plans to {budget / GB:.3f} GB, "
@@ -1000,14 +1000,14 @@ class Planner:
             else ""
         )
         return InfeasibleBudgetError(
-            f"No plan fits {budget / GB:.3f} GB: {what}"
+            f"No plan fits {fmt_bytes(budget)}: {what}"
             + (
-                f" (the model's lower bound for any plan: {error.min_feasible_bytes / GB:.3f} GB)"
+                f" (the model's lower bound for any plan: {fmt_bytes(error.min_feasible_bytes)})"
                 if error is not None
                 else ""
             )
             + ".\n"
-            f"Why: {cost.fixed_bytes / GB:.3f} GB do not depend on the plan (parameters, "
+            f"Why: {fmt_bytes(cost.fixed_bytes)} do not depend on the plan (parameters, "
             "optimizer state, batch, outputs, activations outside checkpoint regions, compiler "
             "buffers), and the backward pass of a layer needs its working set.\n"
             f"Fix: pass hbm_gb >= {math.ceil(need_req / 1e6) / 1000:.3f}, or shrink what is "
