@@ -53,19 +53,17 @@ POINTS = (
     ("query_proj", "mlpwi_0", "mlpwi_1", "mlpwo"),
     ("query_proj", "key_proj", "value_proj", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo"),
 )
-# H200_BENCH's fields (examples/llama.py) with cuDNN attention, as a job's JSON config.
-CONFIG = dict(
-    vocab=32000,
-    d_model=4096,
-    n_heads=32,
-    n_kv_heads=8,
-    d_ff=14336,
-    n_layers=8,
-    batch=8,
-    seq=4096,
-    dtype="bfloat16",
-    attention_impl="cudnn",
-)
+
+
+def _bench_config() -> dict:
+    """examples/llama.py's H200_BENCH with cuDNN attention, as a job's JSON config."""
+    import dataclasses
+
+    from examples import llama
+
+    cfg = dataclasses.asdict(llama.H200_BENCH)
+    cfg.pop("remat_policy")  # set per job from the point's policy
+    return {**cfg, "attention_impl": "cudnn"}
 
 
 def _flags() -> str:
@@ -89,7 +87,7 @@ def run(a) -> None:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     flags = _flags()
-    config = json.loads(a.config) if a.config else CONFIG
+    config = json.loads(a.config) if a.config else _bench_config()
     # A second compile of the same program (the untraced timing after the trace) is read from
     # the persistent cache instead of compiled again: device time is what the sweep is short of.
     cache = {
