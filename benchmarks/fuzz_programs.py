@@ -420,10 +420,27 @@ def compile_bytes(s, policy) -> int:
     return device_bytes(jax.jit(step).lower(*args).compile())
 
 
-def mismatch(ref, got, dtype: str) -> str | None:
+def leaf_diffs(ref, got) -> list[float]:
+    """Per output leaf, the largest absolute difference of ``got`` from ``ref`` (finite
+    values)."""
+    out = []
+    for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves(got)):
+        a = np.asarray(a, np.float64)
+        b = np.asarray(b, np.float64)
+        fin = np.isfinite(a) & np.isfinite(b)
+        out.append(float(np.max(np.abs(a[fin] - b[fin]))) if fin.any() else 0.0)
+    return out
+
+
+def mismatch(ref, got, dtype: str, allowed: list[float] | None = None) -> str | None:
     """None when every leaf of ``got`` matches ``ref`` within a tolerance for the layer's
-    dtype (bf16 layers: 5e-2 of the leaf's scale; f32: 1e-4), else what differs."""
+    dtype (bf16 layers: 5e-2 of the leaf's scale; f32: 1e-4) or within ``allowed[k]`` (what
+    JAX's own stock policies differ from the user's step by on that leaf, measured on the
+    same program: a plan is not held to closer agreement than JAX's presets reach), else what
+    differs. Seeds 141 and 163 (2026-12-03): bf16 programs whose ``dots_saveable`` differs from
+    the user's policy by 0.063 on an Adam leaf of scale 0.343, exactly as much as the plan."""
     rtol = 5e-2 if dtype == "bfloat16" else 1e-4
+    allowed = allowed or []
     rl, gl = jax.tree.leaves(ref), jax.tree.leaves(got)
     if len(rl) != len(gl):
         return f"{len(gl)} outputs, expected {len(rl)}"
@@ -437,8 +454,12 @@ def mismatch(ref, got, dtype: str) -> str | None:
         fin = np.isfinite(a)
         scale = float(np.max(np.abs(a[fin]))) if fin.any() else 0.0
         err = float(np.max(np.abs(a[fin] - b[fin]))) if fin.any() else 0.0
-        if err > rtol * max(scale, 1e-6) + 1e-7:
-            return f"output {k}: max abs diff {err:.3g} at scale {scale:.3g} (rtol {rtol})"
+        stock = allowed[k] if k < len(allowed) else 0.0
+        if err > rtol * max(scale, 1e-6) + 1e-7 and err > 1.5 * stock:
+            return (
+                f"output {k}: max abs diff {err:.3g} at scale {scale:.3g} (rtol {rtol}; "
+                f"stock policies differ by at most {stock:.3g})"
+            )
     return None
 
 
@@ -471,6 +492,17 @@ def draw_budget(r: random.Random, lo: int, hi: int) -> tuple[str, float]:
     if u < 0.75:
         return "above", b * (1.0 + 0.3 * r.random()) + 1024
     return "below", a * (0.5 + 0.49 * r.random())
+
+
+def stock_spread(s, ref) -> list[float]:
+    """Per output leaf, the largest difference from the user's step among JAX's stock
+    policies run in its place (the honest rounding spread of this program)."""
+    spread: list[float] = []
+    for name in JAX_STOCK:
+        _, out = run_step(s, getattr(jax.checkpoint_policies, name))
+        d = leaf_diffs(ref, out)
+        spread = [max(a, b) for a, b in zip(spread, d)] if spread else d
+    return spread
 
 
 def _stock_fits(s, usable: int) -> dict[str, int]:
@@ -595,6 +627,8 @@ def _classify(s, session, requested: int, ref, rec: dict) -> None:
     if v.status == STATUS_UNVERIFIED and mine - host > limit:
         problems.append(f"emitted policy compiles here to {mine} - {host} host > {limit}")
     bad = mismatch(ref, got, numerics_dtype(s))
+    if bad:  # held to no closer agreement than JAX's own presets reach on this program
+        bad = mismatch(ref, got, numerics_dtype(s), stock_spread(s, ref))
     if bad:
         problems.append("numerics: " + bad)
     if problems:

@@ -108,6 +108,35 @@ def test_the_tolerance_scales_with_the_coarsest_float_dtype():
     assert not numerics.compare(np.ones(3) * 1e-9, np.zeros(3), eps32)[0].ok
 
 
+def test_the_tolerance_follows_dtypes_computed_inside_the_step():
+    """Fuzz seeds 125, 173, 184 (2026-12-03): a float32 step with a bfloat16 matmul inside
+    its layer was judged at float32's tolerance and its stock answer called "numerics
+    differ". The dtypes every equation computes (nested jaxprs included) set the tolerance."""
+    from planner._src import jax_adapter
+
+    @jax.checkpoint
+    def layer(h, w):
+        return jnp.tanh(h.astype(jnp.bfloat16) @ w.astype(jnp.bfloat16)).astype(jnp.float32)
+
+    def step(w, x):
+        def loss(w):
+            h, _ = jax.lax.scan(lambda c, _: (layer(c, w), None), x, None, length=2)
+            return jnp.sum(h)
+
+        return jax.grad(loss)(w)
+
+    args = (jnp.ones((8, 8)), jnp.ones((4, 8)))
+    jaxpr = jax.make_jaxpr(step)(*args)
+    assert jax_adapter.float_dtypes(jaxpr) == ("bfloat16", "float32")
+    eps32 = float(jnp.finfo(jnp.float32).eps)
+    assert numerics.coarsest_eps(args, step(*args)) == eps32  # inputs and outputs: f32 only
+    got = numerics.coarsest_eps(args, step(*args), computed=jax_adapter.float_dtypes(jaxpr))
+    assert got == float(jnp.finfo(jnp.bfloat16).eps)
+    # a float32 step computing only in float32 keeps float32's
+    f32 = jax.make_jaxpr(lambda w, x: jnp.tanh(x @ w))(*args)
+    assert jax_adapter.float_dtypes(f32) == ("float32",)
+
+
 # ------------------------------------------------------------------ the check in solve
 
 

@@ -546,6 +546,18 @@ def walk(jaxpr, mult: int = 1, scans: tuple = ()) -> Iterator[Site]:
             yield from walk(sub, mult * trips, inner)
 
 
+def float_dtypes(jaxpr) -> tuple[str, ...]:
+    """The floating dtypes of every value ``jaxpr`` computes (nested jaxprs included), by
+    name, sorted: what the numerics check's tolerance is set from."""
+    seen = set()
+    for site in walk(jaxpr):
+        for v in site.eqn.outvars:
+            dt = getattr(getattr(v, "aval", None), "dtype", None)
+            if dt is not None and jax.numpy.issubdtype(dt, jax.numpy.inexact):
+                seen.add(np.dtype(dt).name)
+    return tuple(sorted(seen))
+
+
 # ------------------------------------------------------------- what a policy really keeps
 
 

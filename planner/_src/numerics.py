@@ -22,9 +22,10 @@ cancels; Adam then scales that noise to the learning rate), and is judged agains
 parameters it sits among (the Flax NNX zoo model: 0.91 of that leaf's own scale, 3.8e-5 of
 its part's). The price: a leaf far smaller than the largest of its part (Adam's second
 moments beside the parameters) is checked only to that part's scale; a wrong gradient shows
-in the parameters it updates. ``eps`` is the machine epsilon of the step's *coarsest* floating dtype among its inputs and
-outputs (a float32 loss computed from bfloat16 logits differs at bfloat16's rounding, not at
-float32's), ``TOLERANCE_ULPS = 32`` and ``TOLERANCE_FLOOR = 1e-4``. Measured on XLA:CPU
+in the parameters it updates. ``eps`` is the machine epsilon of the step's *coarsest* floating dtype among its inputs,
+its outputs and every value it computes (a float32 loss computed from bfloat16 logits differs
+at bfloat16's rounding, not at float32's; so does a float32 step with a bfloat16 matmul
+inside a layer: program fuzzer seeds 125, 173, 184), ``TOLERANCE_ULPS = 32`` and ``TOLERANCE_FLOOR = 1e-4``. Measured on XLA:CPU
 (2026-12-03, JAX 0.10.2), the largest honest differences from the user's own policy: the
 bfloat16 MoE example under stock policies 0.0876 of a leaf's largest magnitude (11 eps; the
 router's top-k flips between near-tied experts), float32 MoE 1.3e-6, a float32 Llama plan
@@ -186,14 +187,16 @@ def _is_key(x) -> bool:
     return hasattr(x, "dtype") and jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
-def coarsest_eps(*trees) -> float:
-    """Machine epsilon of the coarsest floating dtype among the leaves (float32's if none)."""
+def coarsest_eps(*trees, computed: Sequence[str] = ()) -> float:
+    """Machine epsilon of the coarsest floating dtype among the leaves and the dtypes named
+    in ``computed`` (what the step computes in: ``Trace.float_dtypes``); float32's if none."""
     eps = [
         float(jax.numpy.finfo(x.dtype).eps)
         for t in trees
         for x in jax.tree.leaves(t)
         if hasattr(x, "dtype") and not _is_key(x) and _float_kind(x.dtype)
     ]
+    eps += [float(jax.numpy.finfo(jax.numpy.dtype(d)).eps) for d in computed]
     return max(eps, default=float(np.finfo(np.float32).eps))
 
 
@@ -347,6 +350,12 @@ def backend_note() -> str:
     )
 
 
+def _computed_dtypes(plan) -> tuple[str, ...]:
+    """The floating dtypes the planned step computes in (``Trace.float_dtypes``)."""
+    trace = getattr(plan, "trace", None)
+    return tuple(getattr(trace, "float_dtypes", ()))
+
+
 def check_numerics(plan, step_fn: Callable, *args) -> NumericsResult:
     """Run ``step_fn(*args)`` under ``plan``'s policies and as written, and compare every
     output leaf (module docstring: the tolerance). ``args`` must be concrete arrays of the
@@ -375,7 +384,7 @@ def check_numerics(plan, step_fn: Callable, *args) -> NumericsResult:
     return judge(
         planned,
         reference,
-        coarsest_eps(args, reference),
+        coarsest_eps(args, reference, computed=_computed_dtypes(plan)),
         decisions=plan.decisions(),
         ran_on=backend_note(),
     )

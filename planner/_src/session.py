@@ -658,7 +658,9 @@ class Planner:
                 result = numerics.judge(
                     planned,
                     self._reference,
-                    numerics.coarsest_eps(self._args, self._reference),
+                    numerics.coarsest_eps(
+                        self._args, self._reference, computed=plan.trace.float_dtypes
+                    ),
                     decisions=plan.decisions(),
                     ran_on=numerics.backend_note(),
                 )

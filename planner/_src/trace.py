@@ -957,6 +957,7 @@ def trace_step(
         num_partitions=index.num_partitions,
         step_work=cm.work_of(step_jaxpr),
         jax_version=jax.__version__,
+        float_dtypes=adapter.float_dtypes(step_jaxpr),
     )
 
 

@@ -174,6 +174,9 @@ class Trace:
     num_partitions: int = 1  # devices the step is partitioned over (SPMD)
     step_work: cm.Work = cm.Work()  # the whole step with nothing recomputed (global avals)
     jax_version: str = ""
+    # every floating dtype the step computes in (its equations' outputs, nested jaxprs
+    # included): the numerics check's tolerance follows the coarsest (numerics.py)
+    float_dtypes: tuple[str, ...] = ()
 
 
 # ------------------------------------------------------------------------------ stage 2: graph
