@@ -721,8 +721,17 @@ def main(argv=None):
     ap.add_argument("--command", help="with --summarize: the command that made the records")
     ap.add_argument("--wall", type=float, help="with --summarize: the run's wall seconds")
     ap.add_argument("--deadline", help="stop starting programs after this UTC time (HH:MM)")
+    ap.add_argument(
+        "--every",
+        type=int,
+        default=1,
+        help="run every K-th seed of the range (with --offset: one of K processes)",
+    )
+    ap.add_argument("--offset", type=int, default=0, help="with --every: which of the K")
     a = ap.parse_args(argv)
     command = f"python benchmarks/fuzz.py programs --n {a.n} --start {a.start}"
+    if a.every > 1:
+        command += f" --every {a.every} --offset {a.offset}"
     if a.summarize:
         records = [rescore(json.loads(x)) for x in Path(a.summarize).read_text().splitlines()]
         text = summary(records, a.command or command, a.wall or 0.0, a.n)
@@ -735,7 +744,7 @@ def main(argv=None):
     t = time.perf_counter()
     if jsonl:
         jsonl.write_text("")
-    for seed in range(a.start, a.start + a.n):
+    for seed in range(a.start + a.offset, a.start + a.n, a.every):
         if a.deadline and time.strftime("%H:%M", time.gmtime()) >= a.deadline:
             break
         rec = check(seed)
