@@ -496,10 +496,16 @@ def draw_budget(r: random.Random, lo: int, hi: int) -> tuple[str, float]:
 
 def stock_spread(s, ref) -> list[float]:
     """Per output leaf, the largest difference from the user's step among JAX's stock
-    policies run in its place (the honest rounding spread of this program)."""
+    policies run in its place and the user's step on its inputs moved by one ulp (the honest
+    rounding spread of this program: seed 329, 2026-12-03, a 4-layer f32 attention stack whose
+    gradients move by 0.7% for one ulp of input; benchmarks/results/jax-remat-bug-2026-12-03.md)."""
+    from planner._src.numerics import one_ulp_up
+
+    step, args = build(s, "user")
+    outs = [jax.jit(step)(*one_ulp_up(args))]
+    outs += [run_step(s, getattr(jax.checkpoint_policies, n))[1] for n in JAX_STOCK]
     spread: list[float] = []
-    for name in JAX_STOCK:
-        _, out = run_step(s, getattr(jax.checkpoint_policies, name))
+    for out in outs:
         d = leaf_diffs(ref, out)
         spread = [max(a, b) for a, b in zip(spread, d)] if spread else d
     return spread

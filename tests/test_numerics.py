@@ -404,3 +404,30 @@ def test_the_cpu_estimate_never_subtracts_more_than_the_compiler_counted(small, 
     )
     assert ver.compiled_device_bytes >= ver.compiled.argument_bytes > 0
     assert ver.status == STATUS_OVER
+
+
+def test_isolate_finds_the_decisions_behind_a_mismatch_by_bisection():
+    """numerics.isolate against brute force: every single culprit among up to 13 kept
+    classes is found exactly, in at most 2 log2(n) + 1 probes; two culprits that only differ
+    together come back as a set holding both; nothing when the kept set alone does not
+    differ."""
+    import itertools
+    import math
+
+    for n in range(1, 14):
+        keys = tuple(f"k{i}" for i in range(n))
+        for culprit in keys:
+            calls = []
+
+            def differs(sub, culprit=culprit, calls=calls):
+                calls.append(sub)
+                return culprit in sub
+
+            assert numerics.isolate(differs, keys) == (culprit,)
+            assert len(calls) <= 2 * math.ceil(math.log2(n)) + 1 if n > 1 else len(calls) == 1
+    keys = tuple(f"k{i}" for i in range(8))
+    for a, b in itertools.combinations(keys, 2):
+        got = numerics.isolate(lambda sub, a=a, b=b: a in sub and b in sub, keys)
+        assert a in got and b in got
+    assert numerics.isolate(lambda sub: False, keys) == ()
+    assert numerics.isolate(lambda sub: True, ()) == ()

@@ -280,6 +280,13 @@ def _warn_above_allocator_limit(budget_gb: float, hw) -> None:
 # ------------------------------------------------------------------------------ helpers
 
 
+MAX_NUMERICS_REPLANS = 3  # re-plans per session after a numerics mismatch
+NUMERICS_FORCED_WHY = (
+    "keeping it changed the step's outputs beyond rounding (a JAX/XLA bug, isolated by the "
+    "numerics check)"
+)
+
+
 def _normalize(graph: LivenessGraph, cost: CostModel, a: Assignment) -> Assignment:
     """Drop decisions that change nothing (classes the backward pass never reads)."""
     p = evaluate(cost, graph, a)
@@ -396,6 +403,11 @@ class Planner:
         self._args = example_args
         self._user_args = example_args  # as given (self._args may be placed on the target)
         self._reference = None  # the step's outputs under the user's policies (numerics)
+        self._sensitivity = None  # rounding-only runs of the step (numerics.run_sensitivity)
+        # classes whose saving changed the step's outputs (numerics.isolate): recomputed in
+        # every later plan of this session; key -> what was measured
+        self._numerics_forced: dict[str, str] = {}
+        self._replans = 0
         self._say = progress or (lambda message: None)
         self.compiler = resolve_compiler(self.hardware, example_args, self.options.compiler)
         deviceless = self.compiler.kind == "deviceless"
@@ -642,6 +654,7 @@ class Planner:
             try:
                 if self._reference is None:
                     self._reference = numerics.run_reference(self._step, self._args)
+                    self._sensitivity = numerics.run_sensitivity(self._step, self._args)
                 planned = numerics.run_planned(
                     self._step,
                     self._args,
@@ -663,6 +676,7 @@ class Planner:
                     ),
                     decisions=plan.decisions(),
                     ran_on=numerics.backend_note(),
+                    sensitivity=self._sensitivity,
                 )
             self._last_timings.append(("numerics check", time.perf_counter() - t))
         ver = plan.verification
@@ -679,6 +693,78 @@ class Planner:
         return dataclasses.replace(
             plan, verification=ver, numerics=result, timings=tuple(self._last_timings)
         )
+
+    def _replan_without_culprits(self, plan: Plan, requested: int) -> Plan | None:
+        """When the planner's own plan changes the step's outputs beyond rounding (a JAX or
+        XLA bug: a valid policy must not change the math; 2026-12-03, JAX 0.11.2 and 0.12.0.1,
+        saving softmax's row-max broadcast in fuzz program 329), find the kept classes behind
+        it (numerics.isolate: each probe runs the step keeping only a subset), force them to
+        be recomputed and plan again. At most ``MAX_NUMERICS_REPLANS`` times per session;
+        None when there is nothing to do."""
+        res = plan.numerics
+        if plan.choice != "planner" or res is None or not res.checked or res.ok:
+            return None
+        if self._replans >= MAX_NUMERICS_REPLANS:
+            return None
+        kept = tuple(
+            k
+            for k, d in plan.assignment.decisions
+            if d != "remat" and k not in self._numerics_forced
+        )
+        names = {c.key: c.name for c in plan.graph.classes}
+        eps = numerics.coarsest_eps(self._args, self._reference, computed=plan.trace.float_dtypes)
+        probes: list[tuple[tuple[str, ...], bool]] = []
+
+        def differs(sub: tuple[str, ...]) -> bool:
+            keep = {k: d for k, d in plan.assignment.decisions if k in set(sub)}
+            em = emit(Assignment.of(keep), names, self.hardware)
+            out = numerics.run_planned(
+                self._step, self._args, policy_maker(plan.graph, em.policy, em.policies)
+            )
+            checks = numerics.compare(out, self._reference, eps, self._sensitivity)
+            bad = any(not leaf.ok for leaf in checks)
+            probes.append((sub, bad))
+            return bad
+
+        self._say(
+            f"the plan changes the step's outputs: isolating which of {len(kept)} kept classes"
+        )
+        t = time.perf_counter()
+        try:
+            culprits = numerics.isolate(differs, kept)
+        except Exception:  # noqa: BLE001  (a probe that cannot run: keep the plan as checked)
+            culprits = ()
+        self._last_timings.append(
+            (f"numerics isolation ({len(probes)} runs)", time.perf_counter() - t)
+        )
+        if not culprits:
+            return None
+        labels = {c.key: c.label for c in plan.graph.classes}
+        for k in culprits:
+            self._numerics_forced[k] = (
+                f"keeping {labels.get(k, k)} {plan.assignment.get(k)}d changed the step's "
+                f"outputs beyond rounding ({len(probes)} probe runs, JAX {jax.__version__})"
+            )
+        self._replans += 1
+        return self._plan_one(requested)
+
+    def _noting_forced(self, plan: Plan) -> Plan:
+        """The verification note names the classes recomputed because keeping them changed
+        the math (they are not the plan's choice: JAX/XLA computes them wrongly when kept)."""
+        used = {c.key for c in plan.graph.classes}
+        hit = [why for k, why in self._numerics_forced.items() if k in used]
+        if not hit:
+            return plan
+        note = (
+            "Recomputed, not kept, because keeping them changed the step's outputs beyond "
+            "rounding on this JAX/XLA (a compiler bug: a checkpoint policy must not change the "
+            "math; the classes were isolated by running the step keeping subsets): "
+            + "; ".join(hit)
+            + "."
+        )
+        ver = plan.verification
+        ver = dataclasses.replace(ver, note=(ver.note + " " if ver.note else "") + note)
+        return dataclasses.replace(plan, verification=ver)
 
     def _stock_fit_bytes(self, name: str, tr, graph, cost) -> int | None:
         """The verifying compiler's bytes for stock policy ``name``: compiled once per
@@ -777,6 +863,7 @@ class Planner:
         headroom = requested - budget
         if self._grouped is not None and (opts.layer_groups or self._groups_pay(budget)):
             tr, graph = self._grouped
+        graph = _with_forced(graph, self._numerics_forced, NUMERICS_FORCED_WHY)
         correction = 0
         not_kept: set[str] = set()
         rounds: list[Round] = []
@@ -934,6 +1021,10 @@ class Planner:
             **self._compiler_fields(),
         )
         plan = self._with_numerics(plan, best.compiled)
+        replanned = self._replan_without_culprits(plan, requested)
+        if replanned is not None:
+            return replanned
+        plan = self._noting_forced(plan)
         ver = plan.verification
         if ver.compiled_device_bytes is not None and not _fits(ver, budget):
             warnings.warn(
