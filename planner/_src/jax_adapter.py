@@ -281,6 +281,41 @@ def controlled_policies(
             _state.controller = None
 
 
+def new_epoch(kind: str) -> tuple[str, int]:
+    """A fresh private trace-context value (module docstring), e.g. for one applied plan."""
+    return (kind, next(_epochs))
+
+
+@contextlib.contextmanager
+def applied_policies(
+    make_policy: Callable[[int, BoundRegion], Callable[..., Any]], epoch: tuple[str, int]
+) -> Iterator[list[BoundRegion]]:
+    """:func:`controlled_policies` under a fixed ``epoch`` (:func:`new_epoch`): the policies
+    a user's step runs with after ``plan.apply``. The same epoch on every call keeps JAX's
+    caches working for the applied step (traced and compiled once, like any jitted step),
+    apart from the entries of the step as the user wrote it. Inside a planner trace on this
+    thread (its own controlled block) the planner's policies win and this does nothing."""
+    if _active() is not None:
+        yield []
+        return
+    ctl = _Controller(make_policy)
+    with _patched():
+        _state.controller = ctl
+        try:
+            with _TRACE_EPOCH(epoch):
+                yield ctl.regions
+        finally:
+            _state.controller = None
+
+
+def saved_residuals(f: Callable, *args) -> list[tuple[str, str]]:
+    """JAX's own list of what ``jax.grad(f)`` keeps from the forward pass, as
+    ``jax.ad_checkpoint.print_saved_residuals`` prints it: ``(aval text, where)`` pairs."""
+    return [
+        (aval.str_short(short_dtypes=True), src) for aval, src in _adc.saved_residuals(f, *args)
+    ]
+
+
 @contextlib.contextmanager
 def isolated_traces() -> Iterator[None]:
     """Traces made on this thread inside the block get a trace context of their own (a new
@@ -600,6 +635,7 @@ def trace_step_with(step_fn: Callable, args, make_policy) -> tuple[Any, list[Bou
 INTERNALS = (
     ("jax._src.ad_checkpoint", "remat_p"),
     ("jax._src.ad_checkpoint", "name_p"),
+    ("jax._src.ad_checkpoint", "saved_residuals"),
     ("jax._src.core", "Var"),
     ("jax._src.core", "Jaxpr"),
     ("jax._src.core", "Literal"),

@@ -90,6 +90,20 @@ class Plan:
             return self.emitted.policies
         return (self.emitted.policy,) * sum(rg.region.call_sites for rg in self.graph.regions)
 
+    def bind_groups(self) -> dict[int, int | None]:
+        """Bind order of the step's checkpoint call sites -> their layer group (None: the one
+        policy): how ``apply`` and the plan file know which call site gets which policy."""
+        return {b: rg.region.group for rg in self.graph.regions for b in rg.region.bind_ids}
+
+    def apply(self, step_fn):
+        """``step_fn`` with every checkpoint region under this plan's policy, per call site
+        where the plan decides per layer group, without editing the model: use the result as
+        your step (``step = plan.apply(train_step)``; jit it as you would the step)."""
+        from planner._src.apply import apply, binding
+
+        b = binding(self.bind_groups(), self.emitted.policy, self.emitted.policies)
+        return apply(step_fn, b)
+
     @property
     def layer_groups(self) -> int:
         """How many layer groups the plan decides separately (0: one decision for all)."""

@@ -37,6 +37,9 @@ class SavedPlan:
     call_sites: int = 1  # checkpoint call sites of the step (plan.policies' length)
     # jax / jaxlib / planner versions the plan was made with ({} for files written before)
     versions: dict = dataclasses.field(default_factory=dict, compare=False)
+    # bind order of the checkpoint call sites -> layer group (Plan.bind_groups); () for files
+    # written before it was recorded (apply then needs a uniform plan)
+    bind_groups: tuple[tuple[int, int | None], ...] = ()
 
     @property
     def policy(self):
@@ -57,6 +60,20 @@ class SavedPlan:
     def layer_groups(self) -> int:
         """How many layer groups the plan decides separately (0: one decision for all)."""
         return num_groups(dict(self.class_names))
+
+    def apply(self, step_fn):
+        """``step_fn`` with every checkpoint region under this plan's policy, per call site
+        where it decides per layer group (``Plan.apply``)."""
+        from planner._src.apply import apply, binding
+
+        policy, _, _, policies, _ = policies_for(self.assignment, dict(self.class_names))
+        if policies and not self.bind_groups and policy is None:
+            raise PlanFileError(
+                f"The plan in {self.path or 'this file'} decides per layer group but does not "
+                "record which call site is which group (it was written by an older planner).\n"
+                "Fix: save the plan again with plan.save(path), then load_plan(path).apply(step)."
+            )
+        return apply(step_fn, binding(dict(self.bind_groups), policy, policies))
 
     def report(self, fmt: str = "markdown") -> str:
         from planner._src.report import Report, render, report_from_dict
@@ -158,6 +175,7 @@ def save(plan, path: str | os.PathLike) -> None:
         "xla_flags": plan.xla_flags,
         "maxtext_yaml": plan.maxtext_yaml,
         "call_sites": len(plan.policies),
+        "bind_groups": [[b, g] for b, g in sorted(plan.bind_groups().items())],
         "report": dataclasses.asdict(build_report(plan)),
     }
     text = json.dumps(data, indent=1, sort_keys=True)
@@ -270,6 +288,7 @@ def _parse(data: dict, path: Path) -> SavedPlan:
     recorded = data.get("versions")
     if recorded is not None and not isinstance(recorded, dict):
         raise _damaged(path, f"'versions' is {recorded!r:.80}, not a mapping")
+    bind_groups = _bind_groups(data.get("bind_groups", []), path)
     report = _field(data, path, "report", dict, "the plan's report")
     try:
         report_from_dict(report)
@@ -288,4 +307,21 @@ def _parse(data: dict, path: Path) -> SavedPlan:
         path=str(path),
         call_sites=call_sites,
         versions=dict(recorded or {}),
+        bind_groups=bind_groups,
     )
+
+
+def _bind_groups(raw, path) -> tuple[tuple[int, int | None], ...]:
+    """``[[bind id, group or null], ...]`` checked."""
+
+    def ok(pair):
+        return (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in pair[:1])
+            and (pair[1] is None or (isinstance(pair[1], int) and not isinstance(pair[1], bool)))
+        )
+
+    if not isinstance(raw, list) or not all(ok(p) for p in raw):
+        raise _damaged(path, f"'bind_groups' is {raw!r:.80}, not [[bind id, group], ...] pairs")
+    return tuple((b, g) for b, g in raw)
