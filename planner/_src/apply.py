@@ -45,6 +45,7 @@ class Binding:
 
 def binding(bind_groups: Mapping[int, int | None], policy, policies: tuple = ()) -> Binding:
     """``bind_groups``: bind id -> layer group (None: the region is not decided per group)."""
+
     def of(group):
         return policies[group] if policies and group is not None else policy
 
