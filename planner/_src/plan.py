@@ -122,11 +122,12 @@ class Plan:
     def assignment(self) -> Assignment:
         return self.solution.assignment
 
-    def headroom_why(self) -> str:
-        """Why ``headroom_bytes`` of the budget is left free (allocator, XLA's own limit)."""
+    def headroom_why(self, short: bool = False) -> str:
+        """Why ``headroom_bytes`` of the budget is left free (allocator, XLA's own limit);
+        ``short``: in one line."""
         from planner._src.session import headroom_why
 
-        return headroom_why(self.hardware)
+        return headroom_why(self.hardware, short=short)
 
     def decisions(self) -> dict[str, str]:
         """Decision per tensor label for the classes the backward pass reads."""
@@ -134,11 +135,12 @@ class Plan:
 
         return {row.label: row.decision for row in build_report(self).rows}
 
-    def report(self, fmt: str = "text") -> str:
-        """The report: ``text`` (rich console), ``markdown`` or ``json``."""
+    def report(self, fmt: str = "text", plan_file: str | None = None) -> str:
+        """The report: ``text`` (rich console), ``markdown`` or ``json``; ``plan_file``: where
+        the plan was saved, which the printed snippets load."""
         from planner._src.report import build_report, render
 
-        return render(build_report(self), fmt)
+        return render(build_report(self, plan_file), fmt)
 
     def save(self, path) -> None:
         """Write a versioned JSON plan file; ``planner.load_plan(path)`` reads it back."""

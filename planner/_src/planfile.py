@@ -40,6 +40,8 @@ class SavedPlan:
     # bind order of the checkpoint call sites -> layer group (Plan.bind_groups); () for files
     # written before it was recorded (apply then needs a uniform plan)
     bind_groups: tuple[tuple[int, int | None], ...] = ()
+    # Plan.candidates() as saved (JSON: shapes are lists); () for files written before
+    candidates_data: tuple = dataclasses.field(default=(), compare=False)
 
     @property
     def policy(self):
@@ -75,7 +77,20 @@ class SavedPlan:
             )
         return apply(step_fn, binding(dict(self.bind_groups), policy, policies))
 
-    def report(self, fmt: str = "markdown") -> str:
+    def decisions(self) -> dict[str, str]:
+        """Decision per tensor label, as ``Plan.decisions()``."""
+        from planner._src.report import report_from_dict
+
+        return {row.label: row.decision for row in report_from_dict(self.report_data).rows}
+
+    def candidates(self) -> list[dict]:
+        """Every candidate tensor with its decision, as ``Plan.candidates()`` (shapes as
+        lists, as JSON keeps them; empty for files written before they were recorded)."""
+        return [dict(c) for c in self.candidates_data]
+
+    def report(self, fmt: str = "text") -> str:
+        """The plan's report as it was made: ``text`` (as the CLI prints it), ``markdown``
+        or ``json`` (``Plan.report``)."""
         from planner._src.report import Report, render, report_from_dict
 
         r = report_from_dict(self.report_data)
@@ -176,7 +191,8 @@ def save(plan, path: str | os.PathLike) -> None:
         "maxtext_yaml": plan.maxtext_yaml,
         "call_sites": len(plan.policies),
         "bind_groups": [[b, g] for b, g in sorted(plan.bind_groups().items())],
-        "report": dataclasses.asdict(build_report(plan)),
+        "candidates": plan.candidates(),
+        "report": dataclasses.asdict(build_report(plan, str(path))),
     }
     text = json.dumps(data, indent=1, sort_keys=True)
     path = check_writable(path)
@@ -308,7 +324,14 @@ def _parse(data: dict, path: Path) -> SavedPlan:
         call_sites=call_sites,
         versions=dict(recorded or {}),
         bind_groups=bind_groups,
+        candidates_data=_candidates(data.get("candidates", []), path),
     )
+
+
+def _candidates(raw, path) -> tuple:
+    if not isinstance(raw, list) or not all(isinstance(c, dict) for c in raw):
+        raise _damaged(path, f"'candidates' is {raw!r:.80}, not a list of mappings")
+    return tuple(raw)
 
 
 def _bind_groups(raw, path) -> tuple[tuple[int, int | None], ...]:
