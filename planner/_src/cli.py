@@ -580,7 +580,10 @@ def _parser() -> argparse.ArgumentParser:
     _common(s, planning=True)
     s.add_argument("--hbm-gb", type=_gb, required=True, help="budget per device, GB (1e9 bytes)")
     s.add_argument(
-        "--format", choices=("text", "markdown", "json"), default="text", help="the report as text (as printed; default), markdown or json"
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        help="the report as text (as printed; default), markdown or json",
     )
     s.add_argument("--out", help="also write the report to this file")
     s.add_argument("--save", metavar="PLAN.json", help="write the plan file (planner.load_plan)")
@@ -591,7 +594,10 @@ def _parser() -> argparse.ArgumentParser:
     _common(r)
     r.add_argument("plan", help="a plan file written by solve --save or plan.save()")
     r.add_argument(
-        "--format", choices=("text", "markdown", "json"), default="text", help="the report as text (as printed; default), markdown or json"
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        help="the report as text (as printed; default), markdown or json",
     )
     r.add_argument("--out", help="also write the report to this file")
     r.set_defaults(run=_cmd_report)
@@ -645,7 +651,6 @@ def main(argv=None) -> int:
     except SystemExit as e:  # --help, --version, or a usage error argparse already printed
         return e.code if isinstance(e.code, int) else 2
     import cost_models as cm  # JAX only now: --help and --version answer without it
-
     import planner
 
     try:
