@@ -129,3 +129,33 @@ def test_the_maxtext_block_parses_and_says_it_is_partial(quickstart):
     assert set(block.values()) <= {"remat", "device", "offload"}
     if not all(c.name for c in plan.graph.classes if plan.assignment.get(c.key) != "remat"):
         assert printed.startswith("# Partial")
+
+
+def test_status_block_and_rows_a_user_can_map_to_code(quickstart):
+    from planner._src.report import build_report
+    from planner._src.units import fmt_bytes
+
+    plan, path = quickstart
+    r = build_report(plan, path)
+    lines = r.status_lines
+    first = {}
+    for what, text in lines:
+        first.setdefault(what, text)
+    assert first["compiled by"].startswith(plan.compiler)
+    assert "not the target's" in first["compiled by"]  # XLA:CPU on this machine, target h200
+    assert first["budget"].startswith(f"{fmt_bytes(plan.budget_bytes)} as given")
+    usable = plan.budget_bytes - plan.headroom_bytes
+    assert first["planned to"].startswith(fmt_bytes(usable)) and len(first["planned to"]) < 120
+    compiled = plan.verification.compiled_device_bytes
+    assert first["compiled"].startswith(fmt_bytes(compiled))
+    assert ("fits" if compiled <= usable else "OVER") in first["compiled"]
+    checks = [t for w, t in lines if w == "check"]
+    assert len(checks) == len(plan.verification.checks)
+    if plan.prediction.host_bytes == 0:  # a check that cannot fail is not shown as passed
+        assert not any("host memory" in c for c in checks)
+    text = plan.report()
+    assert all(f"{w} {t}"[:60] in text for w, t in lines if w != "check")
+    for row in r.rows:
+        assert row.members >= 1 and row.jax_label.split(" ")[0].endswith("]")
+        assert "examples/llama.py:" in row.source, row.source  # the user's frame
+        assert f"{row.recompute_ms:.3f} ms" in row.reason

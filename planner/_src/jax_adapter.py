@@ -50,8 +50,26 @@ from jax._src.interpreters import partial_eval as _pe
 
 remat_p = _adc.remat_p
 
-# Source lines reported to users should point at their code, not at this adapter.
+# Source lines reported to users should point at their code, not at this adapter, nor at
+# the libraries that bind checkpoint regions for them (Flax's nn.remat / nn.scan lifting,
+# Equinox, penzai: a region "at flax/core/axes_scan.py" says nothing to the user). Found
+# without importing them.
 _siu.register_exclusion(__file__.rsplit("/", 1)[0])
+
+
+def _exclude_libraries(names=("flax", "equinox", "penzai")) -> None:
+    import importlib.util
+
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for where in (spec.submodule_search_locations or []) if spec else []:
+            _siu.register_exclusion(str(where))
+
+
+_exclude_libraries()
 Var = _core.Var
 # JAX <= 0.11 has two classes, Jaxpr and ClosedJaxpr (a Jaxpr with its constants); JAX 0.12
 # merged them into Jaxpr (jax._src.core has no ClosedJaxpr; jax.extend.core.ClosedJaxpr is
