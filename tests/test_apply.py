@@ -160,3 +160,17 @@ def test_apply_on_flax_scan_remat(tmp_path):
     got = jax.jit(plan.apply(step))(state, tokens)
     want = jax.jit(step)(state, tokens)
     _same_numbers(got, want)
+
+
+def test_saved_plan_reads_like_a_plan(loop_plan, tmp_path):
+    plan = loop_plan[0]
+    plan.save(tmp_path / "plan.json")
+    saved = planner.load_plan(tmp_path / "plan.json")
+    for name in ("policies", "xla_flags", "maxtext_yaml", "layer_groups"):
+        assert hasattr(saved, name), name
+    assert saved.bind_groups() == plan.bind_groups()
+    assert saved.decisions() == plan.decisions()
+    got, want = saved.candidates(), plan.candidates()
+    assert [c["decision"] for c in got] == [c["decision"] for c in want]
+    assert [tuple(c["shape"]) for c in got] == [tuple(c["shape"]) for c in want]
+    assert saved.report() == plan.report(plan_file=str(tmp_path / "plan.json"))

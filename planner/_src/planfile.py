@@ -39,7 +39,7 @@ class SavedPlan:
     versions: dict = dataclasses.field(default_factory=dict, compare=False)
     # bind order of the checkpoint call sites -> layer group (Plan.bind_groups); () for files
     # written before it was recorded (apply then needs a uniform plan)
-    bind_groups: tuple[tuple[int, int | None], ...] = ()
+    bind_group_pairs: tuple[tuple[int, int | None], ...] = ()
     # Plan.candidates() as saved (JSON: shapes are lists); () for files written before
     candidates_data: tuple = dataclasses.field(default=(), compare=False)
 
@@ -69,13 +69,17 @@ class SavedPlan:
         from planner._src.apply import apply, binding
 
         policy, _, _, policies, _ = policies_for(self.assignment, dict(self.class_names))
-        if policies and not self.bind_groups and policy is None:
+        if policies and not self.bind_group_pairs and policy is None:
             raise PlanFileError(
                 f"The plan in {self.path or 'this file'} decides per layer group but does not "
                 "record which call site is which group (it was written by an older planner).\n"
                 "Fix: save the plan again with plan.save(path), then load_plan(path).apply(step)."
             )
-        return apply(step_fn, binding(dict(self.bind_groups), policy, policies))
+        return apply(step_fn, binding(self.bind_groups(), policy, policies))
+
+    def bind_groups(self) -> dict[int, int | None]:
+        """Bind order of the step's checkpoint call sites -> layer group (``Plan.bind_groups``)."""
+        return dict(self.bind_group_pairs)
 
     def decisions(self) -> dict[str, str]:
         """Decision per tensor label, as ``Plan.decisions()``."""
@@ -323,7 +327,7 @@ def _parse(data: dict, path: Path) -> SavedPlan:
         path=str(path),
         call_sites=call_sites,
         versions=dict(recorded or {}),
-        bind_groups=bind_groups,
+        bind_group_pairs=bind_groups,
         candidates_data=_candidates(data.get("candidates", []), path),
     )
 

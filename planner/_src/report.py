@@ -109,12 +109,15 @@ def jax_label(c) -> str:
     return f"{aval} {what} from {c.source}" if c.source else f"{aval} {what}"
 
 
+REGION_LINE = "the region's line: JAX made this tensor, no line of yours"
+
+
 def _source_or(where: str, region_source: str = "") -> str:
     """The user's line; equations JAX's own rules made (no user frame): the region's line."""
     if where:
         return where
     if region_source:
-        return f"{region_source} (made by JAX inside this region)"
+        return f"{region_source} [{REGION_LINE}]"
     return "(no source line: JAX recorded none outside JAX and the planner)"
 
 
@@ -172,7 +175,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
     for cls in graph.classes:
         nbytes = rec = xfer = 0
         members = 0
-        source = label = ""
+        source = label = region_source = ""
         shards: set[str] = set()
         for rid, i in cls.members:
             rg, rc, rp = by_region[rid]
@@ -184,7 +187,8 @@ def build_report(plan, plan_file: str | None = None) -> Report:
             rec += L * rc.recompute_s[i]
             xfer += L * (rc.d2h_s[i] + rc.h2d_s[i])
             members += 1
-            source = source or _source_or(c.source, rg.region.source)
+            source = source or c.source
+            region_source = region_source or rg.region.source
             label = label or jax_label(c)
             shards.add(f"1/{c.shard_divisor} ({c.shard_source})")
         if not members:
@@ -197,7 +201,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
                 rec,
                 xfer,
                 members,
-                source,
+                _source_or(source, region_source),
                 "; ".join(sorted(shards)) if plan.trace.num_partitions > 1 else "",
                 label,
             )
@@ -286,9 +290,13 @@ def build_report(plan, plan_file: str | None = None) -> Report:
         )
     notes.extend(sharding_notes(plan.trace))
     if plan.trace.undifferentiated_regions:
+        # Not "never differentiated": Flax's nn.scan traces a remat body for its shapes, a
+        # bind the step's program never runs; a region whose output is unused is another.
         notes.append(
-            f"{plan.trace.undifferentiated_regions} checkpoint region(s) are never "
-            "differentiated and were ignored."
+            f"{plan.trace.undifferentiated_regions} checkpoint region(s) were bound while "
+            "tracing but have no backward pass in the step's program (a library tracing a "
+            "body for its shapes, as Flax's nn.scan does, or an output nothing uses); they "
+            "hold nothing to plan."
         )
     for rg in graph.regions:
         if rg.region.scan_unroll > 1 and cost.allow_offload:
@@ -586,7 +594,7 @@ def _text(r: Report) -> str:
     for row in r.rows:
         t.add_row(
             *([str(row.group)] if g else []),
-            row.source.rsplit("/", 1)[-1].split(" (")[0],
+            _short_source(row.source),
             _short_label(row),
             str(row.members),
             row.decision,
@@ -660,6 +668,12 @@ def _snippet_texts(r: Report) -> dict:
         "xla_flags": f"export XLA_FLAGS={r.xla_flags!r}\n" if r.xla_flags else "# none\n",
         "maxtext": r.maxtext_yaml,
     }
+
+
+def _short_source(source: str) -> str:
+    """``file.py:line:col`` of a row's source (``(region)`` where JAX made the tensor)."""
+    short = source.rsplit("/", 1)[-1].split(" (")[0].split(" [")[0]
+    return short + " (region)" if REGION_LINE in source else short
 
 
 def _short_label(row: Row) -> str:
