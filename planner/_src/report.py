@@ -106,14 +106,23 @@ def jax_label(c) -> str:
     short = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "int32": "i32"}
     aval = f"{short.get(c.dtype, c.dtype)}[{','.join(map(str, c.shape))}]"
     what = f"named '{c.name}'" if c.name else f"output of {c.primitive}"
-    return f"{aval} {what} from {c.source}" if c.source else f"{aval} {what}"
+    return f"{aval} {what} from {relative(c.source)}" if c.source else f"{aval} {what}"
 
 
 REGION_LINE = "the region's line: JAX made this tensor, no line of yours"
 
 
+def relative(source: str) -> str:
+    """A source line relative to the working directory (how the user names their files)."""
+    import os
+
+    cwd = os.getcwd().rstrip("/") + "/"
+    return source[len(cwd) :] if source.startswith(cwd) else source
+
+
 def _source_or(where: str, region_source: str = "") -> str:
     """The user's line; equations JAX's own rules made (no user frame): the region's line."""
+    where, region_source = relative(where), relative(region_source)
     if where:
         return where
     if region_source:
