@@ -174,3 +174,10 @@ def test_saved_plan_reads_like_a_plan(loop_plan, tmp_path):
     assert [c["decision"] for c in got] == [c["decision"] for c in want]
     assert [tuple(c["shape"]) for c in got] == [tuple(c["shape"]) for c in want]
     assert saved.report() == plan.report(plan_file=str(tmp_path / "plan.json"))
+
+
+def test_an_unnamed_model_gets_no_empty_maxtext_block(loop_plan):
+    from planner._src.paste import paste_snippets
+
+    text = paste_snippets(loop_plan[0])["maxtext"]
+    assert text.startswith("# No MaxText block") and "remat_policy: custom\n" not in text

@@ -116,6 +116,17 @@ def maxtext_snippet(plan) -> str:
     tensors the block is the closest MaxText can express, and the comment says so.
     """
     block = plan.maxtext_yaml
+    named = [
+        ln
+        for ln in block.splitlines()
+        if ln.strip() and not ln.lstrip().startswith("#") and not ln.startswith("remat_policy")
+    ]
+    if not named:
+        return (
+            "# No MaxText block: MaxText's remat_policy: custom decides tensors by their\n"
+            "# checkpoint_name, and this model names none. Name them (jax.ad_checkpoint.\n"
+            "# checkpoint_name) to get one, or use plan.apply / the Python policy.\n"
+        )
     if _names_only(plan):
         return block
     return (
