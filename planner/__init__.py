@@ -11,63 +11,63 @@
 Everything below is the public API; the modules under ``planner._src`` are private.
 """
 
-from cost_models import HardwareProfile, list_profiles, load_profile
-from planner._src.emit import PlannerPolicy
-from planner._src.errors import (
-    InfeasibleBudgetError,
-    InvalidArgumentError,
-    LayerGroupsError,
-    NoCheckpointRegionError,
-    PlanFileError,
-    PlannerError,
-    SolverError,
-    TraceError,
-    UnsupportedError,
-)
-from planner._src.numerics import NumericsResult, check_numerics
-from planner._src.options import PlanOptions
-from planner._src.paste import paste_snippets
-from planner._src.plan import Plan, PlanWarning
-from planner._src.planfile import SavedPlan
-from planner._src.planfile import load as load_plan
-from planner._src.plots import hbm_timeline, pareto_curve
-from planner._src.profiling import ProfileResult, profile
-from planner._src.session import Planner, pareto, solve
-from planner._src.types import Assignment, Prediction, Verification
+import importlib
 
 __version__ = "0.2.0"
 
-__all__ = [
-    "Assignment",
-    "HardwareProfile",
-    "InfeasibleBudgetError",
-    "InvalidArgumentError",
-    "LayerGroupsError",
-    "NoCheckpointRegionError",
-    "NumericsResult",
-    "Plan",
-    "PlanFileError",
-    "PlanOptions",
-    "PlanWarning",
-    "Planner",
-    "PlannerError",
-    "PlannerPolicy",
-    "Prediction",
-    "ProfileResult",
-    "SavedPlan",
-    "SolverError",
-    "TraceError",
-    "UnsupportedError",
-    "Verification",
-    "__version__",
-    "check_numerics",
-    "hbm_timeline",
-    "list_profiles",
-    "load_plan",
-    "load_profile",
-    "pareto",
-    "pareto_curve",
-    "paste_snippets",
-    "profile",
-    "solve",
-]
+# Public name -> (module, attribute). Imported on first use (PEP 562), so that
+# ``python -m planner --help`` and ``--version`` answer without importing JAX.
+_PUBLIC = {
+    "HardwareProfile": ("cost_models", "HardwareProfile"),
+    "list_profiles": ("cost_models", "list_profiles"),
+    "load_profile": ("cost_models", "load_profile"),
+    "PlannerPolicy": ("planner._src.emit", "PlannerPolicy"),
+    **{
+        name: ("planner._src.errors", name)
+        for name in (
+            "InfeasibleBudgetError",
+            "InvalidArgumentError",
+            "LayerGroupsError",
+            "NoCheckpointRegionError",
+            "PlanFileError",
+            "PlannerError",
+            "SolverError",
+            "TraceError",
+            "UnsupportedError",
+        )
+    },
+    "NumericsResult": ("planner._src.numerics", "NumericsResult"),
+    "check_numerics": ("planner._src.numerics", "check_numerics"),
+    "PlanOptions": ("planner._src.options", "PlanOptions"),
+    "paste_snippets": ("planner._src.paste", "paste_snippets"),
+    "Plan": ("planner._src.plan", "Plan"),
+    "PlanWarning": ("planner._src.plan", "PlanWarning"),
+    "SavedPlan": ("planner._src.planfile", "SavedPlan"),
+    "load_plan": ("planner._src.planfile", "load"),
+    "hbm_timeline": ("planner._src.plots", "hbm_timeline"),
+    "pareto_curve": ("planner._src.plots", "pareto_curve"),
+    "ProfileResult": ("planner._src.profiling", "ProfileResult"),
+    "profile": ("planner._src.profiling", "profile"),
+    "Planner": ("planner._src.session", "Planner"),
+    "pareto": ("planner._src.session", "pareto"),
+    "solve": ("planner._src.session", "solve"),
+    "Assignment": ("planner._src.types", "Assignment"),
+    "Prediction": ("planner._src.types", "Prediction"),
+    "Verification": ("planner._src.types", "Verification"),
+}
+
+__all__ = sorted([*_PUBLIC, "__version__"])
+
+
+def __getattr__(name: str):
+    try:
+        module, attr = _PUBLIC[name]
+    except KeyError:
+        raise AttributeError(f"module 'planner' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return __all__

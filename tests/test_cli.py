@@ -303,3 +303,39 @@ def test_pareto_auto_budgets_leave_the_allocator_headroom_on_top():
     for a, b in zip(plain, spaced):
         assert b.budget_bytes == pytest.approx(a.budget_bytes / 0.9, rel=1e-6)
         assert b.budget_bytes - b.headroom_bytes == pytest.approx(a.budget_bytes, rel=1e-6)
+
+
+def test_help_and_version_answer_without_importing_jax():
+    """``--help`` parses before anything imports JAX (issue 19: it took 4-6 s)."""
+    code = (
+        "import sys, contextlib, io\n"
+        "from planner._src.cli import main\n"
+        "for argv in (['--help'], ['solve', '--help'], ['--version']):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "        assert main(argv) == 0, argv\n"
+        "    print(out.getvalue())\n"
+        "print('JAX IMPORTED' if 'jax' in sys.modules else 'NO JAX')\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip().endswith("NO JAX"), r.stdout[-500:]
+    import planner
+
+    assert f"python -m planner {planner.__version__}" in r.stdout
+
+
+def test_every_option_has_help_and_the_profiles_are_listed():
+    import argparse
+
+    from planner._src.cli import _parser, profile_names
+
+    assert {"h200", "cpu"} <= set(profile_names())
+    ap = _parser()
+    sub = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
+    for name, p in sub.choices.items():
+        for action in p._actions:
+            assert action.help and action.help != argparse.SUPPRESS, (name, action.dest)
+        if any(a.dest == "hardware" for a in p._actions):
+            assert "h200" in p.format_help() and "h100-sxm" in p.format_help(), name

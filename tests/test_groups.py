@@ -222,8 +222,8 @@ def test_plan_policy_teaches_when_groups_differ(grouped):
 def test_outputs_say_per_group_what_was_chosen(grouped):
     _, _, plan = grouped
     md = plan.report("markdown")
-    assert "| group | tensor |" in md and "layer group 1: region 1" in md
-    assert "Policies, one per layer group:" in md
+    assert "| group | source |" in md and "layer group 1: region 1" in md
+    assert "policies = " in md
     from planner._src.report import build_report
 
     rows = {r.group for r in build_report(plan).rows}
@@ -249,7 +249,7 @@ def test_plan_file_round_trips_the_group_policies(grouped, tmp_path):
         )
     assert loaded.maxtext_yaml == plan.maxtext_yaml
     assert paste_snippets(loaded) == paste_snippets(plan)
-    assert "| group | tensor |" in loaded.report("markdown")
+    assert "| group | source |" in loaded.report("markdown")
 
 
 def test_uniform_when_groups_do_not_pay_or_are_refused(tmp_path):

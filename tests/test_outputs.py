@@ -106,10 +106,14 @@ def test_xla_flags_line_quotes_for_the_shell(plan):
     sh = shutil.which("sh")
     if sh is None:
         pytest.skip("no POSIX shell to run the line")
-    out = subprocess.run(
-        [sh, "-c", line + 'printf %s "$XLA_FLAGS"'], capture_output=True, text=True, check=True
-    ).stdout
-    assert out == flags
+    for mine in ("", "--xla_cpu_enable_fast_math=false"):  # the user's own flags are kept
+        out = subprocess.run(
+            [sh, "-c", f'export XLA_FLAGS="{mine}"\n' + line + 'printf %s "$XLA_FLAGS"'],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert out == (f"{mine} {flags}" if mine else flags)
 
 
 def _check_maxtext_block(plan, text):

@@ -142,7 +142,10 @@ def test_plan_file_round_trips_and_detects_a_stale_step(plans, tmp_path):
     p.save(path)
     saved = planner.load_plan(path)
     assert saved.assignment == p.assignment and saved.xla_flags == p.xla_flags
-    assert saved.report("markdown") == p.report("markdown")
+    assert saved.report("markdown") == p.report("markdown", plan_file=str(path))
+    assert saved.report() == p.report(plan_file=str(path))  # text by default, as the CLI
+    assert saved.decisions() == p.decisions()
+    assert len(saved.candidates()) == len(p.candidates())
     e = saved.policy
     # The loaded policy decides every candidate as the plan did.
     from planner._src import jax_adapter as adapter
@@ -362,7 +365,7 @@ def test_gpu_plans_stay_under_xlas_own_memory_limit():
     assert plan.budget_bytes - plan.headroom_bytes == usable
     assert plan.prediction.peak_bytes <= usable
     assert not {b.name: b for b in plan.baselines}["everything_saveable"].fits
-    assert "XLA:GPU compiles against 95%" in render(build_report(plan), "markdown")
+    assert "XLA:GPU's 95% compile limit" in render(build_report(plan), "markdown")
     assert isinstance(small, planner.InfeasibleBudgetError) and "XLA:GPU" in str(small)
     assert abs(small.min_feasible_bytes - need) <= 1e-6 * need
     assert isinstance(ok, planner.Plan)

@@ -235,7 +235,8 @@ def _cmd_solve(a) -> int:
 
             progress(f"drawing the memory timeline to {a.timeline}")
             hbm_timeline(plan, a.timeline)
-    _emit(plan.report("json" if a.json else a.format), a.out)  # the report first: never lost
+    # the report first: never lost; its snippets load the plan from --save's path
+    _emit(plan.report("json" if a.json else a.format, plan_file=a.save), a.out)
     if a.save:
         plan.save(a.save)  # a PlanFileError here still leaves the report printed (exit 2)
         print(
@@ -389,10 +390,18 @@ def _cmd_pareto(a) -> int:
                 progress(f"drawing the curve to {path}")
                 pareto_curve(results, path, budgets_gb=budgets)
     rows, stock = _pareto_rows(results, budgets), _stock_rows(results)
+    verified = not a.no_verify
     if a.json:
-        _emit(json.dumps({"budgets": rows, "stock_policies": stock}, indent=2), a.out)
+        data = {"budgets": rows, "stock_policies": stock, "verified": verified}
+        _emit(json.dumps(data, indent=2), a.out)
     else:
-        _emit(_pareto_table(rows, stock), a.out)
+        note = (
+            ""
+            if verified
+            else "not verified (--no-verify): no plan was compiled; every figure is the cost "
+            "model's\n"
+        )
+        _emit(_pareto_table(rows, stock) + note, a.out)
     return 0 if any(r["feasible"] for r in rows) else 1
 
 
@@ -449,9 +458,14 @@ def _profile_arguments(p) -> None:
     )
     p.add_argument("--hbm-gb", type=_gb, help="plan at this budget (or give --plan)")
     p.add_argument("--plan", help="a plan file written by plan.save() instead of planning")
-    p.add_argument("--hardware", default="h200", help="profile name or JSON file")
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--hardware", default="h200", help=_hardware_help() + " (default h200)")
+    p.add_argument("--steps", type=int, default=5, help="steps to profile (default 5)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="steps run before profiling, not measured (compile, caches; default 1)",
+    )
     p.add_argument("--logdir", help="trace directory (default: a new temporary one)")
     p.add_argument("--png", help="write the timeline of step 0 here")
     p.add_argument("--json", action="store_true", help="the result as JSON on stdout")
@@ -507,12 +521,27 @@ def _cmd_profile(a) -> int:
     return 0 if result.measured else 1
 
 
+def profile_names() -> tuple[str, ...]:
+    """The bundled hardware profiles (cost_models/profiles/*.json), found without importing
+    cost_models (which imports JAX): ``--help`` stays fast."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("cost_models")
+    dirs = list(spec.submodule_search_locations or []) if spec else []
+    return tuple(sorted(p.stem for d in dirs for p in (Path(d) / "profiles").glob("*.json")))
+
+
+def _hardware_help() -> str:
+    names = ", ".join(profile_names()) or "see cost_models/profiles"
+    return f"hardware profile: one of {names}; or a profile JSON file (calibrate --out)"
+
+
 def _common(p, planning: bool = False) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
     if planning:
         p.add_argument("factory", help="MODULE:FACTORY returning (step_fn, example_args)")
-        p.add_argument("--hardware", default="h200", help="profile name or JSON file")
+        p.add_argument("--hardware", default="h200", help=_hardware_help() + " (default h200)")
         p.add_argument("--no-offload", action="store_true", help="never offload to host memory")
         p.add_argument(
             "--time-limit",
@@ -532,18 +561,30 @@ def _common(p, planning: bool = False) -> None:
 _LAYER_GROUPS = {"auto": None, "on": True, "off": False}
 
 
+def _version() -> str:
+    from planner import __version__  # the package's own line: no JAX import
+
+    return __version__
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m planner",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    ap.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("solve", help="plan a train step under an HBM budget")
     _common(s, planning=True)
     s.add_argument("--hbm-gb", type=_gb, required=True, help="budget per device, GB (1e9 bytes)")
-    s.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    s.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        help="the report as text (as printed; default), markdown or json",
+    )
     s.add_argument("--out", help="also write the report to this file")
     s.add_argument("--save", metavar="PLAN.json", help="write the plan file (planner.load_plan)")
     s.add_argument("--timeline", metavar="FILE", help="draw the HBM timeline (.png or .svg)")
@@ -552,7 +593,12 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="print the report of a saved plan file")
     _common(r)
     r.add_argument("plan", help="a plan file written by solve --save or plan.save()")
-    r.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    r.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        help="the report as text (as printed; default), markdown or json",
+    )
     r.add_argument("--out", help="also write the report to this file")
     r.set_defaults(run=_cmd_report)
 
@@ -600,13 +646,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Run one command; return the exit status (0 ok, 1 plan failed checks, 2 error, 3 the
     factory raised: the module docstring says which is which)."""
-    import cost_models as cm
-    import planner
-
     try:
         a = _parser().parse_args(argv)
-    except SystemExit as e:  # --help, or a usage error argparse already printed
+    except SystemExit as e:  # --help, --version, or a usage error argparse already printed
         return e.code if isinstance(e.code, int) else 2
+    import cost_models as cm  # JAX only now: --help and --version answer without it
+    import planner
+
     try:
         return a.run(a)
     except FactoryError as e:  # the user's code: its traceback, then what to check

@@ -50,8 +50,26 @@ from jax._src.interpreters import partial_eval as _pe
 
 remat_p = _adc.remat_p
 
-# Source lines reported to users should point at their code, not at this adapter.
+# Source lines reported to users should point at their code, not at this adapter, nor at
+# the libraries that bind checkpoint regions for them (Flax's nn.remat / nn.scan lifting,
+# Equinox, penzai: a region "at flax/core/axes_scan.py" says nothing to the user). Found
+# without importing them.
 _siu.register_exclusion(__file__.rsplit("/", 1)[0])
+
+
+def _exclude_libraries(names=("flax", "equinox", "penzai")) -> None:
+    import importlib.util
+
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for where in (spec.submodule_search_locations or []) if spec else []:
+            _siu.register_exclusion(str(where))
+
+
+_exclude_libraries()
 Var = _core.Var
 # JAX <= 0.11 has two classes, Jaxpr and ClosedJaxpr (a Jaxpr with its constants); JAX 0.12
 # merged them into Jaxpr (jax._src.core has no ClosedJaxpr; jax.extend.core.ClosedJaxpr is
@@ -279,6 +297,41 @@ def controlled_policies(
                 yield ctl.regions
         finally:
             _state.controller = None
+
+
+def new_epoch(kind: str) -> tuple[str, int]:
+    """A fresh private trace-context value (module docstring), e.g. for one applied plan."""
+    return (kind, next(_epochs))
+
+
+@contextlib.contextmanager
+def applied_policies(
+    make_policy: Callable[[int, BoundRegion], Callable[..., Any]], epoch: tuple[str, int]
+) -> Iterator[list[BoundRegion]]:
+    """:func:`controlled_policies` under a fixed ``epoch`` (:func:`new_epoch`): the policies
+    a user's step runs with after ``plan.apply``. The same epoch on every call keeps JAX's
+    caches working for the applied step (traced and compiled once, like any jitted step),
+    apart from the entries of the step as the user wrote it. Inside a planner trace on this
+    thread (its own controlled block) the planner's policies win and this does nothing."""
+    if _active() is not None:
+        yield []
+        return
+    ctl = _Controller(make_policy)
+    with _patched():
+        _state.controller = ctl
+        try:
+            with _TRACE_EPOCH(epoch):
+                yield ctl.regions
+        finally:
+            _state.controller = None
+
+
+def saved_residuals(f: Callable, *args) -> list[tuple[str, str]]:
+    """JAX's own list of what ``jax.grad(f)`` keeps from the forward pass, as
+    ``jax.ad_checkpoint.print_saved_residuals`` prints it: ``(aval text, where)`` pairs."""
+    return [
+        (aval.str_short(short_dtypes=True), src) for aval, src in _adc.saved_residuals(f, *args)
+    ]
 
 
 @contextlib.contextmanager
@@ -612,6 +665,7 @@ def trace_step_with(step_fn: Callable, args, make_policy) -> tuple[Any, list[Bou
 INTERNALS = (
     ("jax._src.ad_checkpoint", "remat_p"),
     ("jax._src.ad_checkpoint", "name_p"),
+    ("jax._src.ad_checkpoint", "saved_residuals"),
     ("jax._src.core", "Var"),
     ("jax._src.core", "Jaxpr"),
     ("jax._src.core", "Literal"),

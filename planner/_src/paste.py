@@ -7,7 +7,8 @@ list of names from a report:
 * ``"python"``: the imports and ``policy = ...``; plain JAX
   (``jax.checkpoint_policies.save_only_these_names`` / ``save_and_offload_only_these_names``)
   when every kept tensor is named, else the plan file's ``PlannerPolicy``;
-* ``"xla_flags"``: ``export XLA_FLAGS="..."`` (or a comment saying none are needed);
+* ``"xla_flags"``: ``export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }..."`` (yours kept; or a
+  comment saying none are needed);
 * ``"maxtext"``: the ``remat_policy: custom`` YAML block, each named tensor ``remat``,
   ``device`` or ``offload`` as MaxText's configs/base.yml expects.
 
@@ -97,12 +98,15 @@ def xla_flags_snippet(plan) -> str:
     """A shell line setting ``XLA_FLAGS`` before the training process starts.
 
     XLA reads the variable once, when the backend initialises, so setting it inside a
-    running Python process after ``import jax`` has used the device does nothing.
+    running Python process after ``import jax`` has used the device does nothing. The line
+    appends to the flags already set (yours stay; the plan's come last, so they win where
+    both set one).
     """
     flags = (plan.xla_flags or "").strip()
     if not flags:
         return "# this plan needs no XLA flags: leave XLA_FLAGS as it is\n"
-    return f"export XLA_FLAGS={_shell_double_quote(flags)}\n"
+    quoted = _shell_double_quote(flags)[1:-1]
+    return f'export XLA_FLAGS="${{XLA_FLAGS:+$XLA_FLAGS }}{quoted}"\n'
 
 
 def maxtext_snippet(plan) -> str:
@@ -112,11 +116,31 @@ def maxtext_snippet(plan) -> str:
     tensors the block is the closest MaxText can express, and the comment says so.
     """
     block = plan.maxtext_yaml
+    named = [
+        ln
+        for ln in block.splitlines()
+        if ln.strip() and not ln.lstrip().startswith("#") and not ln.startswith("remat_policy")
+    ]
+    if not named:
+        return (
+            "# No MaxText block: MaxText's remat_policy: custom decides tensors by their\n"
+            "# checkpoint_name, and this model names none. Name them (jax.ad_checkpoint.\n"
+            "# checkpoint_name) to get one, or use plan.apply / the Python policy.\n"
+        )
     if _names_only(plan):
         return block
     return (
         "# Partial: this plan also keeps tensors without a checkpoint_name, which MaxText's\n"
         "# remat_policy: custom cannot name; the block below sets only the named ones.\n" + block
+    )
+
+
+def apply_snippet(plan, plan_file: str = PLAN_FILE) -> str:
+    """The route without editing the model: the saved plan applied to the step."""
+    return (
+        "import planner\n\n"
+        f"# no model edits: every checkpoint region gets the plan's policy (plan.save({plan_file!r}))\n"
+        f"train_step = planner.load_plan({plan_file!r}).apply(train_step)\n"
     )
 
 

@@ -90,6 +90,20 @@ class Plan:
             return self.emitted.policies
         return (self.emitted.policy,) * sum(rg.region.call_sites for rg in self.graph.regions)
 
+    def bind_groups(self) -> dict[int, int | None]:
+        """Bind order of the step's checkpoint call sites -> their layer group (None: the one
+        policy): how ``apply`` and the plan file know which call site gets which policy."""
+        return {b: rg.region.group for rg in self.graph.regions for b in rg.region.bind_ids}
+
+    def apply(self, step_fn):
+        """``step_fn`` with every checkpoint region under this plan's policy, per call site
+        where the plan decides per layer group, without editing the model: use the result as
+        your step (``step = plan.apply(train_step)``; jit it as you would the step)."""
+        from planner._src.apply import apply, binding
+
+        b = binding(self.bind_groups(), self.emitted.policy, self.emitted.policies)
+        return apply(step_fn, b)
+
     @property
     def layer_groups(self) -> int:
         """How many layer groups the plan decides separately (0: one decision for all)."""
@@ -108,11 +122,12 @@ class Plan:
     def assignment(self) -> Assignment:
         return self.solution.assignment
 
-    def headroom_why(self) -> str:
-        """Why ``headroom_bytes`` of the budget is left free (allocator, XLA's own limit)."""
+    def headroom_why(self, short: bool = False) -> str:
+        """Why ``headroom_bytes`` of the budget is left free (allocator, XLA's own limit);
+        ``short``: in one line."""
         from planner._src.session import headroom_why
 
-        return headroom_why(self.hardware)
+        return headroom_why(self.hardware, short=short)
 
     def decisions(self) -> dict[str, str]:
         """Decision per tensor label for the classes the backward pass reads."""
@@ -120,11 +135,12 @@ class Plan:
 
         return {row.label: row.decision for row in build_report(self).rows}
 
-    def report(self, fmt: str = "text") -> str:
-        """The report: ``text`` (rich console), ``markdown`` or ``json``."""
+    def report(self, fmt: str = "text", plan_file: str | None = None) -> str:
+        """The report: ``text`` (rich console), ``markdown`` or ``json``; ``plan_file``: where
+        the plan was saved, which the printed snippets load."""
         from planner._src.report import build_report, render
 
-        return render(build_report(self), fmt)
+        return render(build_report(self, plan_file), fmt)
 
     def save(self, path) -> None:
         """Write a versioned JSON plan file; ``planner.load_plan(path)`` reads it back."""

@@ -37,6 +37,11 @@ class SavedPlan:
     call_sites: int = 1  # checkpoint call sites of the step (plan.policies' length)
     # jax / jaxlib / planner versions the plan was made with ({} for files written before)
     versions: dict = dataclasses.field(default_factory=dict, compare=False)
+    # bind order of the checkpoint call sites -> layer group (Plan.bind_groups); () for files
+    # written before it was recorded (apply then needs a uniform plan)
+    bind_group_pairs: tuple[tuple[int, int | None], ...] = ()
+    # Plan.candidates() as saved (JSON: shapes are lists); () for files written before
+    candidates_data: tuple = dataclasses.field(default=(), compare=False)
 
     @property
     def policy(self):
@@ -58,7 +63,38 @@ class SavedPlan:
         """How many layer groups the plan decides separately (0: one decision for all)."""
         return num_groups(dict(self.class_names))
 
-    def report(self, fmt: str = "markdown") -> str:
+    def apply(self, step_fn):
+        """``step_fn`` with every checkpoint region under this plan's policy, per call site
+        where it decides per layer group (``Plan.apply``)."""
+        from planner._src.apply import apply, binding
+
+        policy, _, _, policies, _ = policies_for(self.assignment, dict(self.class_names))
+        if policies and not self.bind_group_pairs and policy is None:
+            raise PlanFileError(
+                f"The plan in {self.path or 'this file'} decides per layer group but does not "
+                "record which call site is which group (it was written by an older planner).\n"
+                "Fix: save the plan again with plan.save(path), then load_plan(path).apply(step)."
+            )
+        return apply(step_fn, binding(self.bind_groups(), policy, policies))
+
+    def bind_groups(self) -> dict[int, int | None]:
+        """Bind order of the step's checkpoint call sites -> layer group (``Plan.bind_groups``)."""
+        return dict(self.bind_group_pairs)
+
+    def decisions(self) -> dict[str, str]:
+        """Decision per tensor label, as ``Plan.decisions()``."""
+        from planner._src.report import report_from_dict
+
+        return {row.label: row.decision for row in report_from_dict(self.report_data).rows}
+
+    def candidates(self) -> list[dict]:
+        """Every candidate tensor with its decision, as ``Plan.candidates()`` (shapes as
+        lists, as JSON keeps them; empty for files written before they were recorded)."""
+        return [dict(c) for c in self.candidates_data]
+
+    def report(self, fmt: str = "text") -> str:
+        """The plan's report as it was made: ``text`` (as the CLI prints it), ``markdown``
+        or ``json`` (``Plan.report``)."""
         from planner._src.report import Report, render, report_from_dict
 
         r = report_from_dict(self.report_data)
@@ -158,7 +194,9 @@ def save(plan, path: str | os.PathLike) -> None:
         "xla_flags": plan.xla_flags,
         "maxtext_yaml": plan.maxtext_yaml,
         "call_sites": len(plan.policies),
-        "report": dataclasses.asdict(build_report(plan)),
+        "bind_groups": [[b, g] for b, g in sorted(plan.bind_groups().items())],
+        "candidates": plan.candidates(),
+        "report": dataclasses.asdict(build_report(plan, str(path))),
     }
     text = json.dumps(data, indent=1, sort_keys=True)
     path = check_writable(path)
@@ -270,6 +308,7 @@ def _parse(data: dict, path: Path) -> SavedPlan:
     recorded = data.get("versions")
     if recorded is not None and not isinstance(recorded, dict):
         raise _damaged(path, f"'versions' is {recorded!r:.80}, not a mapping")
+    bind_groups = _bind_groups(data.get("bind_groups", []), path)
     report = _field(data, path, "report", dict, "the plan's report")
     try:
         report_from_dict(report)
@@ -288,4 +327,28 @@ def _parse(data: dict, path: Path) -> SavedPlan:
         path=str(path),
         call_sites=call_sites,
         versions=dict(recorded or {}),
+        bind_group_pairs=bind_groups,
+        candidates_data=_candidates(data.get("candidates", []), path),
     )
+
+
+def _candidates(raw, path) -> tuple:
+    if not isinstance(raw, list) or not all(isinstance(c, dict) for c in raw):
+        raise _damaged(path, f"'candidates' is {raw!r:.80}, not a list of mappings")
+    return tuple(raw)
+
+
+def _bind_groups(raw, path) -> tuple[tuple[int, int | None], ...]:
+    """``[[bind id, group or null], ...]`` checked."""
+
+    def ok(pair):
+        return (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in pair[:1])
+            and (pair[1] is None or (isinstance(pair[1], int) and not isinstance(pair[1], bool)))
+        )
+
+    if not isinstance(raw, list) or not all(ok(p) for p in raw):
+        raise _damaged(path, f"'bind_groups' is {raw!r:.80}, not [[bind id, group], ...] pairs")
+    return tuple((b, g) for b, g in raw)

@@ -27,6 +27,9 @@ class Row:
     reason: str
     shard: str = ""  # sharded steps: "1/8 (hlo)", how the per-device bytes were found
     group: int | None = None  # the layer group, when the plan decides groups separately
+    # How jax.ad_checkpoint.print_saved_residuals names a member: "f32[4,256] output of
+    # dot_general from model.py:12:8 (layer)" (the class's first member; members share it).
+    jax_label: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,7 +69,9 @@ class Report:
     regions: tuple[str, ...]
     rows: tuple[Row, ...]
     small_rows: tuple[int, int]  # (count, bytes) of classes too small to list
-    policies: tuple[PolicyLine, ...]
+    # The same model's figures for the planner's answer and the stock policies (named so in
+    # JSON too: plan.policies is something else, the per-group policies).
+    stock_policies: tuple[PolicyLine, ...]
     policy_source: str
     xla_flags: str
     flag_notes: tuple[tuple[str, str, str], ...]
@@ -75,23 +80,96 @@ class Report:
     rounds: tuple[tuple[int, int, int | None, str], ...]
     layer_groups: int = 0  # groups decided separately (0: one decision for all layers)
     headroom_why: str = ""  # why headroom_gb of the budget is left free
+    # The status block: (what, text) lines saying what was checked where (_status_lines).
+    status_lines: tuple[tuple[str, str], ...] = ()
+    # What users paste (planner._src.paste): {"python", "xla_flags", "maxtext", "apply"}.
+    snippets: dict = dataclasses.field(default_factory=dict)
 
 
-def _reason(d: str, rec_ms: float, xfer_ms: float, nbytes: int, plan) -> str:
-    eta = plan.cost.overlap_efficiency
+def _reason(d: str, rec_ms: float, xfer_ms: float, nbytes: int, plan, room: int) -> str:
+    """The decision in words, against the options not taken (every figure from the cost
+    model, per step over all trips: recompute time, the copies' exposed time at the
+    profile's overlap, ``room``: bytes left under the planned-to budget)."""
+    exposed = xfer_ms * (1 - plan.cost.overlap_efficiency)
+    offload = f"offload {exposed:.3f} ms exposed" if plan.cost.allow_offload else "no offload"
+    room_text = f"{fmt_bytes(room)} of room"
     if d == "save":
-        alt = f"; offload: {xfer_ms:.3f} ms of copies" if plan.cost.allow_offload else ""
-        return f"kept: recompute would add {rec_ms:.3f} ms{alt}"
+        return f"saved: recompute {rec_ms:.3f} ms vs {offload}; {room_text}"
     if d == "remat":
-        return f"recompute {rec_ms:.3f} ms frees {fmt_bytes(nbytes)}"
-    return (
-        f"offload: {xfer_ms:.3f} ms of copies (hiding behind {eta:.0%} of the compute) free "
-        f"{fmt_bytes(nbytes)} "
-        f"without recomputing ({rec_ms:.3f} ms) or its inputs"
-    )
+        return f"recomputed: {rec_ms:.3f} ms vs {offload} vs {fmt_bytes(nbytes)} > {room_text}"
+    return f"offloaded: {exposed:.3f} ms exposed vs recompute {rec_ms:.3f} ms vs {room_text}"
 
 
-def build_report(plan) -> Report:
+def jax_label(c) -> str:
+    """A candidate as ``print_saved_residuals`` names it: ``f32[4,256] output of dot_general
+    from model.py:12:8 (layer)`` (named ones: ``named 'x' from ...``)."""
+    short = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "int32": "i32"}
+    aval = f"{short.get(c.dtype, c.dtype)}[{','.join(map(str, c.shape))}]"
+    what = f"named '{c.name}'" if c.name else f"output of {c.primitive}"
+    return f"{aval} {what} from {relative(c.source)}" if c.source else f"{aval} {what}"
+
+
+REGION_LINE = "the region's line: JAX made this tensor, no line of yours"
+
+
+def relative(source: str) -> str:
+    """A source line relative to the working directory (how the user names their files)."""
+    import os
+
+    cwd = os.getcwd().rstrip("/") + "/"
+    return source[len(cwd) :] if source.startswith(cwd) else source
+
+
+def _source_or(where: str, region_source: str = "") -> str:
+    """The user's line; equations JAX's own rules made (no user frame): the region's line."""
+    where, region_source = relative(where), relative(region_source)
+    if where:
+        return where
+    if region_source:
+        return f"{region_source} [{REGION_LINE}]"
+    return "(no source line: JAX recorded none outside JAX and the planner)"
+
+
+def _status_lines(plan) -> tuple[tuple[str, str], ...]:
+    """What was checked where: the compiler, the budget as given and as planned to (and
+    why), the compiled figure against the planned-to budget."""
+    ver = plan.verification
+    usable = plan.budget_bytes - plan.headroom_bytes
+    compiler = plan.compiler or ver.backend
+    if ver.compiled is None:
+        where = "not compiled (verify_compile=False): every figure is the cost model's"
+    elif plan.compiler_exact:
+        where = f"{compiler} (the target's compiler)"
+    elif "estimate" in compiler:
+        where = f"{compiler}: this machine's backend, not the target's"
+    else:
+        where = f"{compiler} (this machine's backend, not the target's: an estimate)"
+    lines = [
+        ("compiled by", where),
+        ("budget", f"{fmt_bytes(plan.budget_bytes)} as given (hbm_gb, per device)"),
+    ]
+    if plan.headroom_bytes:
+        lines.append(("planned to", f"{fmt_bytes(usable)}: {plan.headroom_why(short=True)}"))
+    if ver.compiled_device_bytes is not None:
+        fits = "fits" if ver.compiled_device_bytes <= usable else "OVER"
+        lines.append(
+            (
+                "compiled",
+                f"{fmt_bytes(ver.compiled_device_bytes)} (arguments + outputs - aliased + "
+                f"temporaries) vs {fmt_bytes(usable)} planned to: {fits}; predicted "
+                f"{fmt_bytes(plan.prediction.peak_bytes)}",
+            )
+        )
+    num = plan.numerics
+    if num is not None and not getattr(num, "checked", True):
+        why = getattr(num, "detail", "").removeprefix("Numerics not checked: ")
+        lines.append(("numerics", "not checked: " + why.split(". ")[0].split(": ")[0]))
+    lines += [("check", f"{'ok' if c.ok else 'FAILED'}: {c.name}: {c.detail}") for c in ver.checks]
+    return tuple(lines)
+
+
+def build_report(plan, plan_file: str | None = None) -> Report:
+    """``plan_file``: where the plan was saved (the snippets load it from there)."""
     graph, cost, pred = plan.graph, plan.cost, plan.prediction
     a = plan.assignment
     rows = []
@@ -106,7 +184,7 @@ def build_report(plan) -> Report:
     for cls in graph.classes:
         nbytes = rec = xfer = 0
         members = 0
-        source = ""
+        source = label = region_source = ""
         shards: set[str] = set()
         for rid, i in cls.members:
             rg, rc, rp = by_region[rid]
@@ -119,6 +197,8 @@ def build_report(plan) -> Report:
             xfer += L * (rc.d2h_s[i] + rc.h2d_s[i])
             members += 1
             source = source or c.source
+            region_source = region_source or rg.region.source
+            label = label or jax_label(c)
             shards.add(f"1/{c.shard_divisor} ({c.shard_source})")
         if not members:
             continue
@@ -130,14 +210,16 @@ def build_report(plan) -> Report:
                 rec,
                 xfer,
                 members,
-                source,
+                _source_or(source, region_source),
                 "; ".join(sorted(shards)) if plan.trace.num_partitions > 1 else "",
+                label,
             )
         )
     threshold = 0.001 * total
+    room = max(0, plan.budget_bytes - plan.headroom_bytes - pred.peak_bytes)
     small = [0, 0]
     # Per layer group (a section each), then the largest first.
-    for cls, nbytes, rec, xfer, members, source, shard in sorted(
+    for cls, nbytes, rec, xfer, members, source, shard, label in sorted(
         entries, key=lambda e: (e[0].group or 0, -e[1])
     ):
         d = a.get(cls.key)
@@ -155,8 +237,9 @@ def build_report(plan) -> Report:
                 transfer_ms=xfer * 1e3,
                 source=source,
                 shard=shard,
-                reason=_reason(d, rec * 1e3, xfer * 1e3, nbytes, plan),
+                reason=_reason(d, rec * 1e3, xfer * 1e3, nbytes, plan, room),
                 group=cls.group,
+                jax_label=label,
             )
         )
 
@@ -216,9 +299,13 @@ def build_report(plan) -> Report:
         )
     notes.extend(sharding_notes(plan.trace))
     if plan.trace.undifferentiated_regions:
+        # Not "never differentiated": Flax's nn.scan traces a remat body for its shapes, a
+        # bind the step's program never runs; a region whose output is unused is another.
         notes.append(
-            f"{plan.trace.undifferentiated_regions} checkpoint region(s) are never "
-            "differentiated and were ignored."
+            f"{plan.trace.undifferentiated_regions} checkpoint region(s) were bound while "
+            "tracing but have no backward pass in the step's program (a library tracing a "
+            "body for its shapes, as Flax's nn.scan does, or an output nothing uses); they "
+            "hold nothing to plan."
         )
     for rg in graph.regions:
         if rg.region.scan_unroll > 1 and cost.allow_offload:
@@ -263,7 +350,8 @@ def build_report(plan) -> Report:
         )
     regions = tuple(
         ("" if rg.region.group is None else f"layer group {rg.region.group}: ")
-        + f"region {rg.region.id} at {rg.region.source}: {rg.region.multiplicity} trips"
+        + f"region {rg.region.id} at {_source_or(rg.region.source)}: "
+        f"{rg.region.multiplicity} trips"
         f"{' under lax.scan' if rg.region.in_scan else ''}, {len(rg.region.candidates)} "
         f"forward equations, user policy {rg.region.user_policy}"
         for rg in graph.regions
@@ -307,7 +395,7 @@ def build_report(plan) -> Report:
         regions=regions,
         rows=tuple(rows),
         small_rows=(small[0], small[1]),
-        policies=tuple(policies),
+        stock_policies=tuple(policies),
         policy_source=plan.emitted.policy_source,
         xla_flags=plan.emitted.xla_flags,
         flag_notes=plan.emitted.xla_flag_notes,
@@ -318,7 +406,17 @@ def build_report(plan) -> Report:
             for i, r in enumerate(plan.rounds)
         ),
         layer_groups=groups,
+        status_lines=_status_lines(plan),
+        snippets=_snippets(plan, plan_file),
     )
+
+
+def _snippets(plan, plan_file: str | None) -> dict:
+    from planner._src.paste import PLAN_FILE, apply_snippet, paste_snippets
+
+    out = paste_snippets(plan, plan_file or PLAN_FILE)
+    out["apply"] = apply_snippet(plan, plan_file or PLAN_FILE)
+    return out
 
 
 def sharding_notes(trace) -> list[str]:
@@ -366,8 +464,12 @@ def report_from_dict(d: dict) -> Report:
     d.setdefault("headroom_gb", 0.0)
     d.setdefault("headroom_why", "the profile's allocator_headroom" if d["headroom_gb"] else "")
     d.setdefault("saving_ms", 0.0)
+    d["status_lines"] = tuple(tuple(x) for x in d.get("status_lines", ()))
+    d.setdefault("snippets", {})
     d["rows"] = tuple(Row(**r) for r in d["rows"])
-    d["policies"] = tuple(PolicyLine(**p) for p in d["policies"])
+    if "policies" in d:  # plan files written before the rename
+        d["stock_policies"] = d.pop("policies")
+    d["stock_policies"] = tuple(PolicyLine(**p) for p in d["stock_policies"])
     for k in ("checks", "flag_notes", "rounds"):
         d[k] = tuple(tuple(x) for x in d[k])
     for k in ("regions", "notes", "small_rows"):
@@ -380,15 +482,14 @@ def report_from_dict(d: dict) -> Report:
 
 def _md(r: Report) -> str:
     out = [f"# Plan: {r.status}", ""]
-    for name, ok, detail in r.checks:
-        out.append(f"- [{'x' if ok else ' '}] {name}: {detail}")
-    comp = "not compiled" if r.compiled_gb is None else fmt_gb(r.compiled_gb)
+    out += [f"- {what} {text}" for what, text in _status(r)]
+    if not r.status_lines:  # plan files written before the status block
+        out += [f"- [{'x' if ok else ' '}] {name}: {detail}" for name, ok, detail in r.checks]
     out += [
         "",
-        f"Hardware **{r.hardware}**, budget **{fmt_gb(r.budget_gb)}**{_headroom(r)}; predicted "
-        f"peak **{fmt_gb(r.predicted_peak_gb)}** (fixed {fmt_gb(r.fixed_gb)} + residuals "
-        f"{fmt_gb(r.residual_gb)} + backward working set {fmt_gb(r.working_set_gb)}); compiler "
-        f"({_compiler(r)}): {comp}; host {fmt_gb(r.host_gb)}.",
+        f"Hardware **{r.hardware}**; predicted peak **{fmt_gb(r.predicted_peak_gb)}** (fixed "
+        f"{fmt_gb(r.fixed_gb)} + residuals {fmt_gb(r.residual_gb)} + backward working set "
+        f"{fmt_gb(r.working_set_gb)}); host {fmt_gb(r.host_gb)}.",
         f"Predicted step **{r.step_ms:.2f} ms** = base {r.base_ms:.2f} + recompute "
         f"{r.recompute_ms:.2f} + saving writes {r.saving_ms:.2f} + exposed copies "
         f"{r.exposed_ms:.2f} (of {r.transfer_ms:.2f}).",
@@ -399,44 +500,49 @@ def _md(r: Report) -> str:
     sharded = any(row.shard for row in r.rows)
     g = r.layer_groups > 0
     out += [
-        ("| group " if g else "") + "| tensor | decision | MB/step | recompute ms | copies ms "
-        "| why | source |" + (" per device |" if sharded else ""),
-        ("|---" if g else "") + "|---|---|---|---|---|---|---|" + ("---|" if sharded else ""),
+        ("| group " if g else "") + "| source | as print_saved_residuals shows it | members "
+        "| decision | MB/step | recompute ms | copies ms | why |"
+        + (" per device |" if sharded else ""),
+        ("|---" if g else "") + "|---|---|---|---|---|---|---|---|" + ("---|" if sharded else ""),
     ]
     for row in r.rows:
         out.append(
             ("" if not g else f"| {row.group} ")
-            + f"| {row.label} | {row.decision} | {_mb(row.nbytes_per_step)} | "
-            f"{row.recompute_ms:.3f} | {row.transfer_ms:.3f} | {row.reason} | {row.source} |"
-            + (f" {row.shard} |" if sharded else "")
+            + f"| {row.source} | {row.jax_label or row.label} | {row.members} | {row.decision} | "
+            f"{_mb(row.nbytes_per_step)} | {row.recompute_ms:.3f} | {row.transfer_ms:.3f} | "
+            f"{row.reason} |" + (f" {row.shard} |" if sharded else "")
         )
     if r.small_rows[0]:
         out.append(
             ("| " if g else "")
-            + f"| {r.small_rows[0]} smaller classes | remat | {r.small_rows[1] / MB:,.2f} | | | "
-            "under 0.1% of the bytes each | |"
+            + f"| | {r.small_rows[0]} smaller classes | | remat | {r.small_rows[1] / MB:,.2f} | "
+            "| | under 0.1% of the bytes each |"
         )
     out += ["", "| policy | peak | host | step ms | fits |", "|---|---|---|---|---|"]
-    for p in r.policies:
+    for p in r.stock_policies:
         fits = "yes" if p.fits else ("n/a" if not p.applicable else "no")
         out.append(
             f"| {p.name} | {fmt_gb(p.peak_gb)} | {fmt_gb(p.host_gb)} | {p.step_ms:.2f} | {fits} |"
         )
-    per_group = r.policy_source.startswith("# layer group")
+    sn = _snippet_texts(r)
     out += [
         "",
-        "Policies, one per layer group:" if per_group else "Policy:",
+        "Apply the plan without editing the model:",
         "```python",
-        r.policy_source,
+        sn["apply"].rstrip(),
         "```",
-        "XLA flags:",
+        "Or paste the policy next to your `jax.checkpoint` call:",
+        "```python",
+        sn["python"].rstrip(),
         "```",
-        r.xla_flags or "(none needed)",
+        "XLA flags (in the shell that starts training):",
+        "```bash",
+        sn["xla_flags"].rstrip(),
         "```",
     ]
     for flag, why, src in r.flag_notes:
         out.append(f"- `{flag}`: {why} ({src})")
-    out += ["", "MaxText:", "```yaml", r.maxtext_yaml.rstrip(), "```"]
+    out += ["", "MaxText:", "```yaml", sn["maxtext"].rstrip(), "```"]
     if r.rounds and len(r.rounds) > 1:
         out += ["", "Verify rounds:"] + [
             f"- round {n}: correction {c:,} bytes, compiled {b if b is None else f'{b:,}'} bytes, {s}"
@@ -456,16 +562,15 @@ def _text(r: Report) -> str:
         file=buf, width=150, force_terminal=False, force_jupyter=False, color_system=None
     )  # a string, also in Jupyter (no display_data)
     con.print(f"PLAN STATUS: {r.status.upper()}")
-    for name, ok, detail in r.checks:
-        con.print(
-            f"  [{'ok' if ok else 'FAILED'}] {name}: {detail}", highlight=False, markup=False
-        )  # '[ok]' is not a rich style tag
-    comp = "not compiled" if r.compiled_gb is None else fmt_gb(r.compiled_gb)
+    for what, text in _status(r):
+        con.print(f"  {what} {text}", highlight=False, markup=False)
+    if not r.status_lines:  # plan files written before the status block
+        for name, ok, detail in r.checks:
+            con.print(f"  [{'ok' if ok else 'FAILED'}] {name}: {detail}", markup=False)
     con.print(
-        f"hardware {r.hardware} | budget {fmt_gb(r.budget_gb)}{_headroom(r)} | predicted peak "
-        f"{fmt_gb(r.predicted_peak_gb)} (fixed {fmt_gb(r.fixed_gb)} + residuals "
-        f"{fmt_gb(r.residual_gb)} + working set {fmt_gb(r.working_set_gb)}) | compiler "
-        f"({_compiler(r)}) {comp} | host {fmt_gb(r.host_gb)}",
+        f"hardware {r.hardware} | predicted peak {fmt_gb(r.predicted_peak_gb)} (fixed "
+        f"{fmt_gb(r.fixed_gb)} + residuals {fmt_gb(r.residual_gb)} + working set "
+        f"{fmt_gb(r.working_set_gb)}) | host {fmt_gb(r.host_gb)}",
         highlight=False,
     )
     con.print(
@@ -482,13 +587,14 @@ def _text(r: Report) -> str:
     if g:
         t.add_column("group", justify="right")
     for col, kw in (
-        ("tensor", {"max_width": 28}),
+        ("source", {"max_width": 22}),
+        ("as print_saved_residuals shows it", {"max_width": 34}),
+        ("n", {"justify": "right"}),
         ("decision", {}),
         ("MB", {"justify": "right"}),
         ("remat ms", {"justify": "right"}),
         ("copy ms", {"justify": "right"}),
         ("why", {"ratio": 1}),
-        ("source", {"max_width": 30}),
     ):
         t.add_column(col, overflow="fold", **kw)
     sharded = any(row.shard for row in r.rows)
@@ -497,31 +603,33 @@ def _text(r: Report) -> str:
     for row in r.rows:
         t.add_row(
             *([str(row.group)] if g else []),
-            row.label,
+            _short_source(row.source),
+            _short_label(row),
+            str(row.members),
             row.decision,
             _mb(row.nbytes_per_step),
             f"{row.recompute_ms:.3f}",
             f"{row.transfer_ms:.3f}",
             row.reason,
-            row.source.rsplit("/", 1)[-1].split(" (")[0],
             *([row.shard] if sharded else []),
         )
     if r.small_rows[0]:
         t.add_row(
             *([""] if g else []),
-            f"{r.small_rows[0]} smaller",
+            "",
+            f"{r.small_rows[0]} smaller classes",
+            "",
             "remat",
             f"{r.small_rows[1] / MB:,.2f}",
             "",
             "",
             "each under 0.1% of the bytes",
-            "",
         )
     con.print(t)
     p = Table(title="Same model, stock policies")
     for col in ("policy", "peak", "host", "step ms", "fits"):
         p.add_column(col)
-    for x in r.policies:
+    for x in r.stock_policies:
         p.add_row(
             x.name,
             fmt_gb(x.peak_gb),
@@ -530,18 +638,57 @@ def _text(r: Report) -> str:
             "yes" if x.fits else ("n/a" if not x.applicable else "no"),
         )
     con.print(p)
-    per_group = r.policy_source.startswith("# layer group")
-    con.print(
-        ("policies, one per layer group:\n" if per_group else "policy = ") + r.policy_source,
-        highlight=False,
-    )
-    con.print("XLA_FLAGS = " + repr(r.xla_flags), highlight=False)
+    sn = _snippet_texts(r)
+    for title, key in (
+        ("Apply the plan without editing the model (Python)", "apply"),
+        ("Or paste the policy next to your jax.checkpoint call (Python)", "python"),
+        ("XLA flags (shell, before training starts)", "xla_flags"),
+    ):
+        con.print(f"--- {title}:\n{sn[key].rstrip()}", highlight=False, markup=False)
     for flag, why, src in r.flag_notes:
-        con.print(f"  {flag}: {why} ({src})", highlight=False)
-    con.print("MaxText:\n" + r.maxtext_yaml, highlight=False)
+        con.print(f"  {flag}: {why} ({src})", highlight=False, markup=False)
+    con.print("--- MaxText:\n" + sn["maxtext"].rstrip(), highlight=False, markup=False)
+    con.print("---", highlight=False)
     for n in r.notes:
         con.print(f"note: {n}", highlight=False)
     return buf.getvalue()
+
+
+def _status(r: Report) -> tuple[tuple[str, str], ...]:
+    """The status block (plan files written before it: the old header's figures)."""
+    if r.status_lines:
+        return r.status_lines
+    comp = "not compiled" if r.compiled_gb is None else fmt_gb(r.compiled_gb)
+    return (
+        ("compiled by", _compiler(r)),
+        ("budget", f"{fmt_gb(r.budget_gb)}{_headroom(r)}"),
+        ("compiled", comp),
+    )
+
+
+def _snippet_texts(r: Report) -> dict:
+    """The snippets (plan files written before they were recorded: rebuilt from the policy
+    text and flags as those files printed them)."""
+    if r.snippets:
+        return r.snippets
+    return {
+        "apply": "# (saved by an older planner: solve again for the apply line)\n",
+        "python": f"policy = {r.policy_source}\n",
+        "xla_flags": f"export XLA_FLAGS={r.xla_flags!r}\n" if r.xla_flags else "# none\n",
+        "maxtext": r.maxtext_yaml,
+    }
+
+
+def _short_source(source: str) -> str:
+    """``file.py:line:col`` of a row's source (``(region)`` where JAX made the tensor)."""
+    short = source.rsplit("/", 1)[-1].split(" (")[0].split(" [")[0]
+    return short + " (region)" if REGION_LINE in source else short
+
+
+def _short_label(row: Row) -> str:
+    """The print_saved_residuals label without its source (the source column has it)."""
+    label = row.jax_label or row.label
+    return label.split(" from ")[0]
 
 
 def _mb(nbytes: float) -> str:

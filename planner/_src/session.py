@@ -228,8 +228,11 @@ def requested_for(usable: float, hw, io: int) -> float:
     return need
 
 
-def headroom_why(hw) -> str:
-    """Why a plan leaves part of its budget free, for error messages and the report."""
+def headroom_why(hw, short: bool = False) -> str:
+    """Why a plan leaves part of its budget free, for error messages and the report
+    (``short``: one line for the report's status block)."""
+    if short:
+        return headroom_short(hw)
     why = []
     if hw.allocator_headroom:
         why.append(
@@ -244,6 +247,17 @@ def headroom_why(hw) -> str:
             "than the plan; cost_models.compiler_temp_fraction)"
         )
     return " and ".join(why)
+
+
+def headroom_short(hw) -> str:
+    """``headroom_why`` in one short line."""
+    why = []
+    if hw.allocator_headroom:
+        why.append(f"{hw.allocator_headroom:.0%} allocator headroom ({hw.name} profile)")
+    f = cm.compiler_temp_fraction(hw)
+    if f < 1.0:
+        why.append(f"XLA:GPU's {f:.0%} compile limit on what inputs and outputs leave")
+    return " + ".join(why) or "nothing left free"
 
 
 def _allocator_limit_bytes() -> int | None:

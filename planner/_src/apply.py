@@ -1,0 +1,92 @@
+"""Applying a plan without editing the model: ``plan.apply(step_fn)``.
+
+The returned function is the user's step with every checkpoint region it binds under the
+plan's policy: each call site (in bind order, as the trace stage numbered them) gets its layer
+group's policy where the plan decides per group, else the one policy. It works the way the
+planner's own traces do (``jax_adapter.applied_policies``: the policy parameter of each
+``remat`` equation is replaced where the user's code binds it), so a Python loop over one
+``jax.checkpoint(layer)`` gets one policy per layer, and Flax ``nn.remat`` / ``nn.scan``
+regions are covered. The applied step has a trace context of its own, fixed for its lifetime:
+it is traced and compiled once and then hits JAX's caches like any jitted step, while the
+step as written keeps its own cache entries.
+
+``Binding`` is the plan's side, the same for a :class:`planner.Plan` and for a
+:class:`planner.SavedPlan` read from a file (which records the bind order of its groups).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from planner._src import jax_adapter as adapter
+
+__all__ = ["Binding", "apply", "binding"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Binding:
+    """The policy of every checkpoint call site, by bind order.
+
+    ``by_bind[i]``: the policy of the i-th region the step binds (None: the trace stage did
+    not plan that region); ``fallback``: what unplanned or further regions get (the one
+    policy, or the first group's, as the verify stage compiles them)."""
+
+    by_bind: tuple[Any, ...]
+    fallback: Any
+    groups: int = 0  # layer groups decided separately (0: one policy for every call site)
+
+    def policy_of(self, bind_id: int):
+        pol = self.by_bind[bind_id] if bind_id < len(self.by_bind) else None
+        return self.fallback if pol is None else pol
+
+
+def binding(bind_groups: Mapping[int, int | None], policy, policies: tuple = ()) -> Binding:
+    """``bind_groups``: bind id -> layer group (None: the region is not decided per group)."""
+
+    def of(group):
+        return policies[group] if policies and group is not None else policy
+
+    n = max(bind_groups, default=-1) + 1
+    by_bind = tuple(of(bind_groups[i]) if i in bind_groups else None for i in range(n))
+    fallback = policy if policy is not None else (policies[0] if policies else None)
+    return Binding(by_bind=by_bind, fallback=fallback, groups=len(policies))
+
+
+def _decide(policy) -> Callable[..., Any]:
+    """JAX's Saveable / Recompute / Offloadable for a policy that may answer with a bool."""
+
+    def decide(prim, *avals, **params):
+        d = policy(prim, *avals, **params)
+        return adapter.Saveable if d is True else adapter.Recompute if d is False else d
+
+    return decide
+
+
+def apply(step_fn: Callable, b: Binding) -> Callable:
+    """``step_fn`` with every checkpoint region under ``b``'s policy (module docstring).
+
+    Use the result as the step: call it, ``jax.jit`` it, differentiate it. Each ``apply``
+    call gives a step with its own trace context: keep the returned function rather than
+    calling ``apply`` every step (a new one is traced and compiled again)."""
+    if not callable(step_fn):
+        from planner._src.errors import InvalidArgumentError
+
+        raise InvalidArgumentError(
+            f"plan.apply takes the step function, not {type(step_fn).__name__}.\n"
+            "Fix: pass the function you planned, e.g. step = plan.apply(train_step)."
+        )
+    epoch = adapter.new_epoch("planner-apply")
+
+    def make(rid, region):
+        return _decide(b.policy_of(rid))
+
+    @functools.wraps(step_fn)
+    def applied(*args, **kwargs):
+        with adapter.applied_policies(make, epoch):
+            return step_fn(*args, **kwargs)
+
+    applied.__wrapped_plan__ = b  # what it applies (tests, debugging)
+    return applied

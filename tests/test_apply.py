@@ -1,0 +1,183 @@
+"""``plan.apply(step_fn)`` and ``load_plan(path).apply(step_fn)``: the user's step under the
+plan's policies without editing the model, checked with JAX's own saved-residuals list
+(``jax.ad_checkpoint.print_saved_residuals``) against the model edited by hand, and the
+applied step's numbers against the unplanned step's."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import planner
+from planner._src import jax_adapter as adapter
+from planner._src.numerics import coarsest_eps, compare
+from tests.zoo import flax_linen
+
+D, LAYERS, BATCH = 128, 4, 512
+
+
+def _layer(p, x):
+    h = jnp.tanh(x @ p["w1"])
+    return x + jnp.sin(h @ p["w2"])
+
+
+def _params():
+    ks = jax.random.split(jax.random.key(0), 2 * LAYERS)
+    return [
+        dict(
+            w1=0.05 * jax.random.normal(ks[2 * i], (D, 4 * D)),
+            w2=0.05 * jax.random.normal(ks[2 * i + 1], (4 * D, D)),
+        )
+        for i in range(LAYERS)
+    ]
+
+
+def _loss_with(policies):
+    """A Python loop over the layers; ``policies[i]``: layer i's ``jax.checkpoint`` policy
+    (the model edited by hand, one call site per layer)."""
+    layers = [jax.checkpoint(_layer, policy=p) for p in policies]
+
+    def loss(params, x):
+        for layer, p in zip(layers, params):
+            x = layer(p, x)
+        return jnp.mean(x**2)
+
+    return loss
+
+
+LOSS = _loss_with([None] * LAYERS)  # the user's model: one policy (None) for every layer
+
+
+def _step(params, x):
+    loss, grads = jax.value_and_grad(LOSS)(params, x)
+    return jax.tree.map(lambda a, g: a - 0.1 * g, params, grads), loss
+
+
+@pytest.fixture(scope="module")
+def loop_plan():
+    params = _params()
+    x = jax.random.normal(jax.random.key(1), (BATCH, D))
+    # 12 MB: between full remat (9.96 MB compiled) and saving every matmul; per layer the
+    # planner saves both matmuls in layers 0-2 and tanh instead of one in layer 3.
+    plan = planner.solve(
+        _step,
+        params,
+        x,
+        hbm_gb=0.012,
+        hardware="cpu",
+        allow_offload=False,
+        layer_groups=True,
+        compare_stock=False,
+    )
+    return plan, params, x
+
+
+def _same_numbers(got, want):
+    """Every output leaf within the numerics check's tolerance (planner/_src/numerics.py:
+    recomputed and saved values round differently; AdamW's moments of tiny gradients make
+    elementwise relative comparisons meaningless)."""
+    leaves = compare(got, want, coarsest_eps(want))
+    assert leaves and all(leaf.ok for leaf in leaves), [lf for lf in leaves if not lf.ok]
+
+
+def _by_group(plan) -> dict[int, set]:
+    out: dict[int, set] = {}
+    for c in plan.candidates():
+        if c["decision"] == "save" and c["needed_by_backward"]:
+            out.setdefault(c["group"], set()).add((c["primitive"], c["shape"]))
+    return out
+
+
+def test_apply_gives_each_layer_of_a_python_loop_its_own_policy(loop_plan, tmp_path):
+    plan, params, x = loop_plan
+    assert plan.layer_groups == LAYERS
+    groups = _by_group(plan)
+    assert len({frozenset(s) for s in groups.values()}) > 1, groups  # layers decide differently
+    assert plan.bind_groups() == {i: i for i in range(LAYERS)}
+    applied = adapter.saved_residuals(plan.apply(LOSS), params, x)
+    edited = adapter.saved_residuals(_loss_with(list(plan.policies)), params, x)
+    unplanned = adapter.saved_residuals(LOSS, params, x)
+    assert sorted(applied) == sorted(edited)
+    assert sorted(applied) != sorted(unplanned)
+    # the plan file gives the same
+    plan.save(tmp_path / "plan.json")
+    saved = planner.load_plan(tmp_path / "plan.json")
+    assert sorted(adapter.saved_residuals(saved.apply(LOSS), params, x)) == sorted(edited)
+
+
+def test_applied_step_computes_what_the_unplanned_step_does(loop_plan):
+    plan, params, x = loop_plan
+    step = jax.jit(plan.apply(_step))
+    got = step(params, x)
+    again = step(params, x)  # the second call hits the applied step's cache
+    want = jax.jit(_step)(params, x)
+    _same_numbers(got, want)
+    for a, c in zip(jax.tree.leaves(got), jax.tree.leaves(again)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
+    # the step as written keeps its own program: its residuals are the unplanned ones
+    assert sorted(adapter.saved_residuals(LOSS, params, x)) != sorted(
+        adapter.saved_residuals(plan.apply(LOSS), params, x)
+    )
+
+
+def test_apply_refuses_what_is_not_a_function(loop_plan):
+    with pytest.raises(planner.InvalidArgumentError):
+        loop_plan[0].apply("train_step")
+
+
+def _flax_loss(state):
+    def loss(params, tokens):
+        logits = state.apply_fn({"params": params}, tokens[:, :-1])
+        return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
+
+    return loss
+
+
+def test_apply_on_flax_scan_remat(tmp_path):
+    step, (state, tokens) = flax_linen.make()
+    plan = planner.solve(
+        step,
+        state,
+        tokens,
+        hbm_gb=0.013,
+        hardware="cpu",
+        allow_offload=False,
+        compare_stock=False,
+        verify_compile=False,
+    )
+    loss = _flax_loss(state)
+    applied = adapter.saved_residuals(plan.apply(loss), state.params, tokens)
+    edited_state = flax_linen.make(policy=plan.policy)[1][0]  # nn.remat(policy=...) edited in
+    edited = adapter.saved_residuals(_flax_loss(edited_state), edited_state.params, tokens)
+    assert sorted(applied) == sorted(edited)
+    assert sorted(applied) != sorted(adapter.saved_residuals(loss, state.params, tokens))
+    plan.save(tmp_path / "plan.json")
+    saved = planner.load_plan(tmp_path / "plan.json").apply(loss)
+    assert sorted(adapter.saved_residuals(saved, state.params, tokens)) == sorted(edited)
+    got = jax.jit(plan.apply(step))(state, tokens)
+    want = jax.jit(step)(state, tokens)
+    _same_numbers(got, want)
+
+
+def test_saved_plan_reads_like_a_plan(loop_plan, tmp_path):
+    plan = loop_plan[0]
+    plan.save(tmp_path / "plan.json")
+    saved = planner.load_plan(tmp_path / "plan.json")
+    for name in ("policies", "xla_flags", "maxtext_yaml", "layer_groups"):
+        assert hasattr(saved, name), name
+    assert saved.bind_groups() == plan.bind_groups()
+    assert saved.decisions() == plan.decisions()
+    got, want = saved.candidates(), plan.candidates()
+    assert [c["decision"] for c in got] == [c["decision"] for c in want]
+    assert [tuple(c["shape"]) for c in got] == [tuple(c["shape"]) for c in want]
+    assert saved.report() == plan.report(plan_file=str(tmp_path / "plan.json"))
+
+
+def test_an_unnamed_model_gets_no_empty_maxtext_block(loop_plan):
+    from planner._src.paste import paste_snippets
+
+    text = paste_snippets(loop_plan[0])["maxtext"]
+    assert text.startswith("# No MaxText block") and "remat_policy: custom\n" not in text
