@@ -510,8 +510,9 @@ def make_train_step(
     """``(train_step, (state, batch))``: the step jitted with the state donated and its
     outputs sharded like its inputs; the arguments abstract and sharded on ``mesh``
     (default: ``make_mesh(cfg)``). ``out_shardings=False`` leaves the outputs' shardings to
-    XLA's propagation: a step compiled for a GPU target on a CPU (deviceless) cannot be
-    jitted with ``out_shardings`` on this machine's devices (target.py's TargetError)."""
+    XLA's propagation. A step compiled for a GPU target on a CPU (deviceless) may keep its
+    ``out_shardings`` on this machine's devices: the planner moves them onto the target mesh
+    (planner/_src/target.py's ``lower``)."""
     mesh = make_mesh(cfg) if mesh is None else mesh
     args = abstract_args(cfg, mesh)
 

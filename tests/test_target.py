@@ -465,13 +465,78 @@ def test_device_put_and_shard_map_on_the_cpu_mesh_move_to_the_target():
     assert fig.argument_bytes == 64 * 128 * 4 // 8 and "all-reduce" in fig.hlo_text
 
 
-def test_a_step_jitted_with_this_machines_shardings_is_refused_with_the_fix():
+@pytest.mark.parametrize("kw", ["in_shardings", "out_shardings"])
+def test_a_step_jitted_with_this_machines_shardings_compiles_on_the_target_mesh(kw):
+    """Issue 17: a step jitted with in / out shardings on a CPU mesh raised a raw ValueError
+    ('incompatible devices') in trace.compile_with; its shardings now move onto the target."""
+    from planner._src.trace import compile_with
+
     target = T.resolve(GPU, num_devices=8)
     cpu_mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
-    step = jax.jit(lambda x: x * 2, in_shardings=NamedSharding(cpu_mesh, P("data")))
+    step = jax.jit(
+        lambda x: jax.checkpoint(lambda y: jnp.sin(y) * 2)(x),
+        donate_argnums=(0,),
+        **{kw: NamedSharding(cpu_mesh, P("data"))},
+    )
     x = jax.ShapeDtypeStruct((64,), jnp.float32, sharding=NamedSharding(cpu_mesh, P("data")))
-    with pytest.raises(T.TargetError, match="(?s)names devices of this machine.*Fix: pass"):
-        T.compile_traced(target, step, T.args_for(target, (x,)))
+    args = T.args_for(target, (x,))
+    with T.target_scope(target):
+        _, compiled = compile_with(step, args, lambda rid, r: cp.nothing_saveable)
+    (out,) = jax.tree.leaves(compiled.output_shardings)
+    assert out.device_set == set(T._devices(target)) and out.spec == P("data")
+    assert compiled.memory_analysis().argument_size_in_bytes == 64 * 4 // 8
+    # the same through compile_traced, and the user's jit is untouched
+    fig = T.read_figures(target, T.compile_traced(target, step, args).compiled)
+    assert fig.alias_bytes == 64 * 4 // 8  # donation kept
+    assert step.lower(x).compile() is not None  # still compiles for this machine
+
+
+def test_out_shardings_that_cannot_move_to_the_target_are_refused_with_the_fix():
+    from planner._src.trace import compile_with
+
+    target = T.resolve(GPU, num_devices=8)
+    cpu4 = Mesh(np.array(jax.devices()[:4]), ("data",))
+    step = jax.jit(lambda x: x * 2, out_shardings=NamedSharding(cpu4, P("data")))
+    x = jax.ShapeDtypeStruct((64,), jnp.float32)
+    args = T.args_for(target, (x,))
+    with T.target_scope(target), pytest.raises(T.TargetError, match="(?s)has 4 devices.*Fix"):
+        compile_with(step, args, lambda rid, r: cp.nothing_saveable)
+
+
+def _big_sort_step(x):  # a dropless MoE's routing: argsort of every token's expert choice
+    return jax.checkpoint(lambda y: jnp.take(y, jnp.argsort(y)) * 2.0)(x).sum()
+
+
+@pytest.mark.skipif(
+    T.resolve("gb200").kind != "deviceless", reason="no deviceless GB200 target for this jaxlib"
+)
+def test_a_compile_that_needs_the_device_raises_a_teaching_target_error():
+    """Issue 17: DeepSeek-V3's ragged dispatch, deviceless for GB200, raised XLA's raw
+    `cudaErrorInvalidDevice: invalid device ordinal`. The op: a sort of more than ~4,000
+    elements (XLA rewrites it to a CUB radix sort and asks the device for its scratch)."""
+    from planner._src.trace import compile_with
+
+    target = T.resolve("gb200")
+    args = T.args_for(target, (jax.ShapeDtypeStruct((65536,), jnp.float32),))
+    grad = jax.grad(_big_sort_step)
+    with T.target_scope(target):
+        with pytest.raises(
+            T.TargetError,
+            match="(?s)GB200 .deviceless. could not compile.*CUDA runtime.*cudaErrorInvalid"
+            "Device.*Why:.*CUB radix sort.*1 sort.*Fix: compile on the GB200.*capacity.*"
+            "xla_gpu_enable_cub_radix_sort=false",
+        ):
+            compile_with(grad, args, lambda rid, r: cp.nothing_saveable)
+        # the workaround the message gives compiles (XLA's own sort kernel)
+        compile_with(
+            grad,
+            args,
+            lambda rid, r: cp.nothing_saveable,
+            (("xla_gpu_enable_cub_radix_sort", False),),
+        )
+    # the same program for the H200 compiles (XLA falls back to its own sort there)
+    h200 = T.resolve(GPU)
+    T.compile_traced(h200, grad, T.args_for(h200, (jax.ShapeDtypeStruct((65536,), jnp.float32),)))
 
 
 def test_mesh_of_another_size_is_refused_with_the_fix():
@@ -496,6 +561,13 @@ def test_jax_internals_are_where_the_module_expects_them():
         "check_is_flash_attention no longer calls check_compute_capability: the cuDNN scope "
         "in planner/_src/target.py needs updating"
     )
+    traced = jax.jit(lambda x: x, out_shardings=None).trace(jnp.zeros(2))
+    params = getattr(traced, "_params", None)
+    assert isinstance(params, dict) and set(T._TRACED_SHARDINGS) <= set(params), (
+        "jax.stages.Traced no longer keeps in_shardings / out_shardings in _params: "
+        "planner/_src/target.py's lower() needs updating"
+    )
+    assert hasattr(traced, "_lojax"), "jax.stages.Traced no longer caches _lojax"
     for module, name in T._SHARDING_PRIMITIVES:
         prim = T._internal(module, name)
         assert isinstance(prim, jax.extend.core.Primitive), f"{module}.{name} is not a Primitive"

@@ -25,7 +25,16 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   recomputing them, where the roofline of their standalone kernels had promised 3-5%;
   working set of one backward trip
   ``W_r = sum bytes_v [v read by the backward and a(v) in {remat, offload}]
-  + max bytes_v [v recomputed only to recompute others]``, leaving out the *held* values: a
+  + sum bytes_v [v recomputed only to recompute others, and read by a recomputed reduction]
+  + max bytes_v [v recomputed only to recompute others, read by no recomputed reduction]``,
+  where a *reduction* is ``REDUCTIONS`` (reduce_max, reduce_sum, ...): its operand must exist
+  whole before the reduced value does, and the values computed from the reduced value read
+  the operand again (softmax: ``exp(s - max(s))``), so XLA materializes it alongside the
+  working set instead of one transient at a time; saving the reduced value lets the chain
+  fuse. Measured on XLA:CPU for tests/zoo/long_context.py (2026-12-03,
+  benchmarks/results/memory-model-2026-12-03.md): saving the softmax statistics and the
+  attention output (0.6 MB) removed one 33.5 MB score buffer from the backward peak (150.9 ->
+  121.6 MB compiled), which the max-of-transients model could not see. Leaving out the *held* values: a
   recomputed view (checkpoint_name, reshape: ``graph.VIEWS``) of a saved or reloaded value or
   of a region input is that buffer, not a new one (``held_values``); the recomputed and
   reloaded tensors the gradient reads are assumed live together, intermediates of the
@@ -326,6 +335,23 @@ def held_values(rg, dec, need) -> list[bool]:
     return held
 
 
+# Reductions whose recompute needs their operand whole (the ``reduced`` term of W_r).
+REDUCTIONS = frozenset(
+    ("reduce_max", "reduce_min", "reduce_sum", "reduce_prod", "argmax", "argmin")
+)
+
+
+def reduction_operands(rg, dec, need) -> list[bool]:
+    """Per candidate: a recomputed reduction (``REDUCTIONS``) reads it, so the backward pass
+    materializes it whole, alongside the working set (the ``reduced`` term of ``W_r``)."""
+    out = [False] * len(dec)
+    for c in rg.region.candidates:
+        if need[c.index] and dec[c.index] == "remat" and c.primitive in REDUCTIONS:
+            for u in rg.reads(c.index):
+                out[u] = True
+    return out
+
+
 def evaluate(
     model: CostModel, graph: LivenessGraph, assignment: Assignment, *, _fixed: int | None = None
 ) -> Prediction:
@@ -350,6 +376,7 @@ def evaluate(
                 need_in.update(rg.reads_inputs(c.index))
         stacked_inputs = sum(i.nbytes for i in rg.region.inputs if i.stacked and i.index in need_in)
         held = held_values(rg, dec, need)
+        reduced = reduction_operands(rg, dec, need)
         for c in cands:
             i = c.index
             if not need[i]:
@@ -374,6 +401,8 @@ def evaluate(
                     pass  # the same buffer as a held value
                 elif c.needed:
                     working += c.nbytes
+                elif reduced[i]:
+                    working += c.nbytes  # a recomputed reduction's operand: materialized whole
                 else:  # an intermediate of a recompute: freed once its readers ran
                     transient = max(transient, c.nbytes)
                 recompute_s += rc.recompute_s[i]

@@ -24,7 +24,7 @@ import time
 
 from ortools.sat.python import cp_model
 
-from planner._src.cost import CostModel, evaluate, regions_in_order
+from planner._src.cost import REDUCTIONS, CostModel, evaluate, regions_in_order
 from planner._src.errors import InfeasibleBudgetError, SolverError
 from planner._src.graph import LivenessGraph, class_key
 from planner._src.types import Assignment, Solution, SolverOptions
@@ -40,6 +40,20 @@ __all__ = [
 
 KIB = 1024
 NS = 1e9  # nanoseconds per second
+
+
+def _any_both(m, r, readers) -> object:
+    """A 0/1 term at least ``r AND (any of readers)`` (a lower bound suffices: it only adds
+    memory, so the solver keeps it at its bound); 0 when no reader can be 1."""
+    readers = [x for x in readers if not (isinstance(x, int) and not x)]
+    if not readers or (isinstance(r, int) and not r):
+        return 0
+    if isinstance(r, int) and all(isinstance(x, int) for x in readers):
+        return 1
+    y = m.NewBoolVar("reduced")
+    for x in readers:
+        m.Add(y >= r + x - 1)
+    return y
 
 
 def _kib_up(b: float) -> int:
@@ -156,6 +170,12 @@ class _Model:
             # a region input (cost.held_values). free[v] (<= remat, <= held of its source):
             # a recomputed view that adds nothing to the working set.
             held = {}
+            # The recomputed reductions that read each candidate (cost.reduction_operands).
+            by_index = {c.index: c for c in cands}
+            reducers = {
+                u: [v for v in need if by_index[v].primitive in REDUCTIONS and u in rg.reads(v)]
+                for u in need
+            }
             for c in cands:
                 if c.index not in need:
                     continue
@@ -186,7 +206,12 @@ class _Model:
                 if c.needed:
                     working_kib.append(w_kib * (r - free))
                 elif not isinstance(r, int) or r:
-                    m.Add(transient >= w_kib * (r - free))
+                    # reduced: v is recomputed and a recomputed reduction reads it, so it is
+                    # materialized whole with the working set, not one transient at a time.
+                    reducing = [both(by_index[v], "remat") for v in reducers[i]]
+                    reduced = _any_both(m, r - free, reducing)
+                    working_kib.append(w_kib * reduced)
+                    m.Add(transient >= w_kib * (r - free - reduced))
                 extra_ns.append(_ns(rc.recompute_s[i]) * r)
                 if "offload" in decisions:
                     working_kib.append(w_kib * o)

@@ -37,13 +37,22 @@ placed on those devices lowers and compiles as it would on the GPU.
     the step, ``shard_map(mesh=cpu_mesh)``) are moved onto the target mesh of the same shape and
     axis names; without this the lowering refuses the mix of CPU and GPU devices.
 
+* :func:`lower` and :func:`compile_lowered` are the lowering and compile every planner compile
+  goes through (the anchors, the verify step: ``trace.compile_with``). Under a deviceless
+  target's scope, a step the user jitted with ``out_shardings`` / ``in_shardings`` on this
+  machine's mesh lowers with them moved onto the target mesh (the outputs are re-sharded as
+  the user asked, on the target's devices), and an XLA:GPU compile that calls the CUDA
+  runtime (it needs a device: measured for large sorts on GB200, which XLA rewrites to CUB
+  radix sorts) raises :class:`TargetError` saying what, why and what to do.
 * :func:`read_figures` reads ``memory_analysis()`` and the HLO text, labelled with the compiler.
 
 JAX internals touched (each marked ``# JAX internal`` below and guarded by a test in
 ``tests/test_target.py`` that names what moved): ``jax._src.cudnn.fused_attention_stablehlo``'s
 ``check_compute_capability`` / ``is_cuda_compute_capability_equal`` (the same in JAX 0.10.0,
 0.10.2, 0.11.2 and 0.12.0.1), and the ``bind`` of ``sharding_constraint_p`` (``jax._src.pjit``),
-``device_put_p`` (``jax._src.dispatch``) and ``shard_map_p`` (``jax._src.shard_map``).
+``device_put_p`` (``jax._src.dispatch``) and ``shard_map_p`` (``jax._src.shard_map``), and the
+``_params`` of ``jax.stages.Traced`` (its ``in_shardings`` / ``out_shardings``, and ``_lojax``,
+derived from them: ``jax/_src/stages.py``, the same in 0.10.2 and 0.12.0.1).
 
 Known gaps of deviceless compiles (``CompilerTarget.caveats``): XLA does not autotune without a
 device (GEMM and fusion configurations are its defaults; a device compile may choose cuBLAS
@@ -60,6 +69,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy
 import dataclasses
 import functools
 import importlib
@@ -764,12 +774,133 @@ def target_scope(target: CompilerTarget) -> Iterator[None]:
 # ---------------------------------------------------------------------- compiling
 
 # What jax.jit says when a step it traces or lowers mixes this machine's devices (or their
-# memory kinds) with the target's: a user's jit with in_shardings / out_shardings on a CPU mesh.
+# memory kinds) with the target's: a user's jit with in_shardings / out_shardings on a CPU mesh
+# that could not be moved onto the target (see lower()).
 _FOREIGN_DEVICE_ERRORS = (
     "incompatible devices",
     "Memory kinds passed to jax.jit",
     "device assignment",
 )
+
+# JAX internal: jax.stages.Traced keeps the jit's own shardings in ``_params`` (jax/_src/
+# stages.py, the same keys in JAX 0.10.2 and 0.12.0.1): a tuple per flattened argument /
+# output, UnspecifiedValue where the user gave none. A step jitted with ``out_shardings`` (or
+# ``in_shardings``) on this machine's mesh keeps them there; lower() moves them onto the target.
+_TRACED_SHARDINGS = ("in_shardings", "out_shardings")
+
+# What the CUDA runtime says when XLA:GPU, compiling without a device, calls it anyway.
+_NEEDS_DEVICE = re.compile(
+    r"cudaErrorInvalidDevice|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|CUDA_ERROR_INVALID_DEVICE"
+    r"|no CUDA-capable device"
+)
+
+
+def _traced_on_target(scope: _Scope, traced):
+    """``traced`` with the jit's own in / out shardings of this machine's devices moved onto
+    the target mesh of the same shape and axis names (the same partition specs and memory
+    kinds); ``traced`` itself when it names none."""
+    params = getattr(traced, "_params", None)
+    if not isinstance(params, dict):
+        return traced
+    moved = {k: _translate(scope, params[k]) for k in _TRACED_SHARDINGS if k in params}
+    if all(
+        all(a is b for a, b in zip(moved[k], params[k], strict=True))
+        if isinstance(params[k], tuple)
+        else moved[k] is params[k]
+        for k in moved
+    ):
+        return traced
+    out = copy.copy(traced)
+    out._params = {**params, **moved}
+    if hasattr(out, "_lojax"):
+        out._lojax = None  # the low-level form is derived from _params: derive it again
+    return out
+
+
+def lower(traced):
+    """``traced.lower()``, for the target in scope (:func:`target_scope`): a step the user
+    jitted with ``out_shardings`` / ``in_shardings`` on this machine's mesh lowers with them
+    on the target mesh (the outputs re-sharded as the user asked, on the target's devices).
+    A placement that cannot be moved raises :class:`TargetError` with the fix. Outside a
+    deviceless scope: ``traced.lower()``."""
+    scope = _active.get()
+    if scope is None:
+        return traced.lower()
+    try:
+        return _traced_on_target(scope, traced).lower()
+    except ValueError as e:
+        if any(m in str(e) for m in _FOREIGN_DEVICE_ERRORS):
+            raise _foreign_device_error(scope.target, e) from e
+        raise
+
+
+def _foreign_device_error(target: CompilerTarget, e: Exception) -> TargetError:
+    return TargetError(
+        f"The step names devices of this machine where {target.description} needs its own: "
+        f"{str(e)[:400]}\nWhy: a deviceless compile runs on the target's compile-only "
+        "devices; the planner moves NamedShardings of this machine's mesh onto the target mesh "
+        "of the same shape and axis names, and this placement is not one of those.\nFix: pass "
+        "the step un-jitted (or jitted with in_shardings / out_shardings as NamedSharding on "
+        "a Mesh of the step's devices, or as PartitionSpecs); args_for() places the arguments."
+    )
+
+
+def compile_lowered(lowered, compiler_options: dict[str, Any] | None = None):
+    """``lowered.compile(compiler_options)``; for a deviceless target in scope, an XLA:GPU
+    compile that calls the CUDA runtime (which needs a GPU) raises :class:`TargetError`
+    saying so, instead of XLA's raw ``cudaErrorInvalidDevice``."""
+    scope = _active.get()
+    try:
+        return lowered.compile(compiler_options=dict(compiler_options or {}) or None)
+    except RuntimeError as e:  # jax.errors.JaxRuntimeError is one
+        if scope is None or not _NEEDS_DEVICE.search(str(e)):
+            raise
+        raise _needs_device_error(scope.target, lowered, e) from e
+
+
+def _sorts(lowered) -> int:
+    """How many sorts the lowered program has (its StableHLO text); -1 when unreadable."""
+    try:
+        return len(re.findall(r"\bstablehlo\.sort\b|\bmhlo\.sort\b", lowered.as_text()))
+    except Exception:  # noqa: BLE001  (only for the message)
+        return -1
+
+
+def _gpu_label(target: CompilerTarget) -> str:
+    try:
+        return _gpu(target.gpu_name).label if target.gpu_name else "target GPU"
+    except TargetError:
+        return target.gpu_name or "target GPU"
+
+
+def _needs_device_error(target: CompilerTarget, lowered, e: Exception) -> TargetError:
+    sorts = _sorts(lowered)
+    here = (
+        f"this step has {sorts} sort(s) in its lowered program (a dropless / ragged MoE "
+        "dispatch sorts every token's expert choices: jnp.argsort)"
+        if sorts > 0
+        else "no sort was found in this step's lowered program, so another pass asked"
+        if sorts == 0
+        else "the step's program could not be read to say which op"
+    )
+    return TargetError(
+        f"{target.description} could not compile the step: XLA's GPU compiler called the "
+        f"CUDA runtime, which needs a GPU, and this machine has none ({str(e).strip()[:200]}).\n"
+        "Why: a few XLA:GPU passes ask the device while compiling. The one measured "
+        "(benchmarks/results/frontier-deviceless-2026-12-03.md, 'The GB200 error'): a sort "
+        "of more than about "
+        "4,000 elements is rewritten to a CUB radix sort, and XLA sizes its scratch buffer "
+        "from data it records per GPU; where it has none for this GPU it asks CUB, i.e. the "
+        f"device (jaxlib 0.12.0: it does so for GB200; for H200 it falls back to its own sort "
+        f"kernel). Here {here}.\n"
+        f"Fix: compile on the {_gpu_label(target)} itself (plan on that machine: the "
+        "figures are then XLA:GPU's own); or avoid the large sort (capacity-limited expert "
+        "dispatch: examples/frontier.py's moe_impl='capacity'); or start Python with "
+        "XLA_FLAGS=--xla_gpu_enable_cub_radix_sort=false (XLA's own sort kernel: the compile "
+        "works without a device, but a compile on the GPU would use CUB and its scratch, so "
+        "the sort's bytes are then an estimate); or plan with compiler='local' (this "
+        "machine's backend: an estimate)."
+    )
 
 
 class TargetProgram(NamedTuple):
@@ -788,7 +919,8 @@ def compile_traced(
     """Trace ``fn_to_trace(*target_args)`` once, lower and compile it for ``target``.
 
     ``fn_to_trace`` may be a plain function or one the user already ``jax.jit``-ed (its own
-    options, donation included, are kept). ``target_args``: positional arguments from
+    options, donation included, are kept; its in / out shardings on this machine's mesh move
+    onto the target's: :func:`lower`). ``target_args``: positional arguments from
     :func:`args_for`. ``compiler_options``: XLA options for this compile only (XLA_FLAGS names
     without ``--``). Each call traces anew under a trace context of its own
     (``jax_adapter.isolated_traces``: a private configuration value in JAX's trace context),
@@ -800,18 +932,11 @@ def compile_traced(
     with target_scope(target), adapter.isolated_traces():
         try:
             traced = jitted.trace(*target_args)
-            lowered = traced.lower()
         except ValueError as e:
             if any(m in str(e) for m in _FOREIGN_DEVICE_ERRORS):
-                raise TargetError(
-                    f"The step names devices of this machine where {target.description} "
-                    f"needs its own: {str(e)[:400]}\nFix: pass the step un-jitted (or "
-                    "jitted without in_shardings / out_shardings on concrete devices) and "
-                    "give shardings as NamedSharding on a Mesh or as PartitionSpecs; "
-                    "args_for() places the arguments."
-                ) from e
+                raise _foreign_device_error(target, e) from e
             raise
-        compiled = lowered.compile(compiler_options=dict(compiler_options or {}) or None)
+        compiled = compile_lowered(lower(traced), compiler_options)
     return TargetProgram(traced=traced, compiled=compiled)
 
 

@@ -48,6 +48,7 @@ import cost_models as cm
 from cost_models._cost import aval_size  # per-device elements, as cost_models counts them
 from planner._src import hlo, policies, shard
 from planner._src import jax_adapter as adapter
+from planner._src import target as targets
 from planner._src.errors import (
     NoCheckpointRegionError,
     PlannerError,
@@ -888,7 +889,7 @@ def trace_step(
         compiled, anchor_jaxpr, anchor_text, backend=backend, compiler=compiler
     )
     # The second anchor is the everything-saveable program traced above: compile it as is.
-    compiled_saved = traced.lower().compile()
+    compiled_saved = targets.compile_lowered(targets.lower(traced))
     saved_text = compiled_saved.as_text() or ""
     anchor_saved = compiled_figures(
         compiled_saved, step_jaxpr, saved_text, backend=backend, compiler=compiler
@@ -1069,7 +1070,7 @@ def compile_with(
         raise again_error(e, which) from e
     if bound_out is not None:
         bound_out.extend(bound)
-    compiled = traced.lower().compile(compiler_options=dict(compiler_options) or None)
+    compiled = targets.compile_lowered(targets.lower(traced), dict(compiler_options))
     return traced.jaxpr, compiled
 
 
