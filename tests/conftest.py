@@ -72,3 +72,23 @@ def pytest_collection_modifyitems(config, items):
             if d.scope in _BROAD and d.baseid == module:
                 item.add_marker(pytest.mark.xdist_group(module))
                 break
+
+
+_TIMES = os.environ.get("PLANNER_TEST_TIMES")  # a file: one line per test, for the suite's budget
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With PLANNER_TEST_TIMES=FILE, append "nodeid, wall s, CPU s of this process" per test
+    (setup, call and teardown; the CPU figure is what the test costs on a shared machine)."""
+    if not _TIMES:
+        yield
+        return
+    import time
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    yield
+    with open(_TIMES, "a") as f:
+        f.write(
+            f"{item.nodeid}\t{time.perf_counter() - wall:.3f}\t{time.process_time() - cpu:.3f}\n"
+        )
