@@ -271,14 +271,13 @@ def test_the_examples_plans_match_their_steps(name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["gpt2_loop", "dropout", "flax_nnx"])
-def test_zoo_plans_match_their_steps(name):
+def test_zoo_plans_match_their_steps(name, zoo_session):
     from tests.zoo import MODELS
 
     entry = MODELS[name]
     if entry.skip_reason() is not None:
         pytest.skip(entry.skip_reason())
-    step, args = entry.make()
-    session = planner.Planner(step, *args, hardware="cpu")
+    _, _, session = zoo_session(name)  # conftest.py: the session tests/test_zoo.py plans too
     lo, hi = session.trace.anchor.device_bytes, session.trace.anchor_saved.device_bytes
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", planner.PlanWarning)
