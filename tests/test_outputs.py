@@ -283,3 +283,13 @@ def test_report_step_time_breakdown_adds_up(plan):
     assert r.saving_ms == pytest.approx(plan.prediction.materialize_s * 1e3)
     assert f"saving writes {r.saving_ms:.2f}" in render(r, "markdown")
     assert f"saving writes {r.saving_ms:.2f}" in render(r, "text")
+
+
+def test_the_text_report_prints_brackets_as_written(plan):
+    """rich reads '[cuda]' as a style tag: the quickstart's note printed
+    'pip install -e "."' for 'pip install -e ".[cuda]"' (2026-12-03)."""
+    import dataclasses
+
+    noted = dataclasses.replace(plan, compiler_note='Fix: pip install -e ".[cuda]" [bold]x[/bold]')
+    text = noted.report("text")
+    assert 'pip install -e ".[cuda]" [bold]x[/bold]' in text

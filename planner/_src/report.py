@@ -559,7 +559,12 @@ def _text(r: Report) -> str:
 
     buf = io.StringIO()
     con = Console(
-        file=buf, width=150, force_terminal=False, force_jupyter=False, color_system=None
+        file=buf,
+        width=150,
+        force_terminal=False,
+        force_jupyter=False,
+        color_system=None,
+        markup=False,  # text as written: rich would eat '[cuda]' in 'pip install -e ".[cuda]"'
     )  # a string, also in Jupyter (no display_data)
     con.print(f"PLAN STATUS: {r.status.upper()}")
     for what, text in _status(r):
