@@ -78,6 +78,10 @@ MODELS = {
 # XLA's dumps (--dump) go here, outside DIR; the memory reports and optimized HLO come back in
 # DIR/reports.tar.xz.
 _DUMPS = Path(tempfile.gettempdir()) / "deviceless-gap-dumps"
+# The same three models with XLA's own attention (batch 2: XLA materializes the scores).
+for _name in ("llama_loop", "parallel", "moe"):
+    _m, _c = MODELS[_name]
+    MODELS[f"{_name}_xla_attn"] = (_m, {**_c, "batch": 2, "attention_impl": "xla"})
 POLICIES = ("nothing_saveable", "dots_saveable", "everything_saveable")
 if os.environ.get("DEVICELESS_GAP_DRY_RUN"):  # a CPU dry run of the script, tiny models
     _TINY = dict(d_model=256, n_layers=2, batch=1, seq=256, vocab=512, attention_impl=None)
@@ -186,6 +190,8 @@ def _spawn(job: dict, out: Path, timeout: float, dump: bool) -> dict:
     env = dict(os.environ)
     if job["where"] == "deviceless":
         env["JAX_PLATFORMS"] = "cpu"
+    if job["where"] == "device-autotune0":
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip()
     if dump:
         d = _DUMPS / job["id"]
         d.mkdir(parents=True, exist_ok=True)
@@ -219,8 +225,9 @@ def summarize(rows: list[dict]) -> str:
             by[(r["name"], r["policy"], r["where"])] = r
     lines = [
         "| model | policy | device bytes (GPU) | deviceless | diff | temp GPU | temp deviceless "
-        "| cuDNN ws max GPU / deviceless | cuBLAS calls GPU / deviceless |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| cuDNN ws max GPU / deviceless | cuBLAS calls GPU / deviceless "
+        "| GPU, autotune level 0 (diff to deviceless) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (name, pol, where), g in sorted(by.items()):
         if where != "device":
@@ -229,11 +236,17 @@ def summarize(rows: list[dict]) -> str:
         if d is None:
             continue
         diff = (d["device_bytes"] - g["device_bytes"]) / g["device_bytes"]
+        a0 = by.get((name, pol, "device-autotune0"))
+        a0_text = (
+            f"{a0['device_bytes']:,} ({(d['device_bytes'] - a0['device_bytes']) / a0['device_bytes']:+.2%})"
+            if a0
+            else "-"
+        )
         lines.append(
             f"| {name} | {pol} | {g['device_bytes']:,} | {d['device_bytes']:,} | {diff:+.2%} "
             f"| {g['temp_bytes']:,} | {d['temp_bytes']:,} "
             f"| {g['cudnn_max_workspace']:,} / {d['cudnn_max_workspace']:,} "
-            f"| {g['cublas_calls']} / {d['cublas_calls']} |"
+            f"| {g['cublas_calls']} / {d['cublas_calls']} | {a0_text} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -243,12 +256,16 @@ def run(args):
     out.mkdir(parents=True, exist_ok=True)
     only = set(filter(None, args.only.split(","))) if args.only else None
     policies = args.policies.split(",")
+    autotune0 = set(filter(None, args.autotune0.split(",")))
     jobs = []
     for name, (model, config) in MODELS.items():
         if only and name not in only:
             continue
         for pol in policies:
-            for where in ("deviceless", "device"):
+            wheres = ["deviceless", "device"]
+            if name in autotune0:
+                wheres.append("device-autotune0")
+            for where in wheres:
                 jobs.append(
                     {
                         "id": f"{name}-{pol}-{where}",
@@ -267,7 +284,9 @@ def run(args):
 
     with cf.ThreadPoolExecutor(max_workers=3) as pool:
         futs = []
-        device_jobs = [j for j in jobs if j["where"] == "device"]
+        device_jobs = [
+            j for j in jobs if j["where"].startswith("device-") or j["where"] == "device"
+        ]
         free_jobs = [j for j in jobs if j["where"] == "deviceless"]
 
         def chain(js):
@@ -315,6 +334,12 @@ def main():
     r.add_argument("--only", default="")
     r.add_argument("--policies", default=",".join(POLICIES))
     r.add_argument("--dump", action="store_true")
+    r.add_argument(
+        "--autotune0",
+        default="",
+        help="models also compiled on the device with --xla_gpu_autotune_level=0 "
+        "(device-autotune0): what autotuning changes",
+    )
     o = sub.add_parser("one")
     o.add_argument("job")
     a = ap.parse_args()
