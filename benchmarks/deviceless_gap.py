@@ -266,6 +266,8 @@ def run(args):
             if name in autotune0:
                 wheres.append("device-autotune0")
             for where in wheres:
+                if args.where and where not in args.where.split(","):
+                    continue
                 jobs.append(
                     {
                         "id": f"{name}-{pol}-{where}",
@@ -334,6 +336,7 @@ def main():
     r.add_argument("--only", default="")
     r.add_argument("--policies", default=",".join(POLICIES))
     r.add_argument("--dump", action="store_true")
+    r.add_argument("--where", default="", help="only these compiles (deviceless,device,...)")
     r.add_argument(
         "--autotune0",
         default="",
