@@ -63,6 +63,9 @@ class Plan:
     compiler: str = ""
     compiler_exact: bool = True
     compiler_note: str = ""
+    # The fraction of the usable budget left free because the compiler is not the device's
+    # own (target.CompilerTarget.margin; part of headroom_bytes).
+    compiler_margin: float = 0.0
     # The numerics check (planner._src.numerics.NumericsResult): the planned step against the
     # step under the user's own policies on the example arguments; None: not attempted.
     numerics: Any = None
@@ -127,7 +130,7 @@ class Plan:
         ``short``: in one line."""
         from planner._src.session import headroom_why
 
-        return headroom_why(self.hardware, short=short)
+        return headroom_why(self.hardware, short=short, margin=self.compiler_margin)
 
     def decisions(self) -> dict[str, str]:
         """Decision per tensor label for the classes the backward pass reads."""

@@ -202,7 +202,7 @@ def io_bytes(tr: Trace) -> int:
     return a.argument_bytes + a.output_bytes - a.alias_bytes
 
 
-def usable_bytes(requested: int, hw, io: int) -> int:
+def usable_bytes(requested: int, hw, io: int, margin: float = 0.0) -> int:
     """The bytes a plan may use of ``requested``, the least of
 
     * ``requested`` less the profile's allocator headroom (fragmentation room), and
@@ -210,17 +210,21 @@ def usable_bytes(requested: int, hw, io: int) -> int:
       ``requested``: inputs/outputs plus ``slop`` (0.95) of the rest for temporaries
       (cost_models.compiler_temp_fraction). Above that XLA rematerializes on its own, a
       program slower than the plan: on the H200 every plan whose temporaries reached that
-      limit ran slower than the plan one budget below it (benchmarks/results/h200-2026-12-02.md).
+      limit ran slower than the plan one budget below it (benchmarks/results/h200-2026-12-02.md),
+
+    divided by ``1 + margin`` where the verifying compiler is not the device's own
+    (``CompilerTarget.margin``: a deviceless XLA:GPU compile reads up to 6.5% below the GPU's,
+    ``target.DEVICELESS_MARGIN``), so that a plan verified deviceless fits on the GPU.
     """
     alloc = requested - int(requested * hw.allocator_headroom)
     f = cm.compiler_temp_fraction(hw)
-    if f >= 1.0 or requested <= io:
-        return alloc
-    return min(alloc, io + int(f * (requested - io)))
+    usable = alloc if f >= 1.0 or requested <= io else min(alloc, io + int(f * (requested - io)))
+    return int(usable / (1 + margin)) if margin else usable
 
 
-def requested_for(usable: float, hw, io: int) -> float:
+def requested_for(usable: float, hw, io: int, margin: float = 0.0) -> float:
     """The smallest budget whose ``usable_bytes`` is at least ``usable`` (its inverse)."""
+    usable = usable * (1 + margin)
     need = usable / (1 - hw.allocator_headroom)
     f = cm.compiler_temp_fraction(hw)
     if f < 1.0 and usable > io:
@@ -228,11 +232,11 @@ def requested_for(usable: float, hw, io: int) -> float:
     return need
 
 
-def headroom_why(hw, short: bool = False) -> str:
+def headroom_why(hw, short: bool = False, margin: float = 0.0) -> str:
     """Why a plan leaves part of its budget free, for error messages and the report
     (``short``: one line for the report's status block)."""
     if short:
-        return headroom_short(hw)
+        return headroom_short(hw, margin)
     why = []
     if hw.allocator_headroom:
         why.append(
@@ -246,10 +250,16 @@ def headroom_why(hw, short: bool = False) -> str:
             "inputs and outputs and recomputes on its own above it (a slower program "
             "than the plan; cost_models.compiler_temp_fraction)"
         )
+    if margin:
+        why.append(
+            f"a {margin:.1%} margin because the figures come from a deviceless compile: the "
+            f"GPU's own compile autotunes and sizes cuDNN workspaces, and measured up to "
+            f"{margin:.1%} more device bytes (planner/_src/target.py DEVICELESS_MARGIN)"
+        )
     return " and ".join(why)
 
 
-def headroom_short(hw) -> str:
+def headroom_short(hw, margin: float = 0.0) -> str:
     """``headroom_why`` in one short line."""
     why = []
     if hw.allocator_headroom:
@@ -257,6 +267,8 @@ def headroom_short(hw) -> str:
     f = cm.compiler_temp_fraction(hw)
     if f < 1.0:
         why.append(f"XLA:GPU's {f:.0%} compile limit on what inputs and outputs leave")
+    if margin:
+        why.append(f"{margin:.1%} for the GPU's own compile (deviceless figures)")
     return " + ".join(why) or "nothing left free"
 
 
@@ -479,7 +491,12 @@ class Planner:
     def _compiler_fields(self) -> dict:
         c = self.compiler
         note = c.how_to_get_exact if not c.exact else "; ".join(c.caveats)
-        return {"compiler": c.description, "compiler_exact": c.exact, "compiler_note": note}
+        return {
+            "compiler": c.description,
+            "compiler_exact": c.exact,
+            "compiler_note": note,
+            "compiler_margin": c.margin,
+        }
 
     def _scope(self):
         """Where traces and compiles run: the target's scope for a deviceless compile."""
@@ -593,11 +610,12 @@ class Planner:
         # usable bytes span lo..hi. No budget above the device's HBM: when saving everything
         # would not fit, what the plans may use ends at what the HBM leaves usable.
         io = io_bytes(tr)
-        top = usable_bytes(int(hw.hbm_bytes), hw, io)
+        m = self.compiler.margin
+        top = usable_bytes(int(hw.hbm_bytes), hw, io, m)
         if lo < top < hi:
             hi = top
         return [
-            requested_for(lo + (hi - lo) * k / points, hw, io) / GB for k in range(1, points + 1)
+            requested_for(lo + (hi - lo) * k / points, hw, io, m) / GB for k in range(1, points + 1)
         ]
 
     # -------------------------------------------------------------------- one budget
@@ -873,7 +891,8 @@ class Planner:
         hw, opts = self.hardware, self.options
         self._last_timings = timings = list(self.timings)
         tr, graph = self.trace, self.graph
-        budget = usable_bytes(requested, hw, io_bytes(tr))  # what the plan may use
+        # what the plan may use
+        budget = usable_bytes(requested, hw, io_bytes(tr), self.compiler.margin)
         headroom = requested - budget
         if self._grouped is not None and (opts.layer_groups or self._groups_pay(budget)):
             tr, graph = self._grouped
@@ -1099,10 +1118,10 @@ class Planner:
         else:
             need = error.min_feasible_bytes if error is not None else float(budget)
             what = f"the model's smallest plan needs {fmt_bytes(need)} (not compiled)"
-        need_req = requested_for(need, hw, io_bytes(self.trace))
+        need_req = requested_for(need, hw, io_bytes(self.trace), self.compiler.margin)
         note = (
             f"\nNote: of hbm_gb={requested / GB:g} the planner plans to {budget / GB:.3f} GB, "
-            f"leaving {headroom / GB:.3f} GB free: {headroom_why(hw)}."
+            f"leaving {headroom / GB:.3f} GB free: {headroom_why(hw, margin=self.compiler.margin)}."
             if headroom
             else ""
         )
