@@ -692,6 +692,25 @@ def replay(args):
         )
 
 
+def alternate(args):
+    """Run saved worker jobs in turn (A, B, A, B, ...), each in a fresh process, for
+    ``--rounds`` rounds: two programs measured side by side, so drift hits both alike."""
+    d = Driver(Path(args.out), args.budget_s)
+    jobs = [json.loads(Path(p).read_text()) for p in args.jobs.split(",")]
+    for spec in filter(None, args.stock.split(",")):  # a stock policy on the first job's model
+        jobs.append(
+            {
+                **{k: v for k, v in jobs[0].items() if k not in ("mem_fraction", "budget_gb")},
+                "name": f"stock:{spec}",
+                "policy": {"kind": "stock", "name": spec},
+                "flags": "",
+            }
+        )
+    for r in range(args.rounds):
+        for i, job in enumerate(jobs):
+            d.job({**job, "id": f"{r}-{i}", "steps": args.steps, "round": r}, need_s=40)
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -799,6 +818,13 @@ def main():
             ]
         ),
     )
+    a = sub.add_parser("alternate", help="saved worker jobs in turn, several rounds")
+    a.add_argument("--jobs", required=True, help="comma-separated worker job files")
+    a.add_argument("--stock", default="", help="stock policies run on the first job's model")
+    a.add_argument("--out", required=True)
+    a.add_argument("--rounds", type=int, default=3)
+    a.add_argument("--steps", type=int, default=20)
+    a.add_argument("--budget-s", type=float, default=300)
     w = sub.add_parser("worker")
     w.add_argument("job")
     a = ap.parse_args()
@@ -815,6 +841,8 @@ def main():
         plan_here(a)
     elif a.cmd == "replay":
         replay(a)
+    elif a.cmd == "alternate":
+        alternate(a)
     else:
         compare(a)
 
