@@ -3,7 +3,8 @@ compiled figure against the usable budget without fill rounds and with them, and
 rounds cost (benchmarks/results/use-whole-budget-2026-12-03.md).
 
     python benchmarks/use_whole_budget.py ex:equinox_model ex:flax_nnx_model ex:llama --json OUT.json
-    python benchmarks/use_whole_budget.py long_context --budget-mb 273.1
+    python benchmarks/use_whole_budget.py ex:moe --every    # the zoo's three budgets
+    python benchmarks/use_whole_budget.py ex:llama --budget-mb 420
 
 A name is a tests/zoo model, ``ex:<module>`` of examples/ with a ``make()``, or ``ex:llama``
 (examples.llama:quickstart). Each is planned for ``hardware="cpu"`` at its largest budget:
@@ -76,7 +77,7 @@ def _figures(p) -> dict:
     }
 
 
-def measure(name: str, budget_mb: float | None) -> dict:
+def measure(name: str, budget_mb: float | None, every: bool = False) -> list[dict]:
     import planner
     from planner._src.report import budget_use
     from tests.test_zoo import zoo_budgets
@@ -87,32 +88,44 @@ def measure(name: str, budget_mb: float | None) -> dict:
         warnings.simplefilter("ignore")
         s = planner.Planner(step, *args, hardware="cpu", fill_rounds=0)
         trace_s = time.perf_counter() - t
-        b = budget_mb * MB if budget_mb else max(zoo_budgets(s))
-        t = time.perf_counter()
-        before = s.plan(b / 1e9)
-        before_s = time.perf_counter() - t
-        s.options = dataclasses.replace(s.options, fill_rounds=planner.PlanOptions().fill_rounds)
-        t = time.perf_counter()
-        after = s.plan(b / 1e9)
-        after_s = time.perf_counter() - t
-    return {
-        "budget_mb": b / MB,
-        "trace_s": trace_s,
-        "before": {**_figures(before), "plan_s": before_s},
-        "after": {**_figures(after), "plan_s": after_s},
-        "status_line": budget_use(after),
-    }
+        if budget_mb:
+            budgets = [budget_mb * MB]
+        else:
+            budgets = sorted(zoo_budgets(s)) if every else [max(zoo_budgets(s))]
+        out = []
+        for b in budgets:
+            s.options = dataclasses.replace(s.options, fill_rounds=0)
+            t = time.perf_counter()
+            before = s.plan(b / 1e9)
+            before_s = time.perf_counter() - t
+            s.options = dataclasses.replace(
+                s.options, fill_rounds=planner.PlanOptions().fill_rounds
+            )
+            t = time.perf_counter()
+            after = s.plan(b / 1e9)
+            after_s = time.perf_counter() - t
+            out.append(
+                {
+                    "budget_mb": b / MB,
+                    "trace_s": trace_s,
+                    "before": {**_figures(before), "plan_s": before_s},
+                    "after": {**_figures(after), "plan_s": after_s},
+                    "status_line": budget_use(after),
+                }
+            )
+    return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="+")
     ap.add_argument("--budget-mb", type=float, default=None)
+    ap.add_argument("--every", action="store_true", help="the zoo's three budgets")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     out = {}
     for name in a.names:
-        out[name] = measure(name, a.budget_mb)
+        out[name] = measure(name, a.budget_mb, a.every)
         print(name, json.dumps(out[name], indent=1), flush=True)
     if a.json:
         with open(a.json, "w") as f:

@@ -188,7 +188,7 @@ def budget_use(plan) -> str:
     if plan.choice != "planner":
         why = f"the stock policy {plan.choice} was returned (why: above)"
     else:
-        why = plan.fill_why or "the plan was not verified within budget: no fill rounds"
+        why = plan.fill_why or "no fill rounds: the plan was not verified within budget"
     rounds = f"; {fills} fill round{'s' if fills != 1 else ''} compiled" if fills else ""
     return f"{text}: {why}{rounds}"
 

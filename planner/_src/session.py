@@ -1127,8 +1127,11 @@ class Planner:
         purpose "fill"."""
         opts, hw = self.options, self.hardware
         ver = best.verification
-        if ver.compiled_device_bytes is None or not ver.ok:
+        if ver.compiled_device_bytes is None:
             return best, sol, cost, g_best, ""
+        if not ver.ok:
+            what = ver.status if ver.status != STATUS_OK else "a verification check failed"
+            return best, sol, cost, g_best, f"no fill rounds: {what}"
         slack = fill_slack(budget)
         if budget - ver.compiled_device_bytes <= slack:
             return best, sol, cost, g_best, _within(slack, budget)
@@ -1174,6 +1177,11 @@ class Planner:
                 why = (
                     f"fill_rounds={opts.fill_rounds} rounds used "
                     f"({len(rounds) - start} compiles), a faster plan left untried"
+                    + (
+                        ""
+                        if over is None
+                        else f"; a faster plan compiled to {fmt_bytes(over)}, over the budget"
+                    )
                 )
                 break
             n += 1
