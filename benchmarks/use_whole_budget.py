@@ -5,9 +5,10 @@ rounds cost (benchmarks/results/use-whole-budget-2026-12-03.md).
     python benchmarks/use_whole_budget.py ex:equinox_model ex:flax_nnx_model ex:llama --json OUT.json
     python benchmarks/use_whole_budget.py ex:moe --every    # the zoo's three budgets
     python benchmarks/use_whole_budget.py ex:llama --budget-mb 420
+    python benchmarks/use_whole_budget.py ex:llama4 --budget-mb 69.675
 
 A name is a tests/zoo model, ``ex:<module>`` of examples/ with a ``make()``, or ``ex:llama``
-(examples.llama:quickstart). Each is planned for ``hardware="cpu"`` at its largest budget:
+(examples.llama:quickstart) or ``ex:llama4`` (``LlamaConfig(n_layers=4)``). Each is planned for ``hardware="cpu"`` at its largest budget:
 the zoo's (tests/test_zoo.py's ``zoo_budgets``: usable = the save-everything anchor's
 compiled bytes) unless ``--budget-mb`` gives one. One session per name traces once; the
 same budget is planned with ``fill_rounds=0`` ("before") and the default ("after"), the
@@ -39,6 +40,10 @@ def _make(name: str):
         from examples import llama
 
         return llama.quickstart()
+    if name == "ex:llama4":  # the e2e tests' model (tests/test_planner_e2e.py, test_fill.py)
+        from examples import llama
+
+        return llama.make_train_step(llama.LlamaConfig(n_layers=4))
     if name.startswith("ex:"):
         return importlib.import_module("examples." + name[3:]).make()
     from tests.zoo import MODELS
