@@ -46,8 +46,14 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   residuals), where the fixed bytes ``F`` (parameters,
   optimizer state, batch, outputs, activations outside regions, the compiler's own buffers)
   are measured: the step compiled with every region fully rematerialized (the trace stage's
-  anchor) minus the model's working set of that program, plus any correction the verify
-  stage measured.
+  anchor) minus the model's working set of that program, plus any correction ``c`` the verify
+  stage measured (session.py). ``c`` has either sign: after a plan ``P`` compiled to
+  ``compiled(P)``, the next solve uses ``c' = c + compiled(P) - peak_c(P)``, so the corrected
+  model reproduces ``P``'s compiled figure exactly (``F + c' >= 0``, clamped at 0). Over the
+  budget (``c' > c``) this is the verify loop's correction; well under it (``c' < c``) it
+  is the same as solving the uncorrected model against ``budget - c'``: the budget raised
+  by the model's measured over-prediction (``Planner._fill``). Each corrected plan is
+  compiled again; the correction is a constant, exact for ``P`` only.
 * ``host = sum_r L_r H_r`` must fit the hardware's pinned host memory.
 * ``time = T0 + sum_r L_r (C_r + M_r + X^fwd_r + X^bwd_r)`` where ``T0`` is the roofline time of
   the whole step with nothing recomputed, and ``X`` is the copy time one trip cannot hide.
@@ -268,7 +274,7 @@ def build_cost_model(
     # scan over 0 layers predicted -29,360,108 bytes before; the trace stage refuses it now.)
     fixed = max(fixed, 0)
     return dataclasses.replace(
-        model, fixed_bytes=int(fixed + max(0, correction_bytes)), working_set_scale=ws_scale
+        model, fixed_bytes=int(max(0, fixed + correction_bytes)), working_set_scale=ws_scale
     )
 
 

@@ -25,6 +25,12 @@ class PlanOptions:
       max_rounds: solve / compile rounds: when the compiled program exceeds the budget, or
         the compiler shows the model's memory figure to be off, the model is corrected by the
         measured error and solved again, at most this many times.
+      fill_rounds: extra solve / compile rounds that use the budget the compiler shows the
+        model left unused: when the verified plan compiles well under the planned-to budget
+        (more than max(2% of it, 1 MB) left) and the model has a faster plan with more
+        memory, the model is corrected by the measured over-prediction and solved again; a
+        new plan is kept only if it compiles within the budget and is predicted faster
+        (planner/_src/session.py, ``Planner._fill``). 0: never. Default 3.
       layer_groups: decide each checkpoint call site separately, with one policy per call
         site (``plan.policies``). True: always, where the step has several call sites. False:
         one decision for all identical regions (``plan.policy``). None (default): per call
@@ -57,6 +63,7 @@ class PlanOptions:
     allow_offload: bool | None = None
     verify_compile: bool = True
     max_rounds: int = 3
+    fill_rounds: int = 3
     layer_groups: bool | None = None
     group_gain: float = 1e-3
     compare_stock: bool = True
@@ -98,6 +105,14 @@ class PlanOptions:
             or (self.max_rounds < 1)
         ):
             raise InvalidArgumentError(f"max_rounds must be an int >= 1, got {self.max_rounds!r}.")
+        if (
+            isinstance(self.fill_rounds, bool)
+            or not isinstance(self.fill_rounds, int)
+            or self.fill_rounds < 0
+        ):
+            raise InvalidArgumentError(
+                f"fill_rounds must be an int >= 0 (0: never), got {self.fill_rounds!r}."
+            )
         g = self.group_gain
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g < 1:
             raise InvalidArgumentError(f"group_gain must be a fraction in [0, 1), got {g!r}.")

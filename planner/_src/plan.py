@@ -58,6 +58,10 @@ class Plan:
     # (planner._src.policies.STOCK) returned instead, and why (the session's guarantees).
     choice: str = "planner"
     choice_why: str = ""
+    # Why the returned plan leaves what it leaves of the planned-to budget (the verify loop's
+    # fill rounds, session.Planner._fill); "" where it was not asked (no compile, a stock
+    # policy, a plan not verified within budget).
+    fill_why: str = ""
     # Which compiler verified it (target.CompilerTarget.description), whether that is the
     # target's own, and what to know about it (how to get the target's, its caveats).
     compiler: str = ""

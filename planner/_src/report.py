@@ -77,7 +77,10 @@ class Report:
     flag_notes: tuple[tuple[str, str, str], ...]
     maxtext_yaml: str
     notes: tuple[str, ...]
-    rounds: tuple[tuple[int, int, int | None, str], ...]
+    # One dict per compiled round of the verify loop (_round_dict: purpose, the correction and
+    # the budget the uncorrected model was held to, predicted and compiled bytes, predicted
+    # step, outcome); plan files written before them: (round, correction, compiled, status).
+    rounds: tuple[dict | tuple, ...]
     layer_groups: int = 0  # groups decided separately (0: one decision for all layers)
     headroom_why: str = ""  # why headroom_gb of the budget is left free
     # The status block: (what, text) lines saying what was checked where (_status_lines).
@@ -160,12 +163,69 @@ def _status_lines(plan) -> tuple[tuple[str, str], ...]:
                 f"{fmt_bytes(plan.prediction.peak_bytes)}",
             )
         )
+        if ver.compiled_device_bytes <= usable:
+            lines.append(("budget use", budget_use(plan)))
     num = plan.numerics
     if num is not None and not getattr(num, "checked", True):
         why = getattr(num, "detail", "").removeprefix("Numerics not checked: ")
         lines.append(("numerics", "not checked: " + why.split(". ")[0].split(": ")[0]))
     lines += [("check", f"{'ok' if c.ok else 'FAILED'}: {c.name}: {c.detail}") for c in ver.checks]
     return tuple(lines)
+
+
+def budget_use(plan) -> str:
+    """How much of the planned-to budget the returned plan leaves, and why (the verify loop's
+    fill rounds: session.Planner._fill; the rounds are in the JSON's "rounds")."""
+    usable = plan.budget_bytes - plan.headroom_bytes
+    got = plan.verification.compiled_device_bytes
+    fills = sum(1 for r in plan.rounds if getattr(r, "purpose", "") == "fill")
+    text = (
+        f"uses {fmt_bytes(got)} of {fmt_bytes(usable)} ({fmt_bytes(usable - got)} left, "
+        f"{(usable - got) / usable:.1%})"
+        if usable > 0
+        else f"uses {fmt_bytes(got)}"
+    )
+    if plan.choice != "planner":
+        why = f"the stock policy {plan.choice} was returned (why: above)"
+    else:
+        why = plan.fill_why or "no fill rounds: the plan was not verified within budget"
+    rounds = f"; {fills} fill round{'s' if fills != 1 else ''} compiled" if fills else ""
+    return f"{text}: {why}{rounds}"
+
+
+def _round_dict(n: int, r, usable: int) -> dict:
+    """One round of the verify loop for the report (JSON "rounds")."""
+    return {
+        "round": n,
+        "purpose": r.purpose,
+        "correction_bytes": r.correction_bytes,
+        # what the uncorrected model was held to: the budget less the correction
+        "model_budget_bytes": None if r.purpose == "stock" else usable - r.correction_bytes,
+        "predicted_peak_bytes": r.predicted_peak_bytes,
+        "compiled_bytes": r.compiled_device_bytes,
+        "predicted_step_ms": None if r.predicted_step_s is None else r.predicted_step_s * 1e3,
+        "status": r.status,
+        "outcome": r.outcome,
+    }
+
+
+def _round_text(x) -> str:
+    """A round in one line (a plan file's older tuple form too)."""
+    if not isinstance(x, dict):
+        n, c, b, s = x[:4]
+        return (
+            f"round {n}: correction {c:,} bytes, compiled {b if b is None else f'{b:,}'} bytes, {s}"
+        )
+    b = x["compiled_bytes"]
+    mb = x["model_budget_bytes"]
+    step = x["predicted_step_ms"]
+    return (
+        f"round {x['round']} ({x['purpose']}): correction {x['correction_bytes']:+,} bytes"
+        + ("" if mb is None else f" (model held to {fmt_bytes(mb)})")
+        + f", predicted {fmt_bytes(x['predicted_peak_bytes'])}"
+        + ("" if step is None else f" / {step:.2f} ms")
+        + f", compiled {'-' if b is None else fmt_bytes(b)}: {x['outcome'] or x['status']}"
+    )
 
 
 def build_report(plan, plan_file: str | None = None) -> Report:
@@ -402,7 +462,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
         maxtext_yaml=plan.emitted.maxtext_yaml,
         notes=tuple(notes),
         rounds=tuple(
-            (i + 1, r.correction_bytes, r.compiled_device_bytes, r.status)
+            _round_dict(i + 1, r, plan.budget_bytes - plan.headroom_bytes)
             for i, r in enumerate(plan.rounds)
         ),
         layer_groups=groups,
@@ -470,8 +530,9 @@ def report_from_dict(d: dict) -> Report:
     if "policies" in d:  # plan files written before the rename
         d["stock_policies"] = d.pop("policies")
     d["stock_policies"] = tuple(PolicyLine(**p) for p in d["stock_policies"])
-    for k in ("checks", "flag_notes", "rounds"):
+    for k in ("checks", "flag_notes"):
         d[k] = tuple(tuple(x) for x in d[k])
+    d["rounds"] = tuple(x if isinstance(x, dict) else tuple(x) for x in d["rounds"])
     for k in ("regions", "notes", "small_rows"):
         d[k] = tuple(d[k])
     return Report(**d)
@@ -544,10 +605,7 @@ def _md(r: Report) -> str:
         out.append(f"- `{flag}`: {why} ({src})")
     out += ["", "MaxText:", "```yaml", sn["maxtext"].rstrip(), "```"]
     if r.rounds and len(r.rounds) > 1:
-        out += ["", "Verify rounds:"] + [
-            f"- round {n}: correction {c:,} bytes, compiled {b if b is None else f'{b:,}'} bytes, {s}"
-            for n, c, b, s in r.rounds
-        ]
+        out += ["", "Verify rounds:"] + [f"- {_round_text(x)}" for x in r.rounds]
     if r.notes:
         out += ["", "Notes:"] + [f"- {n}" for n in r.notes]
     return "\n".join(out) + "\n"

@@ -243,7 +243,7 @@ class CostModel:
     regions: tuple[RegionCost, ...]
     base_step_s: float  # the step with nothing recomputed
     fixed_bytes: int  # bytes no plan changes (measured, see cost.py)
-    correction_bytes: int  # added by verify after a compile exceeded the model
+    correction_bytes: int  # verify's measured error: compiled - predicted (either sign)
     working_set_scale: float = 1.0  # measured, see cost.build_cost_model
     host_cap_bytes: float
     overlap_efficiency: float  # fraction of the link's speed while compute runs
@@ -404,9 +404,20 @@ class Baseline:
 
 @_frozen
 class Round:
-    """One solve-and-compile round of the verify loop."""
+    """One solve-and-compile round of the verify loop.
+
+    ``purpose``: "fit" (the first solve, and each one after a compile exceeded the budget or
+    JAX did not keep a planned tensor), "fill" (session.Planner._fill: the compile left the
+    budget well unused and a faster plan was tried with the model corrected by the measured
+    over-prediction), "stock" (a stock policy's compile). The model was held to
+    ``budget - correction_bytes`` before its correction. ``outcome`` says what became of
+    the round's plan ("kept", "over budget", "not kept by JAX", ...; "" before fill rounds
+    existed)."""
 
     correction_bytes: int
     predicted_peak_bytes: int
     compiled_device_bytes: int | None
     status: str
+    purpose: str = "fit"
+    predicted_step_s: float | None = None
+    outcome: str = ""
