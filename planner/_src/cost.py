@@ -31,7 +31,8 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   + max bytes_v [v recomputed only to recompute others, read by neither]``.
   A recomputed value is *fused* (``fusable``) when XLA computes it inside the fusion that
   reads it and never gives it a buffer: an elementwise-class equation (``cost_models.FUSIBLE``,
-  not a reduction) that no matmul, reduction or other kernel reads in the forward pass and
+  not a reduction), not loop-invariant (XLA hoists those out of the loop), that no matmul or
+  other kernel reads in the forward pass, that a reduction reads only as its one reader, and
   that the backward pass reads, if at all, only with fusible equations
   (``Candidate.read_by_kernel``). A *backward fusion* (``backward_fused``) is a fused value the
   backward reads, or a fused value one reads: the materialized values it reads (a recomputed
@@ -370,22 +371,31 @@ def fusable(rg) -> list[bool]:
     """Per candidate: recomputed, it is computed inside the fusion of the equation that reads
     it and never gets a buffer of its own (the ``fused`` values of ``W_r``). It is an
     elementwise-class equation (``cost_models.FUSIBLE``, not a reduction: a reduction's
-    result is a kernel's output), no forward equation that materializes its operands reads
-    it (a matmul, a reduction, a custom call: :func:`materializes`), and the backward pass
-    reads it, if at all, only with fusible equations (``Candidate.read_by_kernel`` False)."""
+    result is a kernel's output) that is not loop-invariant (XLA hoists a value made from
+    loop constants out of the loop and keeps it: long_context's 33.5 MB ``broadcast_in_dim``
+    of a constant is a buffer of its own in every program); no forward kernel reads it (a
+    matmul, a gather, a custom call read their operands from memory: :func:`materializes`);
+    a reduction that reads it is its only reader (XLA fuses a reduction's elementwise
+    operand into it, RMSNorm's ``x * x``, but an operand that other equations read again
+    after the reduction, softmax's ``exp(s - max(s))``, exists whole: ``reduction_operands``);
+    and the backward pass reads it, if at all, only with fusible equations
+    (``Candidate.read_by_kernel`` False)."""
     cands = rg.region.candidates
     out = []
     for c in cands:
-        ok = materializes(c.primitive) is False and not (c.needed and c.read_by_kernel)
-        if ok:
-            ok = not any(materializes(cands[j].primitive) for j in rg.graph.successors(c.index))
+        readers = [cands[j].primitive for j in rg.graph.successors(c.index)]
+        ok = not materializes(c.primitive) and not c.loop_invariant
+        ok = ok and not (c.needed and c.read_by_kernel)
+        ok = ok and all(p in cm.FUSIBLE for p in readers)
+        if any(p in REDUCTIONS for p in readers):
+            ok = ok and len(readers) == 1 and not c.needed
         out.append(ok)
     return out
 
 
 def materializes(primitive: str) -> bool:
     """Whether an equation's output is a kernel's (a matmul, a reduction, a gather, a custom
-    call): XLA writes it to memory, and reads its operands from memory."""
+    call): XLA writes it to memory."""
     return primitive not in cm.FUSIBLE or primitive in REDUCTIONS
 
 

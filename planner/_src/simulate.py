@@ -224,9 +224,10 @@ def simulate(
             src = rg.view_of(i)
             if src is not None and (src[0] == "input" or src[1] in kept or src[1] in aliased):
                 aliased.add(i)
-        # XLA's fusion (cost.py, W_r): an elementwise recomputed value that no kernel reads
-        # (forward: a matmul or a reduction; backward: Candidate.read_by_kernel) is computed
-        # inside the fusion that reads it, with no buffer. Those the gradient reads, and the
+        # XLA's fusion (cost.py, W_r): an elementwise recomputed value, not loop-invariant,
+        # that no kernel reads (forward: a matmul, or a reduction unless it is the value's
+        # one reader; backward: Candidate.read_by_kernel) is computed inside the fusion that
+        # reads it, no buffer. Those the gradient reads, and the
         # elementwise values they are computed from, make the backward fusions; a
         # materialized intermediate such a fusion reads is live for the trip, and so is one
         # a recomputed reduction reads (its operand exists whole before it does). The other
@@ -236,10 +237,12 @@ def simulate(
         for i in fresh:
             c = cands[i]
             readers = [cands[j].primitive for j in rg.graph.successors(i)]
+            reduced_only = len(readers) == 1 and not c.needed  # a reduction's sole operand
             if (
                 _elementwise(c.primitive)
+                and not c.loop_invariant  # hoisted out of the loop by XLA: a buffer
                 and not (c.needed and c.read_by_kernel)
-                and all(_elementwise(p) for p in readers)
+                and all(_elementwise(p) or (p in _REDUCING and reduced_only) for p in readers)
             ):
                 in_fusion.add(i)
         for i in sorted(in_fusion, reverse=True):  # readers come later in the forward order
