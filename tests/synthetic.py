@@ -167,11 +167,10 @@ def brute_force(graph: LivenessGraph, cost: CostModel, budget: float):
 
 def _primitive(k: int, fusion: bool) -> str:
     """Class ``k``'s primitive: a view for class 0, else a kernel ``p<k>``; with ``fusion``,
-    classes 1, 2 (mod 4) are an elementwise equation and a reduction (cost.fusable)."""
+    classes 1, 2, 3 are an elementwise equation, a reduction and an expensive elementwise
+    one (cost.fusable)."""
     if k == 0:
         return "reshape"
-    if fusion and k % 4 == 1:
-        return "mul"
-    if fusion and k % 4 == 2:
-        return "reduce_sum"
+    if fusion and k in (1, 2, 3):
+        return ("mul", "reduce_sum", "exp")[k - 1]
     return f"p{k}"

@@ -32,8 +32,9 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   A recomputed value is *fused* (``fusable``) when XLA computes it inside the fusion that
   reads it and never gives it a buffer: an elementwise-class equation (``cost_models.FUSIBLE``,
   not a reduction), not loop-invariant (XLA hoists those out of the loop), that no matmul or
-  other kernel reads in the forward pass, that a reduction reads only as its one reader, and
-  that the backward pass reads, if at all, only with fusible equations
+  other kernel reads in the forward pass, that a reduction reads only as its one reader, that
+  is not an expensive operation (``EXPENSIVE``) with several readers, and that the backward
+  pass reads, if at all, only with fusible equations
   (``Candidate.read_by_kernel``). A *backward fusion* (``backward_fused``) is a fused value the
   backward reads, or a fused value one reads: the materialized values it reads (a recomputed
   matmul's output) are read by the gradient's own fusions and are live with the working set.
@@ -378,7 +379,9 @@ def fusable(rg) -> list[bool]:
     a reduction that reads it is its only reader (XLA fuses a reduction's elementwise
     operand into it, RMSNorm's ``x * x``, but an operand that other equations read again
     after the reduction, softmax's ``exp(s - max(s))``, exists whole: ``reduction_operands``);
-    and the backward pass reads it, if at all, only with fusible equations
+    an expensive one (``EXPENSIVE``: tanh, exp, div, ...) has one reader, the backward pass
+    counted as one (XLA does not duplicate it into several fusions: equinox's ``tanh`` of
+    GELU, read by three equations, is a 1 MB buffer of the backward trip); and the backward pass reads it, if at all, only with fusible equations
     (``Candidate.read_by_kernel`` False)."""
     cands = rg.region.candidates
     out = []
@@ -389,8 +392,19 @@ def fusable(rg) -> list[bool]:
         ok = ok and all(p in cm.FUSIBLE for p in readers)
         if any(p in REDUCTIONS for p in readers):
             ok = ok and len(readers) == 1 and not c.needed
+        if c.primitive in EXPENSIVE:  # XLA does not copy it into several readers' fusions
+            ok = ok and len(readers) + c.needed <= 1
         out.append(ok)
     return out
+
+
+# XLA's expensive elementwise operations (InstructionFusion::IsExpensive): fusion never
+# duplicates one into several consumers ("don't duplicate expensive instructions",
+# InstructionFusion::ShouldFuse), so one with more than one reader is materialized.
+EXPENSIVE = frozenset(
+    "exp exp2 expm1 log log1p tanh logistic sin cos tan atan2 sqrt rsqrt cbrt pow erf "
+    "div rem".split()
+)
 
 
 def materializes(primitive: str) -> bool:

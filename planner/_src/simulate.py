@@ -27,6 +27,12 @@ from planner._src.types import Assignment, CostModel
 _REDUCING = frozenset(("reduce_max", "reduce_min", "reduce_sum", "reduce_prod", "argmax", "argmin"))
 
 
+# XLA's expensive elementwise operations, which fusion never copies into several readers.
+_COSTLY = frozenset(
+    ("exp", "exp2", "expm1", "log", "log1p", "tanh", "logistic", "sin", "cos", "tan"),
+) | frozenset(("atan2", "sqrt", "rsqrt", "cbrt", "pow", "erf", "div", "rem"))
+
+
 def _elementwise(primitive: str) -> bool:
     return primitive in cm.FUSIBLE and primitive not in _REDUCING
 
@@ -233,6 +239,7 @@ def simulate(
         # a recomputed reduction reads (its operand exists whole before it does). The other
         # intermediates are freed once their readers ran (one at a time at most).
         fresh = [i for i in order if i not in aliased]
+        fresh_set = set(fresh)
         in_fusion, in_bwd_fusion = set(), set()
         for i in fresh:
             c = cands[i]
@@ -240,6 +247,7 @@ def simulate(
             reduced_only = len(readers) == 1 and not c.needed  # a reduction's sole operand
             if (
                 _elementwise(c.primitive)
+                and (c.primitive not in _COSTLY or len(readers) + c.needed <= 1)
                 and not c.loop_invariant  # hoisted out of the loop by XLA: a buffer
                 and not (c.needed and c.read_by_kernel)
                 and all(_elementwise(p) or (p in _REDUCING and reduced_only) for p in readers)
@@ -251,7 +259,7 @@ def simulate(
         live, passing = 0, 0
         for i in fresh:
             c = cands[i]
-            readers = [j for j in rg.graph.successors(i) if j in done and j not in aliased]
+            readers = [j for j in rg.graph.successors(i) if j in fresh_set]
             if i in in_fusion:
                 continue
             if (
