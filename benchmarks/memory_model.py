@@ -5,7 +5,8 @@ compiled (issue 14, requirement 3; benchmarks/results/memory-model-2026-12-03.md
     python benchmarks/memory_model.py ex:moe ex:equinox_model --json OUT.json
     python benchmarks/memory_model.py --probe pv_smax     # long_context under a shape policy
 
-A name is a tests/zoo model or ``ex:<module>`` of examples/ with a ``make()``; each is planned
+A name is a tests/zoo model or ``ex:<module>`` of examples/ with a ``make()`` (``ex:<module>:<factory>``
+for another factory, e.g. ``ex:llama:quickstart``); each is planned
 for ``hardware="cpu"`` at the zoo's three budgets (tests/test_zoo.py's ``zoo_budgets``).
 ``--probe`` compiles tests/zoo/long_context.py saving the values of the named shapes only
 (``PROBES``) and prints its ``memory_analysis()`` (with ``--xla_dump_to`` in XLA_FLAGS, XLA
@@ -69,8 +70,9 @@ def probe(name: str) -> dict:
 
 def _make(name: str):
     if name.startswith("ex:"):
-        mod = importlib.import_module("examples." + name[3:])
-        return mod.make()
+        module, _, factory = name[3:].partition(":")
+        mod = importlib.import_module("examples." + module)
+        return getattr(mod, factory or "make")()
     from tests.zoo import MODELS
 
     return MODELS[name].make()

@@ -30,6 +30,7 @@ def random_problem(
     eta: float | None = None,
     allow_offload: bool = True,
     groups: bool = False,
+    fusion: bool = False,
 ):
     """A random DAG per region, candidates spread over ``n_classes`` shared signatures.
 
@@ -47,7 +48,7 @@ def random_problem(
                 Candidate(
                     index=i,
                     signature=f"sig{k}",
-                    primitive="reshape" if k == 0 else f"p{k}",
+                    primitive=_primitive(k, fusion),
                     name=f"t{k}" if k % 2 else None,
                     shape=(rnd.randint(1, 8),),
                     dtype="float32",
@@ -58,6 +59,8 @@ def random_problem(
                     effectful=False,
                     loop_invariant=rnd.random() < 0.1 and not inputs and not reads,
                     input_reads=reads,
+                    # fusion: the backward reads some values with a kernel
+                    read_by_kernel=rnd.random() < 0.5 if fusion else True,
                 )
             )
         region_inputs = tuple(
@@ -160,3 +163,14 @@ def brute_force(graph: LivenessGraph, cost: CostModel, budget: float):
             if best is None or p.step_s < best[1].step_s - 1e-12:
                 best = (a, p)
     return best
+
+
+def _primitive(k: int, fusion: bool) -> str:
+    """Class ``k``'s primitive: a view for class 0, else a kernel ``p<k>``; with ``fusion``,
+    classes 1, 2, 3 are an elementwise equation, a reduction and an expensive elementwise
+    one (cost.reduction_operands; XLA's fusion, benchmarks/results/memory-model-2026-12-04.md)."""
+    if k == 0:
+        return "reshape"
+    if fusion and k in (1, 2, 3):
+        return ("mul", "reduce_sum", "exp")[k - 1]
+    return f"p{k}"

@@ -21,6 +21,9 @@ import math
 from planner._src.graph import LivenessGraph, class_key
 from planner._src.types import Assignment, CostModel
 
+# Reductions, by name (written out here so the replay shares no code with the model).
+_REDUCING = frozenset(("reduce_max", "reduce_min", "reduce_sum", "reduce_prod", "argmax", "argmin"))
+
 
 class PlanViolation(AssertionError):
     """A replayed plan broke memory, a dependency, or a rule of JAX's partial evaluation."""
@@ -215,8 +218,15 @@ def simulate(
             src = rg.view_of(i)
             if src is not None and (src[0] == "input" or src[1] in kept or src[1] in aliased):
                 aliased.add(i)
-        rec_b = sum(cands[i].nbytes for i in order if cands[i].needed and i not in aliased) + max(
-            (cands[i].nbytes for i in order if not cands[i].needed and i not in aliased), default=0
+        # An intermediate a recomputed reduction reads exists whole before the reduction's
+        # result does and is read again after it (softmax): it stays for the trip too
+        # (cost.py, W_r).
+        fresh = {i for i in order if i not in aliased}
+        reduced = {
+            u for j in fresh if cands[j].primitive in _REDUCING for u in rg.reads(j) if u in fresh
+        }
+        rec_b = sum(cands[i].nbytes for i in fresh if cands[i].needed or i in reduced) + max(
+            (cands[i].nbytes for i in fresh if not cands[i].needed and i not in reduced), default=0
         )
         rec_s = sum(rc.recompute_s[i] for i in order)
         # Reloads are issued at the trip start in first-use order (latest produced first);
