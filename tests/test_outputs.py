@@ -138,6 +138,32 @@ def test_maxtext_block_parses_and_maps_every_name(plan, maxtext_plan):
     assert paste_snippets(plan)["maxtext"].startswith("# Partial")
 
 
+def test_every_name_the_maxtext_block_sets_has_its_row_in_the_decision_table(plan, maxtext_plan):
+    """The MaxText block sets every checkpoint name; the table lists each (never folded into
+    the smaller classes' line, a name no backward pass reads marked so), with the decision
+    the block writes."""
+    from planner._src.report import NOT_READ, build_report
+
+    for p in (plan, maxtext_plan):
+        block = _check_maxtext_block(p, paste_snippets(p)["maxtext"])
+        r = build_report(p)
+        rows = {row.name: row for row in r.rows if row.name}
+        assert set(block) == set(rows)
+        for name, value in block.items():
+            want = MAXTEXT_VALUES[rows[name].decision]
+            if name == "decoder_layer_input" and want == "remat":
+                want = "device"
+            assert value == want, name
+            assert (rows[name].nbytes_per_step == 0) == (rows[name].reason == NOT_READ)
+        md, text = p.report("markdown"), p.report("text")
+        for name in block:
+            assert f"named '{name}'" in md and f"'{name}'" in text, name
+    # the llama model names a tensor its backward pass never reads (mlpwo: the add after it
+    # needs no operand): a row of its own, not a name the table lacks
+    unread = [row for row in build_report(plan).rows if row.reason == NOT_READ]
+    assert unread and all(row.name and row.members >= 1 for row in unread)
+
+
 def test_maxtext_block_pasted_into_a_maxtext_config_gives_the_planned_policy(maxtext_plan):
     # The user's round trip: parse the block, update the config, build MaxText's policy.
     p = _names_only(maxtext_plan)

@@ -569,7 +569,9 @@ def _candidates(
                 shape=tuple(getattr(first, "shape", ())),
                 dtype=adapter.dtype_name(first) if first is not None else "",
                 nbytes=sum(_nbytes(v.aval) for v in outs),
-                source=adapter.eqn_source(eqn),
+                # the user's line; JAX's own functions (jnp.where, jax.nn.silu): the call's
+                source=adapter.eqn_source(eqn) or adapter.call_source(eqn),
+                jax_label=adapter.residual_label(eqn) if outs else "",
                 inputs=ins,
                 n_outputs=len(eqn.outvars),
                 needed=False,  # set by _reading below
