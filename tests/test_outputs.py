@@ -279,6 +279,38 @@ def test_pareto_curve_keeps_its_y_axis_around_the_plans(plan):
     assert any("its budget" in t for t in _legend(fig))
 
 
+def test_pareto_curve_shows_and_names_points_that_coincide(plan):
+    """A stock policy at the planner's very point (the quickstart's dots_saveable) is not
+    hidden under it: its hollow marker is larger and drawn above the planner's dot, and a
+    note names both; a policy far from every other point gets no note."""
+    import dataclasses
+
+    from planner._src.plots import draw_pareto_curve
+
+    twin, far = plan.baselines[0], plan.baselines[1]
+    twin = dataclasses.replace(twin, applicable=True, prediction=plan.prediction)
+    far = dataclasses.replace(
+        far,
+        applicable=True,
+        prediction=dataclasses.replace(
+            plan.prediction,
+            peak_bytes=3 * plan.prediction.peak_bytes,
+            step_s=1.2 * plan.prediction.step_s,
+        ),
+    )
+    other = dataclasses.replace(plan, baselines=(twin, far))
+    ax = draw_pareto_curve([other]).axes[0]
+    notes = [t.get_text() for t in ax.texts]
+    budget = f"{plan.budget_bytes / 1e9:.3g}"
+    assert f"planner (budget {budget} GB) = {twin.name}" in notes, notes
+    assert not any(far.name in n for n in notes), notes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    mine, stock = lines["planner: predicted peak, step"], lines[twin.name]
+    assert stock.get_fillstyle() == "none"
+    assert stock.get_markersize() > mine.get_markersize() and stock.get_zorder() > mine.get_zorder()
+    assert tuple(stock.get_xydata()[0]) == tuple(mine.get_xydata()[0])  # the same point
+
+
 def test_plot_errors_teach(plan, tmp_path):
     with pytest.raises(ValueError, match="Fix: name the file with one of .png, .svg"):
         hbm_timeline(plan, tmp_path / "t.jpg")
