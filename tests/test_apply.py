@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from jax.ad_checkpoint import print_saved_residuals
 
 import planner
 from planner._src import jax_adapter as adapter
@@ -124,7 +125,7 @@ def test_kept_rows_are_labelled_as_print_saved_residuals_prints_them(loop_plan):
     plan, params, x = loop_plan
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        jax.ad_checkpoint.print_saved_residuals(plan.apply(LOSS), params, x)
+        print_saved_residuals(plan.apply(LOSS), params, x)
     printed = set(out.getvalue().splitlines())
     kept = [r for r in build_report(plan).rows if r.decision != "remat"]
     assert len({r.group for r in kept}) > 1  # rows of several layers
