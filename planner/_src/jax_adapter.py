@@ -12,6 +12,8 @@ JAX upgrade breaks one small, tested adapter and nothing else. It provides:
 * :func:`replay_partial_eval`: JAX's own residual selection (``partial_eval_jaxpr_custom``
   on the JVP of a region body), replayed on a region so the planner knows, per equation,
   what the backward pass needs.
+* :func:`residual_label`: what ``jax.ad_checkpoint.print_saved_residuals`` prints for an
+  equation's output when the backward pass keeps it (the report's labels, string for string).
 * :func:`signature_key`: the identity a policy can see of an equation. A policy is called as
   ``policy(prim, *avals, **params)`` and has no other handle on a tensor, so equations with
   the same signature necessarily share a decision.
