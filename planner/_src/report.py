@@ -219,7 +219,8 @@ def build_report(plan, plan_file: str | None = None) -> Report:
                 source, label = c.source, jax_label(c)
             region_source = region_source or rg.region.source
             shards.add(f"1/{c.shard_divisor} ({c.shard_source})")
-        if not members and cls.name:
+        read = members > 0
+        if not read and cls.name:
             # A named tensor no backward pass reads (under this plan, or with everything
             # saved): listed anyway, as the MaxText block sets every name (emit.maxtext_yaml).
             rg = by_region[cls.members[0][0]][0]
@@ -239,13 +240,14 @@ def build_report(plan, plan_file: str | None = None) -> Report:
                 _source_or(source, region_source),
                 "; ".join(sorted(shards)) if plan.trace.num_partitions > 1 else "",
                 label,
+                read,
             )
         )
     threshold = 0.001 * total
     room = max(0, plan.budget_bytes - plan.headroom_bytes - pred.peak_bytes)
     small = [0, 0]
     # Per layer group (a section each), then the largest first.
-    for cls, nbytes, rec, xfer, members, source, shard, label in sorted(
+    for cls, nbytes, rec, xfer, members, source, shard, label, read in sorted(
         entries, key=lambda e: (e[0].group or 0, -e[1])
     ):
         d = a.get(cls.key)
@@ -266,7 +268,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
                 source=source,
                 shard=shard,
                 reason=(
-                    _reason(d, rec * 1e3, xfer * 1e3, nbytes, plan, room) if nbytes else NOT_READ
+                    _reason(d, rec * 1e3, xfer * 1e3, nbytes, plan, room) if read else NOT_READ
                 ),
                 group=cls.group,
                 jax_label=label,
