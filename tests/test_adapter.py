@@ -92,3 +92,40 @@ def test_higher_order_equations_are_not_decided_by_the_policy():
     by_name = {e.primitive.name: e for e in eqns}
     assert not adapter.decidable(by_name["cond"])
     assert adapter.decidable(by_name["tanh"])
+
+
+def test_residual_labels_are_the_lines_print_saved_residuals_prints():
+    """Every residual the replay keeps (everything saveable) is labelled as JAX prints it,
+    and they are all the lines JAX prints for the region's own outputs: a tensor made
+    inside jax.nn.silu (a jitted function the adapter inlines) reads "output of jitted
+    function 'silu'" at the user's line, a named one "named 'h'"."""
+    import contextlib
+    import io
+
+    from jax.ad_checkpoint import checkpoint_name, print_saved_residuals
+
+    def layer(w, x):
+        return jnp.sin(checkpoint_name(jax.nn.silu(x @ w), "h") @ w)
+
+    def step(w, x):
+        return jax.grad(lambda w: jax.checkpoint(layer)(w, x).sum())(w)
+
+    w, x = jnp.ones((64, 64)), jnp.ones((8, 64))
+    _, (region,) = adapter.trace_step_with(step, (w, x), lambda *_: adapter.everything_saveable)
+    jvp, n_primal, _ = adapter.region_jvp(region)
+    replay = adapter.replay_partial_eval(jvp, n_primal, adapter.everything_saveable)
+    kept = set(replay.residuals)
+    ours = {
+        adapter.residual_label(e)
+        for e in replay.known_eqns
+        if any(adapter.is_var(v) and v in kept for v in e.outvars)
+    }
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        print_saved_residuals(jax.checkpoint(layer, policy=cp.everything_saveable), w, x)
+    printed = {line for line in out.getvalue().splitlines() if " from the argument " not in line}
+    assert ours == printed, (sorted(ours), sorted(printed))
+    assert any("output of jitted function 'silu' from " in s and ".layer)" in s for s in ours), (
+        sorted(ours)
+    )
+    assert any("named 'h' from " in s for s in ours), sorted(ours)

@@ -5,11 +5,15 @@ applied step's numbers against the unplanned step's."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from jax.ad_checkpoint import print_saved_residuals
 
 import planner
 from planner._src import jax_adapter as adapter
@@ -111,6 +115,23 @@ def test_apply_gives_each_layer_of_a_python_loop_its_own_policy(loop_plan, tmp_p
     plan.save(tmp_path / "plan.json")
     saved = planner.load_plan(tmp_path / "plan.json")
     assert sorted(adapter.saved_residuals(saved.apply(LOSS), params, x)) == sorted(edited)
+
+
+def test_kept_rows_are_labelled_as_print_saved_residuals_prints_them(loop_plan):
+    """The whole model under the plan, a layer per call site (no scan): every kept row of
+    the decision table, in every group, is a line JAX prints, string for string."""
+    from planner._src.report import build_report
+
+    plan, params, x = loop_plan
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        print_saved_residuals(plan.apply(LOSS), params, x)
+    printed = set(out.getvalue().splitlines())
+    kept = [r for r in build_report(plan).rows if r.decision != "remat"]
+    assert len({r.group for r in kept}) > 1  # rows of several layers
+    for row in kept:
+        assert row.jax_label in printed, (row.jax_label, sorted(printed))
+        assert "tests/test_apply.py:" in row.jax_label  # the user's line, as JAX gives it
 
 
 def test_applied_step_computes_what_the_unplanned_step_does(loop_plan):

@@ -219,29 +219,36 @@ def test_infeasible_budget_exits_2_and_names_the_budget_that_works(capsys):
     assert "No plan fits 1.000 MB" in err and "Fix: pass hbm_gb >=" in err
 
 
-def test_profile_command_says_nothing_was_measured_on_cpu(tmp_path, capsys):
-    # The quickstart model planned and profiled on CPU: no host copies exist to measure,
-    # and the command says so with exit status 1 instead of reporting zeros.
-    from planner._src.cli import main
+def test_profile_without_a_gpu_says_why_and_exits_4_before_planning(capsys):
+    """profile measures a GPU's copies: on a machine where JAX sees none it stops at once
+    (nothing planned: no 'planning' line) with what
+    happened, why and the fix, and the documented exit status EXIT_NO_GPU."""
+    import jax
 
-    code = main(
-        [
-            "profile",
-            "examples.llama:profile_quickstart",
-            "--hbm-gb",
-            "0.42",
-            "--hardware",
-            "cpu",
-            "--steps",
-            "1",
-            "--warmup",
-            "1",
-            "--json",
-        ]
+    from planner._src.cli import EXIT_NO_GPU
+
+    if jax.default_backend() != "cpu":
+        pytest.skip("this machine has an accelerator: profile runs there")
+    code, out, err = run(
+        capsys,
+        "profile",
+        "examples.llama:profile_quickstart",
+        "--hbm-gb",
+        "0.42",
+        "--hardware",
+        "h200",
+        "--json",
     )
-    out = capsys.readouterr().out
-    assert code == 1
-    assert "nothing measured" in out
+    assert code == EXIT_NO_GPU == 4 and out == ""
+    assert err.startswith("error: nothing to profile here") and "no GPU" in err
+    assert (
+        "\nWhy: profile measures a GPU" in err and "\nFix: run the same command on the GPU" in err
+    )
+    fix = "python -m planner solve examples.llama:profile_quickstart --hbm-gb 0.42 --hardware h200"
+    assert fix in err and "planning" not in err
+    from planner._src import cli
+
+    assert "4 profile on a machine without a GPU" in " ".join(cli.__doc__.split())
 
 
 def test_pareto_auto_spans_full_remat_to_save_everything(capsys):

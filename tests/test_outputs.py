@@ -138,6 +138,32 @@ def test_maxtext_block_parses_and_maps_every_name(plan, maxtext_plan):
     assert paste_snippets(plan)["maxtext"].startswith("# Partial")
 
 
+def test_every_name_the_maxtext_block_sets_has_its_row_in_the_decision_table(plan, maxtext_plan):
+    """The MaxText block sets every checkpoint name; the table lists each (never folded into
+    the smaller classes' line, a name no backward pass reads marked so), with the decision
+    the block writes."""
+    from planner._src.report import NOT_READ, build_report
+
+    for p in (plan, maxtext_plan):
+        block = _check_maxtext_block(p, paste_snippets(p)["maxtext"])
+        r = build_report(p)
+        rows = {row.name: row for row in r.rows if row.name}
+        assert set(block) == set(rows)
+        for name, value in block.items():
+            want = MAXTEXT_VALUES[rows[name].decision]
+            if name == "decoder_layer_input" and want == "remat":
+                want = "device"
+            assert value == want, name
+            assert (rows[name].nbytes_per_step == 0) == (rows[name].reason == NOT_READ)
+        md, text = p.report("markdown"), p.report("text")
+        for name in block:
+            assert f"named '{name}'" in md and f"'{name}'" in text, name
+    # the llama model names a tensor its backward pass never reads (mlpwo: the add after it
+    # needs no operand): a row of its own, not a name the table lacks
+    unread = [row for row in build_report(plan).rows if row.reason == NOT_READ]
+    assert unread and all(row.name and row.members >= 1 for row in unread)
+
+
 def test_maxtext_block_pasted_into_a_maxtext_config_gives_the_planned_policy(maxtext_plan):
     # The user's round trip: parse the block, update the config, build MaxText's policy.
     p = _names_only(maxtext_plan)
@@ -251,6 +277,38 @@ def test_pareto_curve_keeps_its_y_axis_around_the_plans(plan):
     assert lo <= plan.prediction.step_s * 1e3 <= hi
     assert any(t.startswith(slow.name) and "above the chart" in t for t in _legend(fig))
     assert any("its budget" in t for t in _legend(fig))
+
+
+def test_pareto_curve_shows_and_names_points_that_coincide(plan):
+    """A stock policy at the planner's very point (the quickstart's dots_saveable) is not
+    hidden under it: its hollow marker is larger and drawn above the planner's dot, and a
+    note names both; a policy far from every other point gets no note."""
+    import dataclasses
+
+    from planner._src.plots import draw_pareto_curve
+
+    twin, far = plan.baselines[0], plan.baselines[1]
+    twin = dataclasses.replace(twin, applicable=True, prediction=plan.prediction)
+    far = dataclasses.replace(
+        far,
+        applicable=True,
+        prediction=dataclasses.replace(
+            plan.prediction,
+            peak_bytes=3 * plan.prediction.peak_bytes,
+            step_s=1.2 * plan.prediction.step_s,
+        ),
+    )
+    other = dataclasses.replace(plan, baselines=(twin, far))
+    ax = draw_pareto_curve([other]).axes[0]
+    notes = [t.get_text() for t in ax.texts]
+    budget = f"{plan.budget_bytes / 1e9:.3g}"
+    assert f"planner (budget {budget} GB) = {twin.name}" in notes, notes
+    assert not any(far.name in n for n in notes), notes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    mine, stock = lines["planner: predicted peak, step"], lines[twin.name]
+    assert stock.get_fillstyle() == "none"
+    assert stock.get_markersize() > mine.get_markersize() and stock.get_zorder() > mine.get_zorder()
+    assert tuple(stock.get_xydata()[0]) == tuple(mine.get_xydata()[0])  # the same point
 
 
 def test_plot_errors_teach(plan, tmp_path):

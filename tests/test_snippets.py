@@ -5,14 +5,19 @@ report and in the Markdown one."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import io
 import re
 import shutil
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
 import pytest
+from jax.ad_checkpoint import print_saved_residuals
 
 import planner
 from examples import llama
@@ -132,7 +137,7 @@ def test_the_maxtext_block_parses_and_says_it_is_partial(quickstart):
 
 
 def test_status_block_and_rows_a_user_can_map_to_code(quickstart):
-    from planner._src.report import build_report
+    from planner._src.report import NOT_READ, build_report
     from planner._src.units import fmt_bytes
 
     plan, path = quickstart
@@ -142,7 +147,9 @@ def test_status_block_and_rows_a_user_can_map_to_code(quickstart):
     for what, text in lines:
         first.setdefault(what, text)
     assert first["compiled by"].startswith(plan.compiler)
-    assert "not the target's" in first["compiled by"]  # XLA:CPU on this machine, target h200
+    # XLA:CPU (no CUDA plugin): marked as not the target's; XLA:GPU for H200: the target's
+    assert ("not the target's" in first["compiled by"]) == (not plan.compiler_exact)
+    assert ("(the target's compiler)" in first["compiled by"]) == plan.compiler_exact
     assert first["budget"].startswith(f"{fmt_bytes(plan.budget_bytes)} as given")
     usable = plan.budget_bytes - plan.headroom_bytes
     assert first["planned to"].startswith(fmt_bytes(usable)) and len(first["planned to"]) < 120
@@ -158,4 +165,54 @@ def test_status_block_and_rows_a_user_can_map_to_code(quickstart):
     for row in r.rows:
         assert row.members >= 1 and row.jax_label.split(" ")[0].endswith("]")
         assert "examples/llama.py:" in row.source, row.source  # the user's frame
-        assert f"{row.recompute_ms:.3f} ms" in row.reason
+        assert f"{row.recompute_ms:.3f} ms" in row.reason or (
+            row.reason == NOT_READ and row.name and not row.nbytes_per_step
+        )
+
+
+def _printed_residuals(f, *args) -> set[str]:
+    """The lines ``print_saved_residuals(f, *args)`` prints."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        print_saved_residuals(f, *args)
+    return set(out.getvalue().splitlines())
+
+
+def test_decision_labels_are_what_print_saved_residuals_prints(quickstart):
+    """Each decision row's label, string for string, is a line JAX prints for the layer
+    (the region's body) under a policy that keeps that row: the plan's policy for the kept
+    rows, a policy keeping that row's class alone for the recomputed ones."""
+    from planner._src.emit import PlannerPolicy
+    from planner._src.report import NOT_READ, build_report
+
+    plan, _ = quickstart
+    rows = build_report(plan).rows
+    cfg = llama.QUICKSTART
+    _, (state, _) = llama.make_train_step(cfg)
+    layer = jax.tree.map(
+        lambda w: jax.ShapeDtypeStruct(w.shape[1:], w.dtype), state["params"]["layers"]
+    )
+    args = (
+        jax.ShapeDtypeStruct((cfg.batch, cfg.seq, cfg.d_model), jnp.float32),
+        layer,
+        jax.ShapeDtypeStruct((cfg.batch, cfg.seq), jnp.int32),
+    )
+
+    def printed(policy):
+        f = jax.checkpoint(functools.partial(llama.decoder_layer, cfg), policy=policy)
+        return _printed_residuals(f, *args)
+
+    kept = [r for r in rows if r.decision != "remat"]
+    assert kept and len(kept) < len(rows)
+    under_plan = printed(plan.policy)
+    for row in kept:
+        assert row.jax_label in under_plan, row.jax_label
+    signature = {c.label: c.signature for c in plan.graph.classes}
+    for row in rows:
+        if row.decision == "remat":
+            alone = printed(PlannerPolicy(((signature[row.label], "save"),)))
+            # a named tensor the table marks as never read is no residual even when kept
+            assert (row.jax_label in alone) == (row.reason != NOT_READ), row.jax_label
+    # JAX's own functions (jax.nn.silu) are named as JAX names them, at the user's line
+    silu = [r for r in rows if "jitted function 'silu'" in r.jax_label]
+    assert silu and all("examples/llama.py:149:" in r.source for r in silu)

@@ -14,7 +14,8 @@ Exit status: 0 success; 1 a plan that failed its checks (pareto: no budget was f
 profile: nothing was measured); 2 an error the planner found (bad input, an infeasible
 budget, a file that cannot be read or written: the message on stderr says what happened,
 why, and the fix), also argparse's usage errors; 3 your MODULE:FACTORY raised (its traceback,
-then what to check).
+then what to check); 4 profile on a machine without a GPU (nothing to measure; the message
+says where to run it instead).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def import_factory(spec: str, contract: str):
 
 
 EXIT_FACTORY = 3  # the user's MODULE:FACTORY raised
+EXIT_NO_GPU = 4  # profile: JAX sees no GPU here, so there is nothing to measure
 
 
 class FactoryError(Exception):
@@ -478,7 +480,8 @@ def _profile_arguments(p) -> None:
 
 
 def _cmd_profile(a) -> int:
-    """Run the ``profile`` subcommand: 0 measured, 1 nothing measured (e.g. CPU).
+    """Run the ``profile`` subcommand: 0 measured, 1 nothing measured (no host copies in
+    the trace), EXIT_NO_GPU where JAX sees no GPU (checked before planning).
 
     Planner errors propagate (``python -m planner`` prints them and exits 2)."""
     import json
@@ -492,6 +495,10 @@ def _cmd_profile(a) -> int:
             "give exactly one of --hbm-gb N (plan now) or --plan FILE "
             "(a saved plan).\nFix: e.g. --hbm-gb 0.42."
         )
+    no_gpu = _no_gpu(a)
+    if no_gpu:  # before planning: minutes of work whose profile would measure nothing
+        print(no_gpu, file=sys.stderr)
+        return EXIT_NO_GPU
     factory = import_factory(
         a.factory, "FACTORY(policy) -> (step_fn, args), e.g. examples.llama:profile_quickstart"
     )
@@ -519,6 +526,30 @@ def _cmd_profile(a) -> int:
         with open(a.measured_profile, "w") as f:
             json.dump(hw.to_json(), f, indent=2)
     return 0 if result.measured else 1
+
+
+def _no_gpu(a) -> str:
+    """The error ``profile`` prints where JAX sees no GPU ("" where it sees one)."""
+    import jax
+
+    backend = jax.default_backend()
+    if backend != "cpu":
+        return ""
+    devices = ", ".join(str(d) for d in jax.devices()[:4])
+    hardware = a.hardware if a.hardware != "cpu" else "h200"  # a GPU's profile
+    return (
+        f"error: nothing to profile here: JAX on this machine runs on the {backend} backend "
+        f"({devices}), with no GPU; nothing was planned or run.\n"
+        "Why: profile measures a GPU: how long the plan's device<->host copies take and how "
+        "much of them the GPU's compute hides. The CPU backend has no separate host memory or "
+        "copy engines, so there is nothing to measure.\n"
+        "Fix: run the same command on the GPU machine (python -c 'import jax; "
+        "print(jax.devices())' should list the GPUs; if it lists only CPUs there, install "
+        'JAX\'s CUDA plugin: pip install -U "jax[cuda13]"); or, to plan here without '
+        f"measuring, use a shipped profile of that GPU: python -m planner solve {a.factory} "
+        f"--hbm-gb {'N' if a.hbm_gb is None else f'{a.hbm_gb:g}'} --hardware {hardware} "
+        f"(profiles: {', '.join(profile_names())})."
+    )
 
 
 def profile_names() -> tuple[str, ...]:
@@ -636,7 +667,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--matmul-n", type=int, help="matmul size (default 8192 on GPU, 512 on CPU)")
     c.set_defaults(run=_cmd_calibrate)
     q = sub.add_parser(
-        "profile", help="run a plan under the profiler; measure exposed host-copy time"
+        "profile",
+        help="run a plan under the profiler on a GPU; measure exposed host-copy time "
+        "(no GPU: exit 4)",
     )
     _profile_arguments(q)
     q.set_defaults(run=_cmd_profile)

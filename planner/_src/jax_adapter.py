@@ -12,6 +12,8 @@ JAX upgrade breaks one small, tested adapter and nothing else. It provides:
 * :func:`replay_partial_eval`: JAX's own residual selection (``partial_eval_jaxpr_custom``
   on the JVP of a region body), replayed on a region so the planner knows, per equation,
   what the backward pass needs.
+* :func:`residual_label`: what ``jax.ad_checkpoint.print_saved_residuals`` prints for an
+  equation's output when the backward pass keeps it (the report's labels, string for string).
 * :func:`signature_key`: the identity a policy can see of an equation. A policy is called as
   ``policy(prim, *avals, **params)`` and has no other handle on a tensor, so equations with
   the same signature necessarily share a decision.
@@ -394,7 +396,7 @@ def inline_calls(jaxpr, n_consts: int = 0):
     Inlining makes those inner equations the planner's candidates, as the policy sees them.
     """
 
-    def run(jx, args):
+    def run(jx, args, call=None):
         env: dict[Any, Any] = {}
         read = lambda v: v.val if isinstance(v, _core.Literal) else env[v]
         for v, a in zip(jx.invars, args):
@@ -403,13 +405,14 @@ def inline_calls(jaxpr, n_consts: int = 0):
             if eqn.primitive.name in _INLINED:
                 inner = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
                 closed = inner if is_closed_jaxpr(inner) else _pe.close_jaxpr(inner)
-                outs = run_closed(closed, [read(v) for v in eqn.invars])
+                outs = run_closed(closed, [read(v) for v in eqn.invars], call or _call_mark(eqn))
             else:
                 params = eqn.primitive.get_bind_params(eqn.params)
+                stack = eqn.source_info.name_stack
+                if call is not None:  # remember the outermost call (residual_label)
+                    stack = _siu.NameStack((call,)) + stack
                 with (
-                    _siu.user_context(
-                        eqn.source_info.traceback, name_stack=eqn.source_info.name_stack
-                    ),
+                    _siu.user_context(eqn.source_info.traceback, name_stack=stack),
                     eqn.ctx.manager,
                 ):
                     outs = eqn.primitive.bind(*[read(v) for v in eqn.invars], **params)
@@ -419,14 +422,77 @@ def inline_calls(jaxpr, n_consts: int = 0):
                 env[v] = o
         return [read(v) for v in jx.outvars]
 
-    def run_closed(closed, args):
+    def run_closed(closed, args, call):
         consts = list(closed.consts)
         inner = _pe.convert_constvars_jaxpr(closed.jaxpr)
-        return run(inner, consts + list(args))
+        return run(inner, consts + list(args), call)
 
     avals = [v.aval for v in jaxpr.invars]
     flat = jax.make_jaxpr(lambda *a: run(jaxpr, a))(*avals)
     return _pe.convert_constvars_jaxpr(flat.jaxpr), len(flat.consts)
+
+
+# How print_saved_residuals names what an inlined call made: JAX keeps the call (a jit of
+# the user's, or of JAX's own: jnp.where, jax.nn.silu) as one equation of the forward pass,
+# and a residual made inside it is an "output of jitted function 'silu' from <the call's
+# line>". inline_calls marks the equations it inlines with the outermost call, as the first
+# scope of their name stack (name stacks only name HLO ops; the inlined jaxpr is analysed,
+# never lowered).
+_CALL_MARK = "planner-inlined-call\x00"
+
+
+def _call_mark(eqn):
+    """The scope inline_calls puts first in the name stack of what ``eqn`` (a call) holds:
+    the text print_saved_residuals gives the call's outputs, and the call's source line."""
+    name = eqn.primitive.name
+    what = f"jitted function '{eqn.params['name']}'" if name == "jit" else name
+    return _siu.Scope(f"{_CALL_MARK}output of {what}\x00{eqn_source(eqn)}")
+
+
+def _inlined_call(eqn) -> tuple[str, str] | None:
+    """``(what, source)`` of the outermost call ``eqn`` was inlined from (None: none)."""
+    stack = eqn.source_info.name_stack.stack
+    if stack and isinstance(stack[0], _siu.Scope) and stack[0].name.startswith(_CALL_MARK):
+        what, source = stack[0].name[len(_CALL_MARK) :].split("\x00", 1)
+        return what, source
+    return None
+
+
+def _checkpoint_name(eqn) -> str | None:
+    """The ``checkpoint_name`` an equation applies, as print_saved_residuals finds it
+    (``get_name`` in jax/_src/ad_checkpoint.py: ``name_p``, or JAX 0.12's remat3
+    ``CheckpointName`` calls)."""
+    if eqn.primitive is name_p:
+        return eqn.params["name"]
+    prim = eqn.params.get("_prim") if eqn.primitive.name == "call_hi_primitive" else None
+    name = getattr(prim, "name", None)
+    return name if type(prim).__name__ in ("CheckpointName", "CheckpointNameFwd") else None
+
+
+def residual_label(eqn) -> str:
+    """What ``jax.ad_checkpoint.print_saved_residuals`` prints for the first output of
+    ``eqn`` (an equation of a region's forward pass as :func:`region_jvp` made it) when the
+    backward pass keeps it: ``f32[4,256] output of dot_general from model.py:12:8 (layer)``,
+    ``... named 'x' from ...``, ``... output of jitted function 'silu' from ...`` (the
+    formatting of ``_saved_residuals`` in jax/_src/ad_checkpoint.py, whose source line is
+    that of the region's own equation, the outermost call where inline_calls inlined one)."""
+    out = next((v for v in eqn.outvars if is_var(v)), eqn.outvars[0])
+    aval = out.aval.str_short(short_dtypes=True)
+    call = _inlined_call(eqn)
+    if call is not None:
+        what, source = call
+    else:
+        source = eqn_source(eqn)
+        name = _checkpoint_name(eqn)
+        what = f"named '{name}'" if name else f"output of {eqn.primitive.name}"
+    return f"{aval} {what} from {source}"
+
+
+def call_source(eqn) -> str:
+    """The source line of the outermost call ``eqn`` was inlined from ("" if none): the
+    user's line where JAX's own function (jnp.where, jax.nn.silu) made the equation."""
+    call = _inlined_call(eqn)
+    return call[1] if call is not None else ""
 
 
 def replay_partial_eval(jvp_jaxpr, n_primal_in: int, policy: Callable[..., Any]) -> Replay:
@@ -675,6 +741,8 @@ INTERNALS = (
     ("jax._src.source_info_util", "current"),
     ("jax._src.source_info_util", "user_frames"),
     ("jax._src.source_info_util", "user_context"),
+    ("jax._src.source_info_util", "NameStack"),
+    ("jax._src.source_info_util", "Scope"),
     ("jax._src.interpreters.ad", "primitive_jvps"),
     ("jax._src.interpreters.ad", "jvp_jaxpr"),
     ("jax._src.interpreters.ad", "Zero"),

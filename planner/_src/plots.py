@@ -291,6 +291,67 @@ def _budget_gb(item, budgets_gb, i) -> float | None:
 
 
 _MARKERS = "s^vD<>pPhX*d"
+_PLAN_SIZE, _STOCK_SIZE = 6, 11  # points: a stock marker rings a planner dot under it
+# Two points closer than this (axes fractions, x and y: about a stock marker's width at the
+# figure's size, 11 x 4.8 in) hide one another: the chart names them together.
+_NEAR = (0.012, 0.025)
+
+
+def _same_points(ax, points) -> list[list[tuple[str, float, float]]]:
+    """The groups of ``(name, x, y)`` points drawn within ``_NEAR`` of one another (chains
+    included), two or more to a group, in x order."""
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    frac = [((x - x0) / (x1 - x0 or 1.0), (y - y0) / (y1 - y0 or 1.0)) for _, x, y in points]
+    parent = list(range(len(points)))
+
+    def root(i):
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for i in range(len(points)):
+        for j in range(i):
+            if abs(frac[i][0] - frac[j][0]) < _NEAR[0] and abs(frac[i][1] - frac[j][1]) < _NEAR[1]:
+                parent[root(i)] = root(j)
+    groups: dict[int, list] = {}
+    for i, p in enumerate(points):
+        groups.setdefault(root(i), []).append(p)
+    return sorted((g for g in groups.values() if len(g) > 1), key=lambda g: min(p[1] for p in g))
+
+
+def _same_point_text(group) -> str:
+    """``planner (budgets 0.461, 0.515 GB) = dots_saveable``: who shares a drawn point."""
+    budgets = [n.split("@", 1)[1] for n, _, _ in group if n.startswith("planner@")]
+    names = [n for n, _, _ in group if not n.startswith("planner@")]
+    if budgets:
+        s = "s" if len(budgets) > 1 else ""
+        names.insert(0, f"planner (budget{s} {', '.join(budgets)} GB)")
+    return " = ".join(names)
+
+
+def _name_same_points(ax, points) -> None:
+    """Points that hide one another get a note naming all of them, joined to the point by a
+    thin line (offsets alternate so that neighbouring notes do not overlap)."""
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    for k, group in enumerate(_same_points(ax, points)):
+        x = sum(p[1] for p in group) / len(group)
+        y = sum(p[2] for p in group) / len(group)
+        right = (x - x0) / (x1 - x0 or 1.0) < 0.6  # the note goes toward the open side
+        high = (y - y0) / (y1 - y0 or 1.0) < 0.7
+        dy = (14 + 16 * (k % 3)) * (1 if high else -1)
+        ax.annotate(
+            _same_point_text(group),
+            (x, y),
+            xytext=(18 if right else -18, dy),
+            textcoords="offset points",
+            ha="left" if right else "right",
+            va="center",
+            fontsize="x-small",
+            arrowprops={"arrowstyle": "-", "color": "gray", "linewidth": 0.7},
+            bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "alpha": 0.85, "linewidth": 0},
+            zorder=5,
+            annotation_clip=False,
+        )
 
 
 def draw_pareto_curve(plans_or_errors, budgets_gb=None):
@@ -307,11 +368,21 @@ def draw_pareto_curve(plans_or_errors, budgets_gb=None):
         if not hasattr(p, "prediction") and (b := _budget_gb(p, budgets_gb, i)) is not None
     ]
     fig, ax = _figure()
+    points: list[tuple[str, float, float]] = []  # (name, x, y as drawn): see _same_points
     if plans:
         plans.sort(key=lambda bp: bp[0])
         xs = [p.prediction.peak_bytes / GB for _, p in plans]
         ys = [p.prediction.step_s * 1e3 for _, p in plans]
-        ax.plot(xs, ys, "o-", linewidth=2, label="planner: predicted peak, step", zorder=3)
+        ax.plot(
+            xs,
+            ys,
+            "o-",
+            markersize=_PLAN_SIZE,
+            linewidth=2,
+            label="planner: predicted peak, step",
+            zorder=3,
+        )
+        points += [(f"planner@{b:.3g}", x, y) for (b, _), x, y in zip(plans, xs, ys)]
         for (b, p), x, y in zip(plans, xs, ys):
             fits = bool(p.verification.ok)
             # The budget it was planned at: a thin line from the budget to its plan's peak.
@@ -334,19 +405,25 @@ def draw_pareto_curve(plans_or_errors, budgets_gb=None):
         lo, hi = min(ys + near), max(ys + near)
         pad = 0.08 * (hi - lo or hi or 1.0)
         ax.set_ylim(lo - pad, hi + pad)
+        # Stock policies: hollow markers, larger than the planner's dots and drawn above
+        # them, so one at the planner's point (dots_saveable is often the plan) still shows.
         for k, b in enumerate(x for x in plans[0][1].baselines if x.applicable):
             step_ms = b.prediction.step_s * 1e3
             above = step_ms > hi + pad
+            y = hi + pad if above else step_ms
             ax.plot(
                 [b.prediction.peak_bytes / GB],
-                [hi + pad if above else step_ms],
+                [y],
                 _MARKERS[k % len(_MARKERS)],
-                markersize=7,
-                alpha=0.85,
+                markersize=_STOCK_SIZE,
+                fillstyle="none",
+                markeredgewidth=1.6,
                 linestyle="none",
                 clip_on=not above,
+                zorder=4,
                 label=f"{b.name}" + (f" ({step_ms:.3g} ms: above the chart)" if above else ""),
             )
+            points.append((b.name, b.prediction.peak_bytes / GB, y))
     if failed:
         ax.plot(
             failed,
@@ -361,6 +438,8 @@ def draw_pareto_curve(plans_or_errors, budgets_gb=None):
             zorder=4,
         )
     ax.margins(x=0.05)
+    ax.autoscale_view()
+    _name_same_points(ax, points)
     ax.set_xlabel("device memory (GB): predicted peak (points), budget asked (red ticks)")
     ax.set_ylabel("predicted step time (ms)")
     ax.set_title("Step time against device memory (cost model)")

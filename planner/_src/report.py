@@ -27,9 +27,11 @@ class Row:
     reason: str
     shard: str = ""  # sharded steps: "1/8 (hlo)", how the per-device bytes were found
     group: int | None = None  # the layer group, when the plan decides groups separately
-    # How jax.ad_checkpoint.print_saved_residuals names a member: "f32[4,256] output of
-    # dot_general from model.py:12:8 (layer)" (the class's first member; members share it).
+    # What jax.ad_checkpoint.print_saved_residuals prints for the member whose source the row
+    # shows, when kept: "f32[4,256] output of dot_general from /path/model.py:12:8 (layer)"
+    # (string for string; the renderers show the path relative to the working directory).
     jax_label: str = ""
+    name: str | None = None  # the class's checkpoint_name (a MaxText key), if any
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,13 +106,29 @@ def _reason(d: str, rec_ms: float, xfer_ms: float, nbytes: int, plan, room: int)
 
 
 def jax_label(c) -> str:
-    """A candidate as ``print_saved_residuals`` names it: ``f32[4,256] output of dot_general
-    from model.py:12:8 (layer)`` (named ones: ``named 'x' from ...``)."""
+    """A candidate as ``print_saved_residuals`` prints it when kept, string for string:
+    ``f32[4,256] output of dot_general from /path/model.py:12:8 (layer)`` (recorded at trace
+    time, jax_adapter.residual_label). Candidates built by hand: the same form from their
+    fields."""
+    if c.jax_label:
+        return c.jax_label
     short = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "int32": "i32"}
     aval = f"{short.get(c.dtype, c.dtype)}[{','.join(map(str, c.shape))}]"
     what = f"named '{c.name}'" if c.name else f"output of {c.primitive}"
-    return f"{aval} {what} from {relative(c.source)}" if c.source else f"{aval} {what}"
+    return f"{aval} {what} from {c.source}"
 
+
+def shown_label(label: str) -> str:
+    """A print_saved_residuals label with its source relative to the working directory."""
+    import os
+
+    return label.replace(" from " + os.getcwd().rstrip("/") + "/", " from ", 1)
+
+
+NOT_READ = (
+    "not a residual under this plan (nor with everything saved): the backward pass never "
+    "reads it, so its decision changes no memory or time"
+)
 
 REGION_LINE = "the region's line: JAX made this tensor, no line of yours"
 
@@ -256,10 +274,19 @@ def build_report(plan, plan_file: str | None = None) -> Report:
             rec += L * rc.recompute_s[i]
             xfer += L * (rc.d2h_s[i] + rc.h2d_s[i])
             members += 1
-            source = source or c.source
+            # the row's source and label: of one member, the first with a line of the user's
+            if not label or (c.source and not source):
+                source, label = c.source, jax_label(c)
             region_source = region_source or rg.region.source
-            label = label or jax_label(c)
             shards.add(f"1/{c.shard_divisor} ({c.shard_source})")
+        read = members > 0
+        if not read and cls.name:
+            # A named tensor no backward pass reads (under this plan, or with everything
+            # saved): listed anyway, as the MaxText block sets every name (emit.maxtext_yaml).
+            rg = by_region[cls.members[0][0]][0]
+            c = rg.region.candidates[cls.members[0][1]]
+            members, source, label = len(cls.members), c.source, jax_label(c)
+            region_source = rg.region.source
         if not members:
             continue
         total += nbytes
@@ -273,17 +300,20 @@ def build_report(plan, plan_file: str | None = None) -> Report:
                 _source_or(source, region_source),
                 "; ".join(sorted(shards)) if plan.trace.num_partitions > 1 else "",
                 label,
+                read,
             )
         )
     threshold = 0.001 * total
     room = max(0, plan.budget_bytes - plan.headroom_bytes - pred.peak_bytes)
     small = [0, 0]
     # Per layer group (a section each), then the largest first.
-    for cls, nbytes, rec, xfer, members, source, shard, label in sorted(
+    for cls, nbytes, rec, xfer, members, source, shard, label, read in sorted(
         entries, key=lambda e: (e[0].group or 0, -e[1])
     ):
         d = a.get(cls.key)
-        if nbytes < threshold and d == "remat":
+        # Small recomputed classes are folded into one line; named ones never are (the
+        # MaxText block sets each name, so each has its row).
+        if nbytes < threshold and d == "remat" and not cls.name:
             small[0] += 1
             small[1] += nbytes
             continue
@@ -297,9 +327,12 @@ def build_report(plan, plan_file: str | None = None) -> Report:
                 transfer_ms=xfer * 1e3,
                 source=source,
                 shard=shard,
-                reason=_reason(d, rec * 1e3, xfer * 1e3, nbytes, plan, room),
+                reason=(
+                    _reason(d, rec * 1e3, xfer * 1e3, nbytes, plan, room) if read else NOT_READ
+                ),
                 group=cls.group,
                 jax_label=label,
+                name=cls.name,
             )
         )
 
@@ -569,14 +602,16 @@ def _md(r: Report) -> str:
     for row in r.rows:
         out.append(
             ("" if not g else f"| {row.group} ")
-            + f"| {row.source} | {row.jax_label or row.label} | {row.members} | {row.decision} | "
+            + f"| {row.source} | {shown_label(row.jax_label) + _inside(row) or row.label} "
+            f"| {row.members} "
+            f"| {row.decision} | "
             f"{_mb(row.nbytes_per_step)} | {row.recompute_ms:.3f} | {row.transfer_ms:.3f} | "
             f"{row.reason} |" + (f" {row.shard} |" if sharded else "")
         )
     if r.small_rows[0]:
         out.append(
             ("| " if g else "")
-            + f"| | {r.small_rows[0]} smaller classes | | remat | {r.small_rows[1] / MB:,.2f} | "
+            + f"| | {r.small_rows[0]} smaller unnamed classes | | remat | {r.small_rows[1] / MB:,.2f} | "
             "| | under 0.1% of the bytes each |"
         )
     out += ["", "| policy | peak | host | step ms | fits |", "|---|---|---|---|---|"]
@@ -680,7 +715,7 @@ def _text(r: Report) -> str:
         t.add_row(
             *([""] if g else []),
             "",
-            f"{r.small_rows[0]} smaller classes",
+            f"{r.small_rows[0]} smaller unnamed classes",
             "",
             "remat",
             f"{r.small_rows[1] / MB:,.2f}",
@@ -751,7 +786,15 @@ def _short_source(source: str) -> str:
 def _short_label(row: Row) -> str:
     """The print_saved_residuals label without its source (the source column has it)."""
     label = row.jax_label or row.label
-    return label.split(" from ")[0]
+    return label.split(" from ")[0] + _inside(row)
+
+
+def _inside(row: Row) -> str:
+    """For a tensor made inside a jitted function, which equation of it (JAX's label names
+    the function only: jnp.where's select_n and broadcast_in_dim read alike)."""
+    if " output of jitted function " not in row.jax_label:
+        return ""
+    return f" [{row.label.split('[')[0]} inside]"
 
 
 def _mb(nbytes: float) -> str:

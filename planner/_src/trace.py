@@ -166,6 +166,23 @@ def _scan_context(jaxpr, rid: int) -> tuple[bool, int] | None:
     return None
 
 
+def _region_source(jaxpr, br) -> str:
+    """The user's line for region ``br``: where its ``jax.checkpoint`` was bound, else (a
+    bind below library frames only: Flax's ``nn.scan`` traces the remat'd body inside the
+    loop it builds, with no frame of the user's on the stack) the line of the innermost
+    scan around it, else the body's first line of the user's; "" if none."""
+    if br.source:
+        return br.source
+    for site in adapter.walk(jaxpr):
+        pol = site.eqn.params.get("policy") if adapter.is_differentiated_remat(site.eqn) else None
+        if isinstance(pol, adapter.RegionPolicy) and pol.region_id == br.region_id:
+            for scan, _ in reversed(site.scans):
+                if where := adapter.eqn_source(scan):
+                    return where
+            break
+    return next((w for e in br.jaxpr.eqns if (w := adapter.eqn_source(e))), "")
+
+
 def _observe_residual_sources(step_jaxpr, rid: int, n_res: int | None = None) -> list[str] | None:
     """Where the traced step keeps each residual of region ``rid``: per residual, one of
     ``const`` (a loop constant of the backward scan: hoisted out of the loop, stored once),
@@ -569,7 +586,9 @@ def _candidates(
                 shape=tuple(getattr(first, "shape", ())),
                 dtype=adapter.dtype_name(first) if first is not None else "",
                 nbytes=sum(_nbytes(v.aval) for v in outs),
-                source=adapter.eqn_source(eqn),
+                # the user's line; JAX's own functions (jnp.where, jax.nn.silu): the call's
+                source=adapter.eqn_source(eqn) or adapter.call_source(eqn),
+                jax_label=adapter.residual_label(eqn) if outs else "",
                 inputs=ins,
                 n_outputs=len(eqn.outvars),
                 needed=False,  # set by _reading below
@@ -927,7 +946,7 @@ def trace_step(
         sites.append(
             Region(
                 id=len(sites),
-                source=br.source,
+                source=_region_source(step_jaxpr, br),
                 multiplicity=mult[br.region_id],
                 call_sites=1,
                 candidates=a.candidates,

@@ -68,6 +68,9 @@ class Candidate:
     # for it, recorded while the equation was at hand.
     stock: tuple[tuple[str, str], ...] = ()
     user_decision: str = "remat"
+    # What jax.ad_checkpoint.print_saved_residuals prints for it when it is kept
+    # (jax_adapter.residual_label); "" for candidates built by hand.
+    jax_label: str = ""
     # Sharded steps (see trace.py and shard.py):
     global_nbytes: int = 0  # its live outputs at their global (jaxpr) shapes
     shard_divisor: int = 1  # global elements / per-device elements of its outputs
