@@ -311,6 +311,34 @@ def test_pareto_curve_shows_and_names_points_that_coincide(plan):
     assert tuple(stock.get_xydata()[0]) == tuple(mine.get_xydata()[0])  # the same point
 
 
+def test_pareto_curve_does_not_call_points_pinned_above_the_chart_equal(plan):
+    """Two stock policies far slower than every plan are drawn on the top edge at one peak:
+    their legend entries give each its own step time, and no note calls them equal."""
+    import dataclasses
+
+    from planner._src.plots import draw_pareto_curve
+
+    slow = [
+        dataclasses.replace(
+            b,
+            applicable=True,
+            prediction=dataclasses.replace(
+                plan.prediction,
+                peak_bytes=0.5 * plan.prediction.peak_bytes,
+                step_s=k * plan.prediction.step_s,
+            ),
+        )
+        for b, k in zip(plan.baselines[:2], (3.0, 5.0))
+    ]
+    ax = draw_pareto_curve([dataclasses.replace(plan, baselines=tuple(slow))]).axes[0]
+    notes = [t.get_text() for t in ax.texts]
+    assert not any(" = " in n and slow[1].name in n for n in notes), notes
+    labels = [line.get_label() for line in ax.get_lines()]
+    for b in slow:
+        ms = b.prediction.step_s * 1e3
+        assert f"{b.name} ({ms:.3g} ms: above the chart)" in labels, labels
+
+
 def test_plot_errors_teach(plan, tmp_path):
     with pytest.raises(ValueError, match="Fix: name the file with one of .png, .svg"):
         hbm_timeline(plan, tmp_path / "t.jpg")

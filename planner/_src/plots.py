@@ -164,7 +164,7 @@ def _trip_ticks(points, limit: int = 18) -> tuple[list[int], list[str]]:
     return idx, labels
 
 
-def _headroom_short(hw) -> str:
+def _headroom_short(hw, margin: float = 0.0) -> str:
     """Why the plan was made for less than the budget, in a legend's words (the whole reason:
     ``plan.headroom_why()``)."""
     import cost_models as cm
@@ -175,6 +175,8 @@ def _headroom_short(hw) -> str:
     f = cm.compiler_temp_fraction(hw)
     if f < 1.0:
         why.append(f"XLA:GPU's {f:.0%} limit")
+    if margin:
+        why.append(f"{margin:.1%} deviceless margin")
     return ", ".join(why) or "headroom"
 
 
@@ -226,7 +228,7 @@ def draw_hbm_timeline(plan, policies=DEFAULT_POLICIES):
             planned_to / unit[0],
             color="darkorange",
             linestyle="-.",
-            label=f"planned to {_fmt(planned_to, unit)} ({_headroom_short(plan.hardware)})",
+            label=f"planned to {_fmt(planned_to, unit)} ({_headroom_short(plan.hardware, getattr(plan, 'compiler_margin', 0.0))})",
         )
     if v.compiled_device_bytes is not None:
         # The compiler's figure is one number for the whole step: drawn at the plan's
@@ -423,7 +425,9 @@ def draw_pareto_curve(plans_or_errors, budgets_gb=None):
                 zorder=4,
                 label=f"{b.name}" + (f" ({step_ms:.3g} ms: above the chart)" if above else ""),
             )
-            points.append((b.name, b.prediction.peak_bytes / GB, y))
+            if not above:  # a point pinned to the top edge shares no step time with its
+                # neighbours there: its legend entry gives its own, no "=" note
+                points.append((b.name, b.prediction.peak_bytes / GB, y))
     if failed:
         ax.plot(
             failed,
