@@ -287,6 +287,7 @@ def build_cost_model(
     ws_scale = 1.0
     if trace.anchor_saved is not None:
         every_a = Assignment.of({c.key: "save" for c in graph.classes})
+        every = evaluate(model, graph, every_a, _fixed=0)
         n_anchor, e_anchor = trace.anchor.device_bytes, trace.anchor_saved.device_bytes
 
         def offset(omega):
@@ -295,48 +296,17 @@ def build_cost_model(
             pe = evaluate(m, graph, every_a, _fixed=0).peak_bytes
             return (n_anchor - pn) - (e_anchor - pe), e_anchor - pe
 
-        # The closed form's terms: the backward phase alone (V_k = 0).
-        bwd = dataclasses.replace(
-            model,
-            regions=tuple(dataclasses.replace(rc, forward_live_bytes=0) for rc in model.regions),
-        )
-        full_b = evaluate(bwd, graph, Assignment.of({}), _fixed=0)
-        every_b = evaluate(bwd, graph, every_a, _fixed=0)
-        kept_remat, ws_remat = (
-            full_b.peak_bytes - full_b.working_set_bytes,
-            full_b.working_set_bytes,
-        )
-        kept_all, ws_all = every_b.peak_bytes - every_b.working_set_bytes, every_b.working_set_bytes
+        kept_remat, ws_remat = full.peak_bytes - full.working_set_bytes, full.working_set_bytes
+        kept_all, ws_all = every.peak_bytes - every.working_set_bytes, every.working_set_bytes
         lo, hi = WORKING_SET_SCALE_BOUNDS
         found = None
         if ws_remat > ws_all:
             scale = ((n_anchor - kept_remat) - (e_anchor - kept_all)) / (ws_remat - ws_all)
-            if lo <= scale <= hi:
-                # Both anchors peak in the backward phase. Then F holds the backward trip's
-                # own buffers (the gradient's cotangents, which the model does not list), and
-                # a forward trip only peaks above the backward one by what it holds beyond
-                # them: G_k >= V_k - omega * W_k at both anchors, so the forward phase's term
-                # is V_k - G_k = min(V_k, omega * W_k(full remat), omega * W_k(save all)),
-                # the least G_k the anchors allow (cost.py docstring).
-                m = dataclasses.replace(model, working_set_scale=scale)
-                pn = evaluate(m, graph, Assignment.of({}), _fixed=0)
-                pe = evaluate(m, graph, every_a, _fixed=0)
-                model = dataclasses.replace(
-                    model,
-                    regions=tuple(
-                        dataclasses.replace(
-                            rc,
-                            forward_live_bytes=min(
-                                rc.forward_live_bytes, a.working_set_bytes, b.working_set_bytes
-                            ),
-                        )
-                        for rc, a, b in zip(model.regions, pn.regions, pe.regions)
-                    ),
-                )
+            # The closed form holds when, at that omega, both anchors still peak in the
+            # backward phase: then g(scale) is 0 up to the working set's rounding up.
+            if lo <= scale <= hi and abs(offset(scale)[0]) <= 2:
                 found = scale
         if found is None:
-            # An anchor peaks in the forward phase (the closed form leaves the bounds): solve
-            # g(omega) = 0 over both phases, V_k as counted.
             g_lo, g_hi = offset(lo)[0], offset(hi)[0]
             if g_lo == 0 or g_hi == 0 or (g_lo < 0) != (g_hi < 0):
                 for _ in range(60):
