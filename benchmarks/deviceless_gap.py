@@ -18,6 +18,7 @@ Results: DIR/results.jsonl, one JSON line a compile; DIR/summary.md, the table.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -31,20 +32,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# The models: examples/llama.py and examples/moe.py at the H200 benchmark sizes
-# (benchmarks/gpu_bench.py BENCH / MOE_BENCH), with cuDNN attention as GPU users write it.
-LLAMA = dict(
-    vocab=32000,
-    d_model=4096,
-    n_heads=32,
-    n_kv_heads=8,
-    d_ff=14336,
-    n_layers=8,
-    batch=8,
-    seq=4096,
-    dtype="bfloat16",
-    attention_impl="cudnn",
-)
+from examples import llama, moe  # noqa: E402  (the repository root is on the path above)
+
+
+# The models: examples/llama.py and examples/moe.py at their H200 benchmark sizes
+# (H200_BENCH, as benchmarks/gpu_bench.py runs them), with cuDNN attention as GPU users write it.
+def _config(cfg) -> dict:
+    """A config dataclass's fields as JSON-able keyword arguments (the policy left out)."""
+    return {
+        f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "remat_policy"
+    }
+
+
+LLAMA = {**_config(llama.H200_BENCH), "attention_impl": "cudnn"}
 MODELS = {
     # 8 layers under lax.scan, 32k tokens (deviceless-2026-12-02.md's step)
     "llama_scan": ("llama", LLAMA),
@@ -55,25 +55,7 @@ MODELS = {
     # XLA's own attention (no cuDNN call): what is left without cuDNN workspaces
     "llama_xla_attn": ("llama", {**LLAMA, "batch": 2, "attention_impl": "xla"}),
     # 64 routed experts top-6 + a shared expert, capacity dispatch (gpu_bench.MOE_BENCH)
-    "moe": (
-        "moe",
-        dict(
-            vocab=32000,
-            d_model=2048,
-            n_heads=16,
-            n_kv_heads=16,
-            d_expert=1408,
-            d_shared=2816,
-            n_experts=64,
-            top_k=6,
-            n_layers=8,
-            batch=8,
-            seq=4096,
-            dtype="bfloat16",
-            dispatch="capacity",
-            attention_impl="cudnn",
-        ),
-    ),
+    "moe": ("moe", _config(moe.H200_BENCH)),
 }
 # XLA's dumps (--dump) go here, outside DIR; the memory reports and optimized HLO come back in
 # DIR/reports.tar.xz.
@@ -94,8 +76,6 @@ if os.environ.get("DEVICELESS_GAP_DRY_RUN"):  # a CPU dry run of the script, tin
 
 def _step(model: str, config: dict, policy_name: str):
     import jax
-
-    from examples import llama, moe
 
     module = moe if model == "moe" else llama
     cls = moe.MoEConfig if model == "moe" else llama.LlamaConfig
