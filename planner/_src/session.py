@@ -335,6 +335,13 @@ FILL_MIN_BYTES = 1_000_000
 STEP_RTOL = 1e-9
 
 
+# Why a class is forced to be recomputed after the verify stage's replay of JAX's residual
+# choice found that the emitted policy does not keep it (the fit and the fill rounds).
+NOT_KEPT_WHY = (
+    "the emitted policy did not keep it when JAX's residual choice was replayed (verify, level 1)"
+)
+
+
 def fill_slack(budget: int) -> int:
     """Bytes of the planned-to ``budget`` a verified plan may leave unused before
     ``Planner._fill`` tries a faster plan: ``max(FILL_FRACTION * budget, FILL_MIN_BYTES)``."""
@@ -968,8 +975,7 @@ class Planner:
             g = _with_forced(
                 graph,
                 not_kept,
-                "the emitted policy did not keep it when JAX's "
-                "residual choice was replayed (verify, level 1)",
+                NOT_KEPT_WHY,
             )
             self._say(f"solving for {budget / GB:g} GB (round {round_no + 1})")
             t = time.perf_counter()
@@ -1173,8 +1179,7 @@ class Planner:
             g = _with_forced(
                 graph,
                 not_kept,
-                "the emitted policy did not keep it when JAX's "
-                "residual choice was replayed (verify, level 1)",
+                NOT_KEPT_WHY,
             )
             self._say(
                 f"{(budget - best.verification.compiled_device_bytes) / GB:g} GB of "
