@@ -64,6 +64,8 @@ _PUBLIC = {
             "with_state",
         )
     },
+    "StatePlan": ("planner._src.state_plan", "StatePlan"),
+    "plan_state": ("planner._src.state_plan", "plan_state"),
     "Assignment": ("planner._src.types", "Assignment"),
     "Prediction": ("planner._src.types", "Prediction"),
     "Verification": ("planner._src.types", "Verification"),

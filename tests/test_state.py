@@ -106,10 +106,11 @@ def test_state_cost_formulas():
         st.evaluate_state(tuple(costs.values()), frozenset({"count"}))
 
 
-def _placed_step(placement):
+def _placed_step(placement, policy=None):
     """The Adam step with ``placement`` applied: shardings, donation, streamed update."""
     step, (params, opt, batch) = llama.make_adam_step(
-        CFG, wrap=lambda u: st.streamed_update(u, placement, CFG.n_layers)
+        dataclasses.replace(CFG, remat_policy=policy),
+        wrap=lambda u: st.streamed_update(u, placement, CFG.n_layers),
     )
     dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     osh = st.state_shardings(opt, placement, dev)
@@ -121,12 +122,18 @@ def _placed_step(placement):
     return jitted, (params, opt, batch), osh
 
 
+def _build(policy, placement):
+    jitted, (params, opt, batch), osh = _placed_step(placement, policy)
+    return jitted, (params, jax.device_put(opt, osh), batch)
+
+
 def _host_placement():
     _, (params, opt, _) = llama.make_adam_step(CFG)
     leaves = st.state_leaves(opt, layers=CFG.n_layers, params=params)
     # Adam's moments of the stacked layer weights: the largest movable leaves, half of each
     host = {x.path for x in leaves if x.movable and x.layers > 1 and x.path.endswith("['wq']")}
     host |= {x.path for x in leaves if x.movable and x.layers > 1 and ".nu[" in x.path}
+    host |= {x.path for x in leaves if x.path.endswith(".nu['unembed']")}  # unstacked, whole
     return leaves, st.placement_of(leaves, host)
 
 
@@ -174,3 +181,53 @@ def test_compiled_host_and_device_bytes_match_the_placement():
     costs = st.leaf_costs(leaves, planner.load_profile("h200"))
     terms = st.evaluate_state(costs, placement.on_host)
     assert mixed.device_bytes <= hbm.device_bytes - terms.saved_bytes + terms.update_buffer_bytes
+
+
+def test_plan_state_on_cpu_places_state_and_keeps_the_numbers():
+    """The whole pipeline on XLA:CPU: at a budget the all-HBM state does not fit (the plan
+    with no state on the host is infeasible), plan_state puts optimizer state on the host;
+    the step under the plan's policy and placement gives the unplanned step's numbers."""
+    step, args = llama.make_adam_step(CFG)
+    session = planner.Planner(step, *args, hardware="cpu")
+    roomy = planner.plan_state(session, 0.03, opt_state_argnum=1, params_argnum=0)
+    assert not roomy.placement.on_host  # room enough: nothing moves (phase 2)
+    tight = planner.plan_state(session, 0.02, opt_state_argnum=1, params_argnum=0)
+    assert tight.placement.on_host
+    assert tight.prediction.peak_bytes <= tight.budget_bytes
+    split = tight.split
+    assert split["optimizer state"]["host"] == tight.placement.host_bytes() > 0
+    assert split["optimizer state"]["moved"] == 2 * tight.placement.host_bytes()
+    assert "optimizer state" in tight.summary()
+    # Without the state's freedom the same budget has no plan.
+    no_state = dataclasses.replace(tight.placement, on_host=frozenset())
+    assert no_state.host_bytes() == 0
+    from planner._src.cost import build_cost_model
+
+    cost = build_cost_model(session.trace, session.graph, session.hardware, allow_offload=True)
+    with pytest.raises(InfeasibleBudgetError):
+        solve_assignment(session.graph, cost, tight.budget_bytes, OPTS)
+    want = jax.jit(step)(*args)
+    jitted, placed = _build(tight.policy, tight.placement)
+    got = jitted(*placed)
+    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+    # XLA:CPU has no host memory space in memory_analysis: the check says so, teaching.
+    with pytest.raises(PlannerError, match="host memory space"):
+        planner.plan_state(session, 0.02, opt_state_argnum=1, params_argnum=0, build=_build)
+    with pytest.raises(planner.InvalidArgumentError, match="opt_state_argnum"):
+        planner.plan_state(session, 0.02, opt_state_argnum=3)
+
+
+@pytest.mark.slow
+def test_plan_state_deviceless_h200_compiles_as_planned():
+    """Deviceless XLA:GPU for the H200: plans with optimizer state on the host compile
+    within the budget (after the correction rounds) and take exactly the planned host bytes."""
+    target = tg.resolve("h200", num_devices=1)
+    if target.kind != "deviceless":
+        pytest.skip(f"no deviceless XLA:GPU here: {target.description}")
+    step, args = llama.make_adam_step(CFG)
+    session = planner.Planner(step, *args, hardware="h200")
+    plan = planner.plan_state(session, 0.02, opt_state_argnum=1, params_argnum=0, build=_build)
+    assert plan.placement.on_host
+    assert plan.compiled.host_matches
+    assert plan.compiled.device_bytes <= plan.budget_bytes

@@ -285,10 +285,22 @@ def streamed_update(update: Callable, placement: StatePlacement, layers: int) ->
             return None, (upd, new_s)
 
         _, (upd_stk, s_stk) = jax.lax.scan(body, None, xs, length=layers)
+        # An unstacked leaf on the host comes in whole and goes back whole.
+        state_in = jax.tree.map(
+            lambda x, h: adapter.to_memory(x, "device") if h and not stacked(x) else rest(x),
+            opt_state,
+            host,
+        )
         upd_rest, s_rest = update(
             jax.tree.map(rest, grads),
-            jax.tree.map(rest, opt_state),
+            state_in,
             None if params is None else jax.tree.map(rest, params),
+        )
+        s_rest = jax.tree.map(
+            lambda x, ref, h: adapter.to_memory(x, "pinned_host") if h and not stacked(ref) else x,
+            s_rest,
+            opt_state,
+            host,
         )
         updates = jax.tree.map(
             lambda ref, a, b: a if stacked(ref) else b,
