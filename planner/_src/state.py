@@ -8,8 +8,7 @@ optimizer-state leaf is a decision of the same CP-SAT model as the activations
 slice at a time (:func:`streamed_update`), so the whole state never comes back at once.
 
 The leaves (:func:`state_leaves`): the pytree the user names as the optimizer state
-(``PlanOptions.opt_state_path`` or the ``opt_state`` argument), flattened with JAX's
-tree paths. Per leaf: per-device bytes (``size * itemsize`` divided by its sharding's
+(``plan_state(..., opt_state_argnum=)``, state_plan.py), flattened with JAX's tree paths. Per leaf: per-device bytes (``size * itemsize`` divided by its sharding's
 shard count), and its layer stacking: a leaf whose leading axis is the scanned model's
 layer count ``L`` is *stacked* and is streamed one slice (``nbytes / L``) at a time; any
 other leaf is updated in one piece. Scalars (Adam's ``count``) never move (a few bytes).
