@@ -25,7 +25,8 @@ starting jobs when fewer than 60 s of its 520 s are left):
    bytes out of the fixed bytes (all of it on the host during forward and backward).
 3. ``measure`` capped (XLA_PYTHON_CLIENT_MEM_FRACTION = budget / HBM): full remat batch 8
    (expected to fail), the mixed plan, (a), and (b) at the largest batch whose compile fits
-   (found by compiling batches 7, 6, ... uncapped and reading the device bytes).
+   (device bytes are affine in the batch: compiled at batch 4 too, the line gives the batch
+   to try first, then smaller ones until one compiles within the budget).
 
 On the device host (jax 0.11.2 installed; ortools from the repository's .whl/ folder):
 
@@ -360,11 +361,34 @@ def run(out: Path, fraction: float = 0.9) -> None:
                 ),
             )
         )
-    for b in range(b0 - 1, 0, -1):  # (b): the largest batch whose compile fits
-        c = spawn(
-            {"id": f"compile-full-remat-b{b}", "kind": "compile", "batch": b, "policy": full},
-            out,
-            deadline,
+    # (b): the largest batch whose compile fits. Device bytes are affine in the batch (the
+    # state is fixed, activations scale), so a second compile at half the batch gives the
+    # line; the first batch tried is the line's answer, then smaller ones until one fits.
+    half = spawn(
+        {
+            "id": f"compile-full-remat-b{b0 // 2}",
+            "kind": "compile",
+            "batch": b0 // 2,
+            "policy": full,
+        },
+        out,
+        deadline,
+    )
+    start = b0 - 1
+    if half["ok"]:
+        d8, d4 = ref["result"]["device_bytes"], half["result"]["device_bytes"]
+        slope = (d8 - d4) / (b0 - b0 // 2)
+        if slope > 0:
+            start = max(1, min(b0 - 1, int((budget - (d8 - slope * b0)) // slope)))
+    for b in range(start, 0, -1):
+        c = (
+            half
+            if b == b0 // 2 and half["ok"]
+            else spawn(
+                {"id": f"compile-full-remat-b{b}", "kind": "compile", "batch": b, "policy": full},
+                out,
+                deadline,
+            )
         )
         if c["ok"] and c["result"]["device_bytes"] <= budget:
             rows.append(
