@@ -348,3 +348,33 @@ def profile_quickstart(policy=None):
 def quickstart():
     """The README's example: ``python -m planner solve examples.llama:quickstart ...``."""
     return make_train_step(QUICKSTART)
+
+
+def make_adam_step(
+    cfg: LlamaConfig = LlamaConfig(), *, lr: float = 1e-3, wrap=None, concrete: bool = True
+):
+    """``(train_step, (params, opt_state, batch))``: the LM loss of ``cfg`` with optax's Adam.
+
+    ``train_step(params, opt_state, batch) -> (params, opt_state, loss)``. ``wrap``, if
+    given, wraps ``tx.update`` (e.g. ``lambda u: planner.streamed_update(u, placement,
+    cfg.n_layers)``, which streams host-resident optimizer state per layer slice); the
+    optimizer is the same. ``concrete=False``: the arguments as ``jax.ShapeDtypeStruct``s.
+    """
+    import optax
+
+    tx = optax.adam(lr)
+    loss_of = lm_loss(functools.partial(forward, cfg))
+    apply_update = wrap(tx.update) if wrap else tx.update
+
+    def train_step(params, opt_state, batch):
+        loss, grads = jax.value_and_grad(loss_of)(params, batch)
+        updates, opt_state = apply_update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    def make_args():
+        params = init_params(cfg, jax.random.key(0))
+        tokens = jax.random.randint(jax.random.key(1), (cfg.batch, cfg.seq), 0, cfg.vocab)
+        batch = {"tokens": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
+        return params, tx.init(params), batch
+
+    return train_step, (make_args() if concrete else jax.eval_shape(make_args))

@@ -51,6 +51,21 @@ _PUBLIC = {
     "Planner": ("planner._src.session", "Planner"),
     "pareto": ("planner._src.session", "pareto"),
     "solve": ("planner._src.session", "solve"),
+    **{
+        name: ("planner._src.state", name)
+        for name in (
+            "StatePlacement",
+            "budget_split",
+            "check_compiled",
+            "placement_of",
+            "state_leaves",
+            "state_shardings",
+            "streamed_update",
+            "with_state",
+        )
+    },
+    "StatePlan": ("planner._src.state_plan", "StatePlan"),
+    "plan_state": ("planner._src.state_plan", "plan_state"),
     "Assignment": ("planner._src.types", "Assignment"),
     "Prediction": ("planner._src.types", "Prediction"),
     "Verification": ("planner._src.types", "Verification"),

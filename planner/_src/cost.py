@@ -359,9 +359,15 @@ def reduction_operands(rg, dec, need) -> list[bool]:
 
 
 def evaluate(
-    model: CostModel, graph: LivenessGraph, assignment: Assignment, *, _fixed: int | None = None
+    model: CostModel,
+    graph: LivenessGraph,
+    assignment: Assignment,
+    *,
+    _fixed: int | None = None,
+    state_on_host: frozenset = frozenset(),
 ) -> Prediction:
-    """The model's prediction for ``assignment`` (the formulas in this module's docstring)."""
+    """The model's prediction for ``assignment`` (the formulas in this module's docstring),
+    with the train-state leaves ``state_on_host`` in pinned host memory (state.py)."""
     link_share = model.overlap_efficiency  # eta: the link's speed while compute runs
     per_cand = decisions_per_candidate(graph, assignment)
     preds = []
@@ -464,6 +470,18 @@ def evaluate(
     exposed = sum(
         rc.multiplicity * (p.exposed_fwd_s + p.exposed_bwd_s) for rc, p in zip(model.regions, preds)
     )
+    # ---- train state (issue 21; formulas in state.py): host leaves leave F, their update
+    # buffer U peaks after the backward pass, their bytes join the host, their copies the time.
+    if state_on_host:
+        from planner._src.state import evaluate_state
+
+        st = evaluate_state(model.state, state_on_host)
+        fixed -= st.saved_bytes
+        peak_var = max(peak_var, st.update_buffer_bytes)
+        host += st.host_bytes
+        transfer += st.exposed_s
+        exposed += st.exposed_s
+    # ---- end train state
     if fixed + peak_var < 0 or residual < 0 or ws < 0:
         raise PlannerError(
             f"The cost model predicted a negative peak ({int(fixed + peak_var):,} bytes: fixed "

@@ -540,6 +540,14 @@ def everything_saveable(*_, **__):
     return Saveable
 
 
+def to_memory(x, kind: str):
+    """``x`` moved to HBM (``kind="device"``) or pinned host memory (``"pinned_host"``)
+    inside a jitted function: ``jax.device_put`` to a ``jax.memory.Space`` (public since
+    JAX 0.6; the same in 0.10.2 and 0.12.0.1), which keeps the value's sharding."""
+    space = jax.memory.Space.Device if kind == "device" else jax.memory.Space.Host
+    return jax.device_put(x, space)
+
+
 def memory_space_is_host(aval) -> bool:
     space = getattr(aval, "memory_space", None)
     return space is not None and "host" in str(space).lower()

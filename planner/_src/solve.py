@@ -27,6 +27,7 @@ from ortools.sat.python import cp_model
 from planner._src.cost import REDUCTIONS, CostModel, evaluate, regions_in_order
 from planner._src.errors import InfeasibleBudgetError, SolverError
 from planner._src.graph import LivenessGraph, class_key
+from planner._src.state import add_to_model
 from planner._src.types import Assignment, Solution, SolverOptions
 
 __all__ = [
@@ -265,6 +266,23 @@ class _Model:
         # negative when the model's full-remat terms exceed the anchor compile.
         self.peak_kib = m.NewIntVar(-(1 << 50), 1 << 50, "peak_kib")
         fixed = _kib_up(cost.fixed_bytes)
+        # ---- train state (issue 21; formulas in state.py's docstring) --------------------
+        # state_on_host[i]: optimizer-state leaf i lives in pinned host memory (h_i).
+        # - its bytes leave the fixed bytes F for the whole step (fixed - saved below);
+        # - its streamed update holds U = sum 2 b_i / n_i h_i on the device after the
+        #   backward pass, when the activations are freed: peak >= F - saved + U;
+        # - its bytes join the host total, under the same cap as offloaded activations;
+        # - its copies in and out, one layer slice at a time, are exposed step time.
+        self.state_on_host = {}
+        if cost.state:
+            self.state_on_host, saved_kib, update_kib, state_host_kib, state_ns = add_to_model(
+                m, cost.state, _kib_up, _ns
+            )
+            fixed = fixed - saved_kib
+            m.Add(self.peak_kib >= fixed + update_kib)
+            host_terms.append(state_host_kib)
+            time_terms.append(state_ns)
+        # ---- end train state
         ordered = regions_in_order(graph)  # else every region's residuals at every k
         for k in range(len(ws_terms)):
             held = residual_terms[: k + 1] if ordered else residual_terms
@@ -315,6 +333,10 @@ class _Model:
         ):
             self.wall_stopped = True
         return s, status
+
+    def state_host(self, solver) -> frozenset:
+        """The paths of the train-state leaves the solution puts on the host."""
+        return frozenset(p for p, h in self.state_on_host.items() if solver.Value(h))
 
     def assignment(self, solver) -> Assignment:
         out = {}
@@ -406,7 +428,7 @@ def solve_assignment(
         if isinstance(objective, int):  # nothing can be offloaded
             continue
         mod.cp.ClearHints()
-        for v in mod.choose.values():
+        for v in (*mod.choose.values(), *mod.state_on_host.values()):
             mod.cp.AddHint(v, final.Value(v))
         s2, status2 = mod.run(objective, opts, opts.time_limit_s)
         if status2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -428,13 +450,14 @@ def solve_assignment(
         num_variables=mod.num_variables,
         budget_bytes=int(budget_bytes),
         reproducible=not mod.wall_stopped,
+        state_on_host=mod.state_host(final),
     )
 
 
 def check_solution(graph: LivenessGraph, cost: CostModel, sol: Solution) -> None:
     """The solver is never its own judge: re-evaluate its answer with the direct formulas."""
-    p = evaluate(cost, graph, sol.assignment)
-    slack = KIB * (1 + sum(len(r.region.candidates) for r in graph.regions))
+    p = evaluate(cost, graph, sol.assignment, state_on_host=sol.state_on_host)
+    slack = KIB * (1 + sum(len(r.region.candidates) for r in graph.regions) + len(cost.state))
     # slack: the solver rounds each term up to whole KiB, at most one KiB per candidate.
     if p.peak_bytes > sol.budget_bytes + slack:
         raise SolverError(

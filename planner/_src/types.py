@@ -255,6 +255,10 @@ class CostModel:
     # Classes never offloaded although offloading is allowed (a region under
     # lax.scan(unroll > 1), whose offloads XLA cannot compile).
     no_offload_classes: frozenset = frozenset()
+    # Train state (issue 21): per movable optimizer-state leaf, what placing it in pinned
+    # host memory saves and costs (state.LeafCost; formulas in state.py). Empty: no state
+    # placement is planned and nothing below changes.
+    state: tuple = ()
 
 
 @_frozen
@@ -322,6 +326,7 @@ class Solution:
     reproducible: bool = (
         True  # False: the wall-clock guard, not deterministic time, stopped a phase
     )
+    state_on_host: frozenset = frozenset()  # paths of the train-state leaves in pinned host
 
 
 # ------------------------------------------------------------------------------ stage 5: emit

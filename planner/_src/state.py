@@ -1,0 +1,445 @@
+"""The train state's placement: which optimizer-state leaves live in pinned host memory.
+
+Activations are not the only bytes a plan can move. With Adam the two f32 moments hold
+twice the parameters' f32 bytes, and MaxText's ``optimizer_memory_host_offload`` moves all
+of them or none, bringing the whole state back to HBM before the update. Here each
+optimizer-state leaf is a decision of the same CP-SAT model as the activations
+(solve.py, the block marked "train state"), and a leaf on the host is updated one layer
+slice at a time (:func:`streamed_update`), so the whole state never comes back at once.
+
+The leaves (:func:`state_leaves`): the pytree the user names as the optimizer state
+(``plan_state(..., opt_state_argnum=)``, state_plan.py), flattened with JAX's tree paths. Per leaf: per-device bytes (``size * itemsize`` divided by its sharding's
+shard count), and its layer stacking: a leaf whose leading axis is the scanned model's
+layer count ``L`` is *stacked* and is streamed one slice (``nbytes / L``) at a time; any
+other leaf is updated in one piece. Scalars (Adam's ``count``) never move (a few bytes).
+
+For a leaf ``i`` with ``h_i = 1`` (on the host), per step (``b_i`` its bytes, ``n_i`` its
+slices: ``L`` when stacked, else 1; ``t_d2h``, ``t_h2d`` from ``cost_models.transfer_seconds``,
+the same calibrated link model as activation offload, latency included per transfer):
+
+* HBM: its bytes leave the fixed bytes ``F`` for the whole step: ``F' = F - sum_i b_i h_i``.
+* HBM during the update: the slices of every host leaf being updated at once are on the
+  device, read in and written back: ``U = sum_i 2 (b_i / n_i) h_i`` (the slice brought in,
+  and its updated value before it is written back). The update runs after the backward
+  pass has freed the activations, so the peak is ``max(F' + activation peak, F' + U)``.
+* Host: ``b_i`` in pinned host memory, counted against the same host cap as offloaded
+  activations.
+* Time: ``X_i = n_i (t_h2d(b_i / n_i) + t_d2h(b_i / n_i))``, all of it *exposed*: the
+  update of one slice is a few elementwise passes over HBM, far shorter than the slice's
+  copy over the host link (H200: 4.8 TB/s HBM against ~55 GB/s per direction), so there is
+  no compute to hide the copies behind. This is conservative: XLA may overlap the copy of
+  slice ``l + 1`` with the update of slice ``l``; a measurement on the GPU would show it.
+* Bytes moved per step: ``2 b_i``.
+
+Parameters are recorded and reported (role ``param``) but stay in HBM in this version: a
+parameter on the host is read by the forward and backward pass of its layer, which brings
+the whole stacked leaf to the device unless the layer loop itself reads its slice from the
+host (a change to the model's scan), so its cost is not the update's alone.
+
+Why per leaf and not per fraction of a leaf: the helper keeps the user's state tree as it is
+(one array per leaf, one memory kind per array), so the placement the user applies is a
+tree of shardings. A finer split would change the user's pytree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import cost_models as cm
+from planner._src.errors import PlannerError
+
+__all__ = [
+    "LeafCost",
+    "StateLeaf",
+    "StatePlacement",
+    "StateCheck",
+    "StateTerms",
+    "add_to_model",
+    "budget_split",
+    "check_compiled",
+    "evaluate_state",
+    "leaf_costs",
+    "placement_of",
+    "state_leaves",
+    "state_shardings",
+    "streamed_update",
+    "with_state",
+]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StateLeaf:
+    """One leaf of the train state, as the trace sees it."""
+
+    path: str  # jax.tree_util.keystr of the leaf inside the named state tree
+    role: str  # "opt" (optimizer state) or "param"
+    nbytes: int  # per device
+    layers: int  # slices it is streamed in: the layer count when stacked, else 1
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def movable(self) -> bool:
+        """May the solver place it on the host (an optimizer-state array, not a scalar)."""
+        return self.role == "opt" and len(self.shape) > 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class LeafCost:
+    """What placing one leaf on the host saves and costs per step (formulas: module doc)."""
+
+    leaf: StateLeaf
+    saved_bytes: int  # b_i
+    update_buffer_bytes: int  # 2 b_i / n_i
+    exposed_s: float  # X_i
+    moved_bytes: int  # 2 b_i over the host link
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StatePlacement:
+    """The solver's answer for the train state: the paths of the leaves on the host."""
+
+    leaves: tuple[StateLeaf, ...]
+    on_host: frozenset[str]
+
+    def host_bytes(self) -> int:
+        return sum(x.nbytes for x in self.leaves if x.path in self.on_host)
+
+    def moved_bytes(self) -> int:
+        return 2 * self.host_bytes()
+
+
+def _shard_count(x) -> int:
+    sharding = getattr(x, "sharding", None)
+    if sharding is None or not hasattr(sharding, "shard_shape"):
+        return 1
+    shard = sharding.shard_shape(tuple(x.shape))
+    return max(1, math.prod(x.shape) // max(1, math.prod(shard)))
+
+
+def state_leaves(opt_state: Any, *, layers: int, params: Any = None) -> tuple[StateLeaf, ...]:
+    """The leaves of ``opt_state`` (role ``opt``) and of ``params`` (role ``param``).
+
+    ``layers``: the scanned model's layer count (the trace's region multiplicity); a leaf
+    whose leading axis has that length is streamed per layer slice. Arrays or
+    ``ShapeDtypeStruct``s; bytes are per device.
+    """
+    import jax
+    import numpy as np
+
+    if layers < 1:
+        raise PlannerError(
+            f"state_leaves got layers={layers}.\nWhy: the layer count is how many slices a "
+            "stacked leaf is streamed in.\nFix: pass the scanned model's layer count (>= 1)."
+        )
+    out = []
+    for role, tree in (("param", params), ("opt", opt_state)):
+        if tree is None:
+            continue
+        for key, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            if not hasattr(x, "shape"):
+                continue
+            shape = tuple(int(d) for d in x.shape)
+            nbytes = math.prod(shape) * np.dtype(x.dtype).itemsize // _shard_count(x)
+            stacked = len(shape) >= 1 and shape[0] == layers and layers > 1
+            out.append(
+                StateLeaf(
+                    path=jax.tree_util.keystr(key),
+                    role=role,
+                    nbytes=int(nbytes),
+                    layers=layers if stacked else 1,
+                    shape=shape,
+                    dtype=str(np.dtype(x.dtype)),
+                )
+            )
+    return tuple(out)
+
+
+def leaf_costs(leaves: tuple[StateLeaf, ...], hardware) -> tuple[LeafCost, ...]:
+    """:class:`LeafCost` of every movable leaf on ``hardware`` (a cost_models profile)."""
+    out = []
+    for leaf in leaves:
+        if not leaf.movable:
+            continue
+        piece = math.ceil(leaf.nbytes / leaf.layers)
+        x = leaf.layers * (
+            cm.transfer_seconds(piece, hardware, "h2d")
+            + cm.transfer_seconds(piece, hardware, "d2h")
+        )
+        out.append(
+            LeafCost(
+                leaf=leaf,
+                saved_bytes=leaf.nbytes,
+                update_buffer_bytes=2 * piece,
+                exposed_s=float(x),
+                moved_bytes=2 * leaf.nbytes,
+            )
+        )
+    return tuple(out)
+
+
+def placement_of(
+    leaves: tuple[StateLeaf, ...], on_host: frozenset[str] | set[str]
+) -> StatePlacement:
+    """A placement by leaf paths; raises for a path that is not a movable leaf."""
+    movable = {x.path for x in leaves if x.movable}
+    bad = sorted(set(on_host) - movable)
+    if bad:
+        raise PlannerError(
+            f"Cannot place {bad} on the host.\nWhy: only optimizer-state arrays move (scalars "
+            f"and parameters stay in HBM; see planner/_src/state.py).\nFix: pick paths among "
+            f"{sorted(movable)}."
+        )
+    return StatePlacement(leaves=leaves, on_host=frozenset(on_host))
+
+
+def _mask(opt_state: Any, placement: StatePlacement) -> Any:
+    """A tree like ``opt_state`` of booleans: True where the leaf is on the host."""
+    import jax
+
+    flat, tree = jax.tree_util.tree_flatten_with_path(opt_state)
+    return jax.tree.unflatten(tree, [jax.tree_util.keystr(k) in placement.on_host for k, _ in flat])
+
+
+def state_shardings(opt_state: Any, placement: StatePlacement, device_sharding: Any) -> Any:
+    """The shardings the user passes for ``opt_state`` (jit in / out shardings,
+    ``jax.device_put``): ``device_sharding`` (or the leaf's own sharding) with memory kind
+    ``pinned_host`` for the leaves on the host, ``device`` for the others."""
+    import jax
+
+    def one(x, host):
+        base = getattr(x, "sharding", None) or device_sharding
+        return base.with_memory_kind("pinned_host" if host else "device")
+
+    return jax.tree.map(one, opt_state, _mask(opt_state, placement))
+
+
+def streamed_update(update: Callable, placement: StatePlacement, layers: int) -> Callable:
+    """Wrap an optax ``update(grads, opt_state, params) -> (updates, opt_state)`` so that the
+    optimizer-state leaves ``placement`` puts on the host are brought to HBM, updated and
+    written back one layer slice at a time, inside the jitted step.
+
+    The user's optimizer is called as it is, twice: once per layer slice inside a
+    ``lax.scan`` over the leading axis of every stacked leaf (length ``layers``; the other
+    leaves are empty arrays there), and once for the remaining leaves (the stacked ones
+    empty). Scalars (Adam's ``count``) are passed whole to both calls and taken from the
+    second. This is exact for optimizers whose update is elementwise per leaf (SGD, momentum,
+    Adam, AdamW, Lion, ...); an update that reads across leaves (global-norm clipping) is
+    not, and verify's numerics comparison says so. Host leaves come in through
+    ``jax.device_put(slice, memory_kind="device")`` and go back with
+    ``memory_kind="pinned_host"``, so one slice per host leaf is on the device at a time.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from planner._src import jax_adapter as adapter
+
+    def stacked(x) -> bool:
+        return hasattr(x, "ndim") and x.ndim >= 1 and layers > 1 and x.shape[0] == layers
+
+    def empty(x):
+        return jnp.zeros((0, *x.shape[1:]), x.dtype)
+
+    def wrapped(grads, opt_state, params=None):
+        host = _mask(opt_state, placement)
+
+        def rest(x):  # the call for unstacked leaves: stacked ones are empty
+            return empty(x) if stacked(x) else x
+
+        def per_layer(x):  # the scan's xs: stacked leaves whole, others dropped
+            return x if stacked(x) else None
+
+        xs = jax.tree.map(per_layer, (grads, opt_state, params))
+
+        def body(_, sl):
+            g_l, s_l, p_l = sl
+
+            def fill(tree, sliced, host_tree=None):
+                # a slice where the leaf is stacked; scalars whole; other arrays empty
+                def one(x, s, h=False):
+                    if stacked(x):
+                        return adapter.to_memory(s, "device") if h else s
+                    return x if x.ndim == 0 else empty(x)
+
+                if host_tree is None:
+                    return jax.tree.map(one, tree, sliced, is_leaf=lambda v: v is None)
+                return jax.tree.map(one, tree, sliced, host_tree, is_leaf=lambda v: v is None)
+
+            g = fill(grads, g_l)
+            s = fill(opt_state, s_l, host)
+            p = None if params is None else fill(params, p_l)
+            upd, new_s = update(g, s, p)
+            new_s = jax.tree.map(
+                lambda x, h, ref: (
+                    (adapter.to_memory(x, "pinned_host") if h else x) if stacked(ref) else None
+                ),
+                new_s,
+                host,
+                opt_state,
+            )
+            upd = jax.tree.map(lambda x, ref: x if stacked(ref) else None, upd, grads)
+            return None, (upd, new_s)
+
+        _, (upd_stk, s_stk) = jax.lax.scan(body, None, xs, length=layers)
+        # An unstacked leaf on the host comes in whole and goes back whole.
+        state_in = jax.tree.map(
+            lambda x, h: adapter.to_memory(x, "device") if h and not stacked(x) else rest(x),
+            opt_state,
+            host,
+        )
+        upd_rest, s_rest = update(
+            jax.tree.map(rest, grads),
+            state_in,
+            None if params is None else jax.tree.map(rest, params),
+        )
+        s_rest = jax.tree.map(
+            lambda x, ref, h: adapter.to_memory(x, "pinned_host") if h and not stacked(ref) else x,
+            s_rest,
+            opt_state,
+            host,
+        )
+        updates = jax.tree.map(
+            lambda ref, a, b: a if stacked(ref) else b,
+            grads,
+            upd_stk,
+            upd_rest,
+            is_leaf=lambda v: v is None,
+        )
+        new_state = jax.tree.map(
+            lambda ref, a, b: a if stacked(ref) else b,
+            opt_state,
+            s_stk,
+            s_rest,
+            is_leaf=lambda v: v is None,
+        )
+        return updates, new_state
+
+    return wrapped
+
+
+def budget_split(
+    leaves: tuple[StateLeaf, ...],
+    placement: StatePlacement | None,
+    *,
+    activation_bytes: int,
+    activation_host_bytes: int,
+) -> dict[str, dict[str, int]]:
+    """Bytes per part of the budget, in HBM and on the host, and what moves per step.
+
+    Gradients: one per parameter, the parameter's bytes (the dtype JAX differentiates in), in
+    HBM (they are produced and consumed inside the step). Activations: the plan's residual
+    peak on the device and its offloaded bytes on the host.
+    """
+    on_host = placement.on_host if placement else frozenset()
+    split = {
+        k: {"hbm": 0, "host": 0, "moved": 0}
+        for k in ("parameters", "gradients", "optimizer state", "activations")
+    }
+    for x in leaves:
+        part = "parameters" if x.role == "param" else "optimizer state"
+        where = "host" if x.path in on_host else "hbm"
+        split[part][where] += x.nbytes
+        if x.path in on_host:
+            split[part]["moved"] += 2 * x.nbytes
+        if x.role == "param":
+            split["gradients"]["hbm"] += x.nbytes
+    split["activations"]["hbm"] = int(activation_bytes)
+    split["activations"]["host"] = int(activation_host_bytes)
+    split["activations"]["moved"] = 2 * int(activation_host_bytes)
+    return split
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StateTerms:
+    """The sums of the module docstring's terms over the leaves on the host."""
+
+    saved_bytes: int  # sum b_i h_i, out of F
+    update_buffer_bytes: int  # U = sum 2 b_i / n_i h_i
+    host_bytes: int  # sum b_i h_i, in pinned host memory
+    exposed_s: float  # sum X_i h_i
+    moved_bytes: int  # sum 2 b_i h_i per step
+
+
+def evaluate_state(costs: tuple[LeafCost, ...], on_host: frozenset[str]) -> StateTerms:
+    """The terms for the leaves ``on_host`` (cost.evaluate adds them to its prediction)."""
+    by_path = {c.leaf.path: c for c in costs}
+    unknown = sorted(set(on_host) - set(by_path))
+    if unknown:
+        raise PlannerError(
+            f"The plan puts {unknown} on the host, but the cost model has no such movable "
+            "leaf.\nWhy: a placement is only priced for the optimizer-state leaves traced with "
+            "this cost model.\nFix: plan and evaluate with the same Planner."
+        )
+    chosen = [by_path[p] for p in sorted(on_host)]
+    return StateTerms(
+        saved_bytes=sum(c.saved_bytes for c in chosen),
+        update_buffer_bytes=sum(c.update_buffer_bytes for c in chosen),
+        host_bytes=sum(c.saved_bytes for c in chosen),
+        exposed_s=sum(c.exposed_s for c in chosen),
+        moved_bytes=sum(c.moved_bytes for c in chosen),
+    )
+
+
+def add_to_model(m, costs: tuple[LeafCost, ...], kib_up, ns):
+    """The train state's variables in the CP-SAT model ``m`` (solve.py's block).
+
+    Returns ``(on_host, saved_kib, buffer_kib, host_kib, time_ns)``: ``on_host[path]`` is the
+    0/1 variable h_i, and the others are linear expressions in them (the module docstring's
+    sums, bytes in KiB rounded up as solve.py does, so the saving is rounded *down*).
+    """
+    on_host, saved, buf, host, t = {}, [], [], [], []
+    for c in costs:
+        h = m.NewBoolVar(f"state_on_host[{c.leaf.path}]")
+        on_host[c.leaf.path] = h
+        saved.append((c.saved_bytes // 1024) * h)  # down: a plan never saves more than it does
+        buf.append(kib_up(c.update_buffer_bytes) * h)
+        host.append(kib_up(c.saved_bytes) * h)
+        t.append(ns(c.exposed_s) * h)
+    return on_host, sum(saved), sum(buf), sum(host), sum(t)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StateCheck:
+    """A compiled step against a placement: ``memory_analysis()`` per device."""
+
+    device_bytes: int  # argument + output - alias + temp, in HBM
+    device_argument_bytes: int
+    host_argument_bytes: int
+    host_temp_bytes: int
+    planned_host_bytes: int  # placement.host_bytes()
+
+    @property
+    def host_matches(self) -> bool:
+        """The compiled step takes exactly the planned bytes as host arguments."""
+        return self.host_argument_bytes == self.planned_host_bytes
+
+
+def check_compiled(compiled, placement: StatePlacement) -> StateCheck:
+    """Read a compiled step's device and host bytes (``memory_analysis()``, per device).
+
+    Meaningful on a compiler with a host memory space (XLA:GPU, here or deviceless:
+    target.py); XLA:CPU reports host arguments as device arguments and ``host_*`` as 0,
+    so on CPU only the numerics and the outputs' memory kinds check a placement.
+    """
+    m = compiled.memory_analysis()
+    return StateCheck(
+        device_bytes=int(
+            m.argument_size_in_bytes
+            + m.output_size_in_bytes
+            - m.alias_size_in_bytes
+            + m.temp_size_in_bytes
+        ),
+        device_argument_bytes=int(m.argument_size_in_bytes),
+        host_argument_bytes=int(getattr(m, "host_argument_size_in_bytes", 0) or 0),
+        host_temp_bytes=int(getattr(m, "host_temp_size_in_bytes", 0) or 0),
+        planned_host_bytes=placement.host_bytes(),
+    )
+
+
+def with_state(cost, leaves: tuple[StateLeaf, ...]):
+    """``cost`` (a CostModel) with the train state's leaves priced on its hardware, so that
+    solve.solve_assignment decides their placement with the activations'."""
+    return dataclasses.replace(cost, state=leaf_costs(leaves, cost.hardware))

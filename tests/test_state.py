@@ -1,0 +1,234 @@
+"""Train-state placement (planner/_src/state.py): the solver against brute force with the
+optimizer state's leaves in the model, and the streamed update on a real Adam step: the same
+numbers as the unplanned step, the host leaves in pinned host memory, the compiled host and
+device bytes as planned (deviceless XLA:GPU, where the CUDA plugin is installed)."""
+
+import dataclasses
+import itertools
+
+import jax
+import numpy as np
+import pytest
+from synthetic import all_assignments, random_problem
+
+import planner
+from examples import llama
+from planner._src import state as st
+from planner._src import target as tg
+from planner._src.cost import evaluate
+from planner._src.errors import InfeasibleBudgetError, PlannerError
+from planner._src.solve import solve_assignment
+from planner._src.types import SolverOptions
+
+OPTS = SolverOptions(time_limit_s=5.0)
+CFG = dataclasses.replace(llama.QUICKSTART, d_model=128, n_heads=4, d_ff=256, seq=32, batch=2)
+
+
+def _leaves(scale: int) -> tuple[st.StateLeaf, ...]:
+    """Three optimizer-state leaves (two stacked over 4 layers, one not) and a count."""
+
+    def leaf(path, kib, layers):
+        return st.StateLeaf(
+            path=path,
+            role="opt",
+            nbytes=kib * 1024 * scale,
+            layers=layers,
+            shape=(4, kib * 256),
+            dtype="float32",
+        )
+
+    return (
+        leaf("mu_w", 256, 4),
+        leaf("nu_w", 384, 4),
+        leaf("mu_emb", 128, 1),
+        st.StateLeaf(path="count", role="opt", nbytes=4, layers=1, shape=(), dtype="int32"),
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_state_placement_equals_brute_force(seed):
+    """CP-SAT's step time equals enumeration over (activation assignment x host subset) at
+    budgets between the smallest and largest peak; some budget fits only with state on the
+    host (the all-HBM state does not fit), which is the point of the feature."""
+    graph, cost = random_problem(seed, n_nodes=6, n_regions=1, n_classes=3)
+    cost = st.with_state(cost, _leaves(1 + seed % 2))
+    assert [c.leaf.path for c in cost.state] == ["mu_w", "nu_w", "mu_emb"]  # count never moves
+    paths = [c.leaf.path for c in cost.state]
+    subsets = [
+        frozenset(s) for k in range(len(paths) + 1) for s in itertools.combinations(paths, k)
+    ]
+    options = [
+        (a, h, evaluate(cost, graph, a, state_on_host=h))
+        for a in all_assignments(graph, cost)
+        for h in subsets
+    ]
+    hbm_only = min(p.peak_bytes for _, h, p in options if not h)
+    lowest = min(p.peak_bytes for _, _, p in options)
+    assert lowest < hbm_only  # the state on the host lowers the smallest peak
+    for budget in sorted({lowest, (lowest + hbm_only) // 2, hbm_only}):
+        fits = [
+            (p.step_s, h)
+            for a, h, p in options
+            if p.peak_bytes <= budget and p.host_bytes <= cost.host_cap_bytes
+        ]
+        if not fits:
+            with pytest.raises(InfeasibleBudgetError):
+                solve_assignment(graph, cost, budget, OPTS)
+            continue
+        sol = solve_assignment(graph, cost, budget, OPTS)
+        pred = evaluate(cost, graph, sol.assignment, state_on_host=sol.state_on_host)
+        assert pred.peak_bytes <= budget
+        assert pred.step_s == pytest.approx(min(fits)[0], rel=1e-6, abs=1e-8)
+        if budget < hbm_only:
+            assert sol.state_on_host  # only a plan with state on the host fits
+        # phase 2 (fewest host bytes at the fastest time) never moves state for nothing
+        if budget >= max(p.peak_bytes for a, h, p in options if not h):
+            assert not sol.state_on_host
+
+
+def test_state_cost_formulas():
+    """The module docstring's terms, by hand, on the H200 profile's link."""
+    hw = planner.load_profile("h200")
+    (mu, _, emb, _) = _leaves(1)
+    costs = {c.leaf.path: c for c in st.leaf_costs(_leaves(1), hw)}
+    assert set(costs) == {"mu_w", "nu_w", "mu_emb"}
+    piece = mu.nbytes // 4
+    from cost_models import transfer_seconds
+
+    want = 4 * (transfer_seconds(piece, hw, "h2d") + transfer_seconds(piece, hw, "d2h"))
+    assert costs["mu_w"].exposed_s == pytest.approx(want)
+    assert costs["mu_w"].update_buffer_bytes == 2 * piece
+    assert costs["mu_emb"].update_buffer_bytes == 2 * emb.nbytes  # unstacked: whole leaf
+    t = st.evaluate_state(tuple(costs.values()), frozenset({"mu_w", "mu_emb"}))
+    assert t.saved_bytes == t.host_bytes == mu.nbytes + emb.nbytes
+    assert t.moved_bytes == 2 * t.host_bytes
+    with pytest.raises(PlannerError, match="no such movable"):
+        st.evaluate_state(tuple(costs.values()), frozenset({"count"}))
+
+
+def _placed_step(placement, policy=None):
+    """The Adam step with ``placement`` applied: shardings, donation, streamed update."""
+    step, (params, opt, batch) = llama.make_adam_step(
+        dataclasses.replace(CFG, remat_policy=policy),
+        wrap=lambda u: st.streamed_update(u, placement, CFG.n_layers),
+    )
+    dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    osh = st.state_shardings(opt, placement, dev)
+    psh = jax.tree.map(lambda _: dev, params)
+    bsh = jax.tree.map(lambda _: dev, batch)
+    jitted = jax.jit(
+        step, in_shardings=(psh, osh, bsh), out_shardings=(psh, osh, dev), donate_argnums=(0, 1)
+    )
+    return jitted, (params, opt, batch), osh
+
+
+def _build(policy, placement):
+    jitted, (params, opt, batch), osh = _placed_step(placement, policy)
+    return jitted, (params, jax.device_put(opt, osh), batch)
+
+
+def _host_placement():
+    _, (params, opt, _) = llama.make_adam_step(CFG)
+    leaves = st.state_leaves(opt, layers=CFG.n_layers, params=params)
+    # Adam's moments of the stacked layer weights: the largest movable leaves, half of each
+    host = {x.path for x in leaves if x.movable and x.layers > 1 and x.path.endswith("['wq']")}
+    host |= {x.path for x in leaves if x.movable and x.layers > 1 and ".nu[" in x.path}
+    host |= {x.path for x in leaves if x.path.endswith(".nu['unembed']")}  # unstacked, whole
+    return leaves, st.placement_of(leaves, host)
+
+
+def test_streamed_update_equals_unplanned_adam_step():
+    """Part of Adam's state in pinned host memory, updated per layer slice: the new params,
+    moments and count are bitwise the unplanned step's; the host leaves stay on the host."""
+    leaves, placement = _host_placement()
+    assert placement.on_host and placement.host_bytes() < sum(
+        x.nbytes for x in leaves if x.role == "opt"
+    )
+    ref_step, args = llama.make_adam_step(CFG)
+    want = jax.jit(ref_step)(*args)
+    jitted, (params, opt, batch), osh = _placed_step(placement)
+    got = jitted(params, jax.device_put(opt, osh), batch)
+    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    kinds = jax.tree_util.tree_flatten_with_path(got[1])[0]
+    for key, x in kinds:
+        path = jax.tree_util.keystr(key)
+        assert x.sharding.memory_kind == ("pinned_host" if path in placement.on_host else "device")
+    split = st.budget_split(leaves, placement, activation_bytes=0, activation_host_bytes=0)
+    assert split["optimizer state"]["host"] == placement.host_bytes()
+    assert split["parameters"]["hbm"] == split["gradients"]["hbm"] > 0
+
+
+def test_compiled_host_and_device_bytes_match_the_placement():
+    """Deviceless XLA:GPU for the H200 (skipped without the CUDA plugin): the compiled step
+    takes exactly the planned bytes as host arguments, its device arguments drop by exactly
+    those bytes, and its device bytes are at most the all-HBM step's minus the saving plus
+    the streamed update's buffer U (state.py)."""
+    target = tg.resolve("h200", num_devices=1)
+    if target.kind != "deviceless":
+        pytest.skip(f"no deviceless XLA:GPU here: {target.description}")
+    leaves, placement = _host_placement()
+    empty = st.placement_of(leaves, set())
+    checks = {}
+    for name, pl in (("hbm", empty), ("mixed", placement)):
+        jitted, (params, opt, batch), osh = _placed_step(pl)
+        args = tg.args_for(target, (params, jax.device_put(opt, osh), batch))
+        prog = tg.compile_traced(target, jitted, args)
+        checks[name] = st.check_compiled(prog.compiled, pl)
+    hbm, mixed = checks["hbm"], checks["mixed"]
+    assert hbm.host_argument_bytes == 0 and mixed.host_matches
+    assert hbm.device_argument_bytes - mixed.device_argument_bytes == placement.host_bytes()
+    costs = st.leaf_costs(leaves, planner.load_profile("h200"))
+    terms = st.evaluate_state(costs, placement.on_host)
+    assert mixed.device_bytes <= hbm.device_bytes - terms.saved_bytes + terms.update_buffer_bytes
+
+
+def test_plan_state_on_cpu_places_state_and_keeps_the_numbers():
+    """The whole pipeline on XLA:CPU: at a budget the all-HBM state does not fit (the plan
+    with no state on the host is infeasible), plan_state puts optimizer state on the host;
+    the step under the plan's policy and placement gives the unplanned step's numbers,
+    bitwise (JAX 0.10.2 and 0.12.0.1, XLA:CPU, 2026-12-04)."""
+    step, args = llama.make_adam_step(CFG)
+    session = planner.Planner(step, *args, hardware="cpu")
+    roomy = planner.plan_state(session, 0.03, opt_state_argnum=1, params_argnum=0)
+    assert not roomy.placement.on_host  # room enough: nothing moves (phase 2)
+    tight = planner.plan_state(session, 0.02, opt_state_argnum=1, params_argnum=0)
+    assert tight.placement.on_host
+    assert tight.prediction.peak_bytes <= tight.budget_bytes
+    split = tight.split
+    assert split["optimizer state"]["host"] == tight.placement.host_bytes() > 0
+    assert split["optimizer state"]["moved"] == 2 * tight.placement.host_bytes()
+    assert "optimizer state" in tight.summary()
+    # Without the state's freedom the same budget has no plan.
+    no_state = dataclasses.replace(tight.placement, on_host=frozenset())
+    assert no_state.host_bytes() == 0
+    from planner._src.cost import build_cost_model
+
+    cost = build_cost_model(session.trace, session.graph, session.hardware, allow_offload=True)
+    with pytest.raises(InfeasibleBudgetError):
+        solve_assignment(session.graph, cost, tight.budget_bytes, OPTS)
+    want = jax.jit(step)(*args)
+    jitted, placed = _build(tight.policy, tight.placement)
+    got = jitted(*placed)
+    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # XLA:CPU has no host memory space in memory_analysis: the check says so, teaching.
+    with pytest.raises(PlannerError, match="host memory space"):
+        planner.plan_state(session, 0.02, opt_state_argnum=1, params_argnum=0, build=_build)
+    with pytest.raises(planner.InvalidArgumentError, match="opt_state_argnum"):
+        planner.plan_state(session, 0.02, opt_state_argnum=3)
+
+
+@pytest.mark.slow
+def test_plan_state_deviceless_h200_compiles_as_planned():
+    """Deviceless XLA:GPU for the H200: plans with optimizer state on the host compile
+    within the budget (after the correction rounds) and take exactly the planned host bytes."""
+    target = tg.resolve("h200", num_devices=1)
+    if target.kind != "deviceless":
+        pytest.skip(f"no deviceless XLA:GPU here: {target.description}")
+    step, args = llama.make_adam_step(CFG)
+    session = planner.Planner(step, *args, hardware="h200")
+    plan = planner.plan_state(session, 0.02, opt_state_argnum=1, params_argnum=0, build=_build)
+    assert plan.placement.on_host
+    assert plan.compiled.host_matches
+    assert plan.compiled.device_bytes <= plan.budget_bytes
