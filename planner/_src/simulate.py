@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from planner._src.cost import forward_materialized
 from planner._src.graph import LivenessGraph, class_key
 from planner._src.types import Assignment, CostModel
 
@@ -155,6 +156,8 @@ def simulate(
 
     # Forward: every trip of every region stores its residuals; loop-invariant ones are
     # computed before the loop and stored once.
+    in_order = len(plans) <= 1 or all(rg.region.call_sites == 1 for rg, *_ in plans)
+    trip_peaks = []
     for rg, rc, kept, _, stacked_inputs in plans:
         cands = rg.region.candidates
         alloc(
@@ -185,8 +188,25 @@ def simulate(
             for i, d in kept.items()
             if d in ("save", "offload") and not cands[i].loop_invariant
         )
+        # One forward trip's own buffers (cost.py, V_r), recounted here position by position:
+        # a value the forward writes to memory is live from its equation to its last reader.
+        made = forward_materialized(rg)
+        trip_peak = 0
+        for p in range(len(cands)):
+            trip_peak = max(
+                trip_peak,
+                sum(
+                    c.nbytes
+                    for c in cands[: p + 1]
+                    if made[c.index] and max(rg.graph.successors(c.index), default=c.index) >= p
+                ),
+            )
+        trip_peaks.append(trip_peak)
         for _ in range(rc.multiplicity):
             alloc(dev_b)
+            if in_order:
+                alloc(trip_peak)  # the trip runs, then frees its own buffers
+                device -= trip_peak
             host += host_b
             host_peak = max(host_peak, host)
             if host > cost.host_cap_bytes and host_b:
@@ -195,8 +215,13 @@ def simulate(
                 )
             time_s += exposure
 
+    if not in_order:
+        # Merged regions bound at several places interleave (A, B, A): a later place of a
+        # region runs forward with every other region's residuals already stored.
+        for trip_peak in trip_peaks:
+            alloc(trip_peak)
+            device -= trip_peak
     # Backward: trips in reverse; each reloads, recomputes, runs, then frees.
-    in_order = len(plans) <= 1 or all(rg.region.call_sites == 1 for rg, *_ in plans)
     deferred = 0
     for rg, rc, kept, order, stacked_inputs in reversed(plans):
         cands = rg.region.candidates

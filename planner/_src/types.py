@@ -238,6 +238,7 @@ class RegionCost:
     bwd_before_s: tuple[float, ...]  # backward compute before its first use
     fwd_s: float  # one forward trip of the region
     bwd_s: float  # one backward trip (without recompute)
+    forward_live_bytes: int = 0  # V_r: most bytes live at once in one forward trip (cost.py)
 
 
 @_frozen
