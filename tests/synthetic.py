@@ -133,6 +133,8 @@ def random_problem(
                 bwd_s=bwd,
                 # The forward phase of the peak (cost.py, V_r) from the region's own graph.
                 forward_live_bytes=forward_live_bytes(rg),
+                # The backward trip's own gradient buffers (cost.py, G_r): a constant.
+                backward_live_bytes=rnd.choice([0, 1024 * rnd.randint(1, 64)]),
             )
         )
     cost = CostModel(

@@ -57,9 +57,15 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   recompute one at a time, times a scale ``omega`` measured by compiling the step twice (full remat, save
   everything; see ``build_cost_model``), so the model matches the compiler at both ends;
   what remains between them is what the verify stage measures and corrects.
-* ``peak = F + max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r) + max(W_k, V_k))`` over the
+* ``peak = F + max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r) + max(G_k + W_k, V_k))`` over the
   regions in forward order (while region ``k`` runs backward, later regions have freed their
-  residuals; while it runs forward, later regions have none yet), where ``V_k`` is the
+  residuals; while it runs forward, later regions have none yet), where ``G_k`` is the
+  backward trip's own gradient buffers: the most bytes of cotangents live at once in one
+  backward trip, read from the region's linearized jaxpr (trace._gradient_live_bytes: the
+  transpose walks it in reverse, so a cotangent is live over its tangent's span; buffers are
+  those a kernel writes or reads), the same for every assignment and not scaled by
+  ``omega``; without it the fixed bytes absorbed them from the anchors and the forward phase
+  below was compared against a backward phase missing them. ``V_k`` is the
   *forward phase*: the most bytes live at once inside one forward trip of region ``k``
   (``forward_live_bytes``: at each forward position, the values materialized before it and
   read at or after it, a value being materialized when it is a kernel's output or a kernel
@@ -244,6 +250,7 @@ def build_cost_model(
                 fwd_s=fwd_s,
                 bwd_s=bwd_s,
                 forward_live_bytes=forward_live_bytes(rg),
+                backward_live_bytes=r.backward_live_bytes,
             )
         )
     unknown.update(trace.step_work.total().unknown_primitives)
@@ -273,8 +280,9 @@ def build_cost_model(
     # really holds at its peak). With P(a, omega) the model's peak of program a at F = 0:
     #   compiled(full remat)  = F + P(full remat, omega)
     #   compiled(save all)    = F + P(save all, omega)
-    # P is F-free and piecewise linear in omega (the max of the backward phase omega * W_k and
-    # the forward phase V_k), so omega solves
+    # P is F-free and piecewise linear in omega (the max of the backward phase G_k + omega *
+    # W_k and the forward phase V_k, both G_k and V_k read from the region's jaxprs), so
+    # omega solves
     #   g(omega) = (compiled(full) - P(full, omega)) - (compiled(all) - P(all, omega)) = 0;
     # where both anchors peak in the backward phase this is the closed form
     #   omega = ((compiled(full) - A_n) - (compiled(all) - A_e)) / (W_n - W_e)
@@ -602,10 +610,11 @@ def evaluate(
     ordered = regions_in_order(graph)
     for k, p, rc in zip(kept, preds, model.regions):
         prefix = prefix + k if ordered else residual
-        # The region's backward trip (its working set) or its forward trip (V_k), whichever
-        # holds more on top of the residuals.
-        if prefix + max(p.working_set_bytes, rc.forward_live_bytes) >= peak_var:
-            peak_var = prefix + max(p.working_set_bytes, rc.forward_live_bytes)
+        # The region's backward trip (its gradient buffers G_k and working set) or its
+        # forward trip (V_k), whichever holds more on top of the residuals.
+        trip = max(rc.backward_live_bytes + p.working_set_bytes, rc.forward_live_bytes)
+        if prefix + trip >= peak_var:
+            peak_var = prefix + trip
             ws = p.working_set_bytes
     host = sum(
         rc.multiplicity * p.host_residual_bytes + p.invariant_host_bytes

@@ -314,7 +314,8 @@ def simulate(
                 link_t = max(link_t, deadline) + remaining
             stall += max(0.0, link_t - deadline)
         # The working set as the cost model scales it (omega, measured from two compiles).
-        ws = math.ceil(cost.working_set_scale * (reload_b + rec_b))
+        # Plus the trip's own gradient buffers (G_r, cost.py), unscaled.
+        ws = math.ceil(cost.working_set_scale * (reload_b + rec_b)) + rc.backward_live_bytes
         for _ in range(rc.multiplicity):
             alloc(ws)
             recomputed += len(order)
