@@ -59,7 +59,7 @@ def random_problem(
                     effectful=False,
                     loop_invariant=rnd.random() < 0.1 and not inputs and not reads,
                     input_reads=reads,
-                    # fusion: the backward reads some values with a kernel (cost.fusable)
+                    # fusion: the backward reads some values with a kernel
                     read_by_kernel=rnd.random() < 0.5 if fusion else True,
                 )
             )
@@ -172,7 +172,7 @@ def brute_force(graph: LivenessGraph, cost: CostModel, budget: float):
 def _primitive(k: int, fusion: bool) -> str:
     """Class ``k``'s primitive: a view for class 0, else a kernel ``p<k>``; with ``fusion``,
     classes 1, 2, 3 are an elementwise equation, a reduction and an expensive elementwise
-    one (cost.fusable)."""
+    one (cost.reduction_operands; XLA's fusion, benchmarks/results/memory-model-2026-12-04.md)."""
     if k == 0:
         return "reshape"
     if fusion and k in (1, 2, 3):

@@ -44,10 +44,10 @@ def test_cp_sat_equals_brute_force_and_simulator_agrees(seed):
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_cp_sat_equals_brute_force_with_fused_recomputes(seed):
+def test_cp_sat_equals_brute_force_with_reductions(seed):
     """Elementwise values, reductions and kernels (synthetic ``fusion``): the working set's
-    fused, backward-fusion and reduction-operand terms (cost.py W_r) in CP-SAT, the direct
-    formulas and the simulator agree, and the optimum is brute force's."""
+    reduction-operand term (cost.py W_r) in CP-SAT, the direct formulas and the simulator
+    agree, and the optimum is brute force's."""
     graph, cost = random_problem(seed, n_nodes=8, n_regions=1 + seed % 2, n_classes=5, fusion=True)
     _check_optimum_against_brute_force(graph, cost)
     # Every assignment: the simulator's replay of the fusion rules equals the formulas.

@@ -23,35 +23,19 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   them to the host were cheaper than keeping them). Measured on the H200
   (benchmarks/results/h200-2026-12-01.md): plans that saved such values ran no faster than
   recomputing them, where the roofline of their standalone kernels had promised 3-5%;
-  working set of one backward trip, over the values ``v`` that are needed and not held
-  (below) and, for the recomputed ones, not *fused*:
+  working set of one backward trip
   ``W_r = sum bytes_v [v read by the backward and a(v) in {remat, offload}]
-  + sum bytes_v [v recomputed only to recompute others, and read by a recomputed reduction
-  or by a backward fusion]
-  + max bytes_v [v recomputed only to recompute others, read by neither]``.
-  A recomputed value is *fused* (``fusable``) when XLA computes it inside the fusion that
-  reads it and never gives it a buffer: an elementwise-class equation (``cost_models.FUSIBLE``,
-  not a reduction), not loop-invariant (XLA hoists those out of the loop), that no matmul or
-  other kernel reads in the forward pass, that a reduction reads only as its one reader, that
-  is not an expensive operation (``EXPENSIVE``) with several readers, and that the backward
-  pass reads, if at all, only with fusible equations
-  (``Candidate.read_by_kernel``). A *backward fusion* (``backward_fused``) is a fused value the
-  backward reads, or a fused value one reads: the materialized values it reads (a recomputed
-  matmul's output) are read by the gradient's own fusions and are live with the working set.
-  Measured on XLA:CPU (2026-12-04, benchmarks/results/memory-model-2026-12-04.md): in
-  examples/equinox_model.py's backward trip XLA materializes the recomputed matmul output
-  ``h``, ``tanh(...)`` and ``gelu(h)`` (the weight gradient's operand) and none of the five
-  other elementwise values the gradient reads, which the model counted as 1 MB buffers each;
-  saving ``h`` (dots_with_no_batch_dims_saveable) left all of them counted and the program
-  over-predicted by 19%. Where a *reduction* is ``REDUCTIONS`` (reduce_max, reduce_sum,
-  ...): its operand must exist whole before the reduced value does, and the values computed from the reduced value read
+  + sum bytes_v [v recomputed only to recompute others, and read by a recomputed reduction]
+  + max bytes_v [v recomputed only to recompute others, read by no recomputed reduction]``,
+  where a *reduction* is ``REDUCTIONS`` (reduce_max, reduce_sum, ...): its operand must exist
+  whole before the reduced value does, and the values computed from the reduced value read
   the operand again (softmax: ``exp(s - max(s))``), so XLA materializes it alongside the
   working set instead of one transient at a time; saving the reduced value lets the chain
   fuse. Measured on XLA:CPU for tests/zoo/long_context.py (2026-12-03,
   benchmarks/results/memory-model-2026-12-03.md): saving the softmax statistics and the
   attention output (0.6 MB) removed one 33.5 MB score buffer from the backward peak (150.9 ->
-  121.6 MB compiled), which the max-of-transients model could not see. Leaving out the
-  *held* values: a recomputed view (checkpoint_name, reshape: ``graph.VIEWS``) of a saved or reloaded value or
+  121.6 MB compiled), which the max-of-transients model could not see. Leaving out the *held* values: a
+  recomputed view (checkpoint_name, reshape: ``graph.VIEWS``) of a saved or reloaded value or
   of a region input is that buffer, not a new one (``held_values``); the recomputed and
   reloaded tensors the gradient reads are assumed live together, intermediates of the
   recompute one at a time, times a scale ``omega`` measured by compiling the step twice (full remat, save
@@ -449,65 +433,10 @@ def forward_live_bytes(rg) -> int:
     return best
 
 
-def fusable(rg) -> list[bool]:
-    """Per candidate: recomputed, it is computed inside the fusion of the equation that reads
-    it and never gets a buffer of its own (the ``fused`` values of ``W_r``). It is an
-    elementwise-class equation (``cost_models.FUSIBLE``, not a reduction: a reduction's
-    result is a kernel's output) that is not loop-invariant (XLA hoists a value made from
-    loop constants out of the loop and keeps it: long_context's 33.5 MB ``broadcast_in_dim``
-    of a constant is a buffer of its own in every program); no forward kernel reads it (a
-    matmul, a gather, a custom call read their operands from memory: :func:`materializes`);
-    a reduction that reads it is its only reader (XLA fuses a reduction's elementwise
-    operand into it, RMSNorm's ``x * x``, but an operand that other equations read again
-    after the reduction, softmax's ``exp(s - max(s))``, exists whole: ``reduction_operands``);
-    an expensive one (``EXPENSIVE``: tanh, exp, div, ...) has one reader, the backward pass
-    counted as one (XLA does not duplicate it into several fusions: equinox's ``tanh`` of
-    GELU, read by three equations, is a 1 MB buffer of the backward trip); and the backward pass reads it, if at all, only with fusible equations
-    (``Candidate.read_by_kernel`` False)."""
-    cands = rg.region.candidates
-    out = []
-    for c in cands:
-        readers = [cands[j].primitive for j in rg.graph.successors(c.index)]
-        ok = not materializes(c.primitive) and not c.loop_invariant
-        ok = ok and not (c.needed and c.read_by_kernel)
-        ok = ok and all(p in cm.FUSIBLE for p in readers)
-        if any(p in REDUCTIONS for p in readers):
-            ok = ok and len(readers) == 1 and not c.needed
-        if c.primitive in EXPENSIVE:  # XLA does not copy it into several readers' fusions
-            ok = ok and len(readers) + c.needed <= 1
-        out.append(ok)
-    return out
-
-
-# XLA's expensive elementwise operations (InstructionFusion::IsExpensive): fusion never
-# duplicates one into several consumers ("don't duplicate expensive instructions",
-# InstructionFusion::ShouldFuse), so one with more than one reader is materialized.
-EXPENSIVE = frozenset(
-    "exp exp2 expm1 log log1p tanh logistic sin cos tan atan2 sqrt rsqrt cbrt pow erf "
-    "div rem".split()
-)
-
-
 def materializes(primitive: str) -> bool:
     """Whether an equation's output is a kernel's (a matmul, a reduction, a gather, a custom
     call): XLA writes it to memory."""
     return primitive not in cm.FUSIBLE or primitive in REDUCTIONS
-
-
-def backward_fused(rg, dec, need, held, fuse) -> list[bool]:
-    """Per candidate: recomputed inside a fusion of the backward pass (the ``reach`` of
-    ``W_r``): a fusable value the backward reads, recomputed and not held, or a fusable
-    recomputed value such a one reads. The values these read that are not fused themselves
-    (a recomputed matmul's output, a reduction) are read by the backward fusion: they are
-    live with the gradient, not one transient at a time."""
-    reach = [False] * len(dec)
-    for c in reversed(rg.region.candidates):  # readers come later in the forward order
-        i = c.index
-        if not (need[i] and dec[i] == "remat" and not held[i] and fuse[i]):
-            continue
-        if c.needed or any(reach[j] for j in rg.graph.successors(i)):
-            reach[i] = True
-    return reach
 
 
 def evaluate(
@@ -535,8 +464,6 @@ def evaluate(
         stacked_inputs = sum(i.nbytes for i in rg.region.inputs if i.stacked and i.index in need_in)
         held = held_values(rg, dec, need)
         reduced = reduction_operands(rg, dec, need)
-        fuse = fusable(rg)
-        reach = backward_fused(rg, dec, need, held, fuse)
         for c in cands:
             i = c.index
             if not need[i]:
@@ -559,14 +486,10 @@ def evaluate(
             else:
                 if held[i]:
                     pass  # the same buffer as a held value
-                elif fuse[i]:
-                    pass  # computed inside the fusion that reads it: no buffer of its own
                 elif c.needed:
                     working += c.nbytes
                 elif reduced[i]:
                     working += c.nbytes  # a recomputed reduction's operand: materialized whole
-                elif any(reach[j] for j in rg.graph.successors(i)):
-                    working += c.nbytes  # read by a backward fusion: live with the gradient
                 else:  # an intermediate of a recompute: freed once its readers ran
                     transient = max(transient, c.nbytes)
                 recompute_s += rc.recompute_s[i]

@@ -18,24 +18,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import cost_models as cm
 from planner._src.cost import forward_materialized
 from planner._src.graph import LivenessGraph, class_key
 from planner._src.types import Assignment, CostModel
 
-# XLA's reductions, by name (written out here so the replay shares no code with the model);
-# cost_models.FUSIBLE less these are its elementwise-class equations, fused into readers.
+# Reductions, by name (written out here so the replay shares no code with the model).
 _REDUCING = frozenset(("reduce_max", "reduce_min", "reduce_sum", "reduce_prod", "argmax", "argmin"))
-
-
-# XLA's expensive elementwise operations, which fusion never copies into several readers.
-_COSTLY = frozenset(
-    ("exp", "exp2", "expm1", "log", "log1p", "tanh", "logistic", "sin", "cos", "tan"),
-) | frozenset(("atan2", "sqrt", "rsqrt", "cbrt", "pow", "erf", "div", "rem"))
-
-
-def _elementwise(primitive: str) -> bool:
-    return primitive in cm.FUSIBLE and primitive not in _REDUCING
 
 
 class PlanViolation(AssertionError):
@@ -255,47 +243,16 @@ def simulate(
             src = rg.view_of(i)
             if src is not None and (src[0] == "input" or src[1] in kept or src[1] in aliased):
                 aliased.add(i)
-        # XLA's fusion (cost.py, W_r): an elementwise recomputed value, not loop-invariant,
-        # that no kernel reads (forward: a matmul, or a reduction unless it is the value's
-        # one reader; backward: Candidate.read_by_kernel) is computed inside the fusion that
-        # reads it, no buffer. Those the gradient reads, and the
-        # elementwise values they are computed from, make the backward fusions; a
-        # materialized intermediate such a fusion reads is live for the trip, and so is one
-        # a recomputed reduction reads (its operand exists whole before it does). The other
-        # intermediates are freed once their readers ran (one at a time at most).
-        fresh = [i for i in order if i not in aliased]
-        fresh_set = set(fresh)
-        in_fusion, in_bwd_fusion = set(), set()
-        for i in fresh:
-            c = cands[i]
-            readers = [cands[j].primitive for j in rg.graph.successors(i)]
-            reduced_only = len(readers) == 1 and not c.needed  # a reduction's sole operand
-            if (
-                _elementwise(c.primitive)
-                and (c.primitive not in _COSTLY or len(readers) + c.needed <= 1)
-                and not c.loop_invariant  # hoisted out of the loop by XLA: a buffer
-                and not (c.needed and c.read_by_kernel)
-                and all(_elementwise(p) or (p in _REDUCING and reduced_only) for p in readers)
-            ):
-                in_fusion.add(i)
-        for i in sorted(in_fusion, reverse=True):  # readers come later in the forward order
-            if cands[i].needed or any(j in in_bwd_fusion for j in rg.graph.successors(i)):
-                in_bwd_fusion.add(i)
-        live, passing = 0, 0
-        for i in fresh:
-            c = cands[i]
-            readers = [j for j in rg.graph.successors(i) if j in fresh_set]
-            if i in in_fusion:
-                continue
-            if (
-                c.needed
-                or any(j in in_bwd_fusion for j in readers)
-                or any(cands[j].primitive in _REDUCING for j in readers)
-            ):
-                live += c.nbytes
-            else:
-                passing = max(passing, c.nbytes)
-        rec_b = live + passing
+        # An intermediate a recomputed reduction reads exists whole before the reduction's
+        # result does and is read again after it (softmax): it stays for the trip too
+        # (cost.py, W_r).
+        fresh = {i for i in order if i not in aliased}
+        reduced = {
+            u for j in fresh if cands[j].primitive in _REDUCING for u in rg.reads(j) if u in fresh
+        }
+        rec_b = sum(cands[i].nbytes for i in fresh if cands[i].needed or i in reduced) + max(
+            (cands[i].nbytes for i in fresh if not cands[i].needed and i not in reduced), default=0
+        )
         rec_s = sum(rc.recompute_s[i] for i in order)
         # Reloads are issued at the trip start in first-use order (latest produced first);
         # the deadline of each is the backward compute ahead of its first use.

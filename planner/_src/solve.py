@@ -24,7 +24,7 @@ import time
 
 from ortools.sat.python import cp_model
 
-from planner._src.cost import REDUCTIONS, CostModel, evaluate, fusable, regions_in_order
+from planner._src.cost import REDUCTIONS, CostModel, evaluate, regions_in_order
 from planner._src.errors import InfeasibleBudgetError, SolverError
 from planner._src.graph import LivenessGraph, class_key
 from planner._src.types import Assignment, Solution, SolverOptions
@@ -176,12 +176,6 @@ class _Model:
                 u: [v for v in need if by_index[v].primitive in REDUCTIONS and u in rg.reads(v)]
                 for u in need
             }
-            # fuse[v] (static, cost.fusable): recomputed, v is computed inside the fusion that
-            # reads it and has no buffer of its own. recomputed[v] = remat(v) AND NOT held(v)
-            # (r - free: free <= r), kept for the reach pass below; pending: the recompute
-            # intermediates whose working-set term waits for reach.
-            fuse = fusable(rg)
-            recomputed, pending = {}, []
             for c in cands:
                 if c.index not in need:
                     continue
@@ -209,13 +203,15 @@ class _Model:
                     extra_ns.append(_ns(rc.materialize_s[i]) * o)
                 # Working-set terms carry the measured scale, rounded up per term.
                 w_kib = math.ceil(ws_scale * kib)
-                recomputed[i] = r - free
-                if fuse[i]:
-                    pass  # computed inside the fusion that reads it: no working-set term
-                elif c.needed:
+                if c.needed:
                     working_kib.append(w_kib * (r - free))
                 elif not isinstance(r, int) or r:
-                    pending.append((i, w_kib))
+                    # reduced: v is recomputed and a recomputed reduction reads it, so it is
+                    # materialized whole with the working set, not one transient at a time.
+                    reducing = [both(by_index[v], "remat") for v in reducers[i]]
+                    reduced = _any_both(m, r - free, reducing)
+                    working_kib.append(w_kib * reduced)
+                    m.Add(transient >= w_kib * (r - free - reduced))
                 extra_ns.append(_ns(rc.recompute_s[i]) * r)
                 if "offload" in decisions:
                     working_kib.append(w_kib * o)
@@ -223,38 +219,6 @@ class _Model:
                     host_terms.append((1 if c.loop_invariant else trips) * kib * o)
                     if not isinstance(o, int) or o:
                         offloads.append((i, o))
-            # reach[v] (cost.backward_fused), in reverse forward order (readers first): v is
-            # recomputed inside a backward fusion. A lower bound suffices: reach only adds
-            # memory (through live[] below), so the solver keeps it at its bound.
-            #   reach[v] >= recomputed[v]                    v fusable, read by the backward;
-            #   reach[v] >= recomputed[v] AND reach[w]       v fusable, w a fusable reader.
-            reach = {}
-            for c in reversed(cands):
-                i = c.index
-                if i not in need or not fuse[i]:
-                    continue
-                rv = recomputed[i]
-                if isinstance(rv, int) and not rv:
-                    continue
-                readers = [reach[j] for j in rg.graph.successors(i) if j in reach]
-                if c.needed:
-                    reach[i] = rv
-                elif readers:
-                    reach[i] = _any_both(m, rv, readers)
-            # A recompute intermediate that is materialized (not fusable) is live with the
-            # working set when a recomputed reduction reads it (reduced: its operand exists
-            # whole before the reduced value does, cost.reduction_operands) or a backward
-            # fusion reads it (live: reach[w] for a reader w); otherwise it is one transient
-            # at a time (the largest one counts):
-            #   with = recomputed[v] AND (any reducing reader OR any reach[w] reader)
-            #   working += w_v * with;  transient >= w_v * (recomputed[v] - with).
-            for i, w_kib in pending:
-                rv = recomputed[i]
-                readers = [both(by_index[v], "remat") for v in reducers[i]]
-                readers += [reach[j] for j in rg.graph.successors(i) if j in reach]
-                with_ws = _any_both(m, rv, readers)
-                working_kib.append(w_kib * with_ws)
-                m.Add(transient >= w_kib * (rv - with_ws))
             # Exposed copy time of one trip: the copies queue on one link and hide behind
             # link_share times the compute that runs meanwhile; the worst tail of the queue is
             # exposed (cost.py). With link_share = 0 only the whole queue matters.
