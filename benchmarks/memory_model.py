@@ -98,11 +98,6 @@ def measure(name: str) -> dict:
         rec = {
             "scale": m.working_set_scale,
             "fixed": m.fixed_bytes / MB,
-            # per region: the forward trip's live bytes V_k and the gradient buffers G_k (MB)
-            "phases": [
-                (getattr(r, "forward_live_bytes", 0) / MB, getattr(r, "backward_live_bytes", 0) / MB)
-                for r in m.regions
-            ],
             "anchor_remat": {
                 **_figures(cost.evaluate(m, s.graph, Assignment.of({}))),
                 "compiled": s.trace.anchor.device_bytes / MB,

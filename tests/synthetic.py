@@ -6,7 +6,7 @@ import itertools
 import random
 
 import cost_models as cm
-from planner._src.cost import evaluate, forward_live_bytes
+from planner._src.cost import evaluate
 from planner._src.graph import LivenessGraph, build_graph
 from planner._src.types import (
     DECISIONS,
@@ -111,7 +111,7 @@ def random_problem(
     graph = build_graph(trace)
     hw = cm.load_profile("cpu")
     rcs = []
-    for r, rg in zip(regions, graph.regions):
+    for r in regions:
         n = len(r.candidates)
         rec = [rnd.uniform(1e-4, 5e-3) for _ in range(n)]
         d2h = [c.nbytes / 1e9 * rnd.uniform(5, 20) for c in r.candidates]
@@ -131,10 +131,6 @@ def random_problem(
                 bwd_before_s=tuple(bwd * a / sum(rec) for a in after),
                 fwd_s=sum(rec),
                 bwd_s=bwd,
-                # The forward phase of the peak (cost.py, V_r) from the region's own graph.
-                forward_live_bytes=forward_live_bytes(rg),
-                # The backward trip's own gradient buffers (cost.py, G_r): a constant.
-                backward_live_bytes=rnd.choice([0, 1024 * rnd.randint(1, 64)]),
             )
         )
     cost = CostModel(

@@ -41,24 +41,9 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   recompute one at a time, times a scale ``omega`` measured by compiling the step twice (full remat, save
   everything; see ``build_cost_model``), so the model matches the compiler at both ends;
   what remains between them is what the verify stage measures and corrects.
-* ``peak = F + max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r) + max(G_k + W_k, V_k))`` over the
-  regions in forward order (while region ``k`` runs backward, later regions have freed their
-  residuals; while it runs forward, later regions have none yet), where ``G_k`` is the
-  backward trip's own gradient buffers: the most bytes of cotangents live at once in one
-  backward trip, read from the region's linearized jaxpr (trace._gradient_live_bytes: the
-  transpose walks it in reverse, so a cotangent is live over its tangent's span; buffers are
-  those a kernel writes or reads), the same for every assignment and not scaled by
-  ``omega``; without it the fixed bytes absorbed them from the anchors and the forward phase
-  below was compared against a backward phase missing them. ``V_k`` is the
-  *forward phase*: the most bytes live at once inside one forward trip of region ``k``
-  (``forward_live_bytes``: at each forward position, the values materialized before it and
-  read at or after it, a value being materialized when it is a kernel's output or a kernel
-  reads it, loop-invariant values excluded: they are in ``F``), the same for every
-  assignment and not scaled by ``omega``. Measured on XLA:CPU (2026-12-04,
-  benchmarks/results/memory-model-2026-12-04.md): tests/test_trace.py's scatter-dispatch step
-  peaks inside the forward loop (position 45 of 88: the residual stacks plus the trip's
-  scatter and gather buffers); a model of the backward trip alone covered that peak only by
-  over-counting the backward working set. The fixed bytes ``F`` (parameters,
+* ``peak = F + max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r) + W_k)`` over the regions in
+  forward order (while region ``k`` runs backward, later regions have freed their
+  residuals), where the fixed bytes ``F`` (parameters,
   optimizer state, batch, outputs, activations outside regions, the compiler's own buffers)
   are measured: the step compiled with every region fully rematerialized (the trace stage's
   anchor) minus the model's working set of that program, plus any correction ``c`` the verify
@@ -233,8 +218,6 @@ def build_cost_model(
                 bwd_before_s=tuple(before),
                 fwd_s=fwd_s,
                 bwd_s=bwd_s,
-                forward_live_bytes=forward_live_bytes(rg),
-                backward_live_bytes=r.backward_live_bytes,
             )
         )
     unknown.update(trace.step_work.total().unknown_primitives)
@@ -261,57 +244,30 @@ def build_cost_model(
     )
     # Two compiles measure the two unknowns of the memory model: the fixed bytes F and the
     # working-set scale omega (how much of the modelled backward working set the compiler
-    # really holds at its peak). With P(a, omega) the model's peak of program a at F = 0:
-    #   compiled(full remat)  = F + P(full remat, omega)
-    #   compiled(save all)    = F + P(save all, omega)
-    # P is F-free and piecewise linear in omega (the max of the backward phase G_k + omega *
-    # W_k and the forward phase V_k, both G_k and V_k read from the region's jaxprs), so
-    # omega solves
-    #   g(omega) = (compiled(full) - P(full, omega)) - (compiled(all) - P(all, omega)) = 0;
-    # where both anchors peak in the backward phase this is the closed form
-    #   omega = ((compiled(full) - A_n) - (compiled(all) - A_e)) / (W_n - W_e)
-    # (A: residual part, W: working set at omega = 1), which is tried first; otherwise the
-    # root is bisected. Without a root in [0.25, 2] (the model's structure does not match
-    # this compiler, or both anchors peak in the forward phase, where omega is not seen),
-    # omega stays 1 and F comes from the full-remat compile alone; verify corrects the rest.
+    # really holds at its peak). With A = residual part and B = working set of a program's
+    # model peak (at omega = 1, F = 0):
+    #   compiled(full remat)  = F + A_n + omega * B_n
+    #   compiled(save all)    = F + A_e + omega * B_e
+    # When the two are not independent (B_n == B_e) or omega falls outside [0.25, 2] (the
+    # model's structure does not match this compiler), omega stays 1 and F comes from the
+    # full-remat compile alone; verify corrects what remains.
     full = evaluate(model, graph, Assignment.of({}), _fixed=0)
     fixed = trace.anchor.device_bytes - full.peak_bytes
     ws_scale = 1.0
     if trace.anchor_saved is not None:
-        every_a = Assignment.of({c.key: "save" for c in graph.classes})
-        every = evaluate(model, graph, every_a, _fixed=0)
-        n_anchor, e_anchor = trace.anchor.device_bytes, trace.anchor_saved.device_bytes
-
-        def offset(omega):
-            m = dataclasses.replace(model, working_set_scale=omega)
-            pn = evaluate(m, graph, Assignment.of({}), _fixed=0).peak_bytes
-            pe = evaluate(m, graph, every_a, _fixed=0).peak_bytes
-            return (n_anchor - pn) - (e_anchor - pe), e_anchor - pe
-
+        every = evaluate(
+            model, graph, Assignment.of({c.key: "save" for c in graph.classes}), _fixed=0
+        )
         kept_remat, ws_remat = full.peak_bytes - full.working_set_bytes, full.working_set_bytes
         kept_all, ws_all = every.peak_bytes - every.working_set_bytes, every.working_set_bytes
-        lo, hi = WORKING_SET_SCALE_BOUNDS
-        found = None
         if ws_remat > ws_all:
-            scale = ((n_anchor - kept_remat) - (e_anchor - kept_all)) / (ws_remat - ws_all)
-            # The closed form holds when, at that omega, both anchors still peak in the
-            # backward phase: then g(scale) is 0 up to the working set's rounding up.
-            if lo <= scale <= hi and abs(offset(scale)[0]) <= 2:
-                found = scale
-        if found is None:
-            g_lo, g_hi = offset(lo)[0], offset(hi)[0]
-            if g_lo == 0 or g_hi == 0 or (g_lo < 0) != (g_hi < 0):
-                for _ in range(60):
-                    mid = (lo + hi) / 2
-                    g_mid = offset(mid)[0]
-                    if (g_mid < 0) == (g_lo < 0) and g_mid != 0:
-                        lo, g_lo = mid, g_mid
-                    else:
-                        hi = mid
-                found = hi
-        if found is not None:
-            ws_scale = found
-            fixed = offset(found)[1]
+            scale = (
+                (trace.anchor.device_bytes - kept_remat)
+                - (trace.anchor_saved.device_bytes - kept_all)
+            ) / (ws_remat - ws_all)
+            if WORKING_SET_SCALE_BOUNDS[0] <= scale <= WORKING_SET_SCALE_BOUNDS[1]:
+                ws_scale = scale
+                fixed = trace.anchor_saved.device_bytes - kept_all - ws_scale * ws_all
     # The bytes no plan changes are never negative. F < 0 means the model's working set (or
     # a region that never runs) exceeds the whole compiled anchor; F = 0 keeps the model
     # conservative (its peaks too high, never below zero) and verify corrects the rest. (A
@@ -400,43 +356,6 @@ def reduction_operands(rg, dec, need) -> list[bool]:
             for u in rg.reads(c.index):
                 out[u] = True
     return out
-
-
-def forward_materialized(rg) -> list[bool]:
-    """Per candidate: the forward trip writes it to memory: a kernel's output
-    (:func:`materializes`) or a kernel reads it (a matmul, a gather, a custom call read their
-    operands from memory); not a view (``graph.VIEWS``: a reshape of a buffer is that
-    buffer) and not loop-invariant (hoisted out of the loop: in ``F``)."""
-    cands = rg.region.candidates
-    out = []
-    for c in cands:
-        readers = [cands[j].primitive for j in rg.graph.successors(c.index)]
-        made = materializes(c.primitive) or any(p not in cm.FUSIBLE for p in readers)
-        out.append(made and c.primitive not in _VIEWS and not c.loop_invariant)
-    return out
-
-
-def forward_live_bytes(rg) -> int:
-    """``V_r``: the most bytes live at once in one forward trip of the region: at each
-    forward position ``p``, the materialized values (:func:`forward_materialized`) made at or
-    before ``p`` and read at or after it (``RegionGraph.last_forward_use``)."""
-    mat = forward_materialized(rg)
-    delta = [0] * (len(mat) + 1)  # bytes made at position p, minus bytes freed after p - 1
-    for c in rg.region.candidates:
-        if mat[c.index]:
-            delta[c.index] += c.nbytes
-            delta[rg.last_forward_use[c.index] + 1] -= c.nbytes
-    best = live = 0
-    for d in delta:
-        live += d
-        best = max(best, live)
-    return best
-
-
-def materializes(primitive: str) -> bool:
-    """Whether an equation's output is a kernel's (a matmul, a reduction, a gather, a custom
-    call): XLA writes it to memory."""
-    return primitive not in cm.FUSIBLE or primitive in REDUCTIONS
 
 
 def evaluate(
@@ -531,14 +450,10 @@ def evaluate(
     peak_var, ws = 0, 0
     prefix = 0
     ordered = regions_in_order(graph)
-    for k, p, rc in zip(kept, preds, model.regions):
+    for k, p in zip(kept, preds):
         prefix = prefix + k if ordered else residual
-        # The region's backward trip (its gradient buffers G_k and working set) or its
-        # forward trip (V_k), whichever holds more on top of the residuals.
-        trip = max(rc.backward_live_bytes + p.working_set_bytes, rc.forward_live_bytes)
-        if prefix + trip >= peak_var:
-            peak_var = prefix + trip
-            ws = p.working_set_bytes
+        if prefix + p.working_set_bytes >= peak_var:
+            peak_var, ws = prefix + p.working_set_bytes, p.working_set_bytes
     host = sum(
         rc.multiplicity * p.host_residual_bytes + p.invariant_host_bytes
         for rc, p in zip(model.regions, preds)

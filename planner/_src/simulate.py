@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from planner._src.cost import forward_materialized
 from planner._src.graph import LivenessGraph, class_key
 from planner._src.types import Assignment, CostModel
 
@@ -156,8 +155,6 @@ def simulate(
 
     # Forward: every trip of every region stores its residuals; loop-invariant ones are
     # computed before the loop and stored once.
-    in_order = len(plans) <= 1 or all(rg.region.call_sites == 1 for rg, *_ in plans)
-    trip_peaks = []
     for rg, rc, kept, _, stacked_inputs in plans:
         cands = rg.region.candidates
         alloc(
@@ -188,25 +185,8 @@ def simulate(
             for i, d in kept.items()
             if d in ("save", "offload") and not cands[i].loop_invariant
         )
-        # One forward trip's own buffers (cost.py, V_r), recounted here position by position:
-        # a value the forward writes to memory is live from its equation to its last reader.
-        made = forward_materialized(rg)
-        trip_peak = 0
-        for p in range(len(cands)):
-            trip_peak = max(
-                trip_peak,
-                sum(
-                    c.nbytes
-                    for c in cands[: p + 1]
-                    if made[c.index] and max(rg.graph.successors(c.index), default=c.index) >= p
-                ),
-            )
-        trip_peaks.append(trip_peak)
         for _ in range(rc.multiplicity):
             alloc(dev_b)
-            if in_order:
-                alloc(trip_peak)  # the trip runs, then frees its own buffers
-                device -= trip_peak
             host += host_b
             host_peak = max(host_peak, host)
             if host > cost.host_cap_bytes and host_b:
@@ -215,13 +195,8 @@ def simulate(
                 )
             time_s += exposure
 
-    if not in_order:
-        # Merged regions bound at several places interleave (A, B, A): a later place of a
-        # region runs forward with every other region's residuals already stored.
-        for trip_peak in trip_peaks:
-            alloc(trip_peak)
-            device -= trip_peak
     # Backward: trips in reverse; each reloads, recomputes, runs, then frees.
+    in_order = len(plans) <= 1 or all(rg.region.call_sites == 1 for rg, *_ in plans)
     deferred = 0
     for rg, rc, kept, order, stacked_inputs in reversed(plans):
         cands = rg.region.candidates
@@ -271,8 +246,7 @@ def simulate(
                 link_t = max(link_t, deadline) + remaining
             stall += max(0.0, link_t - deadline)
         # The working set as the cost model scales it (omega, measured from two compiles).
-        # Plus the trip's own gradient buffers (G_r, cost.py), unscaled.
-        ws = math.ceil(cost.working_set_scale * (reload_b + rec_b)) + rc.backward_live_bytes
+        ws = math.ceil(cost.working_set_scale * (reload_b + rec_b))
         for _ in range(rc.multiplicity):
             alloc(ws)
             recomputed += len(order)

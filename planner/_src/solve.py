@@ -268,13 +268,7 @@ class _Model:
         ordered = regions_in_order(graph)  # else every region's residuals at every k
         for k in range(len(ws_terms)):
             held = residual_terms[: k + 1] if ordered else residual_terms
-            # Backward phase: region k's gradient buffers (G_k, a constant of the region:
-            # trace._gradient_live_bytes) and working set on top of the residuals held.
-            grads = _kib_up(cost.regions[k].backward_live_bytes)
-            m.Add(self.peak_kib >= fixed + sum(held) + grads + ws_terms[k])
-            # Forward phase: one forward trip of region k live on top of the same residuals
-            # (V_k, a constant of the region: cost.forward_live_bytes).
-            m.Add(self.peak_kib >= fixed + sum(held) + _kib_up(cost.regions[k].forward_live_bytes))
+            m.Add(self.peak_kib >= fixed + sum(held) + ws_terms[k])
         if budget_bytes is not None:
             m.Add(self.peak_kib <= int(budget_bytes // KIB))
         # Host memory: every offloaded residual of every trip at once.

@@ -501,53 +501,6 @@ def _read_by_kernel(replay) -> set:
     return {known for staged_v, known in to_known.items() if by_kernel(staged_v)}
 
 
-def _gradient_live_bytes(staged) -> int:
-    """``G_r`` (cost.py): the most bytes of the region's own gradient buffers live at once in
-    one backward trip, read from the region's linearized jaxpr (the staged tangent equations
-    of the everything-saveable split: residuals and tangents in, tangents out).
-
-    The backward trip is that jaxpr transposed: the cotangent of a tangent ``t`` made at
-    equation ``p`` and read last at ``q`` is accumulated from the transposes of ``t``'s
-    readers (the last first) and consumed by the transpose of ``p``, so it is live over the
-    same span ``[p, q]`` of the jaxpr, walked in reverse. A cotangent is a buffer when a
-    kernel (matmul, gather, custom call: a primitive outside ``cost_models.FUSIBLE``) writes
-    or reads it, and XLA fuses the elementwise rest into those kernels' neighbours; the
-    jaxpr's own inputs and outputs (the incoming cotangent and the trip's gradients: loop
-    carries and stacked outputs, there for every policy) are not counted here. Measured
-    on XLA:CPU (benchmarks/results/memory-model-2026-12-04b.md): equinox's backward peak holds
-    the cotangent of ``gelu(h)`` (dy @ W_down^T) and of ``h``, each one activation, in every
-    policy's program."""
-    eqns = staged.eqns
-    made: dict[Any, int] = {}
-    last: dict[Any, int] = {}
-    kernel: set[Any] = set()
-    for i, eqn in enumerate(eqns):
-        is_kernel = eqn.primitive.name not in cm.FUSIBLE
-        for v in eqn.invars:
-            if adapter.is_var(v) and v in made:
-                last[v] = i
-                if is_kernel:
-                    kernel.add(v)
-        for v in eqn.outvars:
-            if adapter.is_var(v):
-                made[v] = i
-                last[v] = i
-                if is_kernel:
-                    kernel.add(v)
-    outs = {v for v in staged.outvars if adapter.is_var(v)}
-    delta = [0] * (len(eqns) + 1)
-    for v, p in made.items():
-        if v in kernel and v not in outs:
-            b = _nbytes(v.aval)
-            delta[p] += b
-            delta[last[v] + 1] -= b
-    best = live = 0
-    for d in delta:
-        live += d
-        best = max(best, live)
-    return best
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Analysed:
     """One region body's candidates, inputs and work (shared by identical call sites)."""
@@ -557,7 +510,6 @@ class _Analysed:
     backward_work: cm.Work
     traced: tuple[Candidate, ...] | None
     inner_signatures: frozenset[str]  # decided inside higher-order equations (see graph.py)
-    backward_live_bytes: int = 0  # G_r: the backward trip's own gradient buffers (cost.py)
 
 
 def _candidates(
@@ -707,17 +659,10 @@ def _candidates(
     traced = tuple(_reading(cands, eqns, needed_vars)) if dead_vars else None
     staged = replay.staged_jaxpr
     backward = cm.eqns_work(staged.eqns, [])
-    # Per device like the candidates: scaled by their per-device over global bytes.
-    global_b = sum(c.global_nbytes or c.nbytes for c in cands)
-    local_b = sum(c.nbytes for c in cands)
-    grad_live = _gradient_live_bytes(staged)
-    if global_b > 0 and local_b < global_b:
-        grad_live = math.ceil(grad_live * local_b / global_b)
     return _Analysed(
         candidates=tuple(cands),
         inputs=inputs,
         backward_work=backward,
-        backward_live_bytes=grad_live,
         traced=traced,
         inner_signatures=frozenset(inner),
     )
@@ -1010,7 +955,6 @@ def trace_step(
                 in_scan=in_scan,
                 scan_unroll=unroll,
                 backward_work=a.backward_work,
-                backward_live_bytes=a.backward_live_bytes,
                 traced_candidates=a.traced,
                 inputs=a.inputs,
                 group=len(sites),

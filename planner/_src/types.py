@@ -118,9 +118,6 @@ class Region:
     scan_unroll: int = 1
     inputs: tuple[RegionInput, ...] = ()
     backward_work: cm.Work = cm.Work()  # one backward trip without recompute (global avals)
-    # G_r: the most bytes of the backward trip's own gradient buffers live at once, per
-    # device (trace._gradient_live_bytes; cost.py).
-    backward_live_bytes: int = 0
     # Layer groups: a region of one call site decided on its own has group = its call-site
     # position; merged regions: None.
     group: int | None = None
@@ -241,8 +238,6 @@ class RegionCost:
     bwd_before_s: tuple[float, ...]  # backward compute before its first use
     fwd_s: float  # one forward trip of the region
     bwd_s: float  # one backward trip (without recompute)
-    forward_live_bytes: int = 0  # V_r: most bytes live at once in one forward trip (cost.py)
-    backward_live_bytes: int = 0  # G_r: the backward trip's own gradient buffers (cost.py)
 
 
 @_frozen
