@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 import random
 
 import cost_models as cm
@@ -31,6 +33,7 @@ def random_problem(
     allow_offload: bool = True,
     groups: bool = False,
     fusion: bool = False,
+    hiding: bool = False,
 ):
     """A random DAG per region, candidates spread over ``n_classes`` shared signatures.
 
@@ -144,6 +147,16 @@ def random_problem(
         allow_offload=allow_offload,
         unknown_primitives=(),
     )
+    if hiding:  # calibrated per-direction hiding models (cost.py X terms): eta, cap, floor
+        d2h_m, h2d_m = (
+            cm.HidingModel(
+                eta=rnd.choice([0.0, 0.3, 1.0]),
+                capacity_s=rnd.choice([math.inf, rnd.uniform(0.0, 3e-3)]),
+                floor=rnd.choice([0.0, rnd.uniform(0.1, 0.6)]),
+            )
+            for _ in range(2)
+        )
+        cost = dataclasses.replace(cost, d2h_hiding=d2h_m, h2d_hiding=h2d_m)
     return graph, cost
 
 

@@ -255,6 +255,11 @@ class CostModel:
     # Classes never offloaded although offloading is allowed (a region under
     # lax.scan(unroll > 1), whose offloads XLA cannot compile).
     no_offload_classes: frozenset = frozenset()
+    # Per direction, the profile's calibrated hiding model (cost_models.HidingModel: eta,
+    # capacity, floor; cost.py's X terms). None: the profile has none, and overlap_efficiency
+    # is the eta of both directions, with no capacity and no floor (cost.hiding_models).
+    d2h_hiding: Any = None
+    h2d_hiding: Any = None
 
 
 @_frozen
