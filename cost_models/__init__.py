@@ -47,6 +47,8 @@ from ._fusion import (
     rate_key,
     work_of,
 )
+from ._hiding import FORMS as HIDING_FORMS
+from ._hiding import HidingError, HidingFit, HidingModel, HidingPoint, fit_hiding
 from ._profiles import (
     HardwareProfile,
     LinkProfile,
@@ -54,8 +56,6 @@ from ._profiles import (
     list_profiles,
     load_profile,
 )
-from ._hiding import FORMS as HIDING_FORMS
-from ._hiding import HidingError, HidingFit, HidingModel, HidingPoint, fit_hiding
 from ._trace_overlap import hiding_from_sweep, measured_overlap_efficiency, overlap_from_trace
 from ._transfer import exposed_seconds, transfer_seconds
 

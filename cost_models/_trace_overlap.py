@@ -154,7 +154,5 @@ def hiding_from_sweep(
         )
         for d in fits
     }
-    link = dataclasses.replace(
-        hw.link, d2h_hiding=fits["d2h"].model, h2d_hiding=fits["h2d"].model
-    )
+    link = dataclasses.replace(hw.link, d2h_hiding=fits["d2h"].model, h2d_hiding=fits["h2d"].model)
     return hw.replace(link=link, sources=sources), fits

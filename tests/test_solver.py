@@ -140,13 +140,13 @@ def test_capacity_and_floor_bound_the_exposed_copy_time():
     off = Assignment.of({c.key: "offload" for c in graph.classes})
     free = evaluate(cost, graph, off)
     assert free.exposed_transfer_s < free.transfer_s  # the queue hides some
-    assert any(0.5 * r.h2d_s > r.exposed_bwd_s for r in free.regions)  # the floor binds
-    per_trip = [(r.d2h_s, max(0.5 * r.h2d_s, r.exposed_bwd_s)) for r in free.regions]
+    assert any(0.9 * r.h2d_s > r.exposed_bwd_s for r in free.regions)  # the floor binds
+    per_trip = [(r.d2h_s, max(0.9 * r.h2d_s, r.exposed_bwd_s)) for r in free.regions]
     trips = [rc.multiplicity for rc in cost.regions]
     cap = dataclasses.replace(
         cost,
         d2h_hiding=cm.HidingModel(eta=1.0, capacity_s=0.0),
-        h2d_hiding=cm.HidingModel(eta=1.0, floor=0.5),
+        h2d_hiding=cm.HidingModel(eta=1.0, floor=0.9),
     )
     got = evaluate(cap, graph, off)
     want = sum(n * (d + h) for n, (d, h) in zip(trips, per_trip))

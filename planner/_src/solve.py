@@ -235,8 +235,7 @@ class _Model:
                     tail = offloads[k:] if hide.eta > 0 else offloads
                     m.Add(
                         exposed
-                        >= sum(_ns(copy_s[v]) * o for v, o in tail)
-                        - _ns(hide.eta * window_s[u])
+                        >= sum(_ns(copy_s[v]) * o for v, o in tail) - _ns(hide.eta * window_s[u])
                     )
                 # Capacity: one trip hides at most `capacity` of this direction's copy time,
                 # however much compute surrounds it.
