@@ -158,12 +158,12 @@ Issue 18, requirements 1-2, checked on the CPU (no device time): {datetime.date.
 {jax.__version__}, deviceless XLA:GPU for the H200 (`JAX_PLATFORMS=cpu`, CUDA plugin), a
 2-core CPU. Command:
 
-    JAX_PLATFORMS=cpu python benchmarks/offload_windows.py --out {a.out}{' --write-profile' if a.write_profile else ''}
+    JAX_PLATFORMS=cpu python benchmarks/offload_windows.py --out {a.out}{" --write-profile" if a.write_profile else ""}
 
 The step: examples/llama.py H200_BENCH with cuDNN attention, traced with abstract arguments
 (the two anchors compile deviceless; nothing runs). Cost model with the h200 profile: one
 layer trip's forward {ms(rc.fwd_s)} ms, backward {ms(rc.bwd_s)} ms. Measured: the H200 sweep of
-2026-12-03 ({', '.join(f'`{d}.md`' for d in SWEEP)}): exposed copy time per layer trip, per
+2026-12-03 ({", ".join(f"`{d}.md`" for d in SWEEP)}): exposed copy time per layer trip, per
 direction, median of 8 trips x 2 steps. Windows (ms, per offloaded tensor in production
 order): stores, the forward compute after the producer; reloads, the backward compute
 before the reader. Before: the profile's single `overlap_efficiency` ({shipped.overlap_efficiency})
@@ -174,9 +174,9 @@ measured. Wall time {time.perf_counter() - t0:.0f} s.
 |---|---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
-Within 20% of measured: before, d2h {counts['before'][0]} of {n}, h2d {counts['before'][1]} of {n}
-(both directions of one point: {counts['both_before']}); after, d2h {counts['after'][0]} of {n},
-h2d {counts['after'][1]} of {n} (both directions: {counts['both_after']}). The after figures are
+Within 20% of measured: before, d2h {counts["before"][0]} of {n}, h2d {counts["before"][1]} of {n}
+(both directions of one point: {counts["both_before"]}); after, d2h {counts["after"][0]} of {n},
+h2d {counts["after"][1]} of {n} (both directions: {counts["both_after"]}). The after figures are
 in-sample (fitted to these points); the leave-one-out errors below are the honest estimate of
 the error on a new offload set.
 

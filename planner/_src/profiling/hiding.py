@@ -121,7 +121,9 @@ def calibrate_hiding(
         )
     pts = {
         d: [
-            cm.HidingPoint(copies=tuple(map(tuple, w[d])), exposed_s=m[k], label="+".join(w["names"]))
+            cm.HidingPoint(
+                copies=tuple(map(tuple, w[d])), exposed_s=m[k], label="+".join(w["names"])
+            )
             for w, m in zip(windows, measured)
             if w[d]
         ]
