@@ -214,5 +214,10 @@ def fit_hiding(points: Sequence[HidingPoint], *, steps: int = 100) -> HidingFit:
             abs(model.exposed(p.copies) - p.exposed_s) <= 0.2 * p.exposed_s for p in points
         )
         forms[name] = (model, rms, math.sqrt(sum(e * e for e in loo) / len(loo)), within)
-    best = min(forms, key=lambda k: (round(forms[k][2], 12), len(FORMS[k])))
+    # Ties (within a relative 1e-9 or 1e-15 s: copies can be microseconds): fewer parameters.
+    lo = min(f[2] for f in forms.values())
+    best = min(
+        (k for k in forms if forms[k][2] <= lo * (1 + 1e-9) + 1e-15),
+        key=lambda k: (len(FORMS[k]), forms[k][2]),
+    )
     return HidingFit(forms=forms, best=best)

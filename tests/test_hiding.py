@@ -130,3 +130,43 @@ def _of(key, d):
     from planner._src.types import Assignment
 
     return Assignment.of({key: d})
+
+
+def test_sweep_windows_and_calibration_on_a_traced_step():
+    """The calibration mode on the CPU: per offload set the cost model's (copy, window) per
+    tensor, the prediction through the profile's models, and a fit of measured trips made by
+    a known model, written into a profile with its source."""
+    from examples import llama
+    from planner._src.profiling import calibrate_hiding, measured_per_trip, sweep_windows
+
+    step, args = llama.make_train_step(llama.LlamaConfig(n_layers=1, seq=64))
+    sets = [("query_proj",), ("mlpwi_0",), ("query_proj", "mlpwi_0")]
+    hw = cm.load_profile("h200")
+    got = sweep_windows(step, args, sets, hw)
+    assert [g["names"] for g in got] == [list(s) for s in sets]
+    one = got[0]
+    assert len(one["d2h"]) == len(one["h2d"]) == 1
+    (copy, after), (_, before) = one["d2h"][0], one["h2d"][0]
+    assert copy == pytest.approx(cm.transfer_seconds(2 * 64 * 256 * 4, hw, "d2h"))
+    assert after > 0 and before > 0
+    assert one["predicted_d2h_s"] == pytest.approx(hw.link.d2h_hiding.exposed(one["d2h"]))
+    assert one["predicted_h2d_s"] == pytest.approx(hw.link.h2d_hiding.exposed(one["h2d"]))
+    assert len(got[2]["d2h"]) == 2  # both tensors, in production order
+    true = cm.HidingModel(eta=0.5, floor=0.4)
+    measured = [(true.exposed(g["d2h"]), true.exposed(g["h2d"])) for g in got]
+    prof, fits = calibrate_hiding(got, measured, "h100-sxm", source="a test sweep", steps=10)
+    assert prof.source("link.d2h_hiding").startswith("a test sweep; 3 measured trips")
+    for d, k in (("d2h", 0), ("h2d", 1)):
+        fit = fits[d]
+        assert getattr(prof.link, f"{d}_hiding") == fit.model
+        assert fit.forms[fit.best][2] == min(f[2] for f in fit.forms.values())  # kept: min LOO
+        exact, rms, _, _ = fit.forms["eta+floor"]  # the form that made the points, refitted
+        assert rms < 1e-12
+        for g, m in zip(got, measured):
+            assert exact.exposed(g[d]) == pytest.approx(m[k], rel=1e-6, abs=1e-15)
+    trips = {
+        "steps": [{"per_trip": [{"d2h_exposed_s": x, "h2d_exposed_s": 2 * x}]} for x in (1, 3)]
+    }
+    assert measured_per_trip(trips) == (2.0, 4.0)
+    with pytest.raises(ValueError, match="one measurement per offload set"):
+        calibrate_hiding(got, measured[:2], "h100-sxm", source="x")
