@@ -88,10 +88,6 @@ H200_BENCH = LlamaConfig(
     dtype="bfloat16",
 )
 
-# The long-context decoder of issue 18 (32k tokens as 2 x 16384, cuDNN attention): offloading
-# the attention output beat recomputing it on the H200 (benchmarks/results/h200-2026-12-02.md).
-LONG_CONTEXT = dataclasses.replace(H200_BENCH, batch=2, seq=16384, attention_impl="cudnn")
-
 # A medium CPU configuration for the quickstart: big enough that decisions matter.
 QUICKSTART = LlamaConfig(
     vocab=1024,
@@ -352,3 +348,8 @@ def profile_quickstart(policy=None):
 def quickstart():
     """The README's example: ``python -m planner solve examples.llama:quickstart ...``."""
     return make_train_step(QUICKSTART)
+
+
+# The long-context decoder of issue 18 (32k tokens as 2 x 16384, cuDNN attention): offloading
+# the attention output beat recomputing it on the H200 (benchmarks/results/h200-2026-12-02.md).
+LONG_CONTEXT = dataclasses.replace(H200_BENCH, batch=2, seq=16384, attention_impl="cudnn")
