@@ -135,6 +135,31 @@ def run_worker(job: dict) -> dict:
     return res
 
 
+def run_profile_worker(job: dict) -> dict:
+    """One policy traced (planner.profile: per direction the host-copy time and the part no
+    compute overlaps, per step), then timed untraced (run_worker), in this process."""
+    from planner._src.profiling import profile
+
+    module, cfg = _model(job, _policy_from_spec(job["policy"]))
+    step, args = module.make_train_step(cfg, concrete=True)
+    shim = type("FlagsOnly", (), {"xla_flags": job.get("flags", "")})()
+    r = profile(shim, step, *args, steps=job.get("trace_steps", 2), warmup=1, donate_argnums=(0,))
+    res: dict = {"profile_status": r.status, "measured": bool(r.measured)}
+    if r.measured:
+        steps = list(r.steps)
+
+        def med(key):
+            return 1e3 * statistics.median(getattr(s, key) for s in steps)
+
+        res["trace"] = {
+            k + "_ms": med(k)
+            for k in ("step_s", "compute_s", "d2h_s", "d2h_exposed_s", "h2d_s", "h2d_exposed_s")
+        }
+    del step, args, r
+    res.update(run_worker(job))  # untraced steps: the step time, the peak, the loss
+    return res
+
+
 def run_layer_worker(job: dict) -> dict:
     """One decoder layer: measured forward and forward+backward time beside the prediction."""
     import functools
@@ -272,6 +297,19 @@ def run_plan_worker(job: dict) -> dict:
             "decisions": p.decisions(),
             "predicted_peak": p.prediction.peak_bytes,
             "predicted_step_ms": p.prediction.step_s * 1e3,
+            # Per direction, per step (every trip of every region): the copy time the model
+            # says is exposed (cost.py X^fwd, X^bwd), for the trace's figure (issue 18).
+            "predicted_exposed_d2h_ms": 1e3
+            * sum(
+                rc.multiplicity * rp.exposed_fwd_s
+                for rc, rp in zip(p.cost.regions, p.prediction.regions)
+            ),
+            "predicted_exposed_h2d_ms": 1e3
+            * sum(
+                rc.multiplicity * rp.exposed_bwd_s
+                for rc, rp in zip(p.cost.regions, p.prediction.regions)
+            ),
+            "predicted_copy_ms": 1e3 * p.prediction.transfer_s,
             "fixed_bytes": p.prediction.fixed_bytes,
             "anchor_device_bytes": p.trace.anchor.device_bytes,
             "baselines": {
@@ -833,7 +871,11 @@ def main():
         os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     if a.cmd == "worker":
         job = json.loads(Path(a.job).read_text())
-        fn = {"layer": run_layer_worker, "plan": run_plan_worker}.get(job.get("type"), run_worker)
+        fn = {
+            "layer": run_layer_worker,
+            "plan": run_plan_worker,
+            "profile": run_profile_worker,
+        }.get(job.get("type"), run_worker)
         print(json.dumps(fn(job)))
     elif a.cmd == "probe":
         probe(a)

@@ -22,11 +22,23 @@ Results: DIR/results.jsonl (one record per job), DIR/summary.md (per point: byte
 copy and exposed ms per direction per trip, the step-time cost) and DIR/fit.json (per
 direction, the hinge ``exposed = max(floor * copy, copy - capacity)`` fitted to the per-trip
 figures, in seconds and as a fraction of the trip's compute).
+
+The calibration mode (issue 18, requirement 1): ``--summarize --fit-profile OUT.json`` also
+traces the swept step (on this machine's backend, or deviceless XLA:GPU with
+``JAX_PLATFORMS=cpu``), reads the cost model's per-tensor windows for every point
+(``planner._src.profiling.sweep_windows``), fits the per-direction hiding models to the
+measured exposed time per trip (``calibrate_hiding``: every form of
+``cost_models.HIDING_FORMS``, the smallest leave-one-out error kept) and writes the profile
+(``--hardware``, default h200) with them and their source to OUT.json:
+
+    python benchmarks/overlap_sweep.py --out DIR                       # on the device
+    python benchmarks/overlap_sweep.py --out DIR --summarize --fit-profile DIR/profile.json
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -226,6 +238,50 @@ def summarize(a) -> None:
     )
     (out / "summary.md").write_text(text)
     print(text)
+    if a.fit_profile:
+        fit_profile(a, by)
+
+
+def fit_profile(a, by: dict) -> None:
+    """The calibration mode: windows from the cost model, the fit, the profile written."""
+    import dataclasses
+
+    from examples import llama
+    from planner._src import target as T
+    from planner._src.profiling import calibrate_hiding, measured_per_trip, sweep_windows
+
+    points = [
+        i for i in sorted(by) if ((by[i].get("offload") or {}).get("result") or {}).get("profile")
+    ]
+    if len(points) < 3:
+        raise SystemExit(f"--fit-profile needs at least 3 traced points, DIR has {points}")
+    job = by[points[0]]["offload"]["job"]
+    cfg = llama.LlamaConfig(**job["config"])
+    step, args = llama.make_train_step(dataclasses.replace(cfg, remat_policy=None))
+    import cost_models as cm
+    from planner._src.session import resolve_compiler
+
+    hw = a.hardware
+    tgt = resolve_compiler(cm.load_profile(hw), args, "auto")
+    if tgt.kind == "deviceless":
+        args = T.args_for(tgt, args)
+    scope = T.target_scope(tgt) if tgt.kind == "deviceless" else contextlib.nullcontext()
+    with scope:
+        windows = sweep_windows(step, args, [POINTS[i] for i in points], hw)
+    measured = [measured_per_trip(by[i]["offload"]["result"]["profile"]) for i in points]
+    source = (
+        f"fitted by benchmarks/overlap_sweep.py --fit-profile ({datetime.date.today()}) to "
+        f"{len(points)} points of a copy-heavy sweep in {a.out} (results.jsonl: named sets "
+        "offloaded under full remat, exposed copy time per trip from planner.profile, median "
+        f"over trips and steps; XLA flags {job.get('flags', '')!r}), against the cost model's "
+        f"per-tensor windows ({tgt.description})"
+    )
+    profile, fits = calibrate_hiding(windows, measured, hw, source=source)
+    path = Path(a.fit_profile)
+    path.write_text(json.dumps(profile.to_json(), indent=2) + "\n", encoding="utf-8")
+    for d, f in fits.items():
+        print(f"{d}: kept {f.best}; {f.describe()}")
+    print(f"wrote {path}; plan with it: hardware={str(path)!r}")
 
 
 # Bytes per layer trip of each name in H200_BENCH (32768 tokens x width x 2 bytes), MB.
@@ -252,6 +308,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting points after")
     ap.add_argument("--summarize", action="store_true", help="only write the table and fit")
     ap.add_argument("--config", default="", help="JSON LlamaConfig fields (a CPU smoke test)")
+    ap.add_argument("--fit-profile", default="", help="with --summarize: write a profile")
+    ap.add_argument("--hardware", default="h200", help="the profile --fit-profile starts from")
     a = ap.parse_args(argv)
     if not a.summarize:
         run(a)

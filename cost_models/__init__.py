@@ -47,6 +47,8 @@ from ._fusion import (
     rate_key,
     work_of,
 )
+from ._hiding import FORMS as HIDING_FORMS
+from ._hiding import HidingError, HidingFit, HidingModel, HidingPoint, fit_hiding
 from ._profiles import (
     HardwareProfile,
     LinkProfile,
@@ -54,7 +56,7 @@ from ._profiles import (
     list_profiles,
     load_profile,
 )
-from ._trace_overlap import measured_overlap_efficiency, overlap_from_trace
+from ._trace_overlap import hiding_from_sweep, measured_overlap_efficiency, overlap_from_trace
 from ._transfer import exposed_seconds, transfer_seconds
 
 __all__ = [
@@ -97,5 +99,12 @@ __all__ = [
     "transfer_seconds",
     "measured_overlap_efficiency",
     "overlap_from_trace",
+    "HIDING_FORMS",
+    "HidingError",
+    "HidingFit",
+    "HidingModel",
+    "HidingPoint",
+    "fit_hiding",
+    "hiding_from_sweep",
     "xla_flags_for",
 ]

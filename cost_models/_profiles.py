@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._hiding import HidingError, HidingModel
 from ._units import (
     BANDWIDTH,
     BYTES,
@@ -220,6 +221,18 @@ class LinkProfile:
     latency_s: float
     copy_engines: int
     host_pinned_bytes: float
+    # Per direction, the calibrated hiding model of one layer trip's copies (cost_models
+    # ._hiding, fitted to a copy-heavy sweep: cost_models.hiding_from_sweep). None: not
+    # calibrated; the cost model then uses the profile's overlap_efficiency as eta, with no
+    # capacity limit and no floor (profiles written before the field existed).
+    d2h_hiding: HidingModel | None = None
+    h2d_hiding: HidingModel | None = None
+
+    def hiding(self, direction: str, overlap_efficiency: float) -> HidingModel:
+        """The hiding model of ``direction`` ("d2h" or "h2d"), or ``overlap_efficiency`` as
+        its eta where the profile has none."""
+        got = self.d2h_hiding if direction == "d2h" else self.h2d_hiding
+        return got if got is not None else HidingModel(eta=overlap_efficiency, form="eta")
 
     def __post_init__(self) -> None:
         if self.kind not in LINK_KINDS:
@@ -303,7 +316,10 @@ class HardwareProfile:
             raise ProfileError(
                 f"profile {self.name!r}: link must be a LinkProfile, got {self.link!r}."
             )
-        missing = sorted(set(_figure_keys(rates)) - set(dict(self.sources)))
+        keys = _figure_keys(rates) + [
+            f"link.{k}" for k in _HIDING_KEYS if getattr(self.link, k) is not None
+        ]
+        missing = sorted(set(keys) - set(dict(self.sources)))
         if missing:
             raise ProfileError(
                 f"profile {self.name!r}: no source for {missing}. Every figure needs a citation, "
@@ -379,6 +395,10 @@ class HardwareProfile:
         link: dict[str, object] = {"kind": self.link.kind}
         for figure in _LINK_FIGURES:
             link[figure.key] = entry(figure, getattr(self.link, figure.key), f"link.{figure.key}")
+        for key in _HIDING_KEYS:
+            model = getattr(self.link, key)
+            if model is not None:
+                link[key] = {"value": model.to_json(), "source": sources[f"link.{key}"]}
         out["link"] = link
         return out
 
@@ -422,13 +442,22 @@ class HardwareProfile:
             for dtype, raw in rates_json.items()
         }
         link_json = _expect_mapping(top["link"], where, "link")
-        _check_keys(link_json, where, "link", required=("kind", *(f.key for f in _LINK_FIGURES)))
+        _check_keys(
+            link_json,
+            where,
+            "link",
+            required=("kind", *(f.key for f in _LINK_FIGURES)),
+            optional=_HIDING_KEYS,
+        )
         link_values = {
             figure.key: _parse_figure(
                 figure, link_json[figure.key], f"link.{figure.key}", where, sources
             )
             for figure in _LINK_FIGURES
         }
+        for key in _HIDING_KEYS:  # optional: profiles older than the field fall back to eta
+            if key in link_json:
+                link_values[key] = _parse_hiding(link_json[key], f"link.{key}", where, sources)
         try:
             link = LinkProfile(kind=str(link_json["kind"]), **link_values)  # type: ignore[arg-type]
             return cls(
@@ -442,6 +471,34 @@ class HardwareProfile:
             )
         except ProfileError as err:
             raise ProfileError(f"{where}: {err}") from None
+
+
+# The optional per-direction hiding models of a link (LinkProfile.d2h_hiding / h2d_hiding).
+_HIDING_KEYS: tuple[str, ...] = ("d2h_hiding", "h2d_hiding")
+
+
+def _parse_hiding(raw: object, field: str, where: str, sources: dict[str, str]) -> HidingModel:
+    """{"value": {"eta", "capacity", "floor", "form"}, "source": ...}; the source recorded."""
+    form = (
+        '{"value": {"eta": 0.24, "capacity": "2.66 ms", "floor": 0.0, "form": "eta+capacity"}, '
+        f'"source": "{_SOURCE_HINT}"}}'
+    )
+    if not isinstance(raw, Mapping) or set(raw) != {"value", "source"}:
+        raise ProfileError(
+            f"{where}: field {field!r} (a calibrated hiding model) must be an object with "
+            f"exactly a value and its source, like {form}; got {raw!r:.80}."
+        )
+    source = raw["source"]
+    if not isinstance(source, str) or not source.strip():
+        raise ProfileError(
+            f"{where}: field {field!r} has an empty source. Every figure needs a citation: {form}."
+        )
+    try:
+        model = HidingModel.from_json(raw["value"], f"{where}: field {field!r}")
+    except HidingError as err:
+        raise ProfileError(str(err)) from None
+    sources[field] = source
+    return model
 
 
 def _figure_keys(rates: Mapping[str, float]) -> list[str]:
@@ -460,6 +517,9 @@ def _figure_values(fields: Mapping[str, object]) -> dict[str, object]:
         {f"matmul_flops_per_s.{d}": r for d, r in dict(fields["matmul_flops_per_s"]).items()}
     )  # type: ignore[call-overload]
     values.update({f"link.{f.key}": getattr(link, f.key) for f in _LINK_FIGURES})
+    values.update(
+        {f"link.{k}": getattr(link, k) for k in _HIDING_KEYS if getattr(link, k) is not None}
+    )
     return values
 
 

@@ -119,3 +119,40 @@ def overlap_from_trace(result_or_numbers: Any, hw: HardwareProfile | str) -> Har
         parts.append(f"trace {n['trace']}")
     source = "; ".join(parts)
     return hw.replace(overlap_efficiency=eta, sources={"overlap_efficiency": source})
+
+
+def hiding_from_sweep(
+    hw: HardwareProfile | str,
+    d2h: Any,
+    h2d: Any,
+    *,
+    source: str,
+    steps: int = 100,
+) -> tuple[HardwareProfile, dict[str, Any]]:
+    """``hw`` with per-direction hiding models fitted to a copy-heavy sweep, each cited.
+
+    ``d2h`` / ``h2d``: the sweep's measured trips (``cost_models.HidingPoint``: the cost
+    model's (copy, window) per offloaded tensor and the exposed copy time per trip the
+    device trace measured, e.g. ``planner.profile``'s ``TripOverlap.d2h_exposed_s``). Every
+    form of ``cost_models.HIDING_FORMS`` is fitted (least squares on a grid of ``steps`` per
+    parameter) and the one with the smallest leave-one-out rms error is kept; its source
+    gives ``source`` (what was run, where the results are) and every form's errors. Returns
+    the profile and ``{"d2h": HidingFit, "h2d": HidingFit}``.
+    """
+    import dataclasses
+
+    from ._hiding import fit_hiding
+
+    hw = load_profile(hw)
+    d2h, h2d = list(d2h), list(h2d)
+    fits = {"d2h": fit_hiding(d2h, steps=steps), "h2d": fit_hiding(h2d, steps=steps)}
+    counts = {"d2h": len(d2h), "h2d": len(h2d)}
+    sources = {
+        f"link.{d}_hiding": (
+            f"{source}; {counts[d]} measured trips; kept form {fits[d].best} (smallest "
+            f"leave-one-out rms); fits: {fits[d].describe()}"
+        )
+        for d in fits
+    }
+    link = dataclasses.replace(hw.link, d2h_hiding=fits["d2h"].model, h2d_hiding=fits["h2d"].model)
+    return hw.replace(link=link, sources=sources), fits

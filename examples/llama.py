@@ -378,3 +378,8 @@ def make_adam_step(
         return params, tx.init(params), batch
 
     return train_step, (make_args() if concrete else jax.eval_shape(make_args))
+
+
+# The long-context decoder of issue 18 (32k tokens as 2 x 16384, cuDNN attention): offloading
+# the attention output beat recomputing it on the H200 (benchmarks/results/h200-2026-12-02.md).
+LONG_CONTEXT = dataclasses.replace(H200_BENCH, batch=2, seq=16384, attention_impl="cudnn")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 import random
 
 import cost_models as cm
@@ -31,6 +33,7 @@ def random_problem(
     allow_offload: bool = True,
     groups: bool = False,
     fusion: bool = False,
+    hiding: bool = False,
 ):
     """A random DAG per region, candidates spread over ``n_classes`` shared signatures.
 
@@ -144,6 +147,16 @@ def random_problem(
         allow_offload=allow_offload,
         unknown_primitives=(),
     )
+    if hiding:  # calibrated per-direction hiding models (cost.py X terms): eta, cap, floor
+        d2h_m, h2d_m = (
+            cm.HidingModel(
+                eta=rnd.choice([0.0, 0.3, 1.0]),
+                capacity_s=rnd.choice([math.inf, rnd.uniform(0.0, 3e-3)]),
+                floor=rnd.choice([0.0, rnd.uniform(0.1, 0.6)]),
+            )
+            for _ in range(2)
+        )
+        cost = dataclasses.replace(cost, d2h_hiding=d2h_m, h2d_hiding=h2d_m)
     return graph, cost
 
 
@@ -174,3 +187,91 @@ def _primitive(k: int, fusion: bool) -> str:
     if fusion and k in (1, 2, 3):
         return ("mul", "reduce_sum", "exp")[k - 1]
     return f"p{k}"
+
+
+def one_tensor_layer(
+    *, nbytes: int, recompute_s: float, copy_s: float, after_s: float, before_s: float, trips=8
+):
+    """A layer under a scan of ``trips`` with one tensor the backward pass reads (a matmul-like
+    kernel: its recompute costs ``recompute_s``), copied in ``copy_s`` each way, with windows
+    ``after_s`` (forward compute after it) and ``before_s`` (backward compute before its
+    reader). The single overlap efficiency is 0 until a test sets it."""
+    cand = Candidate(
+        index=0,
+        signature="attn",
+        primitive="p1",
+        name="attention_out",
+        shape=(nbytes // 2,),
+        dtype="bfloat16",
+        nbytes=nbytes,
+        source="synthetic",
+        inputs=(),
+        needed=True,
+        effectful=False,
+        loop_invariant=False,
+        input_reads=(),
+        read_by_kernel=True,
+    )
+    region = Region(
+        id=0,
+        source="synthetic",
+        multiplicity=trips,
+        call_sites=1,
+        candidates=(cand,),
+        user_policy="none",
+        prevent_cse=False,
+        in_scan=True,
+        inputs=(),
+        group=None,
+    )
+    trace = Trace(
+        regions=(region,),
+        anchor=graph_anchor(),
+        argument_bytes=0,
+        backend="cpu",
+        fingerprint="synthetic",
+        undifferentiated_regions=0,
+    )
+    graph = build_graph(trace)
+    rc = RegionCost(
+        region_id=0,
+        multiplicity=trips,
+        recompute_s=(recompute_s,),
+        materialize_s=(0.0,),
+        d2h_s=(copy_s,),
+        h2d_s=(copy_s,),
+        fwd_after_s=(after_s,),
+        bwd_before_s=(before_s,),
+        fwd_s=recompute_s + after_s,
+        bwd_s=2 * (recompute_s + after_s),
+    )
+    cost = CostModel(
+        hardware=cm.load_profile("cpu"),
+        regions=(rc,),
+        base_step_s=0.1,
+        fixed_bytes=1 << 20,
+        correction_bytes=0,
+        host_cap_bytes=1e12,
+        overlap_efficiency=0.0,
+        allow_offload=True,
+        unknown_primitives=(),
+    )
+    return graph, cost
+
+
+def graph_anchor() -> CompiledFigures:
+    """Compiled figures of nothing (synthetic problems have no compile)."""
+    return CompiledFigures(
+        argument_bytes=0,
+        output_bytes=0,
+        alias_bytes=0,
+        temp_bytes=0,
+        host_temp_bytes=0,
+        host_buffers_in_hlo=0,
+        async_host_copies_in_hlo=0,
+        jaxpr_host_bytes=0,
+        stacked_device_bytes=0,
+        stacked_host_bytes=0,
+        stacked_host_arrays=0,
+        backend="cpu",
+    )

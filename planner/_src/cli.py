@@ -421,6 +421,14 @@ def _profile_summary(profile, out: str | None) -> str:
         f"{link.h2d_bytes_per_s / 1e9:.3g} GB/s",
         f"  overlap efficiency: {profile.overlap_efficiency:.2f}",
     ]
+    for d in ("d2h", "h2d"):  # the calibrated per-direction hiding models, where measured
+        h = getattr(link, f"{d}_hiding", None)
+        if h is not None:
+            cap = "none" if h.capacity_s == float("inf") else f"{h.capacity_s * 1e3:.3g} ms"
+            lines.append(
+                f"  {d} hiding ({h.form}): eta {h.eta:.3f}, capacity {cap} per trip, "
+                f"floor {h.floor:.2f}"
+            )
     if out:
         lines.append(f"written to {out}; plan with it: --hardware {out}")
     return "\n".join(lines) + "\n"

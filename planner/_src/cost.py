@@ -59,14 +59,24 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   the whole step with nothing recomputed, and ``X`` is the copy time one trip cannot hide.
   Under ``lax.scan`` XLA starts a device->host copy once its tensor exists and finishes it
   by the end of the same trip; it reads offloaded tensors back at the start of the backward
-  trip and waits for each before its first use (benchmarks/results/h200-2026-11-30-shared-probe). The copies share
-  one link, which moves data at a fraction ``eta`` (the profile's overlap efficiency) of its
-  speed while compute runs and at full speed when compute waits. For such a queue the
-  exposed time is the worst tail:
-  ``X^fwd_r = max(0, max_u sum_{v >= u} d2h_v [v offloaded] - eta * after_u)`` with ``after_u``
-  the forward compute after ``u`` is made, and, since the backward trip uses tensors in the
-  reverse order, ``X^bwd_r = max(0, max_u sum_{v >= u} h2d_v [v offloaded] - eta * before_u)``
-  with ``before_u`` the backward compute ahead of ``u``'s first use.
+  trip and waits for each before its first use (benchmarks/results/h200-2026-11-30-shared-probe).
+  Per direction the copies queue on one link, and each tensor ``u`` has a *window*: for a
+  store (d2h) ``after_u``, the forward compute after ``u`` is made; for a reload (h2d)
+  ``before_u``, the backward compute ahead of ``u``'s first use. With the direction's
+  calibrated hiding model ``(eta, cap, floor)`` (the profile's ``link.d2h_hiding`` /
+  ``link.h2d_hiding``, cost_models._hiding, fitted to a copy-heavy sweep on the device), the
+  trip's copy time ``D = sum_v d2h_v [v offloaded]`` and the queue's tails
+  ``D_u = sum_{v >= u} d2h_v [v offloaded]`` (production order):
+  ``X^fwd_r = max(0, floor * D, D - cap, max_u (D_u - eta * after_u))``: the link moves data
+  at ``eta`` of its speed while compute runs and at full speed when compute waits (the worst
+  tail is exposed), one trip hides at most ``cap`` of copy time however long its compute,
+  and a share ``floor`` of every copy is exposed (XLA's scheduler puts some copies' done
+  next to their start). Likewise, since the backward trip uses tensors in the reverse order,
+  ``X^bwd_r = max(0, floor' * H, H - cap', max_u (H_u - eta' * before_u))`` with the h2d
+  times. A profile without calibrated models uses its single ``overlap_efficiency`` as
+  ``eta`` in both directions, ``cap = inf``, ``floor = 0`` (the model before issue 18).
+  Measured on the H200 (benchmarks/results/offload-windows-2026-12-04.md): that single eta
+  (0.0895) put 6 of the sweep's 18 per-direction figures within 20%, the calibrated models 9.
 
 Sharded steps: every figure is per device. Candidate and region-input bytes are per device
 (trace.py: shard divisors read from the partitioned HLO), and so is the anchors'
@@ -233,6 +243,8 @@ def build_cost_model(
         correction_bytes=correction_bytes,
         host_cap_bytes=float(link.host_pinned_bytes),
         overlap_efficiency=float(hw.overlap_efficiency),
+        d2h_hiding=link.d2h_hiding,
+        h2d_hiding=link.h2d_hiding,
         allow_offload=bool(allow_offload and link.kind != "none"),
         unknown_primitives=tuple(sorted(unknown)),
         no_offload_classes=frozenset(
@@ -293,6 +305,16 @@ def _collective_seconds(nbytes: float, hw) -> float:
     """Time of ``nbytes`` sent per device over the device-to-device link (not overlapped,
     as cost_models counts explicit collectives)."""
     return nbytes / hw.ici_bytes_per_s if nbytes and hw.ici_bytes_per_s > 0 else 0.0
+
+
+def hiding_models(model: CostModel) -> tuple[cm.HidingModel, cm.HidingModel]:
+    """(d2h, h2d) hiding models of ``model``: the profile's calibrated ones, or its single
+    overlap efficiency as eta (no capacity, no floor) where it has none."""
+    eta = model.overlap_efficiency
+    return tuple(
+        h if h is not None else cm.HidingModel(eta=eta, form="eta")
+        for h in (model.d2h_hiding, model.h2d_hiding)
+    )
 
 
 def regions_in_order(graph: LivenessGraph) -> bool:
@@ -368,7 +390,7 @@ def evaluate(
 ) -> Prediction:
     """The model's prediction for ``assignment`` (the formulas in this module's docstring),
     with the train-state leaves ``state_on_host`` in pinned host memory (state.py)."""
-    link_share = model.overlap_efficiency  # eta: the link's speed while compute runs
+    hide_d2h, hide_h2d = hiding_models(model)  # per direction: eta, capacity, floor
     per_cand = decisions_per_candidate(graph, assignment)
     preds = []
     for rg, rc, dec in zip(graph.regions, model.regions, per_cand):
@@ -419,13 +441,9 @@ def evaluate(
                     transient = max(transient, c.nbytes)
                 recompute_s += rc.recompute_s[i]
         working = math.ceil(model.working_set_scale * (working + transient))
-        exposed_fwd = exposed_bwd = 0.0
-        tail_d2h = tail_h2d = 0.0
-        for i in reversed(off):  # tails of the copy queues, in production order
-            tail_d2h += rc.d2h_s[i]
-            tail_h2d += rc.h2d_s[i]
-            exposed_fwd = max(exposed_fwd, tail_d2h - link_share * rc.fwd_after_s[i])
-            exposed_bwd = max(exposed_bwd, tail_h2d - link_share * rc.bwd_before_s[i])
+        # X^fwd, X^bwd: each direction's queue, in production order, with its windows.
+        exposed_fwd = hide_d2h.exposed([(rc.d2h_s[i], rc.fwd_after_s[i]) for i in off])
+        exposed_bwd = hide_h2d.exposed([(rc.h2d_s[i], rc.bwd_before_s[i]) for i in off])
         preds.append(
             RegionPrediction(
                 region_id=rc.region_id,

@@ -11,7 +11,7 @@ import dataclasses
 import io
 import json
 
-from planner._src.cost import evaluate
+from planner._src.cost import evaluate, hiding_models
 from planner._src.units import GB, MB, fmt_bytes, fmt_gb
 
 
@@ -91,11 +91,11 @@ class Report:
     snippets: dict = dataclasses.field(default_factory=dict)
 
 
-def _reason(d: str, rec_ms: float, xfer_ms: float, nbytes: int, plan, room: int) -> str:
+def _reason(d: str, rec_ms: float, exposed: float, nbytes: int, plan, room: int) -> str:
     """The decision in words, against the options not taken (every figure from the cost
-    model, per step over all trips: recompute time, the copies' exposed time at the
-    profile's overlap, ``room``: bytes left under the planned-to budget)."""
-    exposed = xfer_ms * (1 - plan.cost.overlap_efficiency)
+    model, per step over all trips: recompute time, ``exposed``: the tensor's copies' exposed
+    ms were it offloaded alone, through the profile's per-direction hiding models and its
+    windows (cost.py X terms), ``room``: bytes left under the planned-to budget)."""
     offload = f"offload {exposed:.3f} ms exposed" if plan.cost.allow_offload else "no offload"
     room_text = f"{fmt_bytes(room)} of room"
     if d == "save":
@@ -259,8 +259,9 @@ def build_report(plan, plan_file: str | None = None) -> Report:
     read_any = {rg.region.id: rp.needed for rg, rp in zip(graph.regions, everything.regions)}
     total = 0
     entries = []
+    hide_d2h, hide_h2d = hiding_models(cost)
     for cls in graph.classes:
-        nbytes = rec = xfer = 0
+        nbytes = rec = xfer = exposed = 0
         members = 0
         source = label = region_source = ""
         shards: set[str] = set()
@@ -273,6 +274,10 @@ def build_report(plan, plan_file: str | None = None) -> Report:
             nbytes += L * c.nbytes
             rec += L * rc.recompute_s[i]
             xfer += L * (rc.d2h_s[i] + rc.h2d_s[i])
+            exposed += L * (
+                hide_d2h.exposed([(rc.d2h_s[i], rc.fwd_after_s[i])])
+                + hide_h2d.exposed([(rc.h2d_s[i], rc.bwd_before_s[i])])
+            )
             members += 1
             # the row's source and label: of one member, the first with a line of the user's
             if not label or (c.source and not source):
@@ -295,7 +300,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
                 cls,
                 nbytes,
                 rec,
-                xfer,
+                (xfer, exposed),
                 members,
                 _source_or(source, region_source),
                 "; ".join(sorted(shards)) if plan.trace.num_partitions > 1 else "",
@@ -307,7 +312,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
     room = max(0, plan.budget_bytes - plan.headroom_bytes - pred.peak_bytes)
     small = [0, 0]
     # Per layer group (a section each), then the largest first.
-    for cls, nbytes, rec, xfer, members, source, shard, label, read in sorted(
+    for cls, nbytes, rec, (xfer, exposed), members, source, shard, label, read in sorted(
         entries, key=lambda e: (e[0].group or 0, -e[1])
     ):
         d = a.get(cls.key)
@@ -328,7 +333,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
                 source=source,
                 shard=shard,
                 reason=(
-                    _reason(d, rec * 1e3, xfer * 1e3, nbytes, plan, room) if read else NOT_READ
+                    _reason(d, rec * 1e3, exposed * 1e3, nbytes, plan, room) if read else NOT_READ
                 ),
                 group=cls.group,
                 jax_label=label,

@@ -10,7 +10,10 @@ equation JAX always keeps.
 
 It follows the same accounting conventions as the cost model (documented in ``cost.py``):
 the fixed bytes are resident throughout, a backward trip holds its recomputed and reloaded
-tensors until it ends, and copies move at ``eta`` of the link speed while compute runs.
+tensors until it ends, and copies move at ``eta`` of the link speed while compute runs, at
+most ``capacity`` of a trip's copy time per direction moves while compute runs, and a share
+``floor`` of each trip's copy time is exposed whatever (the profile's calibrated hiding
+model per direction, read here as three numbers, or its single overlap efficiency as eta).
 """
 
 from __future__ import annotations
@@ -38,22 +41,34 @@ class SimulationResult:
     events: int
 
 
-def _copy_queue_exposure(jobs, eta: float, compute_s: float) -> float:
+def _link(cost: CostModel, model) -> tuple[float, float, float]:
+    """(eta, capacity_s, floor) of one direction: its calibrated model's three numbers, or
+    the single overlap efficiency as eta with no capacity and no floor."""
+    if model is None:
+        return cost.overlap_efficiency, math.inf, 0.0
+    return model.eta, model.capacity_s, model.floor
+
+
+def _copy_queue_exposure(jobs, eta: float, compute_s: float, budget: float = math.inf) -> float:
     """Run copies (ready_time, duration) through one link; return time past ``compute_s``.
 
-    While compute runs (t < compute_s) the link progresses at rate ``eta``, after it at 1.
+    While compute runs (t < compute_s) the link progresses at rate ``eta``, after it at 1;
+    at most ``budget`` seconds of copying progress while compute runs (the trip's capacity:
+    once spent, the link waits for compute to end).
     """
     t = 0.0
     for ready, dur in sorted(jobs):
         t = max(t, ready)
         remaining = dur
-        if t < compute_s and eta > 0:
-            can = (compute_s - t) * eta
+        if t < compute_s and eta > 0 and budget > 0:
+            can = min((compute_s - t) * eta, budget)
             if can >= remaining:
                 t += remaining / eta
+                budget -= remaining
                 remaining = 0.0
             else:
                 remaining -= can
+                budget -= can
                 t = compute_s
         t = max(t, compute_s) + remaining if remaining > 0 else t
     return max(0.0, t - compute_s)
@@ -67,7 +82,10 @@ def simulate(
     budget_bytes: float | None = None,
 ) -> SimulationResult:
     decisions = assignment.as_dict()
-    eta = cost.overlap_efficiency  # the link's share of its speed while compute runs
+    # Per direction: the link's share of its speed while compute runs, the copy time one
+    # trip can hide, the share always exposed.
+    eta_d, cap_d, floor_d = _link(cost, cost.d2h_hiding)
+    eta_h, cap_h, floor_h = _link(cost, cost.h2d_hiding)
     device = cost.fixed_bytes
     peak = device
     host = 0
@@ -177,7 +195,9 @@ def simulate(
         jobs = [
             (rc.fwd_s - rc.fwd_after_s[i], rc.d2h_s[i]) for i, d in kept.items() if d == "offload"
         ]
-        exposure = _copy_queue_exposure(jobs, eta, rc.fwd_s)
+        exposure = _copy_queue_exposure(jobs, eta_d, rc.fwd_s, cap_d)
+        # The floor: that share of the trip's stores waits at their done, hidden or not.
+        exposure = max(exposure, floor_d * sum(d for _, d in jobs))
         # Saving or offloading a value the forward would keep in a fusion costs its write to
         # HBM, every trip (an offload copies it from there).
         exposure += sum(
@@ -234,17 +254,21 @@ def simulate(
         reloads = sorted(
             ((i, rc.h2d_s[i]) for i, d in kept.items() if d == "offload"), key=lambda p: -p[0]
         )
-        stall, link_t = 0.0, 0.0
+        stall, link_t, budget = 0.0, 0.0, cap_h
         for i, dur in reloads:
             deadline = rc.bwd_before_s[i] + stall  # compute is late by the stalls so far
             remaining = dur
-            if link_t < deadline and eta > 0:  # the link runs at eta while compute runs
-                used = min((deadline - link_t) * eta, remaining)
-                link_t += used / eta
+            if link_t < deadline and eta_h > 0 and budget > 0:
+                # the link runs at eta while compute runs, until the trip's capacity is spent
+                used = min((deadline - link_t) * eta_h, remaining, budget)
+                link_t += used / eta_h
                 remaining -= used
+                budget -= used
             if remaining > 0:  # compute waits for the copy: full link speed
                 link_t = max(link_t, deadline) + remaining
             stall += max(0.0, link_t - deadline)
+        # The floor: that share of the trip's reloads waits at their done, hidden or not.
+        stall = max(stall, floor_h * sum(d for _, d in reloads))
         # The working set as the cost model scales it (omega, measured from two compiles).
         ws = math.ceil(cost.working_set_scale * (reload_b + rec_b))
         for _ in range(rc.multiplicity):

@@ -24,7 +24,7 @@ import time
 
 from ortools.sat.python import cp_model
 
-from planner._src.cost import REDUCTIONS, CostModel, evaluate, regions_in_order
+from planner._src.cost import REDUCTIONS, CostModel, evaluate, hiding_models, regions_in_order
 from planner._src.errors import InfeasibleBudgetError, SolverError
 from planner._src.graph import LivenessGraph, class_key
 from planner._src.state import add_to_model
@@ -165,7 +165,7 @@ class _Model:
             transient = m.NewIntVar(0, 1 << 50, f"transient_kib[{rg.region.id}]")
             exposed_fwd = m.NewIntVar(0, 1 << 50, f"exposed_fwd_ns[{rg.region.id}]")
             exposed_bwd = m.NewIntVar(0, 1 << 50, f"exposed_bwd_ns[{rg.region.id}]")
-            link_share = cost.overlap_efficiency
+            hide_d2h, hide_h2d = hiding_models(cost)  # per direction: eta, capacity, floor
             # held[v]: v's buffer is in memory without a new allocation in the backward pass:
             # v is kept (saved or reloaded), or it is a recomputed view of a held value or of
             # a region input (cost.held_values). free[v] (<= remat, <= held of its source):
@@ -220,22 +220,34 @@ class _Model:
                     host_terms.append((1 if c.loop_invariant else trips) * kib * o)
                     if not isinstance(o, int) or o:
                         offloads.append((i, o))
-            # Exposed copy time of one trip: the copies queue on one link and hide behind
-            # link_share times the compute that runs meanwhile; the worst tail of the queue is
-            # exposed (cost.py). With link_share = 0 only the whole queue matters.
-            starts = offloads if link_share > 0 else offloads[:1]
-            for k, (u, _) in enumerate(starts):
-                tail = offloads[k:] if link_share > 0 else offloads
-                m.Add(
-                    exposed_fwd
-                    >= sum(_ns(rc.d2h_s[v]) * o for v, o in tail)
-                    - _ns(link_share * rc.fwd_after_s[u])
-                )
-                m.Add(
-                    exposed_bwd
-                    >= sum(_ns(rc.h2d_s[v]) * o for v, o in tail)
-                    - _ns(link_share * rc.bwd_before_s[u])
-                )
+            # Exposed copy time of one trip, per direction (cost.py X^fwd, X^bwd): each
+            # direction's copies queue on the link in production order; with that direction's
+            # calibrated model (eta, capacity, floor), exposed_* is at least each of the terms
+            # below, and the objective (which minimizes it) keeps it at their maximum.
+            for exposed, copy_s, window_s, hide in (
+                (exposed_fwd, rc.d2h_s, rc.fwd_after_s, hide_d2h),  # stores: after the producer
+                (exposed_bwd, rc.h2d_s, rc.bwd_before_s, hide_h2d),  # reloads: before the reader
+            ):
+                # The queue's tails: the copies from u on hide behind eta times u's window
+                # and the rest is exposed. With eta = 0 every tail is dominated by the whole
+                # queue (the first start).
+                starts = offloads if hide.eta > 0 else offloads[:1]
+                for k, (u, _) in enumerate(starts):
+                    tail = offloads[k:] if hide.eta > 0 else offloads
+                    m.Add(
+                        exposed
+                        >= sum(_ns(copy_s[v]) * o for v, o in tail) - _ns(hide.eta * window_s[u])
+                    )
+                # Capacity: one trip hides at most `capacity` of this direction's copy time,
+                # however much compute surrounds it.
+                if offloads and math.isfinite(hide.capacity_s):
+                    m.Add(
+                        exposed
+                        >= sum(_ns(copy_s[v]) * o for v, o in offloads) - _ns(hide.capacity_s)
+                    )
+                # Floor: a share of every copy is exposed whatever compute is around it.
+                if offloads and hide.floor > 0:
+                    m.Add(exposed >= sum(_ns(hide.floor * copy_s[v]) * o for v, o in offloads))
             # need_in[u]: a region input the scan stacks is kept when the backward pass reads
             # it or a needed recompute does.
             stacked_inputs = []

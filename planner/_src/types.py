@@ -259,6 +259,11 @@ class CostModel:
     # host memory saves and costs (state.LeafCost; formulas in state.py). Empty: no state
     # placement is planned and nothing below changes.
     state: tuple = ()
+    # Per direction, the profile's calibrated hiding model (cost_models.HidingModel: eta,
+    # capacity, floor; cost.py's X terms). None: the profile has none, and overlap_efficiency
+    # is the eta of both directions, with no capacity and no floor (cost.hiding_models).
+    d2h_hiding: Any = None
+    h2d_hiding: Any = None
 
 
 @_frozen

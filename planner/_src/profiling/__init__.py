@@ -4,10 +4,18 @@ host-copy time hid behind compute (``planner.profile``).
 * ``intervals``: interval arithmetic (unions, intersections of event intervals);
 * ``xplane``: reading a device trace into classified events;
 * ``overlap``: per-step and per-trip overlap figures and :class:`ProfileResult`;
-* ``runner``: :func:`profile`, which compiles, runs and traces the step.
+* ``runner``: :func:`profile`, which compiles, runs and traces the step;
+* ``hiding``: the copy-heavy sweep's calibration of the per-direction hiding models
+  (:func:`calibrate_hiding`, :func:`sweep_windows`, :func:`measured_per_trip`).
 """
 
 from planner._src.hlo import host_transfer_ops
+from planner._src.profiling.hiding import (
+    calibrate_hiding,
+    measured_per_trip,
+    names_policy,
+    sweep_windows,
+)
 from planner._src.profiling.intervals import (
     Interval,
     clip,
@@ -48,6 +56,10 @@ __all__ = [
     "TraceData",
     "TripOverlap",
     "analyze_trace",
+    "calibrate_hiding",
+    "measured_per_trip",
+    "names_policy",
+    "sweep_windows",
     "classify",
     "clip",
     "difference",
