@@ -30,7 +30,6 @@ def searched():
         hardware="cpu",
         stock=ANCHORS,
         max_batch_size=4,
-        refine=0,
         **FAST,
     )
 
