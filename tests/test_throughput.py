@@ -102,7 +102,7 @@ def test_throughput_plot(searched, tmp_path):
 
 
 @pytest.mark.slow
-def test_microbatching_picks_a_count_and_its_loop_matches_the_step():
+def test_microbatching_picks_a_count_and_its_loop_matches_the_step(tmp_path):
     # The global batch of 4 as 1, 2 or 4 micro-batches: at 2.3 MB the whole batch does not
     # fit (full remat of 4 examples needs more), smaller micro-batches do.
     r = planner.maximize_throughput(
@@ -122,6 +122,7 @@ def test_microbatching_picks_a_count_and_its_loop_matches_the_step():
     chosen = _row(r, "planner", r.batch_size)
     assert chosen.predicted_step_s == pytest.approx(r.microbatches * r.plan.prediction.step_s)
     assert all(r.tokens_per_s >= x.tokens_per_s for x in r.table if x.fits)
+    assert "micro-batches" in r.report() and r.plot(tmp_path / "micro.svg").stat().st_size > 1000
 
     # The accumulation loop the plan is for, under the plan's policy, against the whole
     # batch's step without it: the same loss and update up to float rounding.

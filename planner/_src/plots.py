@@ -469,6 +469,12 @@ def draw_throughput_curve(result):
     """The figure of :func:`throughput_curve` (a matplotlib ``Figure``, Agg canvas)."""
     fig, ax = _figure()
     policies = [lim.policy for lim in result.limits]
+    # micro-batching: one global batch, so the x axis is the micro-batch size
+    micro = any(r.microbatches > 1 for r in result.table)
+
+    def x_of(r):
+        return r.batch_size if micro else r.global_batch_size
+
     for k, policy in enumerate(policies):
         rows = sorted(
             (r for r in result.table if r.policy == policy and r.tokens_per_s),
@@ -477,7 +483,7 @@ def draw_throughput_curve(result):
         fit = [r for r in rows if r.fits]
         if not fit:
             continue
-        xs = [r.global_batch_size for r in fit]
+        xs = [x_of(r) for r in fit]
         ys = [r.tokens_per_s for r in fit]
         if policy == "planner":
             ax.plot(xs, ys, "o-", markersize=_PLAN_SIZE, linewidth=2, label="planner", zorder=3)
@@ -497,7 +503,7 @@ def draw_throughput_curve(result):
         if lim.first_over is not None:  # where it stops fitting: a cross on the x axis
             over = next(r for r in result.table if r.batch_size == lim.first_over)
             ax.plot(
-                [over.global_batch_size],
+                [x_of(over)],
                 [0.0],
                 "x",
                 color=ax.lines[-1].get_color(),
@@ -507,21 +513,26 @@ def draw_throughput_curve(result):
                 transform=ax.get_xaxis_transform(),
                 zorder=4,
             )
+    chosen = (
+        f"chosen: {result.microbatches} x {result.batch_size}"
+        if micro
+        else f"chosen: batch {result.batch_size}"
+    )
     ax.plot(
-        [result.global_batch],
+        [result.batch_size],
         [result.tokens_per_s],
         "*",
         color="crimson",
         markersize=16,
-        label=f"chosen: batch {result.global_batch}, {result.policy}",
+        label=f"{chosen}, {result.policy}",
         zorder=5,
     )
     ax.plot([], [], "x", color="gray", label="first batch that does not fit (compiled)")
-    micro = any(r.microbatches > 1 for r in result.table)
     ax.set_xscale("log", base=2)
     ax.set_xlabel(
-        "global batch (examples per optimizer step"
-        + ("; micro-batch size x micro-batches)" if micro else ")")
+        f"micro-batch size (global batch {result.global_batch} = size x micro-batches)"
+        if micro
+        else "batch size (examples per step)"
     )
     ax.set_ylabel("predicted tokens/s")
     ax.set_title(
