@@ -191,3 +191,16 @@ def test_errors_teach():
         )
     with pytest.raises(planner.InvalidArgumentError, match="Unknown stock"):
         planner.maximize_throughput(make_tiny_step, hbm_gb=1, hardware="cpu", stock=("nope",))
+
+
+def test_nothing_fits_says_so():
+    # 1 MB is under what the step's parameters, optimizer state and batch take at batch 1.
+    with pytest.raises(planner.InfeasibleBudgetError, match="No batch size fits(.|\n)*Fix:"):
+        planner.maximize_throughput(
+            make_tiny_step,
+            hbm_gb=0.001,
+            hardware="cpu",
+            tokens_per_example=32,
+            stock=ANCHORS,
+            **FAST,
+        )

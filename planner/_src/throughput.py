@@ -309,7 +309,8 @@ class _Probe:
             self.plan_error = InfeasibleBudgetError(
                 f"No plan fits at batch size {self.batch}: full remat (nothing_saveable) "
                 f"compiles to {fmt_bytes(full)}, over the {fmt_bytes(self.usable)} usable, and "
-                "without offloading no plan keeps less.",
+                "without offloading no plan keeps less.\nFix: a larger hbm_gb, a smaller "
+                "batch, or allow_offload (where the backend has host memory).",
                 budget_bytes=requested,
                 min_feasible_bytes=float(full),
             )
@@ -536,6 +537,10 @@ def maximize_throughput(
         # the planner at every stock policy's best batch (already probed) and between its
         # own best batch and the probed neighbours
         for _ in range(refine):
+            if not any(
+                p.plan is not None and _plan_fits(p.plan, p.usable) for p in probes.values()
+            ):
+                break
             rows = _planner_rows(probes, n_of, count, rule)
             best = _best(rows)
             if best is None:
@@ -556,19 +561,18 @@ def maximize_throughput(
             stock_rows_all()
             planner_all()
 
-    table = _table(probes, n_of, count, rule, stock_names)
-    planner_rows = [r for r in table if r.policy == PLANNER]
-    best = _best(planner_rows)
-    if best is None:
+    if not any(p.plan is not None and _plan_fits(p.plan, p.usable) for p in probes.values()):
         smallest = min(probes)
         err = probes[smallest].plan_error
         raise InfeasibleBudgetError(
             f"No batch size fits {fmt_bytes(requested)}: at batch size {smallest}, the "
-            f"smallest tried, neither a plan nor a stock policy compiles within the budget."
+            "smallest tried, neither a plan nor a stock policy compiles within the budget."
             + (f"\n{err}" if err else ""),
             budget_bytes=requested,
             min_feasible_bytes=getattr(err, "min_feasible_bytes", float(requested)),
         )
+    table = _table(probes, n_of, count, rule, stock_names)
+    best = _best([r for r in table if r.policy == PLANNER])
     chosen = probes[best.batch_size].plan
     limits = _limits(table, boundaries, probes)
     # The guarantee, checked: never predicted slower than any stock policy's best.
