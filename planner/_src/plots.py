@@ -529,6 +529,9 @@ def draw_throughput_curve(result):
     )
     ax.plot([], [], "x", color="gray", label="first batch that does not fit (compiled)")
     ax.set_xscale("log", base=2)
+    ticks = sorted({x_of(r) for r in result.table})
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.minorticks_off()
     ax.set_xlabel(
         f"micro-batch size (global batch {result.global_batch} = size x micro-batches)"
         if micro
