@@ -103,18 +103,18 @@ def test_throughput_plot(searched, tmp_path):
 
 @pytest.mark.slow
 def test_microbatching_picks_a_count_and_its_loop_matches_the_step(tmp_path):
-    # The global batch of 4 as 1, 2 or 4 micro-batches: at 2.3 MB the whole batch does not
-    # fit (full remat of 4 examples needs more), smaller micro-batches do.
+    # The global batch of 4 as 1 or 2 micro-batches: at 2.3 MB the whole batch does not fit
+    # (full remat of 4 examples needs more), two micro-batches of 2 do.
     r = planner.maximize_throughput(
         make_micro_step,
         hbm_gb=0.0023,
         hardware="cpu",
         global_batch=4,
-        microbatches=(1, 2, 4),
+        microbatches=(1, 2),
         stock=ANCHORS,
         **FAST,
     )
-    assert r.global_batch == 4 and r.microbatches in (2, 4)
+    assert r.global_batch == 4 and r.microbatches == 2
     for x in r.table:
         assert x.batch_size * x.microbatches == 4
         assert x.tokens_per_step == 4 * TINY.seq
