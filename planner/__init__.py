@@ -7,6 +7,7 @@
 
     session = planner.Planner(train_step, state, batch, hardware="h200")   # trace once
     plans = session.pareto(hbm_gb=[60, 80, 100])                           # plan many
+    best = planner.maximize_throughput(make_step, hbm_gb=80, hardware="h200")  # batch + plan
 
 Everything below is the public API; the modules under ``planner._src`` are private.
 """
@@ -66,6 +67,9 @@ _PUBLIC = {
     },
     "StatePlan": ("planner._src.state_plan", "StatePlan"),
     "plan_state": ("planner._src.state_plan", "plan_state"),
+    "ThroughputResult": ("planner._src.throughput", "ThroughputResult"),
+    "maximize_throughput": ("planner._src.throughput", "maximize_throughput"),
+    "throughput_curve": ("planner._src.plots", "throughput_curve"),
     "Assignment": ("planner._src.types", "Assignment"),
     "Prediction": ("planner._src.types", "Prediction"),
     "Verification": ("planner._src.types", "Verification"),

@@ -6,9 +6,10 @@ as ``jax-offload-planner``).
     python -m planner pareto MODULE:FACTORY --hbm-gb 60,80,100 [--png pareto.png]
     python -m planner calibrate [--out my-gpu.json] [--base h200]
     python -m planner profile examples.llama:profile_quickstart --hbm-gb 0.42 [--png t.png]
+    python -m planner throughput examples.accumulate:make_tiny_step --hbm-gb 0.003 --hardware cpu
 
 The factory is a function of no arguments returning ``(step_fn, example_args)``, for
-example ``examples.llama:quickstart``. Every command takes ``--json`` for machine-readable
+example ``examples.llama:quickstart`` (throughput: of the batch size, ``make_step(b)``). Every command takes ``--json`` for machine-readable
 output on stdout; progress messages go to stderr, so stdout stays clean for pipes.
 Exit status: 0 success; 1 a plan that failed its checks (pareto: no budget was feasible;
 profile: nothing was measured); 2 an error the planner found (bad input, an infeasible
@@ -453,6 +454,74 @@ def _cmd_calibrate(a) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------ throughput
+
+
+def _ints(text: str, flag: str) -> tuple[int, ...] | None:
+    from planner._src.errors import InvalidArgumentError
+
+    if text is None:
+        return None
+    try:
+        out = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        out = ()
+    if not out or min(out) < 1:
+        raise InvalidArgumentError(
+            f"{flag} {text!r} is not a comma-separated list of positive ints.\nFix: e.g. "
+            f"{flag} 1,2,4,8."
+        )
+    return out
+
+
+def _cmd_throughput(a) -> int:
+    from planner._src.planfile import check_writable
+    from planner._src.throughput import maximize_throughput
+
+    for path, suffixes, flag in ((a.png, (".png",), "--png"), (a.svg, (".svg",), "--svg")):
+        _image_path(path, suffixes, flag)
+    for path, what in ((a.png, "the plot"), (a.svg, "the plot"), (a.out, "the report file")):
+        if path:
+            check_writable(path, what)  # before the compiles
+    if a.save:
+        check_writable(a.save, "the plan file")
+    factory = import_factory(a.factory, "(step_fn, example_args) for a batch size")
+
+    def make_step(batch_size):
+        return call_factory(a.factory, factory, batch_size)
+
+    fmt = "json" if a.json else a.format
+    with _Progress(a.quiet) as progress:
+        progress(
+            f"planning {a.factory} for throughput on {a.hardware} under {a.hbm_gb:g} GB "
+            "(one trace per batch size)"
+        )
+        result = maximize_throughput(
+            make_step,
+            hbm_gb=a.hbm_gb,
+            hardware=a.hardware,
+            batch_sizes=_ints(a.batch_sizes, "--batch-sizes"),
+            global_batch=a.global_batch,
+            microbatches=_ints(a.microbatches, "--microbatches"),
+            tokens_per_example=a.tokens_per_example,
+            stock=tuple(x for x in a.stock.split(",") if x) if a.stock else None,
+            max_batch_size=a.max_batch_size,
+            allow_offload=False if a.no_offload else None,
+            solver_time_limit_s=a.time_limit,
+            layer_groups=_LAYER_GROUPS[a.layer_groups],
+            progress=progress,
+        )
+        for path in (a.png, a.svg):
+            if path:
+                progress(f"drawing tokens/s against batch size to {path}")
+                result.plot(path)
+        if a.save:
+            progress(f"writing the chosen plan to {a.save}")
+            result.plan.save(a.save)
+    _emit(result.report(fmt), a.out)
+    return 0 if result.plan.verification.ok else 1
+
+
 # ------------------------------------------------------------------------------ parser
 
 # ------------------------------------------------------------------------------ profile
@@ -659,6 +728,45 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--svg", metavar="FILE", help="draw step time against budget as SVG")
     p.add_argument("--out", help="also write the table (or JSON) to this file")
     p.set_defaults(run=_cmd_pareto)
+
+    t = sub.add_parser(
+        "throughput",
+        help="choose the batch size (or micro-batches) and the plan for the most tokens/s",
+    )
+    _common(t, planning=True)
+    t.add_argument("--hbm-gb", type=_gb, required=True, help="budget per device, GB (1e9 bytes)")
+    t.add_argument(
+        "--batch-sizes",
+        help="the batch sizes to plan, comma-separated (default: searched from 1 up to where "
+        "nothing fits: doubling, then bisection, per policy)",
+    )
+    t.add_argument(
+        "--global-batch", type=int, help="a fixed global batch to split into micro-batches"
+    )
+    t.add_argument(
+        "--microbatches",
+        help="micro-batch counts to try with --global-batch, comma-separated (default "
+        "1,2,4,8,16); FACTORY(m) then builds the step of one micro-batch of m examples",
+    )
+    t.add_argument(
+        "--tokens-per-example",
+        type=int,
+        help="tokens per example (default: the sequence length of the example batch, when "
+        "there is exactly one)",
+    )
+    t.add_argument("--stock", help="stock policies to compare, comma-separated (default: all)")
+    t.add_argument("--max-batch-size", type=int, default=1 << 16, help="the search's ceiling")
+    t.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        help="the report as text (default), markdown or json",
+    )
+    t.add_argument("--png", metavar="FILE", help="draw tokens/s against batch size as PNG")
+    t.add_argument("--svg", metavar="FILE", help="draw tokens/s against batch size as SVG")
+    t.add_argument("--save", metavar="PLAN.json", help="write the chosen plan file")
+    t.add_argument("--out", help="also write the report to this file")
+    t.set_defaults(run=_cmd_throughput)
 
     c = sub.add_parser("calibrate", help="measure this machine's device into a hardware profile")
     _common(c)

@@ -463,3 +463,93 @@ def pareto_curve(plans_or_errors, path, budgets_gb=None) -> Path:
     named in the legend beside the axes. The y axis spans the data.
     """
     return _save(draw_pareto_curve(plans_or_errors, budgets_gb), path)
+
+
+def draw_throughput_curve(result):
+    """The figure of :func:`throughput_curve` (a matplotlib ``Figure``, Agg canvas)."""
+    fig, ax = _figure()
+    policies = [lim.policy for lim in result.limits]
+    # micro-batching: one global batch, so the x axis is the micro-batch size
+    micro = any(r.microbatches > 1 for r in result.table)
+
+    def x_of(r):
+        return r.batch_size if micro else r.global_batch_size
+
+    for k, policy in enumerate(policies):
+        rows = sorted(
+            (r for r in result.table if r.policy == policy and r.tokens_per_s),
+            key=lambda r: r.batch_size,
+        )
+        fit = [r for r in rows if r.fits]
+        if not fit:
+            continue
+        xs = [x_of(r) for r in fit]
+        ys = [r.tokens_per_s for r in fit]
+        if policy == "planner":
+            ax.plot(xs, ys, "o-", markersize=_PLAN_SIZE, linewidth=2, label="planner", zorder=3)
+        else:
+            ax.plot(
+                xs,
+                ys,
+                _MARKERS[k % len(_MARKERS)] + "--",
+                markersize=_STOCK_SIZE,
+                fillstyle="none",
+                markeredgewidth=1.4,
+                linewidth=1,
+                label=policy,
+                zorder=4,
+            )
+        lim = result.limit(policy)
+        if lim.first_over is not None:  # where it stops fitting: a cross on the x axis
+            over = next(r for r in result.table if r.batch_size == lim.first_over)
+            ax.plot(
+                [x_of(over)],
+                [0.0],
+                "x",
+                color=ax.lines[-1].get_color(),
+                markersize=9,
+                markeredgewidth=2,
+                clip_on=False,
+                transform=ax.get_xaxis_transform(),
+                zorder=4,
+            )
+    chosen = (
+        f"chosen: {result.microbatches} x {result.batch_size}"
+        if micro
+        else f"chosen: batch {result.batch_size}"
+    )
+    ax.plot(
+        [result.batch_size],
+        [result.tokens_per_s],
+        "*",
+        color="crimson",
+        markersize=16,
+        label=f"{chosen}, {result.policy}",
+        zorder=5,
+    )
+    ax.plot([], [], "x", color="gray", label="first batch that does not fit (compiled)")
+    ax.set_xscale("log", base=2)
+    ticks = sorted({x_of(r) for r in result.table})
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel(
+        f"micro-batch size (global batch {result.global_batch} = size x micro-batches)"
+        if micro
+        else "batch size (examples per step)"
+    )
+    ax.set_ylabel("predicted tokens/s")
+    ax.set_title(
+        f"Predicted tokens/s against batch size under {result.budget_bytes / GB:g} GB "
+        f"({result.hardware}; fits: {result.compiler})"
+    )
+    ax.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def throughput_curve(result, path) -> Path:
+    """Draw ``maximize_throughput``'s table: predicted tokens/s (y) against the global batch
+    (x, log scale) for the planner and each stock policy, at the batch sizes where each
+    compiles within the budget; a cross on the x axis where each stops fitting, a star at the
+    chosen (batch, plan)."""
+    return _save(draw_throughput_curve(result), path)
