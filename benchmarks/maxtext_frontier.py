@@ -15,7 +15,9 @@ The configurations are MaxText's own:
 
 * ``llama3.1-405b``: ``maxtext/configs/gpu/a3/llama_3.1_405b/128vm.sh`` (in the maxtext 0.2.5
   wheel): its model and batch keys and its mesh (``dcn_fsdp_parallelism=128 x
-  ici_fsdp_parallelism=8``, 1024 GPUs) and its ``XLA_FLAGS`` (less ``--xla_dump_to``), with
+  ici_fsdp_parallelism=8``, 1024 GPUs, written as ``ici_fsdp_parallelism=1024``: both make
+  MaxText's one ``fsdp`` mesh axis, so the per-device shapes are the same, and MaxText
+  refuses DCN parallelism in one process) and its ``XLA_FLAGS`` (less ``--xla_dump_to``), with
   ``attention=cudnn_flash_jax`` instead of ``cudnn_flash_te`` (TransformerEngine is not part
   of MaxText's CPU requirements; ``cudnn_flash_jax`` is MaxText's cuDNN flash attention
   through ``jax.nn.dot_product_attention``), ``remat_policy`` left to the planner.
@@ -67,8 +69,10 @@ MODELS = {
             "logits_dot_in_fp32=False",
             "per_device_batch_size=1",
             "max_target_length=8192",
-            "dcn_fsdp_parallelism=128",
-            "ici_fsdp_parallelism=8",
+            # the script's dcn_fsdp_parallelism=128 x ici_fsdp_parallelism=8, as one fsdp axis
+            # of 1024 (MaxText makes the same 'fsdp' mesh axis of both; one process has no
+            # DCN slices to split it over)
+            "ici_fsdp_parallelism=1024",
             "max_segments_per_seq=32",
             "steps=10",
         ],

@@ -269,9 +269,12 @@ def _cmd_maxtext(a) -> int:
         # XLA reads it when the CPU backend starts, which has not happened yet in this process.
         flag = f"--xla_force_host_platform_device_count={a.host_devices}"
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+    import contextlib
+
     from planner._src.maxtext import plan_maxtext
 
-    with _Progress(a.quiet) as progress:
+    # MaxText prints to stdout as it imports and configures; stdout is the report's.
+    with _Progress(a.quiet) as progress, contextlib.redirect_stdout(sys.stderr):
         progress(f"planning MaxText {config or 'base.yml'} for {a.hardware}")
         mt = plan_maxtext(
             config,
