@@ -235,3 +235,13 @@ def test_decide_names_is_checked():
     with pytest.raises(InvalidArgumentError, match="decide_names"):
         planner.PlanOptions(decide_names="query_proj")
     assert planner.PlanOptions(decide_names=["a"]).decide_names == ("a",)
+
+
+def test_cli_maxtext_errors_teach(capsys):
+    from planner._src.cli import main
+
+    assert main(["maxtext", "my.yml", "scan_layers", "--hardware", "cpu"]) == 2
+    assert "neither the config file" in capsys.readouterr().err
+    if SKIP is not None:  # without MaxText: the install line, exit 2
+        assert main(["maxtext", "per_device_batch_size=2", "--hardware", "cpu"]) == 2
+        assert "maxtext" in capsys.readouterr().err
