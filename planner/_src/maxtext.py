@@ -334,7 +334,11 @@ class GpuSettings:
         out = [frac]
         out.append(f"XLA_FLAGS={self.xla_flags!r}" if self.xla_flags else "XLA_FLAGS unset")
         if self.compile_xla_flags:
-            out.append(f"compile_xla_flags={self.compile_xla_flags!r} (compiler options)")
+            out.append(
+                f"compile_xla_flags={self.compile_xla_flags!r}: compiler options of MaxText's "
+                "compile of the overrides (as train_compile passes them), not of the planner's "
+                "own compiles; put them in XLA_FLAGS to have every compile see them"
+            )
         if self.remat_pass_disabled:
             out.append(
                 "XLA's rematerialization pass is disabled (--xla_disable_hlo_passes="
@@ -480,7 +484,7 @@ class MaxTextPlan:
         axes = " x ".join(f"{n}={s}" for n, s in self.mesh if s > 1) or "one device"
         out.append(f"mesh (MaxText's ici_*/dcn_* sharding; every figure is per device): {axes}")
         out.append(f"budget: {self.budget_why}")
-        out.append("settings read (the plan and both verify compiles run under them):")
+        out.append("settings read (XLA_FLAGS: every compile of this process runs under them):")
         out += [f"  {line}" for line in self.settings.lines()]
         out.append(
             "decided: only MaxText's custom keys; every other tensor is recomputed under "
