@@ -251,3 +251,32 @@ def test_cli_maxtext_errors_teach(capsys):
     if SKIP is not None:  # without MaxText: the install line, exit 2
         assert main(["maxtext", "per_device_batch_size=2", "--hardware", "cpu"]) == 2
         assert "maxtext" in capsys.readouterr().err
+
+
+@needs_maxtext
+@pytest.mark.slow
+def test_cli_plans_a_sharded_config_per_device(tmp_path):
+    """``python -m planner maxtext`` on MaxText's fsdp=2 mesh (two CPU devices from
+    --host-devices, in a process of its own): the JSON on stdout says the mesh and the
+    verified per-device figure, within budget, and halving the state's argument bytes
+    against the one-device plan of the same config shows MaxText's sharding was used."""
+    import json
+    import os
+    import subprocess
+
+    base = [f"{k}={v}" for k, v in {**LLAMA, "base_num_decoder_layers": 2}.items()]
+
+    def run(n):
+        cmd = [sys.executable, "-m", "planner", "maxtext", *base, f"ici_fsdp_parallelism={n}"]
+        cmd += ["--host-devices", str(n), "--hardware", "cpu", "--hbm-gb", "0.05", "--json"]
+        cmd += ["--no-offload", "-q"]
+        env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout)["maxtext"]
+
+    two, one = run(2), run(1)
+    assert two["mesh"]["fsdp"] == 2 and one["mesh"]["fsdp"] == 1
+    v2, v1 = two["verification"], one["verification"]
+    assert v2["within_budget"] and v1["within_budget"]
+    assert v2["argument_bytes"] < 0.6 * v1["argument_bytes"], (v2, v1)
