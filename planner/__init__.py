@@ -37,6 +37,9 @@ _PUBLIC = {
             "UnsupportedError",
         )
     },
+    "MaxTextPlan": ("planner._src.maxtext", "MaxTextPlan"),
+    "MaxTextPlanner": ("planner._src.maxtext", "MaxTextPlanner"),
+    "plan_maxtext": ("planner._src.maxtext", "plan_maxtext"),
     "NumericsResult": ("planner._src.numerics", "NumericsResult"),
     "check_numerics": ("planner._src.numerics", "check_numerics"),
     "PlanOptions": ("planner._src.options", "PlanOptions"),

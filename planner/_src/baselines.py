@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from planner._src.cost import CostModel, evaluate
-from planner._src.graph import LivenessGraph, class_key
+from planner._src.graph import NAMES_ONLY_WHY, LivenessGraph, class_key
 from planner._src.policies import DOTS, STOCK
 from planner._src.types import Assignment, Baseline
 
@@ -56,9 +56,17 @@ def policy_assignment(graph: LivenessGraph, step_fn, args, policy) -> Assignment
     return Assignment.of(out)
 
 
-def applicable(graph: LivenessGraph, cost: CostModel, name: str, prediction) -> bool:
-    """Whether stock policy ``name`` means something for this step on this hardware."""
+def applicable(
+    graph: LivenessGraph, cost: CostModel, name: str, prediction, assignment=None
+) -> bool:
+    """Whether stock policy ``name`` means something for this step on this hardware, and
+    (given its ``assignment``) keeps no class the plan must recompute because it is outside
+    ``PlanOptions.decide_names`` (a policy the user's framework cannot express)."""
     stock = STOCK[name]
+    if assignment is not None:
+        outside = {c.key for c in graph.classes if c.forced_why == NAMES_ONLY_WHY}
+        if any(d != "remat" and k in outside for k, d in assignment.decisions):
+            return False
     present = {c.name for c in graph.classes if c.name}
     # Offloading is not applicable where it is not allowed, nor where XLA cannot compile
     # it: a region under scan(unroll > 1) whose backward pass would read an offloaded tensor.
@@ -88,7 +96,7 @@ def evaluate_baselines(
     for name in names or tuple(STOCK):
         a = stock_assignment(graph, name)
         p = evaluate(cost, graph, a)
-        ok = applicable(graph, cost, name, p)
+        ok = applicable(graph, cost, name, p, a)
         got = compiled.get(name)
         peak = p.peak_bytes if got is None else got
         fits = peak <= budget_bytes and p.host_bytes <= cost.host_cap_bytes

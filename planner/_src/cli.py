@@ -7,6 +7,7 @@ as ``jax-offload-planner``).
     python -m planner calibrate [--out my-gpu.json] [--base h200]
     python -m planner profile examples.llama:profile_quickstart --hbm-gb 0.42 [--png t.png]
     python -m planner throughput examples.accumulate:make_tiny_step --hbm-gb 0.003 --hardware cpu
+    python -m planner maxtext [CONFIG.yml] key=value ... --hbm-gb 80 [--hardware h200]
 
 The factory is a function of no arguments returning ``(step_fn, example_args)``, for
 example ``examples.llama:quickstart`` (throughput: of the batch size, ``make_step(b)``). Every command takes ``--json`` for machine-readable
@@ -247,6 +248,47 @@ def _cmd_solve(a) -> int:
             file=sys.stderr,
         )
     return 0 if plan.verification.ok else 1
+
+
+def _cmd_maxtext(a) -> int:
+    import os
+
+    from planner._src.errors import InvalidArgumentError
+
+    config, overrides = None, []
+    for i, item in enumerate(a.args):
+        if i == 0 and "=" not in item:
+            config = item
+        elif "=" in item:
+            overrides.append(item)
+        else:
+            raise InvalidArgumentError(
+                f"{item!r} is neither the config file (first, without '=') nor key=value.\n"
+                "Fix: python -m planner maxtext [CONFIG.yml] key=value ... --hbm-gb N"
+            )
+    if a.host_devices:
+        # XLA reads it when the CPU backend starts, which has not happened yet in this process.
+        flag = f"--xla_force_host_platform_device_count={a.host_devices}"
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+    import contextlib
+
+    from planner._src.maxtext import plan_maxtext
+
+    # MaxText prints to stdout as it imports and configures; stdout is the report's.
+    with _Progress(a.quiet) as progress, contextlib.redirect_stdout(sys.stderr):
+        progress(f"planning MaxText {config or 'base.yml'} for {a.hardware}")
+        mt = plan_maxtext(
+            config,
+            overrides,
+            hbm_gb=a.hbm_gb,
+            hardware=a.hardware,
+            verify=not a.no_verify,
+            progress=progress,
+            allow_offload=False if a.no_offload else None,
+            solver_time_limit_s=a.time_limit,
+        )
+    _emit(mt.report("json" if a.json else a.format), a.out)
+    return 0 if (mt.ok or a.no_verify) and mt.plan.verification.ok else 1
 
 
 def _cmd_report(a) -> int:
@@ -767,6 +809,46 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--save", metavar="PLAN.json", help="write the chosen plan file")
     t.add_argument("--out", help="also write the report to this file")
     t.set_defaults(run=_cmd_throughput)
+
+    m = sub.add_parser(
+        "maxtext",
+        help="plan MaxText's own train step from its config; print the remat_policy=custom "
+        "overrides, verified through MaxText's config (needs .[maxtext])",
+    )
+    m.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+    m.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
+    m.add_argument(
+        "args",
+        nargs="*",
+        metavar="[CONFIG.yml] key=value",
+        help="a MaxText config (default: its configs/base.yml), then MaxText overrides",
+    )
+    m.add_argument(
+        "--hbm-gb",
+        type=_gb,
+        default=None,
+        help="budget per device, GB; on a GPU capped by XLA_PYTHON_CLIENT_MEM_FRACTION x HBM "
+        "(default: that share)",
+    )
+    m.add_argument("--hardware", default="h200", help=_hardware_help() + " (default h200)")
+    m.add_argument("--no-offload", action="store_true", help="never offload to host memory")
+    m.add_argument(
+        "--time-limit", type=float, default=30.0, help="CP-SAT deterministic seconds per phase"
+    )
+    m.add_argument(
+        "--host-devices",
+        type=int,
+        default=0,
+        help="CPU devices for MaxText's mesh (XLA_FLAGS=--xla_force_host_platform_device_count)",
+    )
+    m.add_argument(
+        "--no-verify", action="store_true", help="skip MaxText's own compile of the overrides"
+    )
+    m.add_argument(
+        "--format", choices=("text", "markdown", "json"), default="text", help="report format"
+    )
+    m.add_argument("--out", help="also write the report to this file")
+    m.set_defaults(run=_cmd_maxtext)
 
     c = sub.add_parser("calibrate", help="measure this machine's device into a hardware profile")
     _common(c)

@@ -134,6 +134,14 @@ def region_graph(r: Region) -> RegionGraph:
     )
 
 
+# Why a class is forced to be recomputed under PlanOptions.decide_names (session._names_only;
+# baselines.applicable reads it to leave out stock policies that keep such a class).
+NAMES_ONLY_WHY = (
+    "not one of the names decided (PlanOptions.decide_names): a name-based policy such as "
+    "MaxText's remat_policy: custom recomputes every tensor it does not list"
+)
+
+
 def _forced(cands: list[Candidate], inner: set[str]) -> tuple[str | None, str]:
     """The decision a class's members force, and why (module docstring)."""
     for c in cands:

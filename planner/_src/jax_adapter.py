@@ -536,8 +536,30 @@ def is_differentiated_remat(eqn) -> bool:
     return eqn.primitive is remat_p and bool(eqn.params.get("differentiated"))
 
 
-def everything_saveable(*_, **__):
-    return Saveable
+def everything_saveable(prim=None, *avals, **params):
+    """Save every value a policy can save: all but complex ones. JAX cannot keep a complex
+    residual under any policy that saves (``jax/_src/ad_checkpoint.py``,
+    ``_insert_reduce_precision``, applies ``reduce_precision`` to every inexact residual and
+    ``reduce_precision`` refuses complex dtypes: "reduce_precision does not accept dtype
+    complex64", JAX 0.12.0.1; MaxText's YaRN rotary embedding of DeepSeek makes them), so they
+    are recomputed, as under every stock policy."""
+    return Recompute if _makes_complex(prim, avals, params) else Saveable
+
+
+def _makes_complex(prim, avals, params) -> bool:
+    """Whether an equation may output a complex value, from what a policy sees: a complex
+    operand, the ``complex`` primitive, or a conversion to a complex dtype."""
+    if prim is not None and getattr(prim, "name", "") == "complex":
+        return True
+    dtypes = [params.get("new_dtype")] + [getattr(a, "dtype", None) for a in avals]
+    return any(_is_complex(dt) for dt in dtypes if dt is not None)
+
+
+def _is_complex(dt) -> bool:
+    try:
+        return bool(np.issubdtype(dt, np.complexfloating))
+    except TypeError:  # JAX's extended dtypes (PRNG keys) are not NumPy dtypes
+        return False
 
 
 def to_memory(x, kind: str):

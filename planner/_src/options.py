@@ -58,6 +58,13 @@ class PlanOptions:
         machine can run the step (not on a deviceless target), else the report says the
         numerics were not checked and how to check them (``planner.check_numerics``). True:
         insist (an error where it cannot run). False: never run the step.
+      decide_names: None (default): decide every tensor the backward pass can keep. A tuple
+        of ``checkpoint_name``s: decide only tensors carrying one of these names and recompute
+        every other one (unnamed, or named otherwise), as JAX's ``save_only_these_names`` /
+        ``save_and_offload_only_these_names`` and MaxText's ``remat_policy: custom`` do with
+        what they do not list; the emitted policy is then JAX's own name policy, and only the
+        stock policies that keep nothing outside these names are compared
+        (``planner.plan_maxtext`` passes MaxText's custom keys).
     """
 
     allow_offload: bool | None = None
@@ -73,8 +80,17 @@ class PlanOptions:
     seed: int = 0
     compiler: str = "auto"
     check_numerics: bool | None = None
+    decide_names: tuple[str, ...] | None = None
 
     def __post_init__(self):
+        if self.decide_names is not None:
+            names = self.decide_names
+            if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
+                raise InvalidArgumentError(
+                    "decide_names must be None or a tuple of checkpoint names (non-empty "
+                    f"strings), got {names!r}."
+                )
+            object.__setattr__(self, "decide_names", tuple(names))
         if self.compiler not in ("auto", "target", "local"):
             raise InvalidArgumentError(
                 f"compiler must be 'auto', 'target' or 'local', got {self.compiler!r}."

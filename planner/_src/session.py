@@ -58,7 +58,7 @@ from planner._src.errors import (
     PlannerError,
     UnsupportedError,
 )
-from planner._src.graph import LivenessGraph, build_graph, class_key
+from planner._src.graph import NAMES_ONLY_WHY, LivenessGraph, build_graph, class_key
 from planner._src.options import PlanOptions, check_fits_device, real_scalar
 from planner._src.plan import UNIFORM, Plan, PlanWarning
 from planner._src.policies import STOCK
@@ -377,6 +377,15 @@ def _with_forced(graph: LivenessGraph, keys, why: str) -> LivenessGraph:
     return dataclasses.replace(graph, classes=classes)
 
 
+def _names_only(graph: LivenessGraph, names) -> LivenessGraph:
+    """``graph`` with every class whose ``checkpoint_name`` is not in ``names`` forced to be
+    recomputed (``PlanOptions.decide_names``); ``graph`` itself where ``names`` is None."""
+    if names is None:
+        return graph
+    keep = set(names)
+    return _with_forced(graph, [c.key for c in graph.classes if c.name not in keep], NAMES_ONLY_WHY)
+
+
 def _restatus(ver: Verification, budget: int) -> Verification:
     """A compiled verification held to another budget."""
     if ver.compiled_device_bytes is None:
@@ -541,10 +550,13 @@ class Planner:
         self.trace = merge_call_sites(self.sites)
         self.timings.append(("trace + anchor compiles", time.perf_counter() - t))
         t = time.perf_counter()
-        self.graph = build_graph(self.trace)
+        self.graph = _names_only(build_graph(self.trace), self.options.decide_names)
         self._grouped = None
         if self._groups_possible():
-            self._grouped = (self.sites, build_graph(self.sites))
+            self._grouped = (
+                self.sites,
+                _names_only(build_graph(self.sites), self.options.decide_names),
+            )
         self.timings.append(("graph", time.perf_counter() - t))
         self._solves = _Solves()
         self._last_timings: list[tuple[str, float]] = []

@@ -25,7 +25,8 @@ these; the pins to turn into a ``zoo`` extra):
     equinox==0.13.8
     optax==0.2.8
     penzai==0.2.5                             # pulls treescope==0.1.10, ordered-set==4.1.0
-    # MaxText: its own Python 3.12 venv (/work/venv312mt), not part of the extra:
+    # MaxText: the `maxtext` extra of pyproject.toml pins what its train step imports
+    # (pip install -e ".[maxtext]", Python >= 3.12); it was first installed as:
     #   pip install maxtext==0.2.5 jax==0.12.0.1 jaxlib==0.12.0.1 \
     #     -r <site-packages>/dependencies/requirements/generated_requirements/decoupled-requirements.txt
     #   (maxtext 0.2.5 declares no install requirements of its own; that file is its CPU /
