@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import math
 import os
@@ -143,6 +144,44 @@ def _vector_rate(device: Any, nbytes: int, repeats: int) -> float:
         return x
 
     return 2 * _VECTOR_FMAS * (nbytes // 4) / _in_place_seconds(device, nbytes, chain, repeats)
+
+
+# Fused attention (cuDNN flash attention, causal, bf16, BTNH) measured at these key lengths,
+# 32768 tokens each (batch = 32768 / length), 32 query heads, 8 KV heads, head dim 128: the
+# shapes of the Llama example and the long-context decoder (benchmarks/compute_rates.py).
+_ATTENTION_LENGTHS = (4096, 16384)
+_ATTENTION_TOKENS = 32768
+_ATTENTION_HEADS, _ATTENTION_KV_HEADS, _ATTENTION_HEAD_DIM = 32, 8, 128
+
+
+def _attention_rates(device: Any, repeats: int) -> dict[str, dict[int, float]]:
+    """{"fwd": {length: FLOP/s}, "bwd": {...}} of jax.nn.dot_product_attention(implementation=
+    "cudnn"), FLOPs by cost_models/_rules.py's formulas (forward 4 b h t s d x 0.5 for causal,
+    backward 2.5x); the backward is the forward-and-backward time minus the forward's."""
+
+    def attn(q, k, v):
+        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+
+    def both(q, k, v):
+        out, vjp = jax.vjp(attn, q, k, v)
+        return vjp(out)
+
+    fwd_j, both_j = jax.jit(attn), jax.jit(both)
+    rates: dict[str, dict[int, float]] = {"fwd": {}, "bwd": {}}
+    h, kv, d = _ATTENTION_HEADS, _ATTENTION_KV_HEADS, _ATTENTION_HEAD_DIM
+    for length in _ATTENTION_LENGTHS:
+        b = max(1, _ATTENTION_TOKENS // length)
+        qkv = (
+            _random(device, (b, length, h, d), jnp.bfloat16, 0),
+            _random(device, (b, length, kv, d), jnp.bfloat16, 1),
+            _random(device, (b, length, kv, d), jnp.bfloat16, 2),
+        )
+        fwd_s = _median_seconds(functools.partial(fwd_j, *qkv), repeats=repeats, batched=True)
+        both_s = _median_seconds(functools.partial(both_j, *qkv), repeats=repeats, batched=True)
+        fwd_flops = 2 * (b * h * length * length * 0.5) * 2 * d
+        rates["fwd"][length] = fwd_flops / fwd_s
+        rates["bwd"][length] = 2.5 * fwd_flops / max(both_s - fwd_s, 1e-9)
+    return rates
 
 
 def _hbm_rate(device: Any, nbytes: int, repeats: int) -> float:
@@ -295,7 +334,8 @@ def calibrate(
     """Measure the default JAX device and return `base` with the measured figures replaced.
 
     Measured: matmul rates (bf16, fp16, fp32, and tf32 on GPU) on `matmul_n`^3 products (8192 on
-    accelerators, 512 on CPU), the vector rate, HBM bandwidth (read + write of the largest size),
+    accelerators, 512 on CPU), on GPUs the fused (cuDNN) attention rates forward and backward at
+    key lengths 4096 and 16384, the vector rate, HBM bandwidth (read + write of the largest size),
     kernel launch overhead, the host link both ways at each of `sizes_mb` (MiB; bandwidth from
     the largest), and the overlap of a host copy with matmuls. The link's per-transfer latency
     is set to the kernel launch time: inside a compiled program XLA moves offloaded tensors with
@@ -327,12 +367,38 @@ def calibrate(
             f"{stamp}: {n}x{n}x{n} {jnp.dtype(dtype).name} matmul ({precision or 'default'} "
             f"precision), random data, median of {repeats}"
         )
+    if device.platform == "gpu":
+        try:
+            attention = _attention_rates(device, repeats)
+        except Exception as err:  # noqa: BLE001  (no cuDNN attention on this GPU or jaxlib)
+            warnings.warn(
+                f"fused attention (cuDNN) could not be measured ({type(err).__name__}: "
+                f"{str(err)[:200]}); its rates stay as in profile {base_profile.name!r}.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        else:
+            rates_by_direction = {d: dict(t) for d, t in attention.items()}
+            for direction in rates_by_direction:
+                sources[f"attention_flops_per_s.{direction}"] = (
+                    f"{stamp}: jax.nn.dot_product_attention(implementation='cudnn'), causal, "
+                    f"bf16, {_ATTENTION_HEADS} query / {_ATTENTION_KV_HEADS} KV heads of "
+                    f"{_ATTENTION_HEAD_DIM}, {_ATTENTION_TOKENS} tokens at key lengths "
+                    f"{_ATTENTION_LENGTHS}, median of {repeats}"
+                    + (
+                        "; backward = forward and backward minus forward"
+                        if direction == "bwd"
+                        else ""
+                    )
+                )
     changes: dict[str, Any] = {
         "matmul_flops_per_s": rates,
         "vector_flops_per_s": _vector_rate(device, largest, repeats),
         "hbm_bytes_per_s": _hbm_rate(device, largest, repeats),
         "kernel_launch_s": _launch_seconds(device, repeats),
     }
+    if device.platform == "gpu" and sources.get("attention_flops_per_s.fwd"):
+        changes["attention_flops_per_s"] = rates_by_direction
     sources["vector_flops_per_s"] = (
         f"{stamp}: chain of {_VECTOR_FMAS} fp32 FMAs per element over {largest / _MIB:g} MiB"
     )

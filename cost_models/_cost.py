@@ -50,6 +50,10 @@ class Cost:
     d2h_bytes: float = 0.0  # bytes copied device -> host (offload) by device_put in the program
     h2d_bytes: float = 0.0  # bytes copied host -> device (reload)
     kernel_launches: float = 0.0  # kernels XLA would launch (fusible elementwise/layout ops: 0)
+    # The part of matmul_flops done inside fused attention kernels (cuDNN flash attention), as
+    # (direction "fwd" | "bwd", key/value length, FLOPs) entries: such a kernel runs at the
+    # profile's measured attention rate for its direction and length, not the dense matmul rate.
+    attention: tuple[tuple[str, int, float], ...] = ()
     unknown_primitives: tuple[str, ...] = ()  # primitives that had no rule (fallback used)
     notes: tuple[str, ...] = ()  # assumptions made on the way (unknown trip counts, axis sizes)
 
@@ -62,6 +66,7 @@ class Cost:
             return NotImplemented
         return Cost(
             **{name: getattr(self, name) + getattr(other, name) for name in _NUMERIC},
+            attention=_merge_attention(self.attention, other.attention, sum),
             unknown_primitives=tuple(sorted({*self.unknown_primitives, *other.unknown_primitives})),
             notes=tuple(dict.fromkeys(self.notes + other.notes)),
         )
@@ -70,20 +75,28 @@ class Cost:
         """This cost `k` times over (a scan body run `k` times); names and notes are kept."""
         if not k >= 0:
             raise ValueError(f"Cost.scale needs k >= 0 (a repeat count), got {k!r}.")
-        return dataclasses.replace(self, **{name: getattr(self, name) * k for name in _NUMERIC})
+        return dataclasses.replace(
+            self,
+            **{name: getattr(self, name) * k for name in _NUMERIC},
+            attention=tuple((d, n, f * k) for d, n, f in self.attention),
+        )
 
     def elementwise_max(self, other: Cost) -> Cost:
         """The larger of each figure: an upper bound for 'one of these runs' (cond branches)."""
         return Cost(
             **{name: max(getattr(self, name), getattr(other, name)) for name in _NUMERIC},
+            attention=_merge_attention(self.attention, other.attention, max),
             unknown_primitives=tuple(sorted({*self.unknown_primitives, *other.unknown_primitives})),
             notes=tuple(dict.fromkeys(self.notes + other.notes)),
         )
 
     def breakdown(self, hw: HardwareProfile, dtype: str = "bfloat16") -> dict[str, float]:
         """Seconds per term of `seconds`: compute, memory, collectives, host_link, launch, total."""
+        attention_flops = sum(f for _, _, f in self.attention)
+        attention_s = sum(f / hw.attention_rate(d, n, dtype) for d, n, f in self.attention)
         parts = {
-            "compute": self.matmul_flops / hw.matmul_rate(dtype)
+            "compute": (self.matmul_flops - attention_flops) / hw.matmul_rate(dtype)
+            + attention_s
             + self.vector_flops / hw.vector_flops_per_s,
             "memory": self.hbm_bytes / hw.hbm_bytes_per_s,
             "collectives": self.collective_bytes / hw.ici_bytes_per_s,
@@ -102,7 +115,8 @@ class Cost:
     def seconds(self, hw: HardwareProfile, dtype: str = "bfloat16") -> float:
         """Predicted time on `hw`, matmuls at the rate of `dtype`:
 
-            max(matmul_flops / matmul_rate(dtype) + vector_flops / vector_flops_per_s,
+            max(matmul_flops / matmul_rate(dtype)                 # attention's part at
+                + vector_flops / vector_flops_per_s,               # attention_rate instead
                 hbm_bytes / hbm_bytes_per_s)                      # roofline: compute or memory
             + collective_bytes / ici_bytes_per_s                  # collectives, not overlapped
             + d2h_bytes / link.d2h + h2d_bytes / link.h2d         # host copies, not overlapped
@@ -116,8 +130,26 @@ class Cost:
 
 
 _NUMERIC: tuple[str, ...] = tuple(
-    f.name for f in dataclasses.fields(Cost) if f.name not in ("unknown_primitives", "notes")
+    f.name
+    for f in dataclasses.fields(Cost)
+    if f.name not in ("attention", "unknown_primitives", "notes")
 )
+
+
+def _merge_attention(
+    a: tuple[tuple[str, int, float], ...],
+    b: tuple[tuple[str, int, float], ...],
+    combine: Callable[[list[float]], float],
+) -> tuple[tuple[str, int, float], ...]:
+    """Attention entries of two costs, one per (direction, length), FLOPs combined."""
+    if not b:
+        return a
+    if not a:
+        return b
+    keyed: dict[tuple[str, int], list[float]] = {}
+    for d, n, f in a + b:
+        keyed.setdefault((d, n), []).append(f)
+    return tuple((d, n, combine(fs)) for (d, n), fs in sorted(keyed.items()))
 
 
 def _link_seconds(nbytes: float, hw: HardwareProfile, direction: str) -> float:

@@ -284,11 +284,39 @@ class HardwareProfile:
     allocator_headroom: float
     sources: tuple[tuple[str, str], ...]
     description: str = ""
+    # Optional: fused attention (cuDNN flash attention) in bf16/fp16, per direction ("fwd",
+    # "bwd"), FLOP/s at measured key lengths, ((length, rate), ...) sorted by length. Absent,
+    # attention runs at the dense bf16 matmul rate. See `attention_rate`.
+    attention_flops_per_s: tuple[tuple[str, tuple[tuple[int, float], ...]], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "matmul_flops_per_s", tuple(sorted(dict(self.matmul_flops_per_s).items()))
         )
+        object.__setattr__(
+            self,
+            "attention_flops_per_s",
+            tuple(
+                sorted(
+                    (str(d), tuple(sorted((int(n), float(r)) for n, r in dict(table).items())))
+                    for d, table in dict(self.attention_flops_per_s).items()
+                )
+            ),
+        )
+        for d, table in self.attention_flops_per_s:
+            if d not in ATTENTION_DIRECTIONS or not table:
+                raise ProfileError(
+                    f"profile {self.name!r}: attention_flops_per_s needs directions "
+                    f"{ATTENTION_DIRECTIONS}, each with at least one (key length, rate); got "
+                    f"{d!r}: {table!r}."
+                )
+            for n, rate in table:
+                if n < 1:
+                    raise ProfileError(
+                        f"profile {self.name!r}: attention_flops_per_s.{d} has key length {n}; "
+                        "lengths are positive token counts, like {'4096': '477 TFLOP/s'}."
+                    )
+                _check_value(_MATMUL_FIGURE, rate, f"attention_flops_per_s.{d}", self.name)
         object.__setattr__(self, "sources", tuple(sorted(dict(self.sources).items())))
         if self.platform not in PLATFORMS:
             raise ProfileError(
@@ -316,9 +344,11 @@ class HardwareProfile:
             raise ProfileError(
                 f"profile {self.name!r}: link must be a LinkProfile, got {self.link!r}."
             )
-        keys = _figure_keys(rates) + [
-            f"link.{k}" for k in _HIDING_KEYS if getattr(self.link, k) is not None
-        ]
+        keys = (
+            _figure_keys(rates)
+            + [f"link.{k}" for k in _HIDING_KEYS if getattr(self.link, k) is not None]
+            + [f"attention_flops_per_s.{d}" for d, _ in self.attention_flops_per_s]
+        )
         missing = sorted(set(keys) - set(dict(self.sources)))
         if missing:
             raise ProfileError(
@@ -338,6 +368,28 @@ class HardwareProfile:
         key = "fp8" if name.startswith("float8") else _DTYPE_ALIASES.get(name, "bf16")
         rates = dict(self.matmul_flops_per_s)
         return rates.get(key, rates["bf16"])
+
+    def attention_rate(self, direction: str, length: int, dtype_name: object = "bfloat16") -> float:
+        """FLOP/s of a fused attention kernel (`direction` "fwd" or "bwd") over keys of `length`.
+
+        From the profile's measured table for bf16/fp16 operands: linear in log2(length)
+        between the measured lengths, the nearest one's rate outside them (a flash-attention
+        kernel's efficiency grows with the work per query tile, then levels off). Without a
+        table for `direction`, or for other dtypes (fp8), the dense matmul rate of the dtype.
+        """
+        name = str(getattr(dtype_name, "name", dtype_name)).lower()
+        table = dict(self.attention_flops_per_s).get(direction)
+        if not table or _DTYPE_ALIASES.get(name) not in ("bf16", "fp16"):
+            return self.matmul_rate(dtype_name)
+        if length <= table[0][0]:
+            return table[0][1]
+        if length >= table[-1][0]:
+            return table[-1][1]
+        for (n0, r0), (n1, r1) in zip(table, table[1:], strict=False):
+            if n0 <= length <= n1:
+                w = (math.log2(length) - math.log2(n0)) / (math.log2(n1) - math.log2(n0))
+                return r0 + w * (r1 - r0)
+        raise AssertionError("unreachable: the table is sorted")  # pragma: no cover
 
     def source(self, field: str) -> str:
         """The citation of `field` ("hbm_bytes", "matmul_flops_per_s.bf16", "link.latency_s")."""
@@ -392,6 +444,14 @@ class HardwareProfile:
             dtype: entry(_MATMUL_FIGURE, rate, f"matmul_flops_per_s.{dtype}")
             for dtype, rate in self.matmul_flops_per_s
         }
+        if self.attention_flops_per_s:
+            out["attention_flops_per_s"] = {
+                d: {
+                    "value": {str(n): format_quantity(r, FLOP_RATE) for n, r in table},
+                    "source": sources[f"attention_flops_per_s.{d}"],
+                }
+                for d, table in self.attention_flops_per_s
+            }
         link: dict[str, object] = {"kind": self.link.kind}
         for figure in _LINK_FIGURES:
             link[figure.key] = entry(figure, getattr(self.link, figure.key), f"link.{figure.key}")
@@ -418,7 +478,7 @@ class HardwareProfile:
                 "link",
                 *(f.key for f in _FIGURES if f.key not in _OPTIONAL),
             ),
-            optional=("description", *_OPTIONAL),
+            optional=("description", "attention_flops_per_s", *_OPTIONAL),
         )
         values = {
             figure.key: _parse_figure(figure, top[figure.key], figure.key, where, sources)
@@ -441,6 +501,9 @@ class HardwareProfile:
             dtype: _parse_figure(_MATMUL_FIGURE, raw, f"matmul_flops_per_s.{dtype}", where, sources)
             for dtype, raw in rates_json.items()
         }
+        attention = {}
+        if "attention_flops_per_s" in top:
+            attention = _parse_attention(top["attention_flops_per_s"], where, sources)
         link_json = _expect_mapping(top["link"], where, "link")
         _check_keys(
             link_json,
@@ -465,6 +528,7 @@ class HardwareProfile:
                 platform=str(top["platform"]),
                 description=str(top.get("description", "")),
                 matmul_flops_per_s=rates,  # type: ignore[arg-type]
+                attention_flops_per_s=attention,  # type: ignore[arg-type]
                 link=link,
                 sources=sources,  # type: ignore[arg-type]
                 **values,  # type: ignore[arg-type]
@@ -501,6 +565,49 @@ def _parse_hiding(raw: object, field: str, where: str, sources: dict[str, str]) 
     return model
 
 
+ATTENTION_DIRECTIONS: tuple[str, ...] = ("fwd", "bwd")
+
+
+def _parse_attention(
+    raw: object, where: str, sources: dict[str, str]
+) -> dict[str, dict[int, float]]:
+    """{"fwd": {"value": {"4096": "477 TFLOP/s", ...}, "source": ...}, "bwd": {...}}."""
+    form = (
+        '{"fwd": {"value": {"4096": "477 TFLOP/s", "16384": "546 TFLOP/s"}, '
+        f'"source": "{_SOURCE_HINT}"}}, "bwd": {{...}}}}'
+    )
+    top = _expect_mapping(raw, where, "attention_flops_per_s")
+    _check_keys(top, where, "attention_flops_per_s", required=(), optional=ATTENTION_DIRECTIONS)
+    out: dict[str, dict[int, float]] = {}
+    for d, entry in top.items():
+        field = f"attention_flops_per_s.{d}"
+        if not isinstance(entry, Mapping) or set(entry) != {"value", "source"}:
+            raise ProfileError(
+                f"{where}: field {field!r} must be an object with exactly a value (rates by key "
+                f"length) and its source, like {form}; got {entry!r:.80}."
+            )
+        table = _expect_mapping(entry["value"], where, field)
+        if not table:
+            raise ProfileError(f"{where}: field {field!r} has no rates; write it like {form}.")
+        rates: dict[int, float] = {}
+        for length, rate in table.items():
+            try:
+                n = int(length)
+                rates[n] = parse_quantity(rate, FLOP_RATE)
+            except (UnitError, ValueError) as err:
+                raise ProfileError(
+                    f"{where}: field {field!r}, key length {length!r}: {err}. Write it like {form}."
+                ) from None
+        source = entry["source"]
+        if not isinstance(source, str) or not source.strip():
+            raise ProfileError(
+                f"{where}: field {field!r} has an empty source. Every figure needs a citation."
+            )
+        sources[field] = source
+        out[str(d)] = rates
+    return out
+
+
 def _figure_keys(rates: Mapping[str, float]) -> list[str]:
     return (
         [f.key for f in _FIGURES]
@@ -517,6 +624,12 @@ def _figure_values(fields: Mapping[str, object]) -> dict[str, object]:
         {f"matmul_flops_per_s.{d}": r for d, r in dict(fields["matmul_flops_per_s"]).items()}
     )  # type: ignore[call-overload]
     values.update({f"link.{f.key}": getattr(link, f.key) for f in _LINK_FIGURES})
+    values.update(
+        {
+            f"attention_flops_per_s.{d}": tuple(sorted(dict(table).items()))
+            for d, table in dict(fields.get("attention_flops_per_s", ()) or ()).items()
+        }
+    )
     values.update(
         {f"link.{k}": getattr(link, k) for k in _HIDING_KEYS if getattr(link, k) is not None}
     )

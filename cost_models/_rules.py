@@ -408,8 +408,9 @@ def _conv(eqn: Any) -> Cost:
 _BTNH, _BNTH = 0, 1
 
 
-def _attention_scores(eqn: Any) -> tuple[float, int, int]:
-    """(score elements computed, query/key head dim, value head dim) of an attention call."""
+def _attention_scores(eqn: Any) -> tuple[float, int, int, int]:
+    """(score elements computed, query/key head dim, value head dim, key length) of an
+    attention call."""
     query, key, value = (local_shape(a) for a in _avals_in(eqn)[:3])
     layout = getattr(eqn.params["layout"], "value", eqn.params["layout"])
     if layout == _BTNH:
@@ -428,16 +429,18 @@ def _attention_scores(eqn: Any) -> tuple[float, int, int]:
         kept = min(window, s) / s  # each query sees at most `window` keys
     else:
         kept = CAUSAL_FRACTION if causal else 1.0
-    return batch * heads * t * s * kept, h_qk, value[-1]
+    return batch * heads * t * s * kept, h_qk, value[-1], s
 
 
 def _attention_fwd(eqn: Any) -> Cost:
     """Two matmuls (Q K^T and P V) over the kept scores, one exp per score; the scores never
     reach HBM (flash attention), so bytes are the operands and results only. With equal head
     dims this is FlashAttention-2's 4 * b * h * s_q * s_kv * d (x 0.5 if causal)."""
-    scores, h_qk, h_v = _attention_scores(eqn)
+    scores, h_qk, h_v, length = _attention_scores(eqn)
+    flops = FMA_FLOPS * scores * (h_qk + h_v)
     return Cost(
-        matmul_flops=FMA_FLOPS * scores * (h_qk + h_v),
+        matmul_flops=flops,
+        attention=(("fwd", length, flops),),
         vector_flops=TRANSCENDENTAL_FLOPS * scores,
         hbm_bytes=in_bytes(eqn) + out_bytes(eqn),
         kernel_launches=1,
@@ -447,9 +450,11 @@ def _attention_fwd(eqn: Any) -> Cost:
 def _attention_bwd(eqn: Any) -> Cost:
     """Five matmuls: recompute S = Q K^T, then dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q;
     with equal head dims 2.5x the forward, FlashAttention-2's backward factor."""
-    scores, h_qk, h_v = _attention_scores(eqn)
+    scores, h_qk, h_v, length = _attention_scores(eqn)
+    flops = FMA_FLOPS * scores * (3 * h_qk + 2 * h_v)
     return Cost(
-        matmul_flops=FMA_FLOPS * scores * (3 * h_qk + 2 * h_v),
+        matmul_flops=flops,
+        attention=(("bwd", length, flops),),
         vector_flops=TRANSCENDENTAL_FLOPS * scores,
         hbm_bytes=in_bytes(eqn) + out_bytes(eqn),
         kernel_launches=1,

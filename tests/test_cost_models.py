@@ -362,6 +362,51 @@ def test_cudnn_attention_primitives(causal):
     assert bwd_cost.matmul_flops == 2.5 * fwd_cost.matmul_flops
     assert fwd_cost.vector_flops == b * n * t * s * kept  # one exp per kept score
     assert fwd_cost.unknown_primitives == ()
+    # The attention FLOPs are tagged with direction and key length, so that they run at the
+    # profile's measured fused-attention rate rather than the dense matmul rate.
+    assert fwd_cost.attention == (("fwd", s, fwd_cost.matmul_flops),)
+    assert bwd_cost.attention == (("bwd", s, bwd_cost.matmul_flops),)
+    hw = cm.load_profile("h200")
+    fwd_s = fwd_cost.breakdown(hw)["compute"]
+    want = fwd_cost.matmul_flops / hw.attention_rate("fwd", s) + fwd_cost.vector_flops / (
+        hw.vector_flops_per_s
+    )
+    assert fwd_s == pytest.approx(want)
+    assert hw.attention_rate("fwd", s) < hw.matmul_rate("bf16")  # measured: slower than gemm
+    # Without a table, attention runs at the matmul rate (the model before the table).
+    plain = hw.replace(attention_flops_per_s={})
+    assert fwd_cost.breakdown(plain)["compute"] == pytest.approx(
+        fwd_cost.matmul_flops / plain.matmul_rate("bf16")
+        + fwd_cost.vector_flops / plain.vector_flops_per_s
+    )
+    # Sums and repeats keep the tagging per (direction, length).
+    total = (fwd_cost + fwd_cost.scale(2.0) + bwd_cost).attention
+    assert total == (("bwd", s, bwd_cost.matmul_flops), ("fwd", s, 3 * fwd_cost.matmul_flops))
+
+
+def test_attention_rate_table():
+    """Linear in log2(length) between measured lengths, clamped outside, matmul rate for fp8
+    or without a table; the table survives the JSON round trip with its sources."""
+    hw = cm.load_profile("h200").replace(
+        attention_flops_per_s={"fwd": {1024: 200e12, 4096: 400e12}, "bwd": {2048: 300e12}},
+        sources={
+            "attention_flops_per_s.fwd": "test table",
+            "attention_flops_per_s.bwd": "test table",
+        },
+    )
+    assert hw.attention_rate("fwd", 512) == 200e12
+    assert hw.attention_rate("fwd", 2048) == pytest.approx(300e12)  # halfway in log2
+    assert hw.attention_rate("fwd", 1 << 20) == 400e12
+    assert hw.attention_rate("bwd", 64) == 300e12
+    assert hw.attention_rate("fwd", 2048, "float8_e4m3fn") == hw.matmul_rate("fp8")
+    assert cm.HardwareProfile.from_json(hw.to_json()) == hw
+    assert hw.source("attention_flops_per_s.fwd") == "test table"
+    with pytest.raises(cm.ProfileError, match="directions"):
+        hw.replace(attention_flops_per_s={"forward": {1024: 1e14}})
+    raw = hw.to_json()
+    raw["attention_flops_per_s"]["fwd"]["value"]["1024"] = "200 TB/s"
+    with pytest.raises(cm.ProfileError, match="key length '1024'"):
+        cm.HardwareProfile.from_json(raw)
 
 
 # ------------------------------------------------------------------------------------------
@@ -463,7 +508,8 @@ def test_shipped_profile_loads_round_trips_and_cites_every_figure(name):
     assert cm.HardwareProfile.from_json(json.loads(json.dumps(data))) == profile
     # the calibrated hiding models (link.d2h_hiding / h2d_hiding) are cited where present
     hiding = sum(getattr(profile.link, f"{d}_hiding") is not None for d in ("d2h", "h2d"))
-    figures = 7 + len(profile.matmul_flops_per_s) + 5 + hiding
+    attention = len(profile.attention_flops_per_s)  # measured fused-attention rates
+    figures = 7 + len(profile.matmul_flops_per_s) + 5 + hiding + attention
     assert len(profile.sources) == figures
     assert all(source.strip() for _, source in profile.sources)
     assert "TODO" not in json.dumps(data) and "provisional" not in json.dumps(data)
@@ -477,7 +523,9 @@ def test_required_profiles_are_shipped():
 
 def test_h200_uses_our_measurements():
     assert HW.link.d2h_bytes_per_s == 52.65e9 and HW.link.h2d_bytes_per_s == 52.31e9
-    assert HW.matmul_rate("bfloat16") == 790e12 and HW.hbm_bytes_per_s == 4.3e12
+    # bf16 through XLA (calibrate, and a train step's gemm kernels), not PyTorch's 790
+    assert HW.matmul_rate("bfloat16") == 701e12 and HW.hbm_bytes_per_s == 4.3e12
+    assert HW.attention_rate("fwd", 4096) == 467e12 and HW.attention_rate("bwd", 16384) == 438e12
     # Trace-measured with the planner's flags (graphs off): the profile carries the figure
     # overlap_from_trace wrote for that run, and says it holds only with those flags.
     measured = json.loads(
