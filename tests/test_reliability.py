@@ -168,3 +168,35 @@ def test_a_search_cut_by_its_time_limit_is_still_deterministic():
     assert a.status == "FEASIBLE" and a.gap > 0, "the limit must cut the search for this test"
     assert a.reproducible and b.reproducible
     assert a.assignment == b.assignment and a.objective_s == b.objective_s
+
+
+def test_autotuner_out_of_memory_compiles_again_without_autotuning():
+    """On a live GPU, XLA's autotuner fails when the program does not fit the free HBM (H200,
+    2026-12-04: a save-everything anchor at a large batch). compile_lowered compiles again
+    with xla_gpu_autotune_level=0 and says so; other errors and deviceless scopes raise."""
+    from planner._src import target as tg
+    from planner._src.plan import PlanWarning
+
+    class Lowered:
+        def __init__(self, message):
+            self.calls, self.message = [], message
+
+        def compile(self, compiler_options=None):
+            self.calls.append(compiler_options)
+            if len(self.calls) == 1:
+                raise RuntimeError(self.message)
+            return "compiled"
+
+    oom = Lowered("INTERNAL: All configs failed during profiling: RESOURCE_EXHAUSTED 32GiB")
+    with pytest.warns(PlanWarning, match="autotune_level=0"):
+        assert (
+            tg.compile_lowered(oom, {"xla_gpu_enable_latency_hiding_scheduler": True}) == "compiled"
+        )
+    assert oom.calls == [
+        {"xla_gpu_enable_latency_hiding_scheduler": True},
+        {"xla_gpu_enable_latency_hiding_scheduler": True, "xla_gpu_autotune_level": 0},
+    ]
+    other = Lowered("INVALID_ARGUMENT: something else")
+    with pytest.raises(RuntimeError, match="something else"):
+        tg.compile_lowered(other)
+    assert len(other.calls) == 1

@@ -77,6 +77,7 @@ import importlib.util
 import json
 import re
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -865,14 +866,40 @@ def _foreign_device_error(target: CompilerTarget, e: Exception) -> TargetError:
     )
 
 
+# What XLA:GPU says when its autotuner, compiling on a live GPU, cannot allocate the buffers to
+# time a kernel's candidates: the program is bigger than the free HBM (a save-everything anchor
+# at a large batch, seen on the H200 on 2026-12-04: "All configs failed during profiling",
+# a 32 GiB allocation). The compile itself needs no such memory.
+_AUTOTUNE_FAILED = re.compile(
+    r"All configs failed during profiling|[Aa]utotun\w*[^\n]*(RESOURCE_EXHAUSTED|out of memory)"
+)
+AUTOTUNE_OFF = {"xla_gpu_autotune_level": 0}
+
+
 def compile_lowered(lowered, compiler_options: dict[str, Any] | None = None):
     """``lowered.compile(compiler_options)``; for a deviceless target in scope, an XLA:GPU
     compile that calls the CUDA runtime (which needs a GPU) raises :class:`TargetError`
-    saying so, instead of XLA's raw ``cudaErrorInvalidDevice``."""
+    saying so, instead of XLA's raw ``cudaErrorInvalidDevice``. On a live GPU, a compile
+    whose autotuner ran out of device memory (the program does not fit the free HBM) is
+    compiled again without autotuning, with a warning: its bytes are the compiler's, its
+    kernels XLA's defaults (as in a deviceless compile)."""
     scope = _active.get()
+    options = dict(compiler_options or {})
     try:
-        return lowered.compile(compiler_options=dict(compiler_options or {}) or None)
+        return lowered.compile(compiler_options=options or None)
     except RuntimeError as e:  # jax.errors.JaxRuntimeError is one
+        if scope is None and _AUTOTUNE_FAILED.search(str(e)) and not options.keys() & AUTOTUNE_OFF:
+            from planner._src.plan import PlanWarning  # here: plan imports this module
+
+            warnings.warn(
+                "XLA:GPU's autotuner ran out of device memory while compiling the step (the "
+                "program needs more HBM than is free, as a save-everything compile at a large "
+                "batch can); compiled again with xla_gpu_autotune_level=0. Its memory figures "
+                "are the compiler's; its kernels are XLA's defaults.",
+                PlanWarning,
+                stacklevel=2,
+            )
+            return lowered.compile(compiler_options={**options, **AUTOTUNE_OFF})
         if scope is None or not _NEEDS_DEVICE.search(str(e)):
             raise
         raise _needs_device_error(scope.target, lowered, e) from e
