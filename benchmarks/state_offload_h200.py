@@ -135,7 +135,8 @@ def _build(cfg, mode: str, on_host=(), *, concrete: bool = True):
 
         return whole
 
-    step, (params, opt, batch) = llama.make_adam_step(cfg, wrap=wrap, concrete=concrete)
+    # Abstract first: the state is then created in its placement (below), never whole in HBM.
+    step, (params, opt, batch) = llama.make_adam_step(cfg, wrap=wrap, concrete=False)
     leaves = st.state_leaves(opt, layers=cfg.n_layers, params=params)
     if mode == "whole":
         on_host = {x.path for x in leaves if x.movable}
@@ -149,7 +150,18 @@ def _build(cfg, mode: str, on_host=(), *, concrete: bool = True):
         step, in_shardings=(psh, osh, bsh), out_shardings=(psh, osh, dev), donate_argnums=(0, 1)
     )
     if concrete:
-        opt = jax.device_put(opt, osh)
+        # Created where it lives: Adam's moments initialized by a jit whose out_shardings are
+        # the placement. On 2026-12-04 the harness built the whole state in HBM and then moved
+        # half of it to the host: the freed 26 GB left HBM fragmented, and the mixed plan's
+        # 36 GiB temporary found no contiguous block under the cap (OOM at a compiled 56.4 GB
+        # of a 67.6 GB limit; h200-2026-12-04-state-offload.md).
+        import jax.numpy as jnp
+        import optax
+
+        params = jax.jit(lambda: llama.init_params(cfg, jax.random.key(0)))()
+        opt = jax.jit(optax.adam(1e-3).init, out_shardings=osh)(params)
+        tokens = jax.random.randint(jax.random.key(1), (cfg.batch, cfg.seq), 0, cfg.vocab)
+        batch = {"tokens": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
     else:
         opt = jax.tree.map(
             lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), opt, osh
