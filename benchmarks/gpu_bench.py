@@ -247,11 +247,17 @@ def run_plan_worker(job: dict) -> dict:
         lo = session.trace.anchor.device_bytes
         hi = session.trace.anchor_saved.device_bytes
         io = io_bytes(session.trace)
+        # Requested budgets spanning [full remat, save-everything], but not past the device:
+        # where save-everything needs more than the HBM (the MoE: 227 GB), the span ends at
+        # 97% of the profile's HBM (so that a capped run's memory fraction stays below 1).
+        first = requested_for(lo, session.hardware, io)
+        last = min(
+            requested_for(hi, session.hardware, io), 0.97 * float(session.hardware.hbm_bytes)
+        )
         job = {
             **job,
             "budgets": [
-                math.ceil(requested_for(lo + f * (hi - lo), session.hardware, io) / 1e7) / 100
-                for f in (0.03, 0.35, 0.68, 1.0)
+                math.ceil((first + f * (last - first)) / 1e7) / 100 for f in (0.03, 0.35, 0.68, 1.0)
             ],
         }
         auto = False
