@@ -207,7 +207,13 @@ def _mask(opt_state: Any, placement: StatePlacement) -> Any:
 def state_shardings(opt_state: Any, placement: StatePlacement, device_sharding: Any) -> Any:
     """The shardings the user passes for ``opt_state`` (jit in / out shardings,
     ``jax.device_put``): ``device_sharding`` (or the leaf's own sharding) with memory kind
-    ``pinned_host`` for the leaves on the host, ``device`` for the others."""
+    ``pinned_host`` for the leaves on the host, ``device`` for the others.
+
+    Create the state in them (``jax.jit(tx.init, out_shardings=state_shardings(...))
+    (params)``) rather than building it in HBM and moving it: on the H200 (2026-12-04) a
+    state built whole in HBM and then half moved left HBM fragmented, and the plan's largest
+    temporary found no block under the budget (``benchmarks/results/
+    h200-2026-12-04-state-offload.md``)."""
     import jax
 
     def one(x, host):
