@@ -149,6 +149,75 @@ def rates(out: Path) -> list[dict]:
     return rows
 
 
+def sizes(out: Path) -> list[dict]:
+    """bf16 matmul rate against size, back-to-back calls (cost_models.calibrate's timing: no
+    dispatch in the figure): M tokens from 512 to 32768 against the Llama example's weight
+    shapes, and cuDNN attention at 1, 2, 4, 8 sequences of 4096."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    from cost_models._calibrate import _median_seconds
+
+    rows = []
+    for k, n in ((4096, 4096), (4096, 14336), (14336, 4096), (4096, 1024), (2048, 1408)):
+        w = jax.random.normal(jax.random.key(1), (k, n), jnp.bfloat16)
+        f = jax.jit(lambda a, b: lax.dot(a, b))
+        for m in (512, 1024, 2048, 4096, 8192, 16384, 32768):
+            a = jax.random.normal(jax.random.key(0), (m, k), jnp.bfloat16)
+            sec = _median_seconds(functools.partial(f, a, w), repeats=5, batched=True)
+            flops = 2 * m * k * n
+            rows.append(
+                {
+                    "kind": "matmul",
+                    "m": m,
+                    "k": k,
+                    "n": n,
+                    "flops": flops,
+                    "s": sec,
+                    "tflops": flops / sec / 1e12,
+                }
+            )
+            print(rows[-1], flush=True)
+
+    def attn(q, k, v):
+        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+
+    def both(q, k, v):
+        o, vjp = jax.vjp(attn, q, k, v)
+        return vjp(o)
+
+    fj, bj = jax.jit(attn), jax.jit(both)
+    for b in (1, 2, 4, 8):
+        qkv = [
+            jax.random.normal(jax.random.key(i), (b, 4096, h, 128), jnp.bfloat16)
+            for i, h in enumerate((32, 8, 8))
+        ]
+        sf = _median_seconds(functools.partial(fj, *qkv), repeats=5, batched=True)
+        sb = _median_seconds(functools.partial(bj, *qkv), repeats=5, batched=True)
+        ff = 2 * (b * 32 * 4096 * 4096 * 0.5) * 256
+        rows.append(
+            {
+                "kind": "attention",
+                "batch": b,
+                "fwd_s": sf,
+                "both_s": sb,
+                "fwd_tflops": ff / sf / 1e12,
+                "bwd_tflops": 2.5 * ff / (sb - sf) / 1e12,
+            }
+        )
+        print(rows[-1], flush=True)
+    (out / "sizes.json").write_text(
+        json.dumps(
+            {"device": str(jax.devices()[0].device_kind), "jax": jax.__version__, "rows": rows},
+            indent=1,
+        )
+    )
+    return rows
+
+
 _GEMM = re.compile(r"gemm|xmma|nvjet|cutlass|cublas|triton_gemm|__dot|_dot_", re.I)
 _ATTN = re.compile(r"cudnn|fmha|flash|sdpa|attention", re.I)
 
@@ -237,6 +306,8 @@ def main() -> None:
     a.add_argument("--out", type=Path, required=True)
     r = sub.add_parser("rates")
     r.add_argument("--out", type=Path, required=True)
+    z = sub.add_parser("sizes")
+    z.add_argument("--out", type=Path, required=True)
     k = sub.add_parser("kernels")
     k.add_argument("--out", type=Path, required=True)
     k.add_argument("--model", default="llama")
@@ -247,6 +318,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.cmd == "rates":
         rates(args.out)
+    elif args.cmd == "sizes":
+        sizes(args.out)
     elif args.cmd == "kernels":
         kernels(args.out, args.model, args.config, args.policy, args.label)
     else:

@@ -142,17 +142,21 @@ def test_the_tolerance_follows_dtypes_computed_inside_the_step():
 
 @pytest.fixture(scope="module")
 def small():
+    """The session, after one checked plan: its reference outputs and rounding sensitivity
+    are measured here, before any test patches ``numerics.run_planned`` (the sensitivity
+    runs the step through it; measured under a planted error it would excuse that error, and
+    the planted-mismatch test passed only after another test had planned first)."""
     step, args = make_step()
     session, lo, hi = _anchors(step, args)
-    return step, args, session, lo, hi
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", planner.PlanWarning)
+        mid = session.plan((lo + 0.5 * (hi - lo)) / 1e9)
+    return step, args, session, lo, hi, mid
 
 
 @pytest.mark.slow  # plans (compiles) a model
 def test_a_plan_on_concrete_arguments_is_checked_and_matches(small):
-    step, args, session, lo, hi = small
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", planner.PlanWarning)
-        plan = session.plan((lo + 0.5 * (hi - lo)) / 1e9)
+    step, args, session, lo, hi, plan = small
     res = plan.numerics
     assert res.checked and res.ok, res.detail
     assert len(res.leaves) == 3  # two updated weights, the loss
@@ -168,7 +172,7 @@ def test_a_plan_on_concrete_arguments_is_checked_and_matches(small):
 def test_a_planted_mismatch_fails_the_plan_loudly_and_names_the_tensors(small, monkeypatch):
     """A wrong-gradient stand-in: the planned step's update of "down" is off by 1% (as if a
     residual the backward pass reads had been replaced), everything else as planned."""
-    step, args, session, lo, hi = small
+    step, args, session, lo, hi, _ = small
     real = numerics.run_planned
 
     def wrong(*a, **k):
@@ -222,7 +226,7 @@ def test_abstract_arguments_say_the_numerics_were_not_checked_and_how():
 
 @pytest.mark.slow  # plans (compiles) a model
 def test_check_numerics_false_runs_nothing(small, monkeypatch):
-    step, args, _, lo, hi = small
+    step, args, _, lo, hi, _ = small
     monkeypatch.setattr(numerics, "run_reference", lambda *a: pytest.fail("ran the step"))
     plan = planner.solve(
         step, *args, hbm_gb=hi * 2 / 1e9, hardware="cpu", allow_offload=False, check_numerics=False
@@ -363,7 +367,7 @@ def test_a_scan_of_zero_layers_is_refused_before_solving():
 def test_predicted_peaks_are_never_negative_even_when_the_anchor_is_tiny(small):
     """F = anchor - model: an anchor below the model's own working set (a region that never
     runs made it -29,360,108 bytes) leaves F at 0, so every prediction is a size."""
-    _, _, session, _, _ = small
+    _, _, session, _, _, _ = small
     tr = session.trace
     tiny = dataclasses.replace(tr.anchor, argument_bytes=0, output_bytes=0, temp_bytes=0)
     tr = dataclasses.replace(tr, anchor=tiny, anchor_saved=None)
@@ -377,7 +381,7 @@ def test_predicted_peaks_are_never_negative_even_when_the_anchor_is_tiny(small):
 def test_the_cpu_estimate_never_subtracts_more_than_the_compiler_counted(small, monkeypatch):
     """On XLA:CPU host arrays are counted in temp; a program XLA emptied (temp 0) while the
     traced one holds 6,291,456 host bytes compiled to -6,291,456 bytes "within budget"."""
-    step, args, session, _, _ = small
+    step, args, session, _, _, _ = small
     import planner._src.verify as V
 
     real = V.compiled_figures
