@@ -228,7 +228,10 @@ def test_plan_state_deviceless_h200_compiles_as_planned():
         pytest.skip(f"no deviceless XLA:GPU here: {target.description}")
     step, args = llama.make_adam_step(CFG)
     session = planner.Planner(step, *args, hardware="h200")
-    plan = planner.plan_state(session, 0.02, opt_state_argnum=1, params_argnum=0, build=_build)
+    # 0.02 GB usable at the 6.5% deviceless margin this test was written for; the same usable
+    # bytes at today's margin (target.DEVICELESS_MARGIN), below what the all-HBM state needs.
+    hbm_gb = 0.02 * (1 + tg.DEVICELESS_MARGIN) / 1.065
+    plan = planner.plan_state(session, hbm_gb, opt_state_argnum=1, params_argnum=0, build=_build)
     assert plan.placement.on_host
     assert plan.compiled.host_matches
     assert plan.compiled.device_bytes <= plan.budget_bytes

@@ -232,8 +232,12 @@ class CompilerTarget:
 # device full remat compiled to the deviceless bytes exactly (2 of 2 models). Measured
 # device / deviceless: 0.93-1.065 (largest 17,055,042,348 / 16,014,808,876 B, a Python-loop
 # Llama with cuDNN attention under nothing_saveable); without cuDNN calls 0.93-1.005.
-# Rounded up to the next half percent.
-DEVICELESS_MARGIN = 0.065
+# Then a plan, not a stock policy (benchmarks/results/h200-2026-12-04-offload-must-show.md,
+# 2026-12-04, benchmarks/plan_compile_check.py): the MoE example's plan at 65.2 GB (it saves
+# dots, top_k and gathers; XLA attention) compiled to 67,621,476,732 B on the H200 against
+# 59,023,144,060 B deviceless, 1.1457, and its capped run failed for want of those bytes.
+# The margin is the largest ratio measured, rounded up to the next half percent.
+DEVICELESS_MARGIN = 0.15
 
 
 _DEVICELESS_CAVEATS = (
@@ -241,9 +245,10 @@ _DEVICELESS_CAVEATS = (
     "(a compile on the GPU may pick cuBLAS kernels and allocate their workspaces)",
     "cuDNN workspaces are not sized without a device",
     "measured on the H200 at the same jaxlib: the device's own compile took 0.93-1.065x the "
-    "deviceless device bytes (26 programs of 4 models; without cuDNN attention 10 of 11 within "
-    "0.5%), so plans leave a 6.5% margin (target.DEVICELESS_MARGIN; "
-    "benchmarks/results/deviceless-2026-12-03.md)",
+    "deviceless device bytes on 26 stock-policy programs of 4 models (without cuDNN attention "
+    "10 of 11 within 0.5%; benchmarks/results/deviceless-2026-12-03.md) and 1.146x on one MoE "
+    "plan (h200-2026-12-04-offload-must-show.md), so plans leave a 15% margin "
+    "(target.DEVICELESS_MARGIN)",
 )
 
 
