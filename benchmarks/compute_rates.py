@@ -80,6 +80,8 @@ def rates(out: Path) -> list[dict]:
     import jax.numpy as jnp
     from jax import lax
 
+    from cost_models._calibrate import causal_attention, causal_attention_fwd_bwd
+
     key = jax.random.key(0)
     rows = []
     for name, ls, rs, contract in MATMULS:
@@ -110,16 +112,8 @@ def rates(out: Path) -> list[dict]:
         k = jax.random.normal(jax.random.key(1), (b_, t, kv, d), jnp.bfloat16)
         v = jax.random.normal(jax.random.key(2), (b_, t, kv, d), jnp.bfloat16)
 
-        def attn(q, k, v):
-            return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
-
-        fwd = jax.jit(attn)
-
-        def fwd_bwd(q, k, v):
-            o, vjp = jax.vjp(attn, q, k, v)
-            return vjp(o)
-
-        both = jax.jit(fwd_bwd)
+        fwd = jax.jit(causal_attention)
+        both = jax.jit(causal_attention_fwd_bwd)
         s_f = _median_s(fwd, q, k, v)
         s_fb = _median_s(both, q, k, v)
         scores = b_ * h * t * t * 0.5  # cost_models/_rules.py: causal keeps half
@@ -159,7 +153,7 @@ def sizes(out: Path) -> list[dict]:
     import jax.numpy as jnp
     from jax import lax
 
-    from cost_models._calibrate import _median_seconds
+    from cost_models._calibrate import _median_seconds, attention_seconds
 
     rows = []
     for k, n in ((4096, 4096), (4096, 14336), (14336, 4096), (4096, 1024), (2048, 1408)):
@@ -182,21 +176,8 @@ def sizes(out: Path) -> list[dict]:
             )
             print(rows[-1], flush=True)
 
-    def attn(q, k, v):
-        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
-
-    def both(q, k, v):
-        o, vjp = jax.vjp(attn, q, k, v)
-        return vjp(o)
-
-    fj, bj = jax.jit(attn), jax.jit(both)
     for b in (1, 2, 4, 8):
-        qkv = [
-            jax.random.normal(jax.random.key(i), (b, 4096, h, 128), jnp.bfloat16)
-            for i, h in enumerate((32, 8, 8))
-        ]
-        sf = _median_seconds(functools.partial(fj, *qkv), repeats=5, batched=True)
-        sb = _median_seconds(functools.partial(bj, *qkv), repeats=5, batched=True)
+        sf, sb = attention_seconds(jax.devices()[0], b, 4096, repeats=5)
         ff = 2 * (b * 32 * 4096 * 4096 * 0.5) * 256
         rows.append(
             {

@@ -154,31 +154,45 @@ _ATTENTION_TOKENS = 32768
 _ATTENTION_HEADS, _ATTENTION_KV_HEADS, _ATTENTION_HEAD_DIM = 32, 8, 128
 
 
+def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    """The fused attention measured: cuDNN's, causal (BTNH operands)."""
+    return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+
+
+def causal_attention_fwd_bwd(q: jax.Array, k: jax.Array, v: jax.Array) -> tuple:
+    """Forward and backward of `causal_attention` (the output as its own cotangent)."""
+    out, vjp = jax.vjp(causal_attention, q, k, v)
+    return vjp(out)
+
+
+def attention_seconds(
+    device: Any, batch: int, length: int, repeats: int, *, heads: tuple[int, int] = (32, 8)
+) -> tuple[float, float]:
+    """(forward, forward and backward) seconds of `causal_attention` at `batch` x `length`,
+    `heads` = (query, KV) heads of _ATTENTION_HEAD_DIM, bf16, back-to-back calls."""
+    d = _ATTENTION_HEAD_DIM
+    q, k, v = (
+        _random(device, (batch, length, h, d), jnp.bfloat16, seed)
+        for seed, h in enumerate((heads[0], heads[1], heads[1]))
+    )
+    fwd_s = _median_seconds(functools.partial(_FWD, q, k, v), repeats=repeats, batched=True)
+    both_s = _median_seconds(functools.partial(_FWD_BWD, q, k, v), repeats=repeats, batched=True)
+    return fwd_s, both_s
+
+
+_FWD, _FWD_BWD = jax.jit(causal_attention), jax.jit(causal_attention_fwd_bwd)
+
+
 def _attention_rates(device: Any, repeats: int) -> dict[str, dict[int, float]]:
-    """{"fwd": {length: FLOP/s}, "bwd": {...}} of jax.nn.dot_product_attention(implementation=
-    "cudnn"), FLOPs by cost_models/_rules.py's formulas (forward 4 b h t s d x 0.5 for causal,
-    backward 2.5x); the backward is the forward-and-backward time minus the forward's."""
-
-    def attn(q, k, v):
-        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
-
-    def both(q, k, v):
-        out, vjp = jax.vjp(attn, q, k, v)
-        return vjp(out)
-
-    fwd_j, both_j = jax.jit(attn), jax.jit(both)
+    """{"fwd": {length: FLOP/s}, "bwd": {...}} of `causal_attention`, FLOPs by
+    cost_models/_rules.py's formulas (forward 4 b h t s d x 0.5 for causal, backward 2.5x);
+    the backward is the forward-and-backward time minus the forward's."""
     rates: dict[str, dict[int, float]] = {"fwd": {}, "bwd": {}}
-    h, kv, d = _ATTENTION_HEADS, _ATTENTION_KV_HEADS, _ATTENTION_HEAD_DIM
+    heads = (_ATTENTION_HEADS, _ATTENTION_KV_HEADS)
     for length in _ATTENTION_LENGTHS:
         b = max(1, _ATTENTION_TOKENS // length)
-        qkv = (
-            _random(device, (b, length, h, d), jnp.bfloat16, 0),
-            _random(device, (b, length, kv, d), jnp.bfloat16, 1),
-            _random(device, (b, length, kv, d), jnp.bfloat16, 2),
-        )
-        fwd_s = _median_seconds(functools.partial(fwd_j, *qkv), repeats=repeats, batched=True)
-        both_s = _median_seconds(functools.partial(both_j, *qkv), repeats=repeats, batched=True)
-        fwd_flops = 2 * (b * h * length * length * 0.5) * 2 * d
+        fwd_s, both_s = attention_seconds(device, b, length, repeats, heads=heads)
+        fwd_flops = 2 * (b * heads[0] * length * length * 0.5) * 2 * _ATTENTION_HEAD_DIM
         rates["fwd"][length] = fwd_flops / fwd_s
         rates["bwd"][length] = 2.5 * fwd_flops / max(both_s - fwd_s, 1e-9)
     return rates
