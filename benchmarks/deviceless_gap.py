@@ -74,12 +74,20 @@ if os.environ.get("DEVICELESS_GAP_DRY_RUN"):  # a CPU dry run of the script, tin
     }
 
 
-def _step(model: str, config: dict, policy_name: str):
+def _step(model: str, config: dict, policy_name):
+    """``policy_name``: a stock policy's name, or a saved plan's policy spec (a dict, as
+    ``benchmarks/gpu_bench.py`` runs it)."""
     import jax
 
     module = moe if model == "moe" else llama
     cls = moe.MoEConfig if model == "moe" else llama.LlamaConfig
-    cfg = cls(**config, remat_policy=getattr(jax.checkpoint_policies, policy_name))
+    if isinstance(policy_name, dict):
+        from benchmarks import gpu_bench
+
+        policy = gpu_bench._policy_from_spec(policy_name)
+    else:
+        policy = getattr(jax.checkpoint_policies, policy_name)
+    cfg = cls(**config, remat_policy=policy)
     return module.make_train_step(cfg)  # ShapeDtypeStruct arguments
 
 
@@ -202,7 +210,7 @@ def summarize(rows: list[dict]) -> str:
     by = {}
     for r in rows:
         if r.get("ok"):
-            by[(r["name"], r["policy"], r["where"])] = r
+            by[(r["name"], r.get("policy_label") or r["policy"], r["where"])] = r
     lines = [
         "| model | policy | device bytes (GPU) | deviceless | diff | temp GPU | temp deviceless "
         "| cuDNN ws max GPU / deviceless | cuBLAS calls GPU / deviceless "
@@ -258,6 +266,27 @@ def run(args):
                         "where": where,
                     }
                 )
+    for item in filter(None, args.plans.split(",")):
+        # a saved plan (benchmarks/results/offload-plans-*/MODEL.json) at one of its budgets
+        path, budget = item.rsplit(":", 1)
+        saved = json.loads(Path(path).read_text())
+        spec = saved["plans"][budget]
+        name = f"{Path(path).stem}-plan-{budget}"
+        for where in ["deviceless", "device", "device-autotune0"]:
+            if args.where and where not in args.where.split(","):
+                continue
+            jobs.append(
+                {
+                    "id": f"{name}-{where}",
+                    "name": name,
+                    "model": saved.get("model", "llama"),
+                    "config": saved["config"],
+                    "policy": spec["policy"],
+                    "policy_label": f"plan at {budget} GB",
+                    "verified_peak": spec.get("verified_peak"),
+                    "where": where,
+                }
+            )
     start = time.perf_counter()
     rows = []
     results = out / "results.jsonl"
@@ -302,7 +331,9 @@ def run(args):
         with tarfile.open(out / "reports.tar.xz", "w:xz") as tar:
             for p in sorted(_DUMPS.rglob("*")):
                 if p.is_file() and (
-                    "memory-usage-report" in p.name or "after_optimizations.txt" in p.name
+                    "memory-usage-report" in p.name
+                    or "after_optimizations.txt" in p.name
+                    or "buffer-assignment" in p.name
                 ):
                     tar.add(p, arcname=str(p.relative_to(_DUMPS)))
 
@@ -316,6 +347,13 @@ def main():
     r.add_argument("--only", default="")
     r.add_argument("--policies", default=",".join(POLICIES))
     r.add_argument("--dump", action="store_true")
+    r.add_argument(
+        "--plans",
+        default="",
+        help="saved plans to compile too, FILE:BUDGET[,FILE:BUDGET] "
+        "(benchmarks/results/offload-plans-*/MODEL.json), each deviceless, on the device and "
+        "on the device without autotuning",
+    )
     r.add_argument("--where", default="", help="only these compiles (deviceless,device,...)")
     r.add_argument(
         "--autotune0",
