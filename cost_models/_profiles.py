@@ -132,6 +132,14 @@ _FIGURES: tuple[_Figure, ...] = (
     ),
     _Figure(key="kernel_launch_s", kind=TIME, what="fixed time per launched kernel", upper=1.0),
     _Figure(
+        key="loop_copy_bytes_per_s",
+        kind=BANDWIDTH,
+        what="bytes per second XLA's device-to-device copies move when a loop slices its "
+        "stacked operands (a scan's weights, its stacked residuals and gradients); 0: half "
+        "the HBM bandwidth (each byte read once and written once)",
+        upper=1e15,
+    ),
+    _Figure(
         key="allocator_headroom",
         kind=None,
         what="fraction of the budget the planner leaves free for the device allocator "
@@ -143,6 +151,10 @@ _FIGURES: tuple[_Figure, ...] = (
 # value used then and why.
 _OPTIONAL: dict[str, tuple[float, str]] = {
     "allocator_headroom": (0.0, "no headroom (the planner fills the budget to the byte)"),
+    "loop_copy_bytes_per_s": (
+        0.0,
+        "not measured: half the HBM bandwidth (each copied byte read once and written once)",
+    ),
 }
 _LINK_FIGURES: tuple[_Figure, ...] = (
     _Figure(
@@ -288,6 +300,8 @@ class HardwareProfile:
     # "bwd"), FLOP/s at measured key lengths, ((length, rate), ...) sorted by length. Absent,
     # attention runs at the dense bf16 matmul rate. See `attention_rate`.
     attention_flops_per_s: tuple[tuple[str, tuple[tuple[int, float], ...]], ...] = ()
+    # Optional: see `loop_copy_rate` (0: not measured).
+    loop_copy_bytes_per_s: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -368,6 +382,12 @@ class HardwareProfile:
         key = "fp8" if name.startswith("float8") else _DTYPE_ALIASES.get(name, "bf16")
         rates = dict(self.matmul_flops_per_s)
         return rates.get(key, rates["bf16"])
+
+    def loop_copy_rate(self) -> float:
+        """Bytes per second of the device-to-device copies XLA makes to slice a loop's stacked
+        operands (``planner._src.hlo.loop_slice_copy_bytes``): the measured figure, or half
+        the HBM bandwidth where the profile has none (each byte read once, written once)."""
+        return self.loop_copy_bytes_per_s or self.hbm_bytes_per_s / 2
 
     def attention_rate(self, direction: str, length: int, dtype_name: object = "bfloat16") -> float:
         """FLOP/s of a fused attention kernel (`direction` "fwd" or "bwd") over keys of `length`.

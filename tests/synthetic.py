@@ -120,6 +120,9 @@ def random_problem(
         d2h = [c.nbytes / 1e9 * rnd.uniform(5, 20) for c in r.candidates]
         # Some candidates are "fusible": saving them costs a forward write.
         mat = [rnd.choice([0.0, rnd.uniform(1e-5, 1e-3)]) for _ in range(n)]
+        # Some of the others are matmul outputs under lax.scan: saving them copies them into
+        # the stack (RegionCost.stack_copy_s).
+        stack = [0.0 if m else rnd.choice([0.0, rnd.uniform(1e-5, 1e-3)]) for m in mat]
         after = [sum(rec[i + 1 :]) for i in range(n)]
         bwd = 2 * sum(rec)
         rcs.append(
@@ -128,6 +131,7 @@ def random_problem(
                 multiplicity=r.multiplicity,
                 recompute_s=tuple(rec),
                 materialize_s=tuple(mat),
+                stack_copy_s=tuple(stack),
                 d2h_s=tuple(d2h),
                 h2d_s=tuple(d2h),
                 fwd_after_s=tuple(after),

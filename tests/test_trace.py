@@ -283,3 +283,84 @@ def test_residual_matching_is_off_where_loops_do_not_stack_per_trip():
         for u in (1, 2, True)
     }
     assert needed[1] and needed[2] == needed[1] and needed[True] == needed[1]
+
+
+# ----------------------------------------------------------------- loop-slice copies (XLA:GPU)
+
+# A trimmed XLA:GPU module (the shapes of the Llama example's scan, 2026-12-04): a while loop
+# of 4 trips whose body slices one weight out of the stacked parameters and writes one
+# gradient into the stacked gradient, each as an asynchronous dynamic-slice fusion, plus an
+# async slice outside any loop (not counted) and a loop without a known trip count.
+_GPU_LOOP_HLO = """HloModule jit_train_step, num_partitions=1
+
+%body (arg: (s32[], bf16[4,4096,14336], bf16[4,4096,14336])) -> (s32[], bf16[4,4096,14336], bf16[4,4096,14336]) {
+  %fusion-start = ((bf16[4,4096,14336]{2,1,0}, s32[]), bf16[1,4096,14336]{2,1,0}, u32[]) async-start(%a, %i), calls=%c0, metadata={op_name="jit(train_step)/jvp()/while/body/jit(dynamic_index_in_dim)/dynamic_slice"}
+  %fusion-start.1 = ((bf16[4,4096,14336]{2,1,0}, bf16[4096,14336]{1,0}, s32[]), bf16[4,4096,14336]{2,1,0}, u32[]) async-start(%g, %d, %i), calls=%c1, metadata={op_name="jit(train_step)/transpose(jvp())/while/body/jit(dynamic_update_index_in_dim)/dynamic_update_slice"}
+  ROOT %t = (s32[], bf16[4,4096,14336], bf16[4,4096,14336]) tuple(%i, %a, %g)
+}
+
+%body2 (arg: (s32[], f32[8,16])) -> (s32[], f32[8,16]) {
+  %fusion-start.2 = ((f32[8,16]{1,0}, s32[]), f32[1,16]{1,0}, u32[]) async-start(%x, %i), calls=%c2, metadata={op_name="jit(train_step)/while/body/dynamic_slice"}
+  ROOT %t2 = (s32[], f32[8,16]) tuple(%i, %x)
+}
+
+ENTRY %main (p: bf16[4,4096,14336]) -> bf16[4,4096,14336] {
+  %fusion-start.3 = ((bf16[4,4096,14336]{2,1,0}, s32[]), bf16[1,4096,14336]{2,1,0}, u32[]) async-start(%p, %z), calls=%c3, metadata={op_name="jit(train_step)/dynamic_slice"}
+  %while = (s32[], bf16[4,4096,14336], bf16[4,4096,14336]) while(%init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"4"}}
+  %while.1 = (s32[], f32[8,16]) while(%init2), condition=%cond2, body=%body2
+  ROOT %r = bf16[4,4096,14336] get-tuple-element(%while), index=1
+}
+"""
+
+
+def test_loop_slice_copy_bytes_reads_async_slices_of_loop_bodies():
+    from planner._src import hlo
+
+    slab = 4096 * 14336 * 2  # one layer's slice of the stacked bf16 weight
+    got = hlo.loop_slice_copy_bytes(hlo.parse(_GPU_LOOP_HLO))
+    # 4 trips x (the sliced weight + the written gradient) + 1 trip x the 64-byte f32 row of
+    # the loop with no known trip count; the slice in the entry computation is not a loop's.
+    assert got == 4 * 2 * slab + 16 * 4
+    # XLA:CPU emits no asynchronous slices: a CPU-compiled step counts none.
+    assert scanned_figures_cpu().loop_copy_bytes == 0
+
+
+def scanned_figures_cpu():
+    step, args = llama.make_train_step(CFG)
+    lowered = jax.jit(step).lower(*args)
+    return compiled_figures(lowered.compile(), backend="cpu")
+
+
+def test_saving_a_matmul_output_under_scan_costs_its_stack_copy_on_gpus(scanned):
+    """Cost rule S_v (cost.py): on a GPU profile, saving a per-trip value that is in HBM
+    anyway (a matmul's output) inside lax.scan costs bytes / loop_copy_rate per trip;
+    offloading it does not, a fusible value's save costs its write (M_v) instead, and the
+    CPU profile has no such copies."""
+    import cost_models as cm
+    from planner._src.cost import Assignment, build_cost_model, evaluate
+    from planner._src.graph import build_graph, class_key
+
+    graph = build_graph(scanned)
+    (rg,) = graph.regions
+    q = next(c for c in rg.region.candidates if c.name == "mlpwi_0")  # a dot_general, needed
+    key = class_key(rg.region, q)
+    hw = cm.load_profile("h200")
+    gpu = build_cost_model(scanned, graph, "h200", allow_offload=True)
+    cpu = build_cost_model(scanned, graph, "cpu", allow_offload=True)
+    rc = gpu.regions[0]
+    assert rc.stack_copy_s[q.index] == pytest.approx(q.nbytes / hw.loop_copy_rate())
+    assert not any(cpu.regions[0].stack_copy_s)
+    # fusible candidates pay M_v, not S_v
+    for c in rg.region.candidates:
+        if rc.materialize_s[c.index]:
+            assert rc.stack_copy_s[c.index] == 0.0
+
+    def step_s(model, decision):
+        return evaluate(model, graph, Assignment.of({key: decision})).materialize_s
+
+    trips = rg.region.multiplicity
+    assert step_s(gpu, "save") - step_s(gpu, "remat") == pytest.approx(
+        trips * q.nbytes / hw.loop_copy_rate()
+    )
+    assert step_s(gpu, "offload") == step_s(gpu, "remat")
+    assert step_s(cpu, "save") == step_s(cpu, "remat")

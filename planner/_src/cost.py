@@ -23,6 +23,14 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   them to the host were cheaper than keeping them). Measured on the H200
   (benchmarks/results/h200-2026-12-01.md): plans that saved such values ran no faster than
   recomputing them, where the roofline of their standalone kernels had promised 3-5%;
+  and, on XLA:GPU, saving a per-trip value that is in HBM anyway (a matmul's output, a view
+  of one) inside ``lax.scan`` costs ``S_v = bytes_v / loop_copy_rate`` (the profile's
+  ``loop_copy_bytes_per_s``): XLA writes it into the scan's stacked residual with a
+  device-to-device copy it cannot fuse into the producing kernel (an offloaded value is
+  copied to the host instead); ``S_v`` is part of ``M_r`` for ``a(v) = save``. Measured on the
+  H200 (benchmarks/results/h200-2026-12-04-idle/): the Llama example's dots_saveable step at
+  batch 1 copied 15.0 GB that way (the f32 attention scores among them) against 5.2 GB under
+  full remat, 10.0 vs 2.7 ms a step that the model did not have;
   working set of one backward trip
   ``W_r = sum bytes_v [v read by the backward and a(v) in {remat, offload}]
   + sum bytes_v [v recomputed only to recompute others, and read by a recomputed reduction]
@@ -56,7 +64,11 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   compiled again; the correction is a constant, exact for ``P`` only.
 * ``host = sum_r L_r H_r`` must fit the hardware's pinned host memory.
 * ``time = T0 + sum_r L_r (C_r + M_r + X^fwd_r + X^bwd_r)`` where ``T0`` is the roofline time of
-  the whole step with nothing recomputed, and ``X`` is the copy time one trip cannot hide.
+  the whole step with nothing recomputed plus, on XLA:GPU, the loop-slice copies of the
+  full-remat anchor's compiled program (``hlo.loop_slice_copy_bytes`` / loop_copy_rate: the
+  layer's weights sliced out of the stacked parameters forward and backward, the weight
+  gradients written back, the stacked layer inputs), and ``X`` is the copy time one trip
+  cannot hide.
   Under ``lax.scan`` XLA starts a device->host copy once its tensor exists and finishes it
   by the end of the same trip; it reads offloaded tensors back at the start of the backward
   trip and waits for each before its first use (benchmarks/results/h200-2026-11-30-shared-probe).
@@ -141,12 +153,14 @@ def build_cost_model(
 ) -> CostModel:
     """Cost every candidate on ``hardware`` and measure the fixed bytes from the anchor."""
     hw = cm.load_profile(hardware)
+    # XLA:GPU's loop-slice copies (S_v below and the step's own in T0); other platforms: none.
+    copy_rate = hw.loop_copy_rate() if hw.platform == "gpu" else 0.0
     unknown: set[str] = set()
     regions = []
     ratios: list[tuple[float, float]] = []  # (global, per-device) forward compute per region
     for rg in graph.regions:
         r = rg.region
-        fwd, rec, mat = [], [], []
+        fwd, rec, mat, stack = [], [], [], []
         glob = compute_local = 0.0
         in_hbm = {}  # candidate index -> its value is in HBM whatever the policy
         for c in r.candidates:
@@ -193,6 +207,14 @@ def build_cost_model(
             else:  # matmuls, custom calls (attention), gathers...: materialized anyway
                 rec.append(fwd[-1])
                 mat.append(0.0)
+            # Saving a value that is in HBM anyway (a matmul's output, a view of one) inside
+            # lax.scan copies it into the scan's stacked residual every trip: XLA cannot fuse
+            # that dynamic-update-slice into the producing kernel (S_v in the docstring).
+            stack.append(
+                c.nbytes / copy_rate
+                if copy_rate and r.in_scan and in_hbm[c.index] and not c.loop_invariant
+                else 0.0
+            )
         ratio = compute_local / glob if glob > 0 else 1.0
         ratios.append((glob, compute_local))
         unknown.update(r.backward_work.total().unknown_primitives)
@@ -222,6 +244,7 @@ def build_cost_model(
                 multiplicity=r.multiplicity,
                 recompute_s=tuple(rec),
                 materialize_s=tuple(mat),
+                stack_copy_s=tuple(stack),
                 d2h_s=tuple(d2h),
                 h2d_s=tuple(h2d),
                 fwd_after_s=tuple(after),
@@ -238,7 +261,11 @@ def build_cost_model(
     model = CostModel(
         hardware=hw,
         regions=tuple(regions),
-        base_step_s=step_ratio * trace.step_work.seconds(hw),
+        # T0: the roofline of the step, plus the loop-slice copies the anchor compile makes
+        # (weights sliced out of the stacked parameters, gradients written back, the stacked
+        # layer inputs): per device already, as compiled.
+        base_step_s=step_ratio * trace.step_work.seconds(hw)
+        + (trace.anchor.loop_copy_bytes / copy_rate if copy_rate else 0.0),
         fixed_bytes=0,
         correction_bytes=correction_bytes,
         host_cap_bytes=float(link.host_pinned_bytes),
@@ -421,6 +448,8 @@ def evaluate(
                 else:
                     saved += c.nbytes
                     materialize_s += rc.materialize_s[i]
+                    if rc.stack_copy_s:
+                        materialize_s += rc.stack_copy_s[i]
             elif dec[i] == "offload":
                 if c.loop_invariant:
                     offloaded_invariant += c.nbytes

@@ -205,6 +205,13 @@ def simulate(
             for i, d in kept.items()
             if d in ("save", "offload") and not cands[i].loop_invariant
         )
+        # Saving (not offloading) a value in HBM under lax.scan: its copy into the stack.
+        if rc.stack_copy_s:
+            exposure += sum(
+                rc.stack_copy_s[i]
+                for i, d in kept.items()
+                if d == "save" and not cands[i].loop_invariant
+            )
         for _ in range(rc.multiplicity):
             alloc(dev_b)
             host += host_b

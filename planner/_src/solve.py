@@ -202,6 +202,10 @@ class _Model:
                     # Saving or offloading a fusible value costs the forward write of it.
                     extra_ns.append(_ns(rc.materialize_s[i]) * s)
                     extra_ns.append(_ns(rc.materialize_s[i]) * o)
+                if not c.loop_invariant and rc.stack_copy_s and rc.stack_copy_s[i]:
+                    # Saving (not offloading) a value in HBM inside lax.scan costs its copy
+                    # into the scan's stacked residual (S_v, cost.py).
+                    extra_ns.append(_ns(rc.stack_copy_s[i]) * s)
                 # Working-set terms carry the measured scale, rounded up per term.
                 w_kib = math.ceil(ws_scale * kib)
                 if c.needed:

@@ -879,6 +879,16 @@ _AUTOTUNE_FAILED = re.compile(
     r"All configs failed during profiling|[Aa]utotun\w*[^\n]*(RESOURCE_EXHAUSTED|out of memory)"
 )
 AUTOTUNE_OFF = {"xla_gpu_autotune_level": 0}
+# A deviceless compile cannot autotune, and left alone XLA keeps every matmul as a Triton GEMM
+# fusion, which fuses its operands' converts and transposes; the GPU's own compile picks
+# cuBLAS for most matmuls (34 of 48 in the MoE plan below, with or without autotuning) and
+# materializes those operands. Measured on the H200, jaxlib 0.11.2 (benchmarks/results/
+# deviceless-plans-2026-12-04.md): the MoE example's plan at 65.2 GB compiled to 67.61 GB on
+# the device, 59.02 GB deviceless as XLA leaves it (1.146x) and 65.63 GB deviceless with
+# Triton GEMMs off (1.030x); over 23 stock-policy programs of 5 models the device took
+# 0.925-1.065x the default deviceless bytes and 0.940-1.023x the cuBLAS-only ones. So the
+# deviceless compile measures with every matmul as a cuBLAS call.
+DEVICELESS_COMPILE_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
 
 
 def compile_lowered(lowered, compiler_options: dict[str, Any] | None = None):
@@ -890,6 +900,8 @@ def compile_lowered(lowered, compiler_options: dict[str, Any] | None = None):
     kernels XLA's defaults (as in a deviceless compile)."""
     scope = _active.get()
     options = dict(compiler_options or {})
+    if scope is not None:  # deviceless: see DEVICELESS_COMPILE_OPTIONS (the caller's win)
+        options = {**DEVICELESS_COMPILE_OPTIONS, **options}
     try:
         return lowered.compile(compiler_options=options or None)
     except RuntimeError as e:  # jax.errors.JaxRuntimeError is one

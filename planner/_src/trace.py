@@ -715,6 +715,7 @@ def compiled_figures(
         else 0,
         backend=backend or jax.default_backend(),
         compiler=compiler,
+        loop_copy_bytes=hlo.loop_slice_copy_bytes(module),
     )
 
 

@@ -155,6 +155,9 @@ class CompiledFigures:
     stacked_host_arrays: int
     backend: str
     compiler: str = ""  # which compiler made these figures (target.CompilerTarget)
+    # Bytes the program copies device-to-device per run to slice its loops' stacked operands
+    # (hlo.loop_slice_copy_bytes; XLA:GPU only, 0 elsewhere).
+    loop_copy_bytes: int = 0
 
     @property
     def device_bytes(self) -> int:
@@ -232,6 +235,9 @@ class RegionCost:
     multiplicity: int
     recompute_s: tuple[float, ...]  # per candidate: its recompute in the backward pass
     materialize_s: tuple[float, ...]  # per candidate: the forward write saving it forces
+    # per candidate: the copy into the scan's stacked residual that saving it (not offloading
+    # it) forces, where XLA cannot fuse that write into the producer (see cost.py)
+    stack_copy_s: tuple[float, ...] = ()
     d2h_s: tuple[float, ...]  # per candidate: device->host copy of its outputs
     h2d_s: tuple[float, ...]  # per candidate: host->device copy back
     fwd_after_s: tuple[float, ...]  # forward compute after the candidate is made
