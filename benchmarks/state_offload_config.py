@@ -83,7 +83,10 @@ def plan(over: dict, hbm_gb: float, margin: float | None) -> dict:
 
     def build(policy, placement):
         jitted, a, _ = h._build(
-            dataclasses.replace(cfg, remat_policy=policy), "mixed", placement.on_host, concrete=False
+            dataclasses.replace(cfg, remat_policy=policy),
+            "mixed",
+            placement.on_host,
+            concrete=False,
         )
         return jitted, a
 
