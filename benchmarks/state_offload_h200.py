@@ -1,46 +1,45 @@
 """Issue 21's must-show on one H200: the mixed plan (activations + part of Adam's state in
 pinned host memory, one CP-SAT model) against (a) the whole optimizer state on the host,
 brought back in one piece for the update (MaxText's optimizer_memory_host_offload) with the
-best activation policy for the memory that frees, and (b) full remat with the whole state in
-HBM at the largest batch that fits. Every run is capped at the same budget.
+best activation plan for the memory that frees, and (b) full remat with the whole state in
+HBM at the largest batch that fits. Every run is a fresh process capped at the same budget.
 
     python benchmarks/state_offload_h200.py run --out DIR     # all of it, one command, < 9 min
     python benchmarks/state_offload_h200.py worker JOB.json   # one job in a fresh process
 
-Model: examples/llama.py's H200_BENCH shape (d_model 4096, ffn 14336, 32 heads, 8 KV heads,
-batch 8 x seq 4096, bf16, cuDNN attention) with 32 layers under lax.scan (7.2 B parameters:
-14.5 GB, their gradients 14.5 GB, Adam's two moments 29.0 GB), optax.adam. Not f32: cuDNN's
-fused attention takes bf16 only, and XLA's f32 attention would materialize 17 GB of scores
-per layer at this shape. How the budget is chosen, so that the claim is
-measured, not assumed: the driver compiles full remat with the whole state in HBM at batch
-8 (no cap) and sets the budget to 90% of its device bytes (``argument + output - alias +
-temp``), so that configuration cannot fit; its capped run is attempted anyway and recorded.
+Model (CONFIG): examples/llama.py's H200_BENCH layer (d_model 4096, ffn 14336, 32 heads, 8 KV
+heads, bf16, cuDNN attention), 32 layers under lax.scan (7.2 B parameters: 14.5 GB, their
+gradients 14.5 GB, Adam's two moments 29.0 GB), optax.adam, batch 8 x seq 512. The
+configuration and its budget were chosen on the CPU with the planner's model and deviceless
+H200 compiles (benchmarks/state_offload_config.py; benchmarks/results/
+state-offload-config-2026-12-04.md): at 59.10 GB (58.32 GB usable) full remat with the whole
+state in HBM compiles to 58.12 GB at batch 1 and 58.37 GB at batch 2 (deviceless), so (b)
+runs at batch 1 (512 tokens a step), while the mixed plan runs the batch of 8.
 
-Steps (each a fresh process; results as JSON lines in DIR/results.jsonl; the driver stops
-starting jobs when fewer than 60 s of its 520 s are left):
+The plans are made beforehand on the CPU (the device has no ortools) and read from PLANS:
+mixed plans at deviceless margins 0, 0.01 and 0.03 (the planner's default margin for a
+deviceless plan is 0.15: here the device's own compile decides instead), and (a)'s
+activation plan. Steps (JSON lines in DIR/results.jsonl; the driver stops starting jobs
+when fewer than 60 s of its TOTAL_S are left):
 
-1. ``compile`` full remat, state in HBM, batch 8: device bytes D; budget = 0.9 D.
-2. ``plan``: planner.Planner on the step, plan_state(budget, build=...) (compiled on the H200
-   and held to the budget), and for (a) the activation plan solved with the optimizer state's
-   bytes out of the fixed bytes (all of it on the host during forward and backward).
-3. ``measure`` capped (XLA_PYTHON_CLIENT_MEM_FRACTION = budget / HBM): full remat batch 8
-   (expected to fail), the mixed plan, (a), and (b) at the largest batch whose compile fits
-   (device bytes are affine in the batch: compiled at batch 4 too, the line gives the batch
-   to try first, then smaller ones until one compiles within the budget).
+1. the mixed plans in order: each compiled on the device under the cap; the first whose
+   device bytes are within the usable bytes runs, the others are recorded as over.
+2. (b): full remat with the state in HBM compiled (uncapped) at batch 1, 2, ...; the largest
+   batch within the usable bytes runs capped, and the next batch up is attempted capped too
+   (XLA may rematerialize under the cap on its own; recorded either way).
+3. (a) at the batch of 8.
 
-On the device host (jax 0.11.2 installed; ortools from the repository's .whl/ folder):
+On the device host (jax 0.11.2 and optax installed; no ortools needed):
 
-    pip install --no-index --no-deps --target /tmp/site .whl/*.whl   # if ortools is missing
-    PYTHONPATH=/tmp/site:. python benchmarks/state_offload_h200.py run --out /tmp/state21
+    PYTHONPATH=. python benchmarks/state_offload_h200.py run --out $OUT/state21
 
-Read DIR/summary.md: tokens/s per configuration, compiled device and host bytes, peak bytes in
-use, the plan's budget split.
+Read DIR/summary.md: tokens/s per configuration next to the model's prediction, compiled
+device and host bytes, peak bytes in use, the plan's budget split.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -62,26 +61,13 @@ CONFIG = dict(
     d_ff=14336,
     n_layers=32,
     batch=8,
-    seq=4096,
+    seq=512,
     dtype="bfloat16",
     attention_impl="cudnn",
 )
-TOTAL_S = 520.0
-# --smoke: a tiny model, to check the script's plumbing off the GPU (its figures mean nothing)
-SMOKE = dict(
-    CONFIG,
-    vocab=256,
-    d_model=64,
-    n_heads=4,
-    n_kv_heads=2,
-    d_ff=128,
-    n_layers=4,
-    batch=4,
-    seq=32,
-    attention_impl=None,
-)
-if os.environ.get("STATE21_SMOKE"):
-    CONFIG = SMOKE
+TOTAL_S = 500.0
+PLANS = ROOT / "benchmarks/results/state-offload-config-2026-12-04"
+MIXED = ("mixed-m0.json", "mixed-m0.01.json", "mixed-m0.03.json")  # tried in this order
 
 
 def _cfg(batch: int, policy=None):
@@ -200,6 +186,8 @@ def job_measure(job: dict) -> dict:
     compiled = jitted.lower(*args).compile()
     res = _figures(compiled)
     res["planned_host_bytes"] = placement.host_bytes()
+    if job.get("usable_bytes") and res["device_bytes"] > job["usable_bytes"]:
+        return {**res, "over": True}  # the device's own compile: over the usable bytes
     params, opt, batch = args
     times = []
     for i in range(1 + job.get("steps", 5)):
@@ -219,53 +207,9 @@ def job_measure(job: dict) -> dict:
     return res
 
 
-def job_plan(job: dict) -> dict:
-    import planner
-    from examples import llama
-    from planner._src.cost import build_cost_model
-    from planner._src.emit import emit
-    from planner._src.session import io_bytes, usable_bytes
-    from planner._src.solve import solve_assignment
-
-    cfg = _cfg(job["batch"])
-    step, args = llama.make_adam_step(cfg, concrete=False)  # compiles only: no arrays
-    session = planner.Planner(step, *args, hardware="h200")
-    hbm_gb = job["budget_bytes"] / 1e9
-
-    def build(policy, placement):
-        jitted, a, _ = _build(
-            dataclasses.replace(cfg, remat_policy=policy),
-            "mixed",
-            placement.on_host,
-            concrete=False,
-        )
-        return jitted, a
-
-    sp = planner.plan_state(session, hbm_gb, opt_state_argnum=1, params_argnum=0, build=build)
-    names = [(c.key, c.name) for c in session.graph.classes]
-    mixed = {
-        "decisions": [list(d) for d in sp.solution.assignment.decisions],
-        "names": names,
-        "on_host": sorted(sp.placement.on_host),
-        "summary": sp.summary(),
-        "predicted_step_s": sp.prediction.step_s,
-    }
-    # (a): the activations' best plan with every optimizer-state byte out of F (the whole
-    # state on the host during forward and backward); the update's peak is the compiler's.
-    tr, graph, hw = session.trace, session.graph, session.hardware
-    budget = usable_bytes(int(hbm_gb * 1e9), hw, io_bytes(tr), session.compiler.margin)
-    cost = build_cost_model(tr, graph, hw, allow_offload=session.offload)
-    opt_bytes = sum(x.nbytes for x in sp.placement.leaves if x.movable)
-    cost_a = dataclasses.replace(cost, fixed_bytes=cost.fixed_bytes - opt_bytes)
-    sol_a = solve_assignment(graph, cost_a, budget, session.options.solver)
-    emit(sol_a.assignment, dict(names), hw)  # the same emit path the plan takes
-    whole = {"decisions": [list(d) for d in sol_a.assignment.decisions], "names": names}
-    return {"mixed": mixed, "whole": whole}
-
-
 def worker(path: str) -> None:
     job = json.loads(Path(path).read_text())
-    fn = {"compile": job_compile, "measure": job_measure, "plan": job_plan}[job["kind"]]
+    fn = {"compile": job_compile, "measure": job_measure}[job["kind"]]
     print(json.dumps(fn(job)))
 
 
@@ -305,146 +249,119 @@ def _gb(x: dict, k: str) -> str:
     return f"{x[k] / 1e9:.2f}" if x.get(k) is not None else "-"
 
 
-def run(out: Path, fraction: float = 0.9) -> None:
+def _load_plans() -> tuple[list[dict], dict]:
+    """The mixed plans (in the order tried) and the predictions made on the CPU."""
+    plans = [json.loads((PLANS / name).read_text()) for name in MIXED]
+    pred = json.loads((PLANS / "predictions.json").read_text())
+    return plans, pred
+
+
+def run(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + TOTAL_S
-    full = {"kind": "stock", "name": "nothing_saveable"}
+    plans, pred = _load_plans()
     b0 = CONFIG["batch"]
-    ref = spawn(
-        {"id": "compile-full-remat-hbm", "kind": "compile", "batch": b0, "policy": full},
-        out,
-        deadline,
-    )
-    if not ref["ok"]:
-        raise SystemExit(f"the reference compile failed:\n{ref['tail']}")
-    budget = int(fraction * ref["result"]["device_bytes"])
-    plan = spawn({"id": "plan", "kind": "plan", "batch": b0, "budget_bytes": budget}, out, deadline)
-    rows = [
-        (
-            f"full remat, state in HBM, batch {b0} (over the budget by construction)",
-            spawn(
-                {
-                    "id": "full-remat-hbm",
-                    "kind": "measure",
-                    "batch": b0,
-                    "policy": full,
-                    "mode": "hbm",
-                    "budget_bytes": budget,
-                },
-                out,
-                deadline,
-            ),
+    budget = int(plans[0]["hbm_gb"] * 1e9)  # the cap of every run
+    usable = int(plans[0]["mixed"]["budget_bytes"])  # usable_bytes(budget), margin 0
+    full = {"kind": "stock", "name": "nothing_saveable"}
+    rows = []  # (name, record, predicted tokens/s)
+    # 1. the mixed plans: the first that the device's compile puts within the usable bytes
+    for p in plans:
+        m = p["mixed"]
+        r = spawn(
+            {
+                "id": f"mixed-m{p['margin']}",
+                "kind": "measure",
+                "batch": b0,
+                "mode": "mixed",
+                "policy": {"kind": "plan", "decisions": m["decisions"], "names": m["names"]},
+                "on_host": m["on_host"],
+                "budget_bytes": budget,
+                "usable_bytes": usable,
+            },
+            out,
+            deadline,
         )
-    ]
-    if plan["ok"]:
-        m, w = plan["result"]["mixed"], plan["result"]["whole"]
+        over = r["ok"] and r["result"].get("over")
+        name = f"mixed plan (margin {p['margin']}), batch {b0}" + (
+            " - over the usable bytes on the device, not run" if over else ""
+        )
+        rows.append((name, r, m["predicted_tokens_per_s"]))
+        if r["ok"] and not over:
+            break
+    # 2. (b): the largest batch whose device compile is within the usable bytes
+    fit = None
+    for b in range(1, b0 + 1):
+        c = spawn(
+            {"id": f"compile-full-remat-b{b}", "kind": "compile", "batch": b, "policy": full},
+            out,
+            deadline,
+        )
+        if not c["ok"] or c["result"]["device_bytes"] > usable:
+            break
+        fit = b
+    for b in ([fit] if fit else []) + [(fit or 0) + 1]:
+        if b > b0:
+            break
+        r = spawn(
+            {
+                "id": f"full-remat-b{b}",
+                "kind": "measure",
+                "batch": b,
+                "policy": full,
+                "mode": "hbm",
+                "budget_bytes": budget,
+            },
+            out,
+            deadline,
+        )
+        why = "largest batch within the usable bytes" if b == fit else "one batch up, attempted"
         rows.append(
             (
-                "mixed plan (this issue)",
-                spawn(
-                    {
-                        "id": "mixed",
-                        "kind": "measure",
-                        "batch": b0,
-                        "mode": "mixed",
-                        "policy": {"kind": "plan", **{k: m[k] for k in ("decisions", "names")}},
-                        "on_host": m["on_host"],
-                        "budget_bytes": budget,
-                    },
-                    out,
-                    deadline,
-                ),
+                f"(b) full remat, state in HBM, batch {b} ({why})",
+                r,
+                pred["full_remat"].get(str(b), {}).get("tokens_per_s"),
             )
         )
-        rows.append(
-            (
-                "(a) whole optimizer state on the host, best activation plan",
-                spawn(
-                    {
-                        "id": "whole-offload",
-                        "kind": "measure",
-                        "batch": b0,
-                        "mode": "whole",
-                        "policy": {"kind": "plan", **w},
-                        "budget_bytes": budget,
-                    },
-                    out,
-                    deadline,
-                ),
-            )
-        )
-    # (b): the largest batch whose compile fits. Device bytes are affine in the batch (the
-    # state is fixed, activations scale), so a second compile at half the batch gives the
-    # line; the first batch tried is the line's answer, then smaller ones until one fits.
-    half = spawn(
+    # 3. (a): MaxText's whole-state offload with the best activation plan for its room
+    w = plans[0]["whole"]
+    r = spawn(
         {
-            "id": f"compile-full-remat-b{b0 // 2}",
-            "kind": "compile",
-            "batch": b0 // 2,
-            "policy": full,
+            "id": "whole-offload",
+            "kind": "measure",
+            "batch": b0,
+            "mode": "whole",
+            "policy": {"kind": "plan", "decisions": w["decisions"], "names": w["names"]},
+            "budget_bytes": budget,
         },
         out,
         deadline,
     )
-    start = b0 - 1
-    if half["ok"]:
-        d8, d4 = ref["result"]["device_bytes"], half["result"]["device_bytes"]
-        slope = (d8 - d4) / (b0 - b0 // 2)
-        if slope > 0:
-            start = max(1, min(b0 - 1, int((budget - (d8 - slope * b0)) // slope)))
-    for b in range(start, 0, -1):
-        c = (
-            half
-            if b == b0 // 2 and half["ok"]
-            else spawn(
-                {"id": f"compile-full-remat-b{b}", "kind": "compile", "batch": b, "policy": full},
-                out,
-                deadline,
-            )
-        )
-        if c["ok"] and c["result"]["device_bytes"] <= budget:
-            rows.append(
-                (
-                    f"(b) full remat, state in HBM, batch {b}",
-                    spawn(
-                        {
-                            "id": f"full-remat-b{b}",
-                            "kind": "measure",
-                            "batch": b,
-                            "policy": full,
-                            "mode": "hbm",
-                            "budget_bytes": budget,
-                        },
-                        out,
-                        deadline,
-                    ),
-                )
-            )
-            break
+    rows.append(
+        (f"(a) whole optimizer state on the host, batch {b0}", r, w["predicted_tokens_per_s"])
+    )
     lines = [
-        f"# Issue 21 on the H200: budget {budget / 1e9:.2f} GB "
-        f"({fraction} x full remat's {ref['result']['device_bytes'] / 1e9:.2f} GB)",
+        f"# Issue 21 on the H200: batch {b0} x seq {CONFIG['seq']}, budget {budget / 1e9:.2f} GB "
+        f"({usable / 1e9:.2f} GB usable), every run capped at it",
         "",
-        "| configuration | ok | tokens/s | step ms | device GB | host GB | peak in use GB |",
-        "|---|---|---|---|---|---|---|",
+        "| configuration | ok | tokens/s | predicted | step ms | device GB | host GB | peak GB |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for name, r in rows:
+    for name, r, want in rows:
         x = r.get("result") or {}
         lines.append(
             f"| {name} | {r['ok']} | {x.get('tokens_per_s', 0):.0f} | "
-            f"{x.get('step_ms_median', 0):.0f} | {_gb(x, 'device_bytes')} | "
+            f"{want or 0:.0f} | {x.get('step_ms_median', 0):.0f} | {_gb(x, 'device_bytes')} | "
             f"{_gb(x, 'host_argument_bytes')} | {_gb(x, 'peak_bytes_in_use')} |"
         )
-    if plan["ok"]:
+    for p in plans:
         lines += [
             "",
-            "The mixed plan's budget split (planner):",
+            f"Mixed plan, margin {p['margin']} (planner, CPU):",
             "```",
-            plan["result"]["mixed"]["summary"],
+            p["mixed"]["summary"],
             "```",
         ]
-    else:
-        lines += ["", "plan failed:", "```", str(plan.get("tail")), "```"]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -454,21 +371,11 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--smoke", action="store_true", help="tiny model: plumbing check only")
-    r.add_argument(
-        "--fraction",
-        type=float,
-        default=0.9,
-        help="budget as a fraction of full remat's device bytes (default 0.9: it cannot fit)",
-    )
     w = sub.add_parser("worker")
     w.add_argument("job")
     a = ap.parse_args()
     if a.cmd == "run":
-        if a.smoke:
-            os.environ["STATE21_SMOKE"] = "1"  # the workers read it
-            globals()["CONFIG"] = SMOKE
-        run(a.out, a.fraction)
+        run(a.out)
     else:
         worker(a.job)
 
