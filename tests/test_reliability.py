@@ -159,11 +159,17 @@ def test_data_carry_without_tangent_on_first_pass():
 def test_a_search_cut_by_its_time_limit_is_still_deterministic():
     # The limit is CP-SAT's deterministic time: the same inputs give the same plan even when
     # the search stops before proving optimality.
-    graph, cost = random_problem(1, n_nodes=400, n_classes=60, eta=0.2)
-    lo = evaluate(cost, graph, Assignment.of({})).peak_bytes
-    hi = evaluate(cost, graph, Assignment.of({c.key: "save" for c in graph.classes})).peak_bytes
+    # The first of a few random problems whose search the limit cuts (which ones does depends
+    # on the synthetic generator's draws; 2026-12-04: seeds 3 and 4 of 1-7).
     opts = SolverOptions(time_limit_s=0.1)
-    a = solve_assignment(graph, cost, (lo + hi) / 2, opts)
+    for seed in range(1, 11):
+        graph, cost = random_problem(seed, n_nodes=400, n_classes=60, eta=0.2)
+        lo = evaluate(cost, graph, Assignment.of({})).peak_bytes
+        every = Assignment.of({c.key: "save" for c in graph.classes})
+        hi = evaluate(cost, graph, every).peak_bytes
+        a = solve_assignment(graph, cost, (lo + hi) / 2, opts)
+        if a.status == "FEASIBLE":
+            break
     b = solve_assignment(graph, cost, (lo + hi) / 2, opts)
     assert a.status == "FEASIBLE" and a.gap > 0, "the limit must cut the search for this test"
     assert a.reproducible and b.reproducible
