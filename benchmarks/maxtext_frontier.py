@@ -1,7 +1,7 @@
 """Plan MaxText's 405B and 671B benchmark configurations on this CPU, per device, for the H200.
 
     python benchmarks/maxtext_frontier.py --out OUT_DIR [--models llama3.1-405b ...]
-        [--timeout 600] [--hbm-gb 100]
+        [--timeout 600] [--hbm-gb 100] [--mem-fraction 0.9]
 
 Each model runs ``python -m planner maxtext ... --json`` in a process of its own (so its
 peak RSS is its own: ``ru_maxrss`` of ``os.wait4`` on it) with
@@ -99,7 +99,9 @@ MODELS = {
 }
 
 
-def run(model: str, out_dir: str, timeout: int, hbm_gb: float | None) -> dict:
+def run(
+    model: str, out_dir: str, timeout: int, hbm_gb: float | None, mem_fraction: float | None = None
+) -> dict:
     spec = MODELS[model]
     cmd = [
         sys.executable,
@@ -116,6 +118,8 @@ def run(model: str, out_dir: str, timeout: int, hbm_gb: float | None) -> dict:
     if hbm_gb:
         cmd += ["--hbm-gb", str(hbm_gb)]
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=spec["xla_flags"])
+    if mem_fraction:  # the planner's budget follows it (planner/_src/maxtext.py budget_gb)
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(mem_fraction)
     out_path = os.path.join(out_dir, f"{model}.stdout")
     err_path = os.path.join(out_dir, f"{model}.stderr")
     t0 = time.perf_counter()
@@ -135,6 +139,7 @@ def run(model: str, out_dir: str, timeout: int, hbm_gb: float | None) -> dict:
         "model": model,
         "command": " ".join(cmd),
         "xla_flags": spec["xla_flags"],
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": env.get("XLA_PYTHON_CLIENT_MEM_FRACTION"),
         "rc": rc,
         "wall_s": wall,
         "max_rss_gb": rss * 1024 / 1e9,  # ru_maxrss is KiB on Linux
@@ -180,12 +185,19 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--hbm-gb", type=float, default=None)
+    ap.add_argument(
+        "--mem-fraction",
+        type=float,
+        default=None,
+        help="XLA_PYTHON_CLIENT_MEM_FRACTION for the planner (default: the environment's, "
+        "else JAX's 0.75)",
+    )
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     rows = []
     for m in a.models:
         print(f"planning {m} ...", file=sys.stderr, flush=True)
-        rows.append(run(m, a.out, a.timeout, a.hbm_gb))
+        rows.append(run(m, a.out, a.timeout, a.hbm_gb, a.mem_fraction))
         print(f"  rc={rows[-1]['rc']} wall={rows[-1]['wall_s']:.0f}s", file=sys.stderr)
     text = summary(rows)
     with open(os.path.join(a.out, "summary.md"), "w") as f:

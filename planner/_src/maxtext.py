@@ -230,6 +230,10 @@ class Built:
     args: tuple  # (abstract state, shaped batch), ShapeDtypeStructs with shardings
     config: Any
     mesh: Any
+    # () -> the concrete train state, initialised as MaxText's setup_initial_state does it
+    # (jit of the model and optimizer factory), placed with the step's input shardings: for
+    # running the step (benchmarks/maxtext_step.py), not needed to plan it
+    init: Callable | None = None
 
 
 def _devices_needed(config) -> int:
@@ -302,7 +306,34 @@ def build(config_path: str | None, overrides: Mapping[str, str]) -> Built:
 
     train_step.__name__ = "train_step"
     step = jax.jit(train_step, in_shardings=in_sh, out_shardings=out_sh, donate_argnums=donate)
-    return Built(step=step, args=(abstract_state, shaped_batch), config=config, mesh=mesh)
+
+    def init():
+        with axis_rules(config.logical_axis_rules):
+            return jax.jit(lambda: nnx.state(create_train_state_fn()), out_shardings=in_sh[0])()
+
+    return Built(
+        step=step, args=(abstract_state, shaped_batch), config=config, mesh=mesh, init=init
+    )
+
+
+def synthetic_batch(shaped, vocab: int, seed: int = 0) -> dict:
+    """A concrete batch of the shapes and shardings ``shaped`` (``Built.args[1]``): random
+    tokens in [1, vocab), positions 0..L-1, one segment per row."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for k, s in shaped.items():
+        if k in ("inputs", "targets"):
+            a = rng.integers(1, vocab, size=s.shape, dtype=np.int32)
+        elif k.endswith("_position"):
+            a = np.broadcast_to(np.arange(s.shape[-1], dtype=np.int32), s.shape).copy()
+        else:  # segmentation: one segment per row
+            a = np.ones(s.shape, dtype=np.int32)
+        out[k] = jax.device_put(jnp.asarray(a, dtype=s.dtype), s.sharding)
+    return out
 
 
 # ------------------------------------------------------------------------------ settings
