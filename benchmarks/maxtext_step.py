@@ -11,8 +11,9 @@ its ``train_step`` jitted with its shardings and donation, as its train_compile 
 state initialised as MaxText's ``setup_initial_state`` does it (no checkpoint), and run on a
 synthetic batch (random tokens, positions 0..L-1, one segment): compile time,
 ``memory_analysis()``, ``--steps`` timed steps after two warm-up steps (each ended by
-``block_until_ready``), the loss, and the device's ``peak_bytes_in_use``. A set that fails
-(compile, out of memory) records its error and the next one runs.
+``block_until_ready``), the loss, and the device's ``peak_bytes_in_use``, each set in a
+process of its own (its allocator and peak are its own). A set that fails (compile, out of
+memory) records its error and the next one runs.
 
 Imports MaxText, Flax and JAX only (not the planner's solver: no OR-Tools), so that it runs
 where the planner is not installed; the plan is made beforehand with ``python -m planner
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -36,7 +38,7 @@ def run_set(name: str, overrides: dict, steps: int, config_path: str | None) -> 
 
     from planner._src.maxtext import build, synthetic_batch
 
-    got: dict = {"name": name, "overrides": overrides}
+    got: dict = {"name": name, "overrides": overrides, "jax": jax.__version__}
     t0 = time.perf_counter()
     try:
         built = build(config_path, overrides)
@@ -81,6 +83,7 @@ def run_set(name: str, overrides: dict, steps: int, config_path: str | None) -> 
             step_s=times,
             losses=losses,
         )
+        got["device"] = str(jax.devices()[0])
         stats = jax.devices()[0].memory_stats() or {}
         got["memory_stats"] = {
             k: stats[k] for k in ("peak_bytes_in_use", "bytes_limit", "bytes_in_use") if k in stats
@@ -107,19 +110,35 @@ def main() -> None:
         metavar='NAME="key=value ..."',
         help="one remat setting to run; repeat",
     )
+    ap.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every set in this process (default: one child process per set, so that "
+        "each set's peak_bytes_in_use and allocator are its own)",
+    )
     ap.add_argument("overrides", nargs="*", help="MaxText key=value overrides for every set")
     a = ap.parse_args()
-    import jax
-
     from planner._src.maxtext import parse_overrides
 
     base = parse_overrides(a.overrides)
     rows = []
-    for item in a.set:
+    for i, item in enumerate(a.set):
         name, _, spec = item.partition("=")
-        ov = {**base, **parse_overrides(spec)}
         print(f"[maxtext_step] {name}: {spec}", file=sys.stderr, flush=True)
-        rows.append(run_set(name, ov, a.steps, a.config))
+        if a.in_process or len(a.set) == 1:
+            rows.append(run_set(name, {**base, **parse_overrides(spec)}, a.steps, a.config))
+        else:
+            child_out = f"{a.out}.{i}.json"
+            cmd = [sys.executable, os.path.abspath(__file__), "--out", child_out]
+            cmd += ["--steps", str(a.steps), "--set", item]
+            cmd += ["--config", a.config] if a.config else []
+            rc = subprocess.call([*cmd, "--", *a.overrides])
+            try:
+                with open(child_out) as f:
+                    rows.append(json.load(f)["sets"][0])
+                os.remove(child_out)
+            except (OSError, ValueError, KeyError, IndexError):
+                rows.append({"name": name, "ok": False, "error": f"child exited {rc}"})
         r = rows[-1]
         print(
             f"[maxtext_step] {name}: "
@@ -131,17 +150,10 @@ def main() -> None:
             file=sys.stderr,
             flush=True,
         )
+        # (this process starts no JAX backend when the sets run in children: on a GPU it
+        # would take the memory they need)
         with open(a.out, "w") as f:  # after every set: a later failure keeps the earlier rows
-            json.dump(
-                {
-                    "jax": jax.__version__,
-                    "devices": [str(d) for d in jax.devices()],
-                    "argv": sys.argv,
-                    "sets": rows,
-                },
-                f,
-                indent=1,
-            )
+            json.dump({"argv": sys.argv, "sets": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
