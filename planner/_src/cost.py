@@ -158,10 +158,12 @@ def build_cost_model(
     unknown: set[str] = set()
     regions = []
     ratios: list[tuple[float, float]] = []  # (global, per-device) forward compute per region
+    base_writes: list[float] = []  # per region: T0's residual-only writes, all trips
     for rg in graph.regions:
         r = rg.region
         fwd, rec, mat, stack = [], [], [], []
         glob = compute_local = 0.0
+        kept_writes = 0.0  # seconds T0's forward spends writing values only as residuals
         in_hbm = {}  # candidate index -> its value is in HBM whatever the policy
         for c in r.candidates:
             # Fusion-aware roofline recorded by the trace stage (cost_models._fusion): values
@@ -178,6 +180,14 @@ def build_cost_model(
             fwd.append(local + coll)
             prim = c.primitive
             reads = rg.reads(c.index)
+            # What the forward writes only because the backward reads v as a residual
+            # (trace.py: its fused forward with and without v kept); None: v's bytes.
+            if c.residual_write_bytes is None:
+                write_s = c.nbytes / hw.hbm_bytes_per_s
+            else:
+                write_s = c.residual_write_bytes / _time_divisor(c) / hw.hbm_bytes_per_s
+                if c.needed and not c.loop_invariant:
+                    kept_writes += write_s
             # Views (checkpoint_name, reshapes) of a value in HBM are in HBM: a matmul's
             # output, a region input (the layer's input activation).
             in_hbm[c.index] = prim not in cm.FUSIBLE or (
@@ -203,7 +213,7 @@ def build_cost_model(
                     )
                 ).seconds(hw)
                 rec.append(arith / _time_divisor(c) + coll)
-                mat.append(c.nbytes / hw.hbm_bytes_per_s)
+                mat.append(write_s)
             else:  # matmuls, custom calls (attention), gathers...: materialized anyway
                 rec.append(fwd[-1])
                 mat.append(0.0)
@@ -238,6 +248,7 @@ def build_cost_model(
             cm.transfer_seconds(c.nbytes, hw, "h2d") if c.nbytes and can_copy else 0.0
             for c in r.candidates
         ]
+        base_writes.append(r.multiplicity * kept_writes)
         regions.append(
             RegionCost(
                 region_id=r.id,
@@ -261,10 +272,12 @@ def build_cost_model(
     model = CostModel(
         hardware=hw,
         regions=tuple(regions),
-        # T0: the roofline of the step, plus the loop-slice copies the anchor compile makes
-        # (weights sliced out of the stacked parameters, gradients written back, the stacked
-        # layer inputs): per device already, as compiled.
-        base_step_s=step_ratio * trace.step_work.seconds(hw)
+        # T0: the roofline of the step with every residual kept, less its forward's writes of
+        # values kept only as residuals (a fusible value is written only when kept: M_v adds
+        # it back), plus the loop-slice copies the anchor compile makes (weights sliced out of
+        # the stacked parameters, gradients written back, the stacked layer inputs): per
+        # device already, as compiled.
+        base_step_s=max(0.0, step_ratio * trace.step_work.seconds(hw) - sum(base_writes))
         + (trace.anchor.loop_copy_bytes / copy_rate if copy_rate else 0.0),
         fixed_bytes=0,
         correction_bytes=correction_bytes,
