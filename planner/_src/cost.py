@@ -16,8 +16,12 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   ``v``'s equation (cost_models), where a *fusible* equation (elementwise, casts, layout,
   reductions: ``cost_models.FUSIBLE``) costs only its arithmetic, because XLA recomputes it
   inside the backward fusion that reads it; saving or offloading such a value instead forces
-  the forward pass to write it, ``M_r = sum bytes_v / HBM bandwidth [need_v and a(v) in
-  {save, offload}]`` over fusible, per-trip ``v`` (other values are materialized in any case;
+  the forward pass to write it, ``M_r = sum w_v / HBM bandwidth [need_v and a(v) in
+  {save, offload}]`` over fusible, per-trip ``v``, where ``w_v`` is what the forward writes
+  only because ``v`` is kept: the fused forward's bytes with ``v`` kept less its bytes with
+  nothing kept (trace.py, ``Candidate.residual_write_bytes``; 0 for a value a matmul reads,
+  which is written in any case, such as the softmax probabilities; other values are
+  materialized in any case;
   an offloaded value is written to HBM and copied from there: without this term the H200
   plans of 2026-12-02 offloaded eight small fusible values at every budget, as if moving
   them to the host were cheaper than keeping them). Measured on the H200
@@ -64,11 +68,18 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   compiled again; the correction is a constant, exact for ``P`` only.
 * ``host = sum_r L_r H_r`` must fit the hardware's pinned host memory.
 * ``time = T0 + sum_r L_r (C_r + M_r + X^fwd_r + X^bwd_r)`` where ``T0`` is the roofline time of
-  the whole step with nothing recomputed plus, on XLA:GPU, the loop-slice copies of the
-  full-remat anchor's compiled program (``hlo.loop_slice_copy_bytes`` / loop_copy_rate: the
-  layer's weights sliced out of the stacked parameters forward and backward, the weight
-  gradients written back, the stacked layer inputs), and ``X`` is the copy time one trip
-  cannot hide.
+  the whole step with nothing recomputed less the forward's writes of values kept only as
+  residuals (``sum_r L_r sum_v w_v / HBM bandwidth`` over per-trip ``v`` the backward reads:
+  the traced step keeps every residual, and a policy that does not keep ``v`` does not write
+  it; ``M_r`` adds back the writes of the values kept) plus, on XLA:GPU, the loop-slice
+  copies of the full-remat anchor's compiled program (``hlo.loop_slice_copy_bytes`` /
+  loop_copy_rate: the layer's weights sliced out of the stacked parameters forward and
+  backward, the weight gradients written back, the stacked layer inputs), and ``X`` is the
+  copy time one trip cannot hide. Measured on the H200
+  (benchmarks/results/cost-model-other-2026-12-04.md): counting the residual-only writes in
+  ``T0`` put each f32 [batch, heads, seq, seq] intermediate of XLA attention's softmax
+  (scaled, masked, shifted scores) in the full-remat step as a write of its own, 11-29 ms per
+  step of the Llama and MoE examples.
   Under ``lax.scan`` XLA starts a device->host copy once its tensor exists and finishes it
   by the end of the same trip; it reads offloaded tensors back at the start of the backward
   trip and waits for each before its first use (benchmarks/results/h200-2026-11-30-shared-probe).
