@@ -28,7 +28,7 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   (benchmarks/results/h200-2026-12-01.md): plans that saved such values ran no faster than
   recomputing them, where the roofline of their standalone kernels had promised 3-5%;
   and, on XLA:GPU, saving a per-trip value that is in HBM anyway (a matmul's output, a view
-  of one) inside ``lax.scan`` costs ``S_v = bytes_v / loop_copy_rate`` (the profile's
+  of one, a fusible value a matmul reads: ``w_v = 0``) inside ``lax.scan`` costs ``S_v = bytes_v / loop_copy_rate`` (the profile's
   ``loop_copy_bytes_per_s``): XLA writes it into the scan's stacked residual with a
   device-to-device copy it cannot fuse into the producing kernel (an offloaded value is
   copied to the host instead); ``S_v`` is part of ``M_r`` for ``a(v) = save``. Measured on the
@@ -228,12 +228,14 @@ def build_cost_model(
             else:  # matmuls, custom calls (attention), gathers...: materialized anyway
                 rec.append(fwd[-1])
                 mat.append(0.0)
-            # Saving a value that is in HBM anyway (a matmul's output, a view of one) inside
-            # lax.scan copies it into the scan's stacked residual every trip: XLA cannot fuse
-            # that dynamic-update-slice into the producing kernel (S_v in the docstring).
+            # Saving a value that is in HBM anyway (a matmul's output, a view of one, a fusible
+            # value a matmul reads: nothing written only for the residual) inside lax.scan
+            # copies it into the scan's stacked residual every trip: XLA cannot fuse that
+            # dynamic-update-slice into the producing kernel (S_v in the docstring).
+            anyway = in_hbm[c.index] or (prim in cm.FUSIBLE and c.residual_write_bytes == 0)
             stack.append(
                 c.nbytes / copy_rate
-                if copy_rate and r.in_scan and in_hbm[c.index] and not c.loop_invariant
+                if copy_rate and r.in_scan and anyway and not c.loop_invariant
                 else 0.0
             )
         ratio = compute_local / glob if glob > 0 else 1.0
