@@ -74,8 +74,11 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   it; ``M_r`` adds back the writes of the values kept) plus, on XLA:GPU, the loop-slice
   copies of the full-remat anchor's compiled program (``hlo.loop_slice_copy_bytes`` /
   loop_copy_rate: the layer's weights sliced out of the stacked parameters forward and
-  backward, the weight gradients written back, the stacked layer inputs), and ``X`` is the
-  copy time one trip cannot hide. Measured on the H200
+  backward, the weight gradients written back, the stacked layer inputs; 0 where the anchor
+  was compiled deviceless: with Triton GEMMs off, target.DEVICELESS_COMPILE_OPTIONS, XLA
+  folds those slices into its cuBLAS calls as address offsets, where the H200's own compile
+  copied them: 2.7-3.2 ms a step of the 4-layer Llama example, 36.6 GB a step in the MoE
+  plan's program, not in a deviceless T0), and ``X`` is the copy time one trip cannot hide. Measured on the H200
   (benchmarks/results/cost-model-other-2026-12-04.md): counting the residual-only writes in
   ``T0`` put each f32 [batch, heads, seq, seq] intermediate of XLA attention's softmax
   (scaled, masked, shifted scores) in the full-remat step as a write of its own, 11-29 ms per
