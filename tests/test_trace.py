@@ -174,15 +174,6 @@ def _scatter_dispatch_step():
     return loss, args
 
 
-@pytest.mark.xfail(
-    reason="known defect (2026-12-04, issue 14 req. 3): since the cost model stopped charging a "
-    "write for a slice a matmul reads (cost-model-other-2026-12-04.md), the plan at 1 GB saves "
-    "the slice and tanh, and the memory model puts that plan at 145,136 B against 161,672 B "
-    "compiled (-10%); main's model gives the same figures for that assignment, so the "
-    "under-prediction predates the change. The drop rule is read off the everything-saveable "
-    "compile; this plan keeps a residual that compile drops. Verify corrects the plan.",
-    strict=False,
-)
 def test_a_residual_xla_drops_is_not_counted():
     """JAX's scatter JVP for non-unique indices (the MoE example's capacity dispatch) saves
     arrays its backward reads only for a zero tangent; XLA removes that code and never stacks
