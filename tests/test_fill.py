@@ -166,3 +166,26 @@ def test_report_says_what_is_left_and_why_and_json_carries_the_rounds(llama_sess
         "the fastest plan the model has at any budget",
         "every tensor the backward pass reads is saved",
     ) or top.fill_why.startswith("within the fill margin"), top.fill_why
+
+
+def test_a_model_corrected_past_full_remat_still_returns_full_remat_where_it_fits(
+    llama_session, monkeypatch
+):
+    """After a correction learned from an under-predicted plan, the model can put every plan
+    above the budget, full remat too, while full remat's own compile (the trace's anchor)
+    fits: the planner then tries full remat, not the model's smallest plan, and returns it
+    (2026-12-04: tests/test_apply.py's loop raised InfeasibleBudgetError at 11.22 MB usable
+    with full remat compiled at 9.96 MB). Stock policies are not compared, so no other path
+    can rescue the plan."""
+    real = session_mod.build_cost_model
+    anchor = llama_session.trace.anchor.device_bytes
+
+    def inflated(*a, **k):  # every prediction 2x the anchor above the truth
+        model = real(*a, **k)
+        return dataclasses.replace(model, fixed_bytes=model.fixed_bytes + 2 * anchor)
+
+    monkeypatch.setattr(session_mod, "build_cost_model", inflated)
+    p = _plan(llama_session, 0.05, compare_stock=False, fill_rounds=0)
+    assert set(p.assignment.as_dict().values()) <= {"remat"}
+    assert p.verification.compiled_device_bytes == anchor <= _usable(p)
+    assert p.verification.status == STATUS_OK
