@@ -25,7 +25,6 @@ import time
 from ortools.sat.python import cp_model
 
 import cost_models as cm
-
 from planner._src.cost import REDUCTIONS, CostModel, evaluate, hiding_models, regions_in_order
 from planner._src.errors import InfeasibleBudgetError, SolverError
 from planner._src.graph import VIEWS, LivenessGraph, class_key
@@ -211,7 +210,9 @@ class _Model:
                 # (as traced, or through a needed recomputed reader), is held twice.
                 if rc.twice_held and rc.twice_held[i] and (not isinstance(s, int) or s):
                     again = [
-                        (by_index[w], both(by_index[w], "remat")) for w in rg.readers(i) if w in need
+                        (by_index[w], both(by_index[w], "remat"))
+                        for w in rg.readers(i)
+                        if w in need
                     ]
                     twice = s
                     for traced, rereads in (
