@@ -5,7 +5,7 @@ requirement 3; benchmarks/results/memory-model-2026-12-04.md).
         python your_step.py
     python benchmarks/xla_peak.py DIR [--module train_step] [--min-bytes 65536]
 
-Reads the last ``*<module>.cpu_after_optimizations-buffer-assignment.txt`` and its
+Reads the last ``*<module>.*after_optimizations-buffer-assignment.txt`` and its
 ``-live-range.txt`` in DIR, and for every position of the flattened HLO sequence adds up the
 byte ranges (allocation, offset, size) of the values live there, so buffers that share memory
 count once. Prints the position of the largest total, the values live there (the largest
@@ -22,10 +22,10 @@ import re
 
 def _files(d: str, module: str) -> tuple[str, str]:
     def last(suffix):
-        found = sorted(glob.glob(f"{d}/*{module}.cpu_after_optimizations-{suffix}.txt"))
+        found = sorted(glob.glob(f"{d}/*{module}*after_optimizations-{suffix}.txt"))
         if not found:
             raise SystemExit(
-                f"no *{module}.cpu_after_optimizations-{suffix}.txt in {d}: compile with "
+                f"no *{module}*after_optimizations-{suffix}.txt in {d}: compile with "
                 "XLA_FLAGS=--xla_dump_to=DIR --xla_dump_hlo_as_text (XLA:CPU) first"
             )
         return found[-1]

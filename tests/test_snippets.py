@@ -208,11 +208,19 @@ def test_decision_labels_are_what_print_saved_residuals_prints(quickstart):
     for row in kept:
         assert row.jax_label in under_plan, row.jax_label
     signature = {c.label: c.signature for c in plan.graph.classes}
+    plan_kept = tuple((signature[r.label], r.decision) for r in kept)
     for row in rows:
         if row.decision == "remat":
-            alone = printed(PlannerPolicy(((signature[row.label], "save"),)))
-            # a named tensor the table marks as never read is no residual even when kept
-            assert (row.jax_label in alone) == (row.reason != NOT_READ), row.jax_label
+            if row.reason == NOT_READ:
+                # "not a residual under this plan": kept on top of the plan's own decisions,
+                # JAX still keeps no such tensor (kept alone it may be: a recompute the plan
+                # saves instead would read it; seen 2026-12-04 for query_proj, read by the
+                # rotary embedding the plan keeps)
+                also = printed(PlannerPolicy((*plan_kept, (signature[row.label], "save"))))
+                assert row.jax_label not in also, row.jax_label
+            else:
+                alone = printed(PlannerPolicy(((signature[row.label], "save"),)))
+                assert row.jax_label in alone, row.jax_label
     # JAX's own functions (jax.nn.silu) are named as JAX names them, at the user's line
     silu = [r for r in rows if "jitted function 'silu'" in r.jax_label]
     assert silu and all("examples/llama.py:149:" in r.source for r in silu)

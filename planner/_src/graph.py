@@ -53,6 +53,10 @@ class RegionGraph:
         """The candidates whose outputs candidate ``i`` reads (what its recompute needs)."""
         return tuple(sorted(self.graph.predecessors(i)))
 
+    def readers(self, i: int) -> tuple[int, ...]:
+        """The candidates that read candidate ``i``'s outputs."""
+        return tuple(sorted(self.graph.successors(i)))
+
     def reads_inputs(self, i: int) -> tuple[int, ...]:
         """The region inputs candidate ``i`` reads."""
         return self.graph.nodes[i]["input_reads"]

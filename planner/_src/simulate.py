@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from planner._src.graph import LivenessGraph, class_key
+from cost_models import FUSIBLE
+from planner._src.graph import VIEWS, LivenessGraph, class_key
 from planner._src.types import Assignment, CostModel
 
 # Reductions, by name (written out here so the replay shares no code with the model).
@@ -169,11 +170,26 @@ def simulate(
             for u in rg.reads(i):
                 if u not in kept and u not in done:
                     raise PlanViolation(f"region {rg.region.id}: recompute of {i} lacks input {u}")
-        plans.append((rg, rc, kept, order, stacked_inputs))
+        # Held twice (cost.py, D_r): outside lax.scan, a saved value XLA does not duplicate,
+        # read in the backward trip by a kernel and by a fusion: the traced backward's reads
+        # (read_by_kernel, read_by_fusion) or the recomputed equations that read it.
+        twice_b = 0
+        if rc.twice_held:
+            for i, d in kept.items():
+                if d != "save" or not rc.twice_held[i]:
+                    continue
+                rereaders = [cands[j].primitive for j in order if i in rg.reads(j)]
+                by_kernel = cands[i].read_by_kernel or any(p not in FUSIBLE for p in rereaders)
+                by_fusion = cands[i].read_by_fusion or any(
+                    p in FUSIBLE and p not in VIEWS for p in rereaders
+                )
+                if by_kernel and by_fusion:
+                    twice_b += cands[i].nbytes
+        plans.append((rg, rc, kept, order, stacked_inputs + twice_b))
 
     # Forward: every trip of every region stores its residuals; loop-invariant ones are
     # computed before the loop and stored once.
-    for rg, rc, kept, _, stacked_inputs in plans:
+    for rg, rc, kept, _, stacked_inputs in plans:  # stacked inputs + twice-held bytes
         cands = rg.region.candidates
         alloc(
             sum(cands[i].nbytes for i, d in kept.items() if d == "save" and cands[i].loop_invariant)

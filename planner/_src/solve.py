@@ -24,9 +24,10 @@ import time
 
 from ortools.sat.python import cp_model
 
+import cost_models as cm
 from planner._src.cost import REDUCTIONS, CostModel, evaluate, hiding_models, regions_in_order
 from planner._src.errors import InfeasibleBudgetError, SolverError
-from planner._src.graph import LivenessGraph, class_key
+from planner._src.graph import VIEWS, LivenessGraph, class_key
 from planner._src.state import add_to_model
 from planner._src.types import Assignment, Solution, SolverOptions
 
@@ -145,7 +146,14 @@ class _Model:
 
             # both(v, d) = need[v] AND decision d: v is a residual (save/offload) or recomputed.
             # Exact (both bounds): it is read as a benefit too, by held[] below.
-            def both(c, d, need=need):
+            cache = {}
+
+            def both(c, d, need=need, cache=cache):
+                if (c.index, d) not in cache:
+                    cache[c.index, d] = _both(c, d, need)
+                return cache[c.index, d]
+
+            def _both(c, d, need):
                 n, x = need[c.index], dec(c, d)
                 if isinstance(x, int) and isinstance(n, int):
                     return n * x
@@ -197,6 +205,30 @@ class _Model:
                 held[i] = s + o + free
                 # A loop-invariant residual is stored once, the others once per trip.
                 (invariant_kib if c.loop_invariant else per_trip_kib).append(kib * s)
+                # Twice held (D_r, cost.py): outside lax.scan, a kept value of a producer XLA
+                # does not duplicate, read in the backward pass by a kernel and by a fusion
+                # (as traced, or through a needed recomputed reader), is held twice.
+                if rc.twice_held and rc.twice_held[i] and (not isinstance(s, int) or s):
+                    again = [
+                        (by_index[w], both(by_index[w], "remat"))
+                        for w in rg.readers(i)
+                        if w in need
+                    ]
+                    twice = s
+                    for traced, rereads in (
+                        (c.read_by_kernel, [x for w, x in again if w.primitive not in cm.FUSIBLE]),
+                        (
+                            c.read_by_fusion,
+                            [
+                                x
+                                for w, x in again
+                                if w.primitive in cm.FUSIBLE and w.primitive not in VIEWS
+                            ],
+                        ),
+                    ):
+                        if not traced:
+                            twice = _any_both(m, twice, rereads)
+                    per_trip_kib.append(kib * twice)
                 tie_terms.append((1 if c.loop_invariant else trips) * kib * (len(cands) + i) * s)
                 if not c.loop_invariant and rc.materialize_s[i]:
                     # Saving or offloading a fusible value costs the forward write of it.

@@ -472,9 +472,11 @@ def _inner_signatures(eqn) -> frozenset[str]:
     return frozenset(out)
 
 
-def _read_by_kernel(replay) -> set:
-    """The residuals (vars of the forward jaxpr) the backward pass reads with a non-fusible
-    equation, directly or through views, or returns: those XLA must materialize."""
+def _backward_reads(replay) -> tuple[set, set]:
+    """``(by_kernel, by_fusion)``: the residuals (vars of the forward jaxpr) the backward pass
+    reads with a non-fusible equation (or returns), and those it reads with a fusible one,
+    directly or through views. XLA must materialize the first; the second matter outside
+    ``lax.scan`` (cost.py, the twice-held term)."""
     staged = replay.staged_jaxpr
     to_known = dict(zip(staged.invars[: len(replay.residuals)], replay.residuals))
     readers: dict[Any, list] = {}
@@ -485,20 +487,21 @@ def _read_by_kernel(replay) -> set:
     outs = {v for v in staged.outvars if adapter.is_var(v)}
     views = {"name", "reshape", "squeeze", "expand_dims", "copy", "copy_p"}
 
-    def by_kernel(v, depth=0) -> bool:
+    def read(v, kernel: bool, depth=0) -> bool:
         if v in outs or depth > 32:
-            return True
+            return kernel
         for e in readers.get(v, ()):
             name = e.primitive.name
-            if name not in cm.FUSIBLE:
-                return True
-            if name in views and any(
-                by_kernel(o, depth + 1) for o in e.outvars if adapter.is_var(o)
-            ):
+            if name in views:
+                if any(read(o, kernel, depth + 1) for o in e.outvars if adapter.is_var(o)):
+                    return True
+            elif (name not in cm.FUSIBLE) == kernel:
                 return True
         return False
 
-    return {known for staged_v, known in to_known.items() if by_kernel(staged_v)}
+    by_kernel = {known for staged_v, known in to_known.items() if read(staged_v, True)}
+    by_fusion = {known for staged_v, known in to_known.items() if read(staged_v, False)}
+    return by_kernel, by_fusion
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -607,12 +610,15 @@ def _candidates(
         for v in outs:
             producer[v] = i
     cands = _reading(cands, eqns, needed_vars - dead_vars)
-    kernel_read = _read_by_kernel(replay)
+    kernel_read, fusion_read = _backward_reads(replay)
     cands = [
         dataclasses.replace(
             c,
             read_by_kernel=any(
                 adapter.is_var(v) and v in kernel_read for v in eqns[c.index].outvars
+            ),
+            read_by_fusion=any(
+                adapter.is_var(v) and v in fusion_read for v in eqns[c.index].outvars
             ),
         )
         for c in cands
@@ -978,6 +984,7 @@ def trace_step(
         )
     regions = tuple(sites) if split_call_sites else merge_regions(sites)
     arg_bytes = sum(_shard_nbytes(x) for x in jax.tree.leaves(args))
+    twice = any(not r.in_scan for r in regions) and holds_rereads_twice(compiler or backend or "")
     return Trace(
         regions=regions,
         anchor=anchor,
@@ -990,7 +997,60 @@ def trace_step(
         step_work=cm.work_of(step_jaxpr),
         jax_version=jax.__version__,
         float_dtypes=adapter.float_dtypes(step_jaxpr),
+        holds_rereads_twice=twice,
     )
+
+
+_TWICE: dict[tuple[str, str], bool] = {}
+
+
+def holds_rereads_twice(compiler: str) -> bool:
+    """Whether the compiler in scope holds a kept value twice outside lax.scan when the
+    backward pass reads it with a kernel and with a fusion (cost.py, ``D_r``): JAX keeps the
+    residual as ``reduce_precision(v)``; XLA of jaxlib 0.10.2 (XLA:CPU) duplicates that copy
+    into the backward fusion that recomputes from it, which then reads ``v``'s own buffer,
+    while the copy stays for the matmul: both live from the forward to the backward pass.
+    XLA of jaxlib 0.12.0.1 fuses the copy into ``v``'s producer and holds one buffer.
+
+    A probe, compiled once per compiler and JAX: four checkpointed layers in a Python loop,
+    ``tanh(x @ w1) @ w2``, keeping nothing (N), tanh's output only, its derivative recomputed
+    from it (A), and every value but the matmuls' (C: no fusion re-reads a kept value). True
+    when A's temporary bytes exceed N's by more than half of C's excess: JAX 0.10.2's XLA:CPU
+    A = C = 6.29 MB, N = 2.62 MB (True); 0.12.0.1's XLA:CPU A = N = 2.62 MB, C = 6.29 MB
+    (False); the H200's deviceless XLA (jaxlib 0.11.2): False (2026-12-04)."""
+    key = (compiler, jax.__version__)
+    if key in _TWICE:
+        return _TWICE[key]
+    import jax.numpy as jnp
+
+    layers, n, d = 4, 256, 512
+
+    def layer(w, x):
+        return jnp.tanh(x @ w[0]) @ w[1]
+
+    def only_tanh(prim, *_, **__):
+        return prim.name == "tanh"
+
+    def all_but_dots(prim, *_, **__):
+        return prim.name != "dot_general"
+
+    def compiled_bytes(policy) -> int:
+        def loss(ws, x):
+            for w in ws:
+                x = jax.checkpoint(layer, policy=policy)(w, x)
+            return jnp.sum(x)
+
+        w = (jax.ShapeDtypeStruct((d, 4 * d), jnp.float32),) * 2
+        w = (w[0], jax.ShapeDtypeStruct((4 * d, d), jnp.float32))
+        x = jax.ShapeDtypeStruct((n, d), jnp.float32)
+        traced = jax.jit(jax.grad(loss)).trace([w] * layers, x)
+        m = targets.compile_lowered(targets.lower(traced)).memory_analysis()
+        return int(m.temp_size_in_bytes)
+
+    a, c = compiled_bytes(only_tanh), compiled_bytes(all_but_dots)
+    nothing = compiled_bytes(lambda *_, **__: False)
+    _TWICE[key] = a - nothing > (c - nothing) / 2
+    return _TWICE[key]
 
 
 def _shard_nbytes(x) -> int:

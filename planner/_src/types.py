@@ -60,6 +60,9 @@ class Candidate:
     # materialized; a fusible value read only by fusible backward equations is recomputed
     # inside the fusion that reads it and takes no buffer of its own (cost.py).
     read_by_kernel: bool = True
+    # The backward pass reads it with a fusible equation, directly or through views (see
+    # cost.py's twice-held term: outside lax.scan XLA then holds the value twice when kept).
+    read_by_fusion: bool = False
     # The equation's forward work (fusion-aware, global avals): cost_models.Work of one kernel.
     work: cm.Work = cm.Work()
     # Of ``work``'s HBM bytes (global avals), those the forward writes only because the
@@ -188,6 +191,9 @@ class Trace:
     # every floating dtype the step computes in (its equations' outputs, nested jaxprs
     # included): the numerics check's tolerance follows the coarsest (numerics.py)
     float_dtypes: tuple[str, ...] = ()
+    # The compiler holds a kept value twice outside lax.scan when the backward pass reads it
+    # with a kernel and a fusion (a probe compile, trace.holds_rereads_twice; cost.py, D_r).
+    holds_rereads_twice: bool = False
 
 
 # ------------------------------------------------------------------------------ stage 2: graph
@@ -243,6 +249,9 @@ class RegionCost:
     # per candidate: the copy into the scan's stacked residual that saving it (not offloading
     # it) forces, where XLA cannot fuse that write into the producer (see cost.py)
     stack_copy_s: tuple[float, ...] = ()
+    # per candidate: kept, its buffer is held twice when the backward pass reads it with both
+    # a kernel and a fusion (outside lax.scan; cost.py, the twice-held term D_r)
+    twice_held: tuple[bool, ...] = ()
     d2h_s: tuple[float, ...]  # per candidate: device->host copy of its outputs
     h2d_s: tuple[float, ...]  # per candidate: host->device copy back
     fwd_after_s: tuple[float, ...]  # forward compute after the candidate is made
