@@ -12,12 +12,12 @@ import pytest
 from synthetic import all_assignments, random_problem
 
 import planner
-from planner._src.numerics import coarsest_eps, compare
 from examples import llama
 from planner._src import state as st
 from planner._src import target as tg
 from planner._src.cost import evaluate
 from planner._src.errors import InfeasibleBudgetError, PlannerError
+from planner._src.numerics import coarsest_eps, compare
 from planner._src.solve import solve_assignment
 from planner._src.types import SolverOptions
 
