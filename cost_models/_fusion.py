@@ -13,6 +13,18 @@ producer is not fusible (a matmul, a custom call, a collective, a loop, or the j
 inputs), and its output only when a non-fusible equation or the jaxpr's outputs read it.
 Non-fusible equations keep their rule's cost. FLOPs are unchanged; a fused chain launches one
 kernel, which ``_rules`` already reflects by giving fusible operations no launch.
+
+Broadcasts are never read at their broadcast size. XLA fuses a broadcast (and iota, and
+elementwise work on broadcasts only) into every fusion that reads it, so that fusion reads the
+broadcast's *source*. This holds across a loop boundary too: the causal mask and the -inf
+filler of XLA attention (``jnp.where(mask, scores, -inf)`` over [batch, heads, seq, seq]) are
+loop invariants JAX hoists out of the layer scan, yet on the H200 the softmax fusions inside
+the loop read the [seq, seq] comparison, not a [batch, heads, seq, seq] buffer
+(benchmarks/results/cost-model-other-2026-12-04.md: ``fusion_165`` of the Llama step reads
+the mask as ``pred[4096,4096]``-sized ``loop_compare_fusion``). Counted at full size they
+cost 2 x (8.6 GB + 2.1 GB) per layer of the MoE example. A fusible equation therefore pays
+for an input that is broadcast-derived (``expanded_sources``; for a loop or call body, the
+body inputs bound to such values outside) the bytes of its sources.
 """
 
 from __future__ import annotations
@@ -51,14 +63,73 @@ def _subjaxprs(eqn) -> list[Jaxpr]:
     return [_inner(j) for j in sub_jaxprs(eqn.params)]
 
 
-def fused_eqn_costs(jaxpr: Any) -> list[Cost]:
-    """Per equation of ``jaxpr``, its cost with HBM bytes counted at fusion boundaries."""
+# Equations whose output is a broadcast of its inputs' data (XLA regenerates it in any fusion
+# that reads it) and fusible equations that keep a broadcast a broadcast when every input is one.
+_BROADCASTS = frozenset({"broadcast_in_dim", "iota"})
+
+
+def expanded_sources(eqns, given: dict | None = None) -> dict:
+    """Values that are broadcasts of smaller data, mapped to the bytes a fusion reading them
+    reads (the sources'): ``given`` (inputs known to be such), the outputs of broadcast_in_dim
+    and iota, and the outputs of fusible equations all of whose array inputs are such."""
+    src = dict(given or {})
+    for e in eqns:
+        name = e.primitive.name
+        ins = [v for v in e.invars if not isinstance(v, Literal)]
+        if name in _BROADCASTS:
+            read = sum(src.get(v, aval_bytes(v.aval)) for v in ins)
+        elif name in FUSIBLE and ins and all(v in src for v in ins):
+            read = sum(src[v] for v in ins)
+        elif name in _CALLS and _subjaxprs(e):  # jnp.where's jit: its outputs' sources
+            body = _subjaxprs(e)[0]
+            inner = expanded_sources(body.eqns, body_sources(e, body, src))
+            for out, v in zip(e.outvars, body.outvars, strict=False):
+                if not isinstance(v, Literal) and v in inner:
+                    src[out] = inner[v]
+            continue
+        else:
+            continue
+        for v in e.outvars:
+            if read < aval_bytes(v.aval):
+                src[v] = float(read)
+    return src
+
+
+def _scan_consts(params) -> int:
+    """Number of constant operands of a scan: ``num_consts`` (JAX <= 0.10), or the first part
+    of the flat tree ``ft_in = (consts, carry, xs)`` (JAX 0.11)."""
+    if "num_consts" in params:
+        return int(params["num_consts"])
+    consts, _, _ = params["ft_in"].unpack()
+    return len(consts)
+
+
+def body_sources(eqn, body, src: dict) -> dict:
+    """``src`` (expanded_sources outside) carried to the inputs of ``eqn``'s body ``body``:
+    a scan's constants, or a call's inputs bound one to one."""
+    if not src:
+        return {}
+    invars = _inner(body).invars
+    if eqn.primitive.name == "scan":
+        pairs = list(zip(eqn.invars[: _scan_consts(eqn.params)], invars, strict=False))
+    elif eqn.primitive.name in _CALLS and len(invars) == len(eqn.invars):
+        pairs = list(zip(eqn.invars, invars, strict=True))
+    else:
+        return {}
+    return {b: src[o] for o, b in pairs if not isinstance(o, Literal) and o in src}
+
+
+def fused_eqn_costs(jaxpr: Any, expanded: dict | None = None) -> list[Cost]:
+    """Per equation of ``jaxpr``, its cost with HBM bytes counted at fusion boundaries;
+    ``expanded``: inputs of ``jaxpr`` that are broadcasts made outside it (expanded_sources)."""
     jx = _inner(jaxpr)
-    return fused_costs(jx.eqns, [v for v in jx.outvars if not isinstance(v, Literal)])
+    return fused_costs(jx.eqns, [v for v in jx.outvars if not isinstance(v, Literal)], expanded)
 
 
-def fused_costs(eqns, escaping) -> list[Cost]:
-    """Per equation, fusion-aware cost; ``escaping`` are values read after these equations."""
+def fused_costs(eqns, escaping, expanded: dict | None = None) -> list[Cost]:
+    """Per equation, fusion-aware cost; ``escaping`` are values read after these equations;
+    ``expanded``: inputs that are broadcasts made before them (read at their sources' bytes)."""
+    src = expanded_sources(eqns, expanded)
     producer_fusible: dict[Any, bool] = {}
     consumers: dict[Any, list[bool]] = {}
     for e in eqns:
@@ -72,11 +143,11 @@ def fused_costs(eqns, escaping) -> list[Cost]:
     costs = []
     for e in eqns:
         if e.primitive.name not in FUSIBLE:
-            costs.append(fused_call_cost(e))
+            costs.append(fused_call_cost(e, src))
             continue
         base = eqn_cost(e)
         read = sum(
-            aval_bytes(v.aval)
+            src.get(v, aval_bytes(v.aval))
             for v in e.invars
             if not isinstance(v, Literal) and not producer_fusible.get(v, False)
         )
@@ -89,10 +160,12 @@ def fused_costs(eqns, escaping) -> list[Cost]:
     return costs
 
 
-def fused_call_cost(eqn) -> Cost:
-    """A non-fusible equation; calls and loops are costed from their fused bodies."""
+def fused_call_cost(eqn, expanded: dict | None = None) -> Cost:
+    """A non-fusible equation; calls and loops are costed from their fused bodies
+    (``expanded``: expanded_sources of the equations around it)."""
     name = eqn.primitive.name
     subs = _subjaxprs(eqn)
+    src = expanded or {}
     if not subs or name not in _CALLS + ("scan", "while", "cond"):
         return eqn_cost(eqn)
     if name == "cond":
@@ -102,7 +175,8 @@ def fused_call_cost(eqn) -> Cost:
             out = out.elementwise_max(c)
         return out
     if name == "scan":
-        return fused_jaxpr_cost(subs[0]).scale(int(eqn.params["length"]))
+        body = fused_jaxpr_cost(subs[0], body_sources(eqn, subs[0], src))
+        return body.scale(int(eqn.params["length"]))
     if name == "while":  # trip count unknown statically: one trip, as the unfused rule does
         total = Cost()
         for s in subs:
@@ -110,14 +184,14 @@ def fused_call_cost(eqn) -> Cost:
         return dataclasses.replace(total, notes=total.notes + ("while loop counted once",))
     total = Cost()
     for s in subs[:1]:
-        total = total + fused_jaxpr_cost(s)
+        total = total + fused_jaxpr_cost(s, body_sources(eqn, s, src))
     return total
 
 
-def fused_jaxpr_cost(jaxpr: Any) -> Cost:
+def fused_jaxpr_cost(jaxpr: Any, expanded: dict | None = None) -> Cost:
     """``jaxpr_cost`` with fusion-aware memory traffic (see the module docstring)."""
     total = Cost()
-    for c in fused_eqn_costs(jaxpr):
+    for c in fused_eqn_costs(jaxpr, expanded):
         total = total + c
     return total
 
@@ -142,23 +216,26 @@ def eqn_seconds(eqn, cost: Cost, hw) -> float:
     return cost.seconds(hw, matmul_dtype(eqn, hw))
 
 
-def fused_seconds(jaxpr: Any, hw, dtype: str | None = None) -> float:
+def fused_seconds(jaxpr: Any, hw, dtype: str | None = None, expanded: dict | None = None) -> float:
     """Time of ``jaxpr`` on ``hw`` as a sequence of kernels: the sum of each equation's
     roofline time (compute and memory overlap inside a kernel, not across kernels), with
     calls and loops summed over their bodies and trips. Matmuls run at the rate of their
     operand dtype unless ``dtype`` forces one."""
     jx = _inner(jaxpr)
     total = 0.0
-    for e, c in zip(jx.eqns, fused_eqn_costs(jx)):
+    src = expanded_sources(jx.eqns, expanded)
+    for e, c in zip(jx.eqns, fused_eqn_costs(jx, expanded)):
         name = e.primitive.name
         subs = _subjaxprs(e)
         if subs and name == "scan":
-            total += int(e.params["length"]) * fused_seconds(subs[0], hw, dtype)
+            inner = fused_seconds(subs[0], hw, dtype, body_sources(e, subs[0], src))
+            total += int(e.params["length"]) * inner
         elif subs and name == "cond":
             total += max(fused_seconds(s, hw, dtype) for s in subs)
         elif subs and name in _CALLS + ("while",):
             total += sum(
-                fused_seconds(s, hw, dtype) for s in (subs if name == "while" else subs[:1])
+                fused_seconds(s, hw, dtype, body_sources(e, s, src) if name != "while" else None)
+                for s in (subs if name == "while" else subs[:1])
             )
         else:
             total += c.seconds(hw, dtype) if dtype else eqn_seconds(e, c, hw)
@@ -240,29 +317,32 @@ def eqn_work(eqn, cost: Cost) -> tuple[str, Cost]:
     return matmul_key(eqn), cost
 
 
-def eqns_work(eqns, escaping) -> Work:
+def eqns_work(eqns, escaping, expanded: dict | None = None) -> Work:
     """:func:`fused_costs` of a run of equations, as :class:`Work`."""
-    return Work(kernels=tuple(eqn_work(e, c) for e, c in zip(eqns, fused_costs(eqns, escaping))))
+    costs = fused_costs(eqns, escaping, expanded)
+    return Work(kernels=tuple(eqn_work(e, c) for e, c in zip(eqns, costs)))
 
 
-def work_of(jaxpr: Any) -> Work:
+def work_of(jaxpr: Any, expanded: dict | None = None) -> Work:
     """The :class:`Work` of a jaxpr, nested loops, conds and calls as :func:`fused_seconds`
     walks them (scans times their length, a while loop's body once, calls inlined)."""
     jx = _inner(jaxpr)
     kernels: list[tuple[str, Cost]] = []
     alternatives: list[tuple[Work, ...]] = []
-    for e, c in zip(jx.eqns, fused_eqn_costs(jx)):
+    src = expanded_sources(jx.eqns, expanded)
+    for e, c in zip(jx.eqns, fused_eqn_costs(jx, expanded)):
         name = e.primitive.name
         subs = _subjaxprs(e)
         if subs and name == "scan":
-            inner = work_of(subs[0]).scale(int(e.params["length"]))
+            inner = work_of(subs[0], body_sources(e, subs[0], src))
+            inner = inner.scale(int(e.params["length"]))
         elif subs and name == "cond":
             alternatives.append(tuple(work_of(s) for s in subs))
             continue
         elif subs and name in _CALLS + ("while",):
             inner = Work()
             for s in subs if name == "while" else subs[:1]:
-                inner = inner + work_of(s)
+                inner = inner + work_of(s, body_sources(e, s, src) if name != "while" else None)
         else:
             kernels.append(eqn_work(e, c))
             continue

@@ -828,3 +828,111 @@ def test_every_rule_met_in_real_programs_is_non_negative_and_fusible_ones_launch
             if name in cm.FUSIBLE:
                 assert cost.kernel_launches == 0, name
     assert len(seen) >= 30, sorted(seen)
+
+
+# ------------------------------------------------------------------------------------------
+# XLA attention's softmax chain (issues 18, 20; benchmarks/results/cost-model-other-2026-12-04.md)
+
+
+def test_a_broadcast_mask_is_read_at_its_source_size_inside_a_layer_scan():
+    """jnp.where(mask, scores, -inf) with the causal mask and the filler broadcast to
+    [batch, heads, s, s] outside the layer scan (as JAX hoists them): the softmax fusion in
+    the loop reads the [s, s] mask and a scalar, not two [batch, heads, s, s] buffers."""
+    layers, b, h, s = 3, 2, 4, 64
+
+    def step(scores, causal):  # scores [layers, b, h, s, s] f32, causal [s, s] bool
+        mask = jnp.broadcast_to(causal, (b, h, s, s))
+        filler = jnp.broadcast_to(jnp.float32(-1e30), (b, h, s, s))
+
+        def body(carry, x):
+            return carry + jnp.max(lax.select(mask, x, filler)), None
+
+        return lax.scan(body, jnp.float32(0), scores)[0]
+
+    closed = jax.make_jaxpr(step)(
+        jax.ShapeDtypeStruct((layers, b, h, s, s), jnp.float32),
+        jax.ShapeDtypeStruct((s, s), jnp.bool_),
+    )
+    (scan_cost,) = [
+        c
+        for e, c in zip(closed.jaxpr.eqns, cm.fused_eqn_costs(closed), strict=True)
+        if e.primitive.name == "scan"
+    ]
+    scores_bytes = b * h * s * s * 4
+    # Per trip: the scores, the mask's source, the carry in and out (the filler's source is
+    # a literal, folded into the kernel).
+    per_trip = scores_bytes + s * s + 4 + 4
+    assert scan_cost.hbm_bytes == pytest.approx(layers * per_trip)
+    # Counted at their broadcast sizes they would add b*h*s*s*(1 + 4) bytes a trip.
+    assert scan_cost.hbm_bytes < layers * (scores_bytes + b * h * s * s)
+    # The same through the Work the trace stage records for the whole step (plus the two
+    # broadcasts, written once before the loop).
+    once = b * h * s * s * (1 + 4) + s * s
+    assert cm.work_of(closed).total().hbm_bytes == pytest.approx(layers * per_trip + once)
+
+
+def _softmax_step():
+    """A scanned, checkpointed layer: matmul, softmax (a fusible chain), matmul."""
+    d, n = 32, 64
+
+    def layer(x, w):
+        s = x @ w
+        e = jnp.exp(s - s.max(-1, keepdims=True))
+        p = e / e.sum(-1, keepdims=True)
+        return jnp.tanh(p @ w.T), None
+
+    def loss(ws, x):
+        y, _ = lax.scan(jax.checkpoint(layer), x, ws)
+        return jnp.sum(y)
+
+    def step(ws, x):
+        return jax.grad(loss)(ws, x)
+
+    return step, (
+        jax.ShapeDtypeStruct((3, d, n), jnp.float32),
+        jax.ShapeDtypeStruct((16, d), jnp.float32),
+    )
+
+
+def test_the_base_step_leaves_out_writes_of_values_kept_only_as_residuals():
+    """T0 is costed on the step traced with every residual kept. A fusible value read only by
+    fusible forward equations (exp's output) is written there only because it is kept, and
+    the full-remat step does not write it: T0 leaves it out, M_v adds it back for a plan that
+    keeps it. A fusible value a matmul reads (the probabilities) is written whatever is kept:
+    keeping it costs no write (M_v = 0)."""
+    from planner._src.baselines import stock_assignment
+    from planner._src.cost import build_cost_model, evaluate
+    from planner._src.graph import build_graph
+    from planner._src.trace import trace_step
+
+    step, args = _softmax_step()
+    trace = trace_step(step, args)
+    (region,) = trace.regions
+    by_prim = {}
+    for c in region.candidates:
+        by_prim.setdefault(c.primitive, []).append(c)
+    (exp,) = by_prim["exp"]
+    (div,) = by_prim["div"]
+    assert exp.needed and exp.residual_write_bytes == exp.nbytes
+    assert div.needed and div.residual_write_bytes == 0  # read by p @ w.T: written anyway
+    # The cpu profile: no XLA:GPU loop-slice copies (S_v), so T0 and M_v are all there is.
+    hw = cm.load_profile("cpu")
+    graph = build_graph(trace)
+    model = build_cost_model(trace, graph, "cpu", allow_offload=False)
+    rc = model.regions[0]
+    assert rc.materialize_s[div.index] == 0
+    assert rc.materialize_s[exp.index] == pytest.approx(exp.nbytes / hw.hbm_bytes_per_s)
+    kept_only = sum(
+        c.residual_write_bytes / hw.hbm_bytes_per_s
+        for c in region.candidates
+        if c.needed and not c.loop_invariant
+    )
+    assert kept_only > 0
+    assert model.base_step_s == pytest.approx(
+        trace.step_work.seconds(hw) - region.multiplicity * kept_only
+    )
+    # Keeping everything costs what the traced (everything-kept) step costs, less the
+    # writes of views (a kept reshape of a matmul output is that output's buffer).
+    every = evaluate(model, graph, stock_assignment(graph, "everything_saveable"))
+    assert every.step_s <= trace.step_work.seconds(hw) + 1e-12
+    assert every.materialize_s > 0

@@ -88,10 +88,11 @@ def test_a_plan_well_under_budget_is_replaced_by_a_faster_one_that_fits():
 def test_fill_stops_when_the_faster_plan_does_not_fit_and_keeps_the_verified_one(
     llama_session,
 ):
-    # 30% of the way up: the first plan compiles to 66.8 MB of 69.7 MB usable (69.3
-    # predicted); the model corrected by that 2.5 MB picks a faster plan that compiles to
-    # 71.4 MB, over the budget, so the first plan is returned.
-    p = _plan(llama_session, 0.3)
+    # 29% of the way up: the first plan compiles to 67.5 MB of 69.4 MB usable; the model
+    # corrected by its error picks a faster plan that compiles to 69.6 MB, over the budget,
+    # so the first plan is returned. (At 30%, the fraction before the residual-write rule of
+    # 2026-12-04 changed which plans are fastest, that plan fits: 69.6 of 69.7 MB.)
+    p = _plan(llama_session, 0.29)
     first, fills = p.rounds[0], _fills(p)
     usable = _usable(p)
     assert usable - first.compiled_device_bytes > fill_slack(usable)
@@ -140,7 +141,7 @@ def test_fill_rounds_are_bounded(llama_session, monkeypatch):
 
 
 def test_report_says_what_is_left_and_why_and_json_carries_the_rounds(llama_session):
-    p = _plan(llama_session, 0.3)
+    p = _plan(llama_session, 0.29)  # as in the test above: a fill round over budget
     usable = _usable(p)
     got = p.verification.compiled_device_bytes
     line = budget_use(p)

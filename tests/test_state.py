@@ -17,6 +17,7 @@ from planner._src import state as st
 from planner._src import target as tg
 from planner._src.cost import evaluate
 from planner._src.errors import InfeasibleBudgetError, PlannerError
+from planner._src.numerics import coarsest_eps, compare
 from planner._src.solve import solve_assignment
 from planner._src.types import SolverOptions
 
@@ -186,8 +187,11 @@ def test_compiled_host_and_device_bytes_match_the_placement():
 def test_plan_state_on_cpu_places_state_and_keeps_the_numbers():
     """The whole pipeline on XLA:CPU: at a budget the all-HBM state does not fit (the plan
     with no state on the host is infeasible), plan_state puts optimizer state on the host;
-    the step under the plan's policy and placement gives the unplanned step's numbers,
-    bitwise (JAX 0.10.2 and 0.12.0.1, XLA:CPU, 2026-12-04)."""
+    the step under the plan's policy and placement gives the unplanned step's numbers
+    within the numerics check's tolerance (planner/_src/numerics.py: a plan that keeps
+    values the unplanned step recomputes changes XLA's fusions and so the rounding; bitwise
+    equal while the plan kept what the unplanned step does, 3.7e-9 apart after the cost
+    model's fusion rules moved the plan, 2026-12-04)."""
     step, args = llama.make_adam_step(CFG)
     session = planner.Planner(step, *args, hardware="cpu")
     roomy = planner.plan_state(session, 0.03, opt_state_argnum=1, params_argnum=0)
@@ -210,8 +214,8 @@ def test_plan_state_on_cpu_places_state_and_keeps_the_numbers():
     want = jax.jit(step)(*args)
     jitted, placed = _build(tight.policy, tight.placement)
     got = jitted(*placed)
-    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    leaves = compare(got, want, coarsest_eps(want))
+    assert leaves and all(leaf.ok for leaf in leaves), [lf for lf in leaves if not lf.ok]
     # XLA:CPU has no host memory space in memory_analysis: the check says so, teaching.
     with pytest.raises(PlannerError, match="host memory space"):
         planner.plan_state(session, 0.02, opt_state_argnum=1, params_argnum=0, build=_build)

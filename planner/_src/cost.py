@@ -16,15 +16,19 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   ``v``'s equation (cost_models), where a *fusible* equation (elementwise, casts, layout,
   reductions: ``cost_models.FUSIBLE``) costs only its arithmetic, because XLA recomputes it
   inside the backward fusion that reads it; saving or offloading such a value instead forces
-  the forward pass to write it, ``M_r = sum bytes_v / HBM bandwidth [need_v and a(v) in
-  {save, offload}]`` over fusible, per-trip ``v`` (other values are materialized in any case;
+  the forward pass to write it, ``M_r = sum w_v / HBM bandwidth [need_v and a(v) in
+  {save, offload}]`` over fusible, per-trip ``v``, where ``w_v`` is what the forward writes
+  only because ``v`` is kept: the fused forward's bytes with ``v`` kept less its bytes with
+  nothing kept (trace.py, ``Candidate.residual_write_bytes``; 0 for a value a matmul reads,
+  which is written in any case, such as the softmax probabilities; other values are
+  materialized in any case;
   an offloaded value is written to HBM and copied from there: without this term the H200
   plans of 2026-12-02 offloaded eight small fusible values at every budget, as if moving
   them to the host were cheaper than keeping them). Measured on the H200
   (benchmarks/results/h200-2026-12-01.md): plans that saved such values ran no faster than
   recomputing them, where the roofline of their standalone kernels had promised 3-5%;
   and, on XLA:GPU, saving a per-trip value that is in HBM anyway (a matmul's output, a view
-  of one) inside ``lax.scan`` costs ``S_v = bytes_v / loop_copy_rate`` (the profile's
+  of one, a fusible value a matmul reads: ``w_v = 0``) inside ``lax.scan`` costs ``S_v = bytes_v / loop_copy_rate`` (the profile's
   ``loop_copy_bytes_per_s``): XLA writes it into the scan's stacked residual with a
   device-to-device copy it cannot fuse into the producing kernel (an offloaded value is
   copied to the host instead); ``S_v`` is part of ``M_r`` for ``a(v) = save``. Measured on the
@@ -78,14 +82,21 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   compiled again; the correction is a constant, exact for ``P`` only.
 * ``host = sum_r L_r H_r`` must fit the hardware's pinned host memory.
 * ``time = T0 + sum_r L_r (C_r + M_r + X^fwd_r + X^bwd_r)`` where ``T0`` is the roofline time of
-  the whole step with nothing recomputed plus, on XLA:GPU, the loop-slice copies of the
-  full-remat anchor's compiled program (``hlo.loop_slice_copy_bytes`` / loop_copy_rate: the
-  layer's weights sliced out of the stacked parameters forward and backward, the weight
-  gradients written back, the stacked layer inputs; 0 where the anchor was compiled
-  deviceless: with Triton GEMMs off, target.DEVICELESS_COMPILE_OPTIONS, XLA folds those
-  slices into its cuBLAS calls as address offsets, where the H200's own compile copied them:
-  2.7-3.2 ms a step of the 4-layer Llama example, 36.6 GB a step in the MoE plan's program,
-  not in a deviceless T0), and ``X`` is the copy time one trip cannot hide.
+  the whole step with nothing recomputed less the forward's writes of values kept only as
+  residuals (``sum_r L_r sum_v w_v / HBM bandwidth`` over per-trip ``v`` the backward reads:
+  the traced step keeps every residual, and a policy that does not keep ``v`` does not write
+  it; ``M_r`` adds back the writes of the values kept) plus, on XLA:GPU, the loop-slice
+  copies of the full-remat anchor's compiled program (``hlo.loop_slice_copy_bytes`` /
+  loop_copy_rate: the layer's weights sliced out of the stacked parameters forward and
+  backward, the weight gradients written back, the stacked layer inputs; 0 where the anchor
+  was compiled deviceless: with Triton GEMMs off, target.DEVICELESS_COMPILE_OPTIONS, XLA
+  folds those slices into its cuBLAS calls as address offsets, where the H200's own compile
+  copied them: 2.7-3.2 ms a step of the 4-layer Llama example, 36.6 GB a step in the MoE
+  plan's program, not in a deviceless T0), and ``X`` is the copy time one trip cannot hide. Measured on the H200
+  (benchmarks/results/cost-model-other-2026-12-04.md): counting the residual-only writes in
+  ``T0`` put each f32 [batch, heads, seq, seq] intermediate of XLA attention's softmax
+  (scaled, masked, shifted scores) in the full-remat step as a write of its own, 11-29 ms per
+  step of the Llama and MoE examples.
   Under ``lax.scan`` XLA starts a device->host copy once its tensor exists and finishes it
   by the end of the same trip; it reads offloaded tensors back at the start of the backward
   trip and waits for each before its first use (benchmarks/results/h200-2026-11-30-shared-probe).
@@ -175,10 +186,12 @@ def build_cost_model(
     unknown: set[str] = set()
     regions = []
     ratios: list[tuple[float, float]] = []  # (global, per-device) forward compute per region
+    base_writes: list[float] = []  # per region: T0's residual-only writes, all trips
     for rg in graph.regions:
         r = rg.region
         fwd, rec, mat, stack = [], [], [], []
         glob = compute_local = 0.0
+        kept_writes = 0.0  # seconds T0's forward spends writing values only as residuals
         in_hbm = {}  # candidate index -> its value is in HBM whatever the policy
         for c in r.candidates:
             # Fusion-aware roofline recorded by the trace stage (cost_models._fusion): values
@@ -195,6 +208,14 @@ def build_cost_model(
             fwd.append(local + coll)
             prim = c.primitive
             reads = rg.reads(c.index)
+            # What the forward writes only because the backward reads v as a residual
+            # (trace.py: its fused forward with and without v kept); None: v's bytes.
+            if c.residual_write_bytes is None:
+                write_s = c.nbytes / hw.hbm_bytes_per_s
+            else:
+                write_s = c.residual_write_bytes / _time_divisor(c) / hw.hbm_bytes_per_s
+                if c.needed and not c.loop_invariant:
+                    kept_writes += write_s
             # Views (checkpoint_name, reshapes) of a value in HBM are in HBM: a matmul's
             # output, a region input (the layer's input activation).
             in_hbm[c.index] = prim not in cm.FUSIBLE or (
@@ -220,16 +241,18 @@ def build_cost_model(
                     )
                 ).seconds(hw)
                 rec.append(arith / _time_divisor(c) + coll)
-                mat.append(c.nbytes / hw.hbm_bytes_per_s)
+                mat.append(write_s)
             else:  # matmuls, custom calls (attention), gathers...: materialized anyway
                 rec.append(fwd[-1])
                 mat.append(0.0)
-            # Saving a value that is in HBM anyway (a matmul's output, a view of one) inside
-            # lax.scan copies it into the scan's stacked residual every trip: XLA cannot fuse
-            # that dynamic-update-slice into the producing kernel (S_v in the docstring).
+            # Saving a value that is in HBM anyway (a matmul's output, a view of one, a fusible
+            # value a matmul reads: nothing written only for the residual) inside lax.scan
+            # copies it into the scan's stacked residual every trip: XLA cannot fuse that
+            # dynamic-update-slice into the producing kernel (S_v in the docstring).
+            anyway = in_hbm[c.index] or (prim in cm.FUSIBLE and c.residual_write_bytes == 0)
             stack.append(
                 c.nbytes / copy_rate
-                if copy_rate and r.in_scan and in_hbm[c.index] and not c.loop_invariant
+                if copy_rate and r.in_scan and anyway and not c.loop_invariant
                 else 0.0
             )
         ratio = compute_local / glob if glob > 0 else 1.0
@@ -263,6 +286,7 @@ def build_cost_model(
             cm.transfer_seconds(c.nbytes, hw, "h2d") if c.nbytes and can_copy else 0.0
             for c in r.candidates
         ]
+        base_writes.append(r.multiplicity * kept_writes)
         regions.append(
             RegionCost(
                 region_id=r.id,
@@ -287,10 +311,12 @@ def build_cost_model(
     model = CostModel(
         hardware=hw,
         regions=tuple(regions),
-        # T0: the roofline of the step, plus the loop-slice copies the anchor compile makes
-        # (weights sliced out of the stacked parameters, gradients written back, the stacked
-        # layer inputs): per device already, as compiled.
-        base_step_s=step_ratio * trace.step_work.seconds(hw)
+        # T0: the roofline of the step with every residual kept, less its forward's writes of
+        # values kept only as residuals (a fusible value is written only when kept: M_v adds
+        # it back), plus the loop-slice copies the anchor compile makes (weights sliced out of
+        # the stacked parameters, gradients written back, the stacked layer inputs): per
+        # device already, as compiled.
+        base_step_s=max(0.0, step_ratio * trace.step_work.seconds(hw) - sum(base_writes))
         + (trace.anchor.loop_copy_bytes / copy_rate if copy_rate else 0.0),
         fixed_bytes=0,
         correction_bytes=correction_bytes,

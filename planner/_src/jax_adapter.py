@@ -365,6 +365,7 @@ class Replay:
     staged_jaxpr: Any  # what the backward pass runs (recompute + tangent equations)
     residuals: tuple  # vars of jvp_jaxpr the backward pass receives
     staged_inputs_used: tuple  # per jvp input: the backward pass reads it (primal inputs: kept)
+    primal_outvars: tuple = ()  # what the forward pass returns besides the residuals
 
 
 def region_jvp(region: BoundRegion):
@@ -516,6 +517,7 @@ def replay_partial_eval(jvp_jaxpr, n_primal_in: int, policy: Callable[..., Any])
         staged_jaxpr=staged_dce,
         residuals=residuals,
         staged_inputs_used=tuple(bool(u) for u in used[num_res:]),
+        primal_outvars=tuple(known.outvars[: len(known.outvars) - num_res]),
     )
 
 

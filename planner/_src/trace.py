@@ -627,7 +627,18 @@ def _candidates(
     # a fusible chain stays in registers (cost_models._fusion).
     escaping = [v for c in cands if c.needed for v in eqns[c.index].outvars if adapter.is_var(v)]
     works = cm.eqns_work(eqns, escaping).kernels
-    cands = [dataclasses.replace(c, work=cm.Work(kernels=(k,))) for c, k in zip(cands, works)]
+    # The same forward with no residual kept (full remat): what it writes only for the
+    # backward pass is the difference (cost.py: T0 leaves it out, M_v adds it for a kept v).
+    own_outs = [v for v in replay.primal_outvars if adapter.is_var(v)]
+    bare = cm.eqns_work(eqns, own_outs).kernels
+    cands = [
+        dataclasses.replace(
+            c,
+            work=cm.Work(kernels=(k,)),
+            residual_write_bytes=max(0.0, k[1].hbm_bytes - b[1].hbm_bytes),
+        )
+        for c, k, b in zip(cands, works, bare)
+    ]
     # Region inputs: under full remat every input the backward pass reads is a residual;
     # the anchor program shows which of them a scan stacks per trip (the layer's input
     # activation) and which it had anyway (weights, loop constants).

@@ -65,6 +65,11 @@ class Candidate:
     read_by_fusion: bool = False
     # The equation's forward work (fusion-aware, global avals): cost_models.Work of one kernel.
     work: cm.Work = cm.Work()
+    # Of ``work``'s HBM bytes (global avals), those the forward writes only because the
+    # backward pass reads the value as a residual: a fusible value whose forward readers are
+    # all fused into the same kernel stays in registers when it is not kept (cost.py, M_v).
+    # None (a candidate built by hand): all of its bytes.
+    residual_write_bytes: float | None = None
     local_elements: int = 0  # elements of its first output as cost_models counts them
     # (per device under Explicit sharding), for time divisors
     # What the stock policies (planner._src.policies.STOCK) and the user's own policy decide
