@@ -229,6 +229,26 @@ def summarize(a) -> None:
     print(text)
 
 
+def pick(a) -> None:
+    """A plan file holding some budgets of another (the plans unchanged), for ``run``."""
+    saved = json.loads(Path(a.source).read_text())
+    keep = a.budgets.split(",")
+    missing = [b for b in keep if b not in saved["plans"]]
+    if missing:
+        raise SystemExit(f"{a.source} has no plans for {missing}; it has {list(saved['plans'])}")
+    saved["plans"] = {b: saved["plans"][b] for b in keep}
+    saved["picked_from"] = {"file": a.source, "budgets": keep}
+    Path(a.save).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.save).write_text(json.dumps(saved, indent=1, default=str))
+    for b, spec in saved["plans"].items():
+        off = [k for k, v in (spec.get("decisions") or {}).items() if v == "offload"]
+        print(
+            f"{a.save}: {b} GB {spec.get('choice')} offloads {off}; per step exposed d2h "
+            f"{spec.get('predicted_exposed_d2h_ms', 0):.1f} ms, h2d "
+            f"{spec.get('predicted_exposed_h2d_ms', 0):.1f} ms"
+        )
+
+
 def exposure_table(plans: dict, res) -> str:
     """Per offloading plan and direction: the trace's copy time and exposed copy time per
     step (three readings) against the model's, and how many MB a trip offloads."""
@@ -321,10 +341,14 @@ def main(argv=None) -> int:
     r.add_argument(
         "--keep-traces", action="store_true", help="copy each plan's .xplane.pb to OUT/traces"
     )
+    k = sub.add_parser("pick", help="a plan file with some budgets of another")
+    k.add_argument("source")
+    k.add_argument("--budgets", required=True, help="keys of the source's plans, e.g. 22.95")
+    k.add_argument("--save", required=True)
     s = sub.add_parser("summarize")
     s.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    {"plan": plan, "run": run, "summarize": summarize}[a.cmd](a)
+    {"plan": plan, "run": run, "summarize": summarize, "pick": pick}[a.cmd](a)
     return 0
 
 
