@@ -188,7 +188,13 @@ def run_profile_worker(job: dict) -> dict:
                 "n_d2h": s.n_d2h,
                 "n_h2d": s.n_h2d,
                 "per_trip_ms": [
-                    [t.trip, 1e3 * t.d2h_s, 1e3 * t.d2h_exposed_s, 1e3 * t.h2d_s, 1e3 * t.h2d_exposed_s]
+                    [
+                        t.trip,
+                        1e3 * t.d2h_s,
+                        1e3 * t.d2h_exposed_s,
+                        1e3 * t.h2d_s,
+                        1e3 * t.h2d_exposed_s,
+                    ]
                     for t in s.per_trip
                 ],
                 "per_trip_note": s.per_trip_note,
@@ -403,9 +409,13 @@ def run_plan_worker(job: dict) -> dict:
             # bytes offloaded per trip, and each region's queue of copies with the windows
             # the hiding models were given (for checking the model against a trace).
             "predicted_d2h_copy_ms": 1e3
-            * sum(rc.multiplicity * rp.d2h_s for rc, rp in zip(p.cost.regions, p.prediction.regions)),
+            * sum(
+                rc.multiplicity * rp.d2h_s for rc, rp in zip(p.cost.regions, p.prediction.regions)
+            ),
             "predicted_h2d_copy_ms": 1e3
-            * sum(rc.multiplicity * rp.h2d_s for rc, rp in zip(p.cost.regions, p.prediction.regions)),
+            * sum(
+                rc.multiplicity * rp.h2d_s for rc, rp in zip(p.cost.regions, p.prediction.regions)
+            ),
             "offloaded_bytes_per_trip": [rp.host_residual_bytes for rp in p.prediction.regions],
             "trips": [rc.multiplicity for rc in p.cost.regions],
             "offload_queue": _offload_queue(p),

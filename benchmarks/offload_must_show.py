@@ -335,9 +335,7 @@ def main(argv=None) -> int:
         action="store_true",
         help="the plans only (no full remat or stock runs): the exposure check",
     )
-    r.add_argument(
-        "--steps", type=int, default=3, help="untimed-trace steps after the traced ones"
-    )
+    r.add_argument("--steps", type=int, default=3, help="untimed-trace steps after the traced ones")
     r.add_argument(
         "--keep-traces", action="store_true", help="copy each plan's .xplane.pb to OUT/traces"
     )
