@@ -163,10 +163,55 @@ def run_profile_worker(job: dict) -> dict:
         def med(key):
             return 1e3 * statistics.median(getattr(s, key) for s in steps)
 
-        res["trace"] = {
-            k + "_ms": med(k)
-            for k in ("step_s", "compute_s", "d2h_s", "d2h_exposed_s", "h2d_s", "h2d_exposed_s")
-        }
+        keys = (
+            "step_s",
+            "compute_s",
+            "d2h_s",
+            "d2h_exposed_s",
+            "h2d_s",
+            "h2d_exposed_s",
+            # against kernels and the compute streams' device-to-device copies; and the
+            # idle gaps a copy's end closed (planner._src.profiling.overlap.StepOverlap)
+            "busy_s",
+            "copy_other_s",
+            "d2h_stall_s",
+            "h2d_stall_s",
+            "d2h_waited_s",
+            "h2d_waited_s",
+            "idle_s",
+            "idle_no_copy_s",
+        )
+        res["trace"] = {k + "_ms": med(k) for k in keys}
+        res["trace_steps"] = [
+            {
+                **{k + "_ms": 1e3 * getattr(s, k) for k in keys},
+                "n_d2h": s.n_d2h,
+                "n_h2d": s.n_h2d,
+                "per_trip_ms": [
+                    [
+                        t.trip,
+                        1e3 * t.d2h_s,
+                        1e3 * t.d2h_exposed_s,
+                        1e3 * t.h2d_s,
+                        1e3 * t.h2d_exposed_s,
+                    ]
+                    for t in s.per_trip
+                ],
+                "per_trip_note": s.per_trip_note,
+            }
+            for s in steps
+        ]
+        res["trace_step_source"] = r.step_source
+        res["trace_streams"] = {k: list(v) for k, v in r.streams().items()}
+    if job.get("keep_trace_dir"):  # the .xplane.pb, for a second look (tens of MB)
+        import shutil
+
+        dst = Path(job["keep_trace_dir"])
+        dst.mkdir(parents=True, exist_ok=True)
+        if r.trace_path and os.path.exists(r.trace_path):
+            name = f"{job.get('name', 'trace').replace(':', '_').replace('@', '_')}.xplane.pb"
+            shutil.copy(r.trace_path, dst / name)
+            res["trace_copy"] = str(dst / name)
     del step, args, r
     res.update(run_worker(job))  # untraced steps: the step time, the peak, the loss
     return res
@@ -233,6 +278,38 @@ def run_layer_worker(job: dict) -> dict:
         }
     )
     return res
+
+
+def _offload_queue(p) -> list[dict]:
+    """Per region, the offloaded tensors the backward pass needs, in production order: their
+    bytes, per-direction copy time and the window the hiding models were given (cost.py:
+    stores hide behind the forward compute after the tensor, reloads behind the backward
+    compute before its first use), one trip. What ``predicted_exposed_*`` was computed from."""
+    from planner._src.cost import decisions_per_candidate
+
+    out = []
+    per_cand = decisions_per_candidate(p.graph, p.assignment)
+    for rg, rc, rp, dec in zip(p.graph.regions, p.cost.regions, p.prediction.regions, per_cand):
+        for c in rg.region.candidates:
+            i = c.index
+            if dec[i] != "offload" or not rp.needed[i]:
+                continue
+            out.append(
+                {
+                    "region": rc.region_id,
+                    "tensor": c.name or f"{c.primitive}{list(c.shape)}",
+                    "source": c.source,
+                    "bytes": c.nbytes,
+                    "loop_invariant": c.loop_invariant,
+                    "d2h_ms": 1e3 * rc.d2h_s[i],
+                    "fwd_after_ms": 1e3 * rc.fwd_after_s[i],
+                    "h2d_ms": 1e3 * rc.h2d_s[i],
+                    "bwd_before_ms": 1e3 * rc.bwd_before_s[i],
+                    "trip_fwd_ms": 1e3 * rc.fwd_s,
+                    "trip_bwd_ms": 1e3 * rc.bwd_s,
+                }
+            )
+    return out
 
 
 def run_plan_worker(job: dict) -> dict:
@@ -328,6 +405,20 @@ def run_plan_worker(job: dict) -> dict:
                 for rc, rp in zip(p.cost.regions, p.prediction.regions)
             ),
             "predicted_copy_ms": 1e3 * p.prediction.transfer_s,
+            # Per direction, per step: the copy time the model expects (before hiding), the
+            # bytes offloaded per trip, and each region's queue of copies with the windows
+            # the hiding models were given (for checking the model against a trace).
+            "predicted_d2h_copy_ms": 1e3
+            * sum(
+                rc.multiplicity * rp.d2h_s for rc, rp in zip(p.cost.regions, p.prediction.regions)
+            ),
+            "predicted_h2d_copy_ms": 1e3
+            * sum(
+                rc.multiplicity * rp.h2d_s for rc, rp in zip(p.cost.regions, p.prediction.regions)
+            ),
+            "offloaded_bytes_per_trip": [rp.host_residual_bytes for rp in p.prediction.regions],
+            "trips": [rc.multiplicity for rc in p.cost.regions],
+            "offload_queue": _offload_queue(p),
             "fixed_bytes": p.prediction.fixed_bytes,
             "anchor_device_bytes": p.trace.anchor.device_bytes,
             "baselines": {

@@ -424,3 +424,32 @@ def test_copies_on_the_compute_stream_are_diagnosed_as_serialized():
     # TPU-style planes put everything on one "XLA Ops" line: no CUDA stream to blame.
     tpu = _result([_ev("compute", 0, 40, line="XLA Ops"), _ev("d2h", 40, 50, line="XLA Ops")])
     assert tpu.streams()["copies"] == ("XLA Ops",) and tpu.stream_diagnosis() == ""
+
+
+def test_stall_and_waited_exposure_by_hand():
+    # Compute stream #1: kernels 0-40 and 60-100, a device-to-device copy 40-50 on the same
+    # stream (work the step does anyway), idle 50-60. A store 35-58 (copy stream) ends 2 us
+    # before the compute resumes: the compute waited for it. A reload 70-80 hides; a launch
+    # gap 100-103 has a copy in it (102-104 h2d... ends after the gap: not waited for).
+    events = [
+        _ev("compute", 0, 40),
+        _ev("copy_other", 40, 50),
+        _ev("compute", 60, 100),
+        _ev("compute", 103, 120),
+        _ev("d2h", 35, 58, line="Stream #2"),
+        _ev("h2d", 70, 80, line="Stream #2"),
+        _ev("h2d", 101, 110, line="Stream #2"),
+        _ev("copy_other", 112, 130, line="Stream #2"),  # async d2d copy: not busy compute
+    ]
+    s = pp.step_overlap(events, (0, 130 * US))
+    # kernels alone: the store is exposed 40-58 (18 us), counting the d2d copy's 10 us
+    assert math.isclose(s.d2h_exposed_s, 18e-6)
+    # against all the compute stream's work: exposed 50-58 only
+    assert math.isclose(s.busy_s, 107e-6) and math.isclose(s.d2h_stall_s, 8e-6)
+    assert math.isclose(s.h2d_exposed_s, 2e-6) and math.isclose(s.h2d_stall_s, 2e-6)
+    # gaps of the busy union: 50-60 (a store ended at 58: waited), 100-103 (the reload in it
+    # ends at 110: not waited for), 120-130 (no copy ends in it)
+    assert math.isclose(s.d2h_waited_s, 10e-6) and s.h2d_waited_s == 0
+    assert math.isclose(s.idle_s, 23e-6)
+    assert math.isclose(s.idle_no_copy_s, 23e-6 - 8e-6 - 2e-6)
+    assert pp.WAIT_TOLERANCE_NS == 50_000.0  # 50 us: the test's gaps are far shorter

@@ -28,6 +28,7 @@ from planner._src.profiling.intervals import (
 )
 from planner._src.profiling.overlap import (
     CPU_STATUS,
+    WAIT_TOLERANCE_NS,
     ProfileResult,
     StepOverlap,
     TripOverlap,
@@ -55,6 +56,7 @@ __all__ = [
     "StepOverlap",
     "TraceData",
     "TripOverlap",
+    "WAIT_TOLERANCE_NS",
     "analyze_trace",
     "calibrate_hiding",
     "measured_per_trip",

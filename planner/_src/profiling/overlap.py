@@ -16,6 +16,7 @@ from planner._src.profiling.intervals import (
     exposed_length,
     intersection_length,
     total_length,
+    union,
 )
 from planner._src.profiling.xplane import Event, read_trace
 
@@ -57,6 +58,22 @@ class StepOverlap:
     copy_other_s: float
     n_d2h: int
     n_h2d: int
+    # Against all the work of the compute streams (kernels and the device-to-device copies
+    # stream-ordered with them: XLA's loop-slice copies), not kernels alone: a host copy that
+    # runs beside a device-to-device copy on a compute stream is hidden behind work the step
+    # does anyway, yet `*_exposed_s` counts it exposed. `busy_s` = |U(that work)|; per
+    # direction `*_stall_s` = |U(copies) - U(busy)|.
+    busy_s: float = 0.0
+    d2h_stall_s: float = 0.0
+    h2d_stall_s: float = 0.0
+    # The compute streams' idle gaps (within the step, between busy intervals) that end
+    # within WAIT_TOLERANCE_NS of the end of a host copy of that direction: the compute
+    # resumed when that copy finished, so it waited for it; the whole gap counts. Gaps no
+    # copy ends (launch gaps, host syncs) count for neither, whatever copy runs in them.
+    d2h_waited_s: float = 0.0
+    h2d_waited_s: float = 0.0
+    idle_s: float = 0.0  # step - busy
+    idle_no_copy_s: float = 0.0  # idle time with no host copy in flight
     per_trip: tuple[TripOverlap, ...] = ()
     per_trip_note: str = ""
     events: tuple[Event, ...] = dataclasses.field(default=(), repr=False)
@@ -105,6 +122,26 @@ def _trips(events: Sequence[Event], compute: list[Interval]) -> tuple[tuple[Trip
     )
 
 
+# A kernel that waited for a copy starts this soon after the copy ends (a cross-stream event
+# wait and a launch: microseconds on the H200); a gap ended later was not ended by the copy.
+WAIT_TOLERANCE_NS = 50_000.0
+
+
+def _waited(gaps: list[Interval], copies: dict[str, list[Interval]]) -> dict[str, float]:
+    """Per direction, the length of the gaps whose end follows the end of one of its copies
+    within WAIT_TOLERANCE_NS (the latest-ending copy takes the gap when both qualify)."""
+    out = {k: 0.0 for k in copies}
+    for g0, g1 in gaps:
+        best, when = None, -1.0
+        for kind, ivs in copies.items():
+            for _, e in ivs:
+                if g0 <= e <= g1 and g1 - e <= WAIT_TOLERANCE_NS and e > when:
+                    best, when = kind, e
+        if best is not None:
+            out[best] += g1 - g0
+    return out
+
+
 def step_overlap(events: Sequence[Event], window: Interval, index: int = 0) -> StepOverlap:
     """Figures of one step from classified events (pure; events are clipped to `window`)."""
     lo, hi = window
@@ -118,6 +155,18 @@ def step_overlap(events: Sequence[Event], window: Interval, index: int = 0) -> S
     d2h_hidden, h2d_hidden = intersection_length(d2h, comp), intersection_length(h2d, comp)
     hidden = intersection_length(both, comp)
     trips, note = _trips(inside, comp)
+    compute_lines = {e.line for e in inside if e.kind == "compute"}
+    busy = union(
+        comp
+        + clip(
+            [e.interval for e in inside if e.kind == "copy_other" and e.line in compute_lines],
+            lo,
+            hi,
+        )
+    )
+    gaps = difference([(lo, hi)], busy)
+    waited = _waited(gaps, {"d2h": d2h, "h2d": h2d})
+    busy_len = total_length(busy)
     ns = 1e-9
     return StepOverlap(
         index=index,
@@ -137,6 +186,13 @@ def step_overlap(events: Sequence[Event], window: Interval, index: int = 0) -> S
         copy_other_s=total_length(other) * ns,
         n_d2h=sum(e.kind == "d2h" for e in inside),
         n_h2d=sum(e.kind == "h2d" for e in inside),
+        busy_s=busy_len * ns,
+        d2h_stall_s=exposed_length(d2h, busy) * ns,
+        h2d_stall_s=exposed_length(h2d, busy) * ns,
+        d2h_waited_s=waited["d2h"] * ns,
+        h2d_waited_s=waited["h2d"] * ns,
+        idle_s=(hi - lo - busy_len) * ns,
+        idle_no_copy_s=(hi - lo - busy_len - total_length(difference(both, busy))) * ns,
         per_trip=trips,
         per_trip_note=note,
         events=tuple(inside),
@@ -156,6 +212,13 @@ _FIELDS = (
     "hidden_s",
     "exposed_s",
     "copy_other_s",
+    "busy_s",
+    "d2h_stall_s",
+    "h2d_stall_s",
+    "d2h_waited_s",
+    "h2d_waited_s",
+    "idle_s",
+    "idle_no_copy_s",
 )
 
 
