@@ -66,6 +66,8 @@ class StatePlan:
     rounds: tuple[Round, ...] = ()  # one per compile of the applied step (build given)
     cost: CostModel | None = dataclasses.field(repr=False, compare=False, default=None)
     compiler: Any = dataclasses.field(repr=False, compare=False, default=None)
+    # (compiled step, its arguments) of the last check: the numerics check runs it (live)
+    applied: Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @property
     def policy(self):
@@ -80,15 +82,18 @@ class StatePlan:
         ``jax.device_put(opt_state, shardings)``). Compiled on the session's compiler (a
         deviceless XLA:GPU compile for a GPU target without the GPU).
         """
+        return self._compile(build)[0]
+
+    def _compile(self, build) -> tuple[st.StateCheck, Any]:
+        """``check``, and ``(compiled, args)`` where the step can run here (else None)."""
         jitted, args = build(self.policy, self.placement)
         if self.compiler is not None and self.compiler.kind == "deviceless":
             prog = targets.compile_traced(
                 self.compiler, jitted, targets.args_for(self.compiler, args)
             )
-            compiled = prog.compiled
-        else:
-            compiled = jitted.lower(*args).compile()
-        return st.check_compiled(compiled, self.placement)
+            return st.check_compiled(prog.compiled, self.placement), None
+        compiled = jitted.lower(*args).compile()
+        return st.check_compiled(compiled, self.placement), (compiled, args)
 
     def summary(self) -> str:
         """The budget split as a text table (MB per device), and the predicted figures."""
@@ -230,7 +235,8 @@ def _state_loop(
         plan = plan or _solve(session, budget, correction, leaves, layers)
         if build is None:
             return plan
-        chk = plan.check(build)
+        chk, applied = plan._compile(build)
+        plan = dataclasses.replace(plan, applied=applied)
         if (
             estimate_on_cpu
             and session._backend == "cpu"
@@ -479,7 +485,7 @@ def _as_plan(session, requested, budget, sp: StatePlan, build, state):
         state=state,
         **session._compiler_fields(),
     )
-    return _with_state_numerics(session, plan, build)
+    return _with_state_numerics(session, plan, sp.applied if build else None)
 
 
 def _fresh(args):
@@ -492,29 +498,28 @@ def _fresh(args):
     )
 
 
-def _with_state_numerics(session, plan, build):
+def _with_state_numerics(session, plan, applied):
     """The applied step's outputs against the user's step's (numerics.py), where the
-    arguments are concrete, the step runs here and ``build`` gives the applied step."""
+    arguments are concrete and ``applied``, the step as applied compiled by the last round
+    (``(compiled, args)``), runs here."""
     from planner._src import numerics
     from planner._src.plan import PlanWarning
     from planner._src.verify import STATUS_NUMERICS
 
     if session.options.check_numerics is False:
         why = "check_numerics=False"
-    elif build is None:
-        why = "no build= was given, and the step that applies the placement is yours"
     else:
         why = session._numerics_impossible()
+        if not why and applied is None:
+            why = "no build= was given, and the step that applies the placement is yours"
     if why:
         result = numerics.not_checked(why)
     else:
-        jitted, args = build(plan.policy, plan.state.placement)
+        compiled, args = applied
         if session._reference is None:
             session._reference = numerics.run_reference(session._step, session._args)
             session._sensitivity = numerics.run_sensitivity(session._step, session._args)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*donated buffers.*")
-            got = jax_ready(jitted(*_fresh(args)))
+        got = jax_ready(compiled(*_fresh(args)))
         result = numerics.judge(
             got,
             session._reference,
