@@ -178,6 +178,13 @@ def test_compiled_host_and_device_bytes_match_the_placement():
         prog = tg.compile_traced(target, jitted, args)
         checks[name] = st.check_compiled(prog.compiled, pl)
     hbm, mixed = checks["hbm"], checks["mixed"]
+    # With nothing on the host the wrapper is the optimizer itself: the plain donated step's
+    # bytes (the version that carried every stacked leaf through its scan doubled both).
+    step, args = llama.make_adam_step(CFG)
+    plain = tg.compile_traced(
+        target, jax.jit(step, donate_argnums=(0, 1)), tg.args_for(target, args)
+    )
+    assert hbm.device_bytes == st.check_compiled(plain.compiled, empty).device_bytes
     assert hbm.host_argument_bytes == 0 and mixed.host_matches
     assert hbm.device_argument_bytes - mixed.device_argument_bytes == placement.host_bytes()
     costs = st.leaf_costs(leaves, planner.load_profile("h200"))
