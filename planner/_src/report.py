@@ -166,8 +166,8 @@ def _status_lines(plan) -> tuple[tuple[str, str], ...]:
     state = getattr(plan, "state", None)
     if ver.compiled is None and state is not None and state.placement.on_host:
         where = (
-            "not compiled: the plan moves optimizer state, which the step you run applies "
-            "(pass build= to compile it as applied; notes)"
+            "none: the plan moves optimizer state, which the step you run applies (pass "
+            "build= to Planner.plan to compile it as applied; notes)"
         )
     elif ver.compiled is None:
         where = "not compiled (verify_compile=False): every figure is the cost model's"
