@@ -332,7 +332,19 @@ def test_plan_state_deviceless_h200_compiles_as_planned():
     # deviceless margin, less than the all-HBM step needs (the anchor is mostly cuBLAS
     # workspaces and the state at this size: 54.3 MB, 6.8 MB of it Adam moments, 2026-12-04).
     hbm_gb = 1.05 * session.trace.anchor.device_bytes / 1e9
-    plan = planner.plan_state(session, hbm_gb, opt_state_argnum=1, params_argnum=0, build=_build)
+    with pytest.warns(PlanWarning, match="does not donate"):
+        plan = planner.plan_state(
+            session, hbm_gb, opt_state_argnum=1, params_argnum=0, build=_build
+        )
     assert plan.placement.on_host
     assert plan.compiled.host_matches
     assert plan.compiled.device_bytes <= plan.budget_bytes
+    # The same through Planner.plan: a Plan compiled as applied, within budget, with the
+    # planned host bytes (the step is not donated here: the PlanWarning says so).
+    with pytest.warns(PlanWarning, match="does not donate"):
+        full = session.plan(hbm_gb, opt_state_argnum=1, params_argnum=0, build=_build)
+    assert full.state.placement == plan.placement
+    assert full.verification.status == "compiled, within budget", full.verification
+    assert full.verification.compiled_device_bytes == plan.compiled.device_bytes
+    assert all(c.ok for c in full.verification.checks)
+    assert full.state.compiled.host_matches and not full.state.compiled.estimated
