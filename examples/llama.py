@@ -380,6 +380,14 @@ def make_adam_step(
     return train_step, (make_args() if concrete else jax.eval_shape(make_args))
 
 
+def adam_quickstart():
+    """The quickstart model with optax's Adam, jitted donated as it runs, for planning the
+    optimizer state's placement: ``python -m planner solve examples.llama:adam_quickstart
+    --hbm-gb 0.8 --hardware h200 --opt-state-argnum 1 --params-argnum 0``."""
+    step, args = make_adam_step(QUICKSTART)
+    return jax.jit(step, donate_argnums=(0, 1)), args
+
+
 # The long-context decoder of issue 18 (32k tokens as 2 x 16384, cuDNN attention): offloading
 # the attention output beat recomputing it on the H200 (benchmarks/results/h200-2026-12-02.md).
 LONG_CONTEXT = dataclasses.replace(H200_BENCH, batch=2, seq=16384, attention_impl="cudnn")

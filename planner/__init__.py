@@ -58,6 +58,7 @@ _PUBLIC = {
     **{
         name: ("planner._src.state", name)
         for name in (
+            "PlanState",
             "StatePlacement",
             "budget_split",
             "check_compiled",

@@ -5,6 +5,7 @@ device bytes as planned (deviceless XLA:GPU, where the CUDA plugin is installed)
 
 import dataclasses
 import itertools
+import warnings
 
 import jax
 import numpy as np
@@ -18,6 +19,7 @@ from planner._src import target as tg
 from planner._src.cost import evaluate
 from planner._src.errors import InfeasibleBudgetError, PlannerError
 from planner._src.numerics import coarsest_eps, compare
+from planner._src.plan import PlanWarning
 from planner._src.solve import solve_assignment
 from planner._src.types import SolverOptions
 
@@ -177,6 +179,13 @@ def test_compiled_host_and_device_bytes_match_the_placement():
         prog = tg.compile_traced(target, jitted, args)
         checks[name] = st.check_compiled(prog.compiled, pl)
     hbm, mixed = checks["hbm"], checks["mixed"]
+    # With nothing on the host the wrapper is the optimizer itself: the plain donated step's
+    # bytes (the version that carried every stacked leaf through its scan doubled both).
+    step, args = llama.make_adam_step(CFG)
+    plain = tg.compile_traced(
+        target, jax.jit(step, donate_argnums=(0, 1)), tg.args_for(target, args)
+    )
+    assert hbm.device_bytes == st.check_compiled(plain.compiled, empty).device_bytes
     assert hbm.host_argument_bytes == 0 and mixed.host_matches
     assert hbm.device_argument_bytes - mixed.device_argument_bytes == placement.host_bytes()
     costs = st.leaf_costs(leaves, planner.load_profile("h200"))
@@ -193,10 +202,12 @@ def test_plan_state_on_cpu_places_state_and_keeps_the_numbers():
     equal while the plan kept what the unplanned step does, 3.7e-9 apart after the cost
     model's fusion rules moved the plan, 2026-12-04)."""
     step, args = llama.make_adam_step(CFG)
-    session = planner.Planner(step, *args, hardware="cpu")
-    roomy = planner.plan_state(session, 0.03, opt_state_argnum=1, params_argnum=0)
+    session = planner.Planner(step, *args, hardware="cpu")  # not donated: a PlanWarning
+    with pytest.warns(PlanWarning, match=r"does not donate(.|\n)*donate_argnums=\(0, 1\)"):
+        roomy = planner.plan_state(session, 0.03, opt_state_argnum=1, params_argnum=0)
     assert not roomy.placement.on_host  # room enough: nothing moves (phase 2)
-    tight = planner.plan_state(session, 0.02, opt_state_argnum=1, params_argnum=0)
+    with pytest.warns(PlanWarning, match="86.9 GB undonated"):
+        tight = planner.plan_state(session, 0.02, opt_state_argnum=1, params_argnum=0)
     assert tight.placement.on_host
     assert tight.prediction.peak_bytes <= tight.budget_bytes
     split = tight.split
@@ -217,10 +228,99 @@ def test_plan_state_on_cpu_places_state_and_keeps_the_numbers():
     leaves = compare(got, want, coarsest_eps(want))
     assert leaves and all(leaf.ok for leaf in leaves), [lf for lf in leaves if not lf.ok]
     # XLA:CPU has no host memory space in memory_analysis: the check says so, teaching.
-    with pytest.raises(PlannerError, match="host memory space"):
+    with pytest.raises(PlannerError, match="host memory space"), pytest.warns(PlanWarning):
         planner.plan_state(session, 0.02, opt_state_argnum=1, params_argnum=0, build=_build)
     with pytest.raises(planner.InvalidArgumentError, match="opt_state_argnum"):
         planner.plan_state(session, 0.02, opt_state_argnum=3)
+
+
+def _compiled_bytes(placement) -> st.StateCheck:
+    jitted, (params, opt, batch), osh = _placed_step(placement)
+    compiled = jitted.lower(params, jax.device_put(opt, osh), batch).compile()
+    return st.check_compiled(compiled, placement)
+
+
+def test_streamed_update_writes_in_place():
+    """The regression of 2026-12-04 (+41.4 GB on a 7.2 B Adam step): streamed_update must
+    not carry the HBM state and the updates through its scan. On XLA:CPU (no host memory
+    space: a host leaf stays in its one memory, and its new value, the scan's output, is a
+    buffer of its own), one stacked moment on the host may add at most that leaf and the
+    update's buffer U (state.py) to the donated step's bytes with the whole state in HBM.
+    The version that carried every stacked leaf compiled to +7.09 MB here (22.03 vs 14.94
+    MB, with or without a leaf on the host) against the +0.26 MB this allows."""
+    _, (params, opt, _) = llama.make_adam_step(CFG)
+    leaves = st.state_leaves(opt, layers=CFG.n_layers, params=params)
+    one = st.placement_of(
+        leaves, {x.path for x in leaves if x.path.endswith(".nu['layers']['wq']")}
+    )
+    assert one.on_host and all(
+        x.layers == CFG.n_layers for x in one.leaves if x.path in one.on_host
+    )
+    step, args = llama.make_adam_step(CFG)
+    plain = jax.jit(step, donate_argnums=(0, 1)).lower(*args).compile().memory_analysis()
+    hbm = plain.argument_size_in_bytes + plain.output_size_in_bytes
+    hbm += plain.temp_size_in_bytes - plain.alias_size_in_bytes
+    terms = st.evaluate_state(st.leaf_costs(leaves, planner.load_profile("h200")), one.on_host)
+    mixed = _compiled_bytes(one)
+    assert mixed.device_bytes <= hbm + one.host_bytes() + terms.update_buffer_bytes
+    assert mixed.alias_bytes >= plain.alias_size_in_bytes - one.host_bytes()  # donated
+
+
+@pytest.fixture(scope="module")
+def donated_session():
+    step, args = llama.make_adam_step(CFG)
+    return planner.Planner(jax.jit(step, donate_argnums=(0, 1)), *args, hardware="cpu")
+
+
+def test_planner_plan_places_state_reports_the_split_and_checks_numerics(donated_session):
+    """Planner.plan with opt_state_argnum (XLA:CPU, the donated step): at a budget the
+    whole state in HBM does not fit, a Plan whose plan.state puts optimizer state on the
+    host; its report shows the budget split and what to apply; with build the step as
+    applied is compiled and its outputs checked against the user's step's (the planner's
+    numerics check); no donation warning. The same decisions as plan_state."""
+    import json
+
+    from planner._src.report import report_from_dict
+
+    session = donated_session
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PlanWarning)  # donated: no warning
+        plan = session.plan(0.012, opt_state_argnum=1, params_argnum=0, build=_build)
+        sp = planner.plan_state(session, 0.012, opt_state_argnum=1, params_argnum=0)
+    assert plan.state.placement == sp.placement and plan.state.placement.on_host
+    assert plan.state.donated
+    assert plan.prediction.peak_bytes == sp.prediction.peak_bytes <= 12_000_000
+    parts = {x.part: x for x in plan.state.parts}
+    host = plan.state.placement.host_bytes()
+    assert parts["optimizer state"].host_bytes == host > 0
+    assert parts["optimizer state"].moved_bytes == 2 * host
+    assert parts["parameters"].hbm_bytes == parts["gradients"].hbm_bytes > 0
+    # The step as applied ran and gave the user's step's numbers.
+    assert plan.numerics is not None and plan.numerics.checked and plan.numerics.ok
+    assert plan.state.compiled is not None and plan.state.compiled.estimated  # XLA:CPU
+    assert plan.verification.status == "compiled, unverified"
+    text = plan.report()
+    assert "budget split" in text and "plan.state.streamed_update(tx.update)" in text
+    assert "donate_argnums=(0, 1)" in text
+    data = json.loads(plan.report("json"))
+    assert report_from_dict(data).budget_split == tuple(
+        dataclasses.asdict(x) for x in plan.state.parts
+    )
+    assert "Budget split" in plan.report("markdown")
+    # What to apply, from the plan: the shardings' memory kinds follow the placement.
+    _, (_, opt, _) = llama.make_adam_step(CFG)
+    dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    kinds = jax.tree_util.tree_flatten_with_path(plan.state.shardings(opt, dev))[0]
+    on_host = {jax.tree_util.keystr(k) for k, s in kinds if s.memory_kind == "pinned_host"}
+    assert on_host == plan.state.placement.on_host
+    # Without build the plan is not compiled, and the report says why and how.
+    bare = session.plan(0.012, opt_state_argnum=1)
+    assert bare.verification.compiled_device_bytes is None
+    assert "pass build=" in bare.report()
+    with pytest.raises(planner.InvalidArgumentError, match="without opt_state_argnum"):
+        session.plan(0.012, build=_build)
+    with pytest.raises(planner.InvalidArgumentError, match="params_argnum"):
+        planner.PlanOptions(params_argnum=0)
 
 
 @pytest.mark.slow
@@ -236,7 +336,19 @@ def test_plan_state_deviceless_h200_compiles_as_planned():
     # deviceless margin, less than the all-HBM step needs (the anchor is mostly cuBLAS
     # workspaces and the state at this size: 54.3 MB, 6.8 MB of it Adam moments, 2026-12-04).
     hbm_gb = 1.05 * session.trace.anchor.device_bytes / 1e9
-    plan = planner.plan_state(session, hbm_gb, opt_state_argnum=1, params_argnum=0, build=_build)
+    with pytest.warns(PlanWarning, match="does not donate"):
+        plan = planner.plan_state(
+            session, hbm_gb, opt_state_argnum=1, params_argnum=0, build=_build
+        )
     assert plan.placement.on_host
     assert plan.compiled.host_matches
     assert plan.compiled.device_bytes <= plan.budget_bytes
+    # The same through Planner.plan: a Plan compiled as applied, within budget, with the
+    # planned host bytes (the step is not donated here: the PlanWarning says so).
+    with pytest.warns(PlanWarning, match="does not donate"):
+        full = session.plan(hbm_gb, opt_state_argnum=1, params_argnum=0, build=_build)
+    assert full.state.placement == plan.placement
+    assert full.verification.status == "compiled, within budget", full.verification
+    assert full.verification.compiled_device_bytes == plan.compiled.device_bytes
+    assert all(c.ok for c in full.verification.checks)
+    assert full.state.compiled.host_matches and not full.state.compiled.estimated

@@ -233,6 +233,8 @@ def _cmd_solve(a) -> int:
             solver_time_limit_s=a.time_limit,
             progress=progress,
             layer_groups=_LAYER_GROUPS[a.layer_groups],
+            opt_state_argnum=a.opt_state_argnum,
+            params_argnum=a.params_argnum,
         )
         if a.timeline:
             from planner._src.plots import hbm_timeline
@@ -738,6 +740,19 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="also write the report to this file")
     s.add_argument("--save", metavar="PLAN.json", help="write the plan file (planner.load_plan)")
     s.add_argument("--timeline", metavar="FILE", help="draw the HBM timeline (.png or .svg)")
+    s.add_argument(
+        "--opt-state-argnum",
+        type=int,
+        metavar="N",
+        help="the step's argument N is the optimizer state: also decide which of its leaves "
+        "live in pinned host memory (the report shows the budget split and what to apply)",
+    )
+    s.add_argument(
+        "--params-argnum",
+        type=int,
+        metavar="N",
+        help="with --opt-state-argnum: the step's argument N is the parameters (budget split)",
+    )
     s.set_defaults(run=_cmd_solve)
 
     r = sub.add_parser("report", help="print the report of a saved plan file")

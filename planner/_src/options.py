@@ -65,6 +65,15 @@ class PlanOptions:
         what they do not list; the emitted policy is then JAX's own name policy, and only the
         stock policies that keep nothing outside these names are compared
         (``planner.plan_maxtext`` passes MaxText's custom keys).
+      opt_state_argnum: None (default): the optimizer state is fixed bytes in HBM, as traced.
+        An int: which positional argument of the step is the optimizer state (an optax
+        state pytree); the plan then also decides which of its leaves live in pinned host
+        memory, in the same CP-SAT model as the activations (planner/_src/state.py), and
+        ``plan.state`` says what to apply (shardings with memory kinds, donation, the
+        streamed update). Trace the step as it runs, donated
+        (``jax.jit(step, donate_argnums=...)``): a PlanWarning says when it is not.
+      params_argnum: with ``opt_state_argnum``, which argument holds the parameters (for the
+        budget split: parameters and gradients; they stay in HBM).
     """
 
     allow_offload: bool | None = None
@@ -81,8 +90,25 @@ class PlanOptions:
     compiler: str = "auto"
     check_numerics: bool | None = None
     decide_names: tuple[str, ...] | None = None
+    opt_state_argnum: int | None = None
+    params_argnum: int | None = None
 
     def __post_init__(self):
+        for name in ("opt_state_argnum", "params_argnum"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise InvalidArgumentError(
+                    f"{name} must be None or the index (an int >= 0) of one of the step's "
+                    f"positional arguments, got {v!r}.\nFix: e.g. opt_state_argnum=1, "
+                    "params_argnum=0 for train_step(params, opt_state, batch)."
+                )
+        if self.params_argnum is not None and self.opt_state_argnum is None:
+            raise InvalidArgumentError(
+                f"params_argnum={self.params_argnum} without opt_state_argnum.\nWhy: the "
+                "parameters are named for the train state's budget split, which is planned "
+                "with the optimizer state.\nFix: pass opt_state_argnum too (e.g. "
+                "opt_state_argnum=1, params_argnum=0), or neither."
+            )
         if self.decide_names is not None:
             names = self.decide_names
             if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):

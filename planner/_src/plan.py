@@ -73,6 +73,11 @@ class Plan:
     # The numerics check (planner._src.numerics.NumericsResult): the planned step against the
     # step under the user's own policies on the example arguments; None: not attempted.
     numerics: Any = None
+    # The train state's part (state.PlanState), where the plan was asked to place the
+    # optimizer state too (opt_state_argnum): the leaves in pinned host memory, the budget
+    # split, what to apply (plan.state.shardings, plan.state.streamed_update). None: the
+    # optimizer state was fixed bytes in HBM.
+    state: Any = None
 
     @property
     def policy(self):

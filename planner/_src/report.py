@@ -87,8 +87,14 @@ class Report:
     headroom_why: str = ""  # why headroom_gb of the budget is left free
     # The status block: (what, text) lines saying what was checked where (_status_lines).
     status_lines: tuple[tuple[str, str], ...] = ()
-    # What users paste (planner._src.paste): {"python", "xla_flags", "maxtext", "apply"}.
+    # What users paste (planner._src.paste): {"python", "xla_flags", "maxtext", "apply"}, and
+    # "state" where the plan places the optimizer state (state.PlanState.snippet).
     snippets: dict = dataclasses.field(default_factory=dict)
+    # Where the plan places the optimizer state too (plan.state): per part (parameters,
+    # gradients, optimizer state, activations) {"part", "hbm_bytes", "host_bytes",
+    # "moved_bytes"} per device; () otherwise.
+    budget_split: tuple = ()
+    state_host_leaves: tuple[str, ...] = ()  # the optimizer-state leaves in pinned host memory
 
 
 def _reason(d: str, rec_ms: float, exposed: float, nbytes: int, plan, room: int) -> str:
@@ -157,7 +163,13 @@ def _status_lines(plan) -> tuple[tuple[str, str], ...]:
     ver = plan.verification
     usable = plan.budget_bytes - plan.headroom_bytes
     compiler = plan.compiler or ver.backend
-    if ver.compiled is None:
+    state = getattr(plan, "state", None)
+    if ver.compiled is None and state is not None and state.placement.on_host:
+        where = (
+            "none: the plan moves optimizer state, which the step you run applies (pass "
+            "build= to Planner.plan to compile it as applied; notes)"
+        )
+    elif ver.compiled is None:
         where = "not compiled (verify_compile=False): every figure is the cost model's"
     elif plan.compiler_exact:
         where = f"{compiler} (the target's compiler)"
@@ -506,6 +518,10 @@ def build_report(plan, plan_file: str | None = None) -> Report:
         layer_groups=groups,
         status_lines=_status_lines(plan),
         snippets=_snippets(plan, plan_file),
+        budget_split=()
+        if plan.state is None
+        else tuple(dataclasses.asdict(x) for x in plan.state.parts),
+        state_host_leaves=() if plan.state is None else plan.state.host_paths(),
     )
 
 
@@ -514,7 +530,27 @@ def _snippets(plan, plan_file: str | None) -> dict:
 
     out = paste_snippets(plan, plan_file or PLAN_FILE)
     out["apply"] = apply_snippet(plan, plan_file or PLAN_FILE)
+    if plan.state is not None:
+        out["state"] = plan.state.snippet()
     return out
+
+
+def _split_lines(r: Report) -> list[str]:
+    """The budget split as aligned text rows (MB per device), then the leaves on the host."""
+    if not r.budget_split:
+        return []
+    rows = [f"{'':18s}{'HBM MB':>12s}{'host MB':>12s}{'moved/step MB':>16s}"]
+    for x in r.budget_split:
+        rows.append(
+            f"{x['part']:18s}{x['hbm_bytes'] / MB:12,.1f}{x['host_bytes'] / MB:12,.1f}"
+            f"{x['moved_bytes'] / MB:16,.1f}"
+        )
+    n = len(r.state_host_leaves)
+    rows.append(
+        f"optimizer-state leaves in pinned host memory: {n}"
+        + (": " + ", ".join(r.state_host_leaves[:6]) + (" ..." if n > 6 else "") if n else "")
+    )
+    return rows
 
 
 def sharding_notes(trace) -> list[str]:
@@ -564,6 +600,8 @@ def report_from_dict(d: dict) -> Report:
     d.setdefault("saving_ms", 0.0)
     d["status_lines"] = tuple(tuple(x) for x in d.get("status_lines", ()))
     d.setdefault("snippets", {})
+    d["budget_split"] = tuple(dict(x) for x in d.get("budget_split", ()))
+    d["state_host_leaves"] = tuple(d.get("state_host_leaves", ()))
     d["rows"] = tuple(Row(**r) for r in d["rows"])
     if "policies" in d:  # plan files written before the rename
         d["stock_policies"] = d.pop("policies")
@@ -595,6 +633,19 @@ def _md(r: Report) -> str:
         f"Solver: {r.solver}.",
         "",
     ]
+    if r.budget_split:
+        out += [
+            "Budget split (per device):",
+            "",
+            "| part | HBM | host | moved per step |",
+            "|---|---|---|---|",
+        ]
+        out += [
+            f"| {x['part']} | {_mb(x['hbm_bytes'])} MB | {_mb(x['host_bytes'])} MB "
+            f"| {_mb(x['moved_bytes'])} MB |"
+            for x in r.budget_split
+        ]
+        out += ["", _split_lines(r)[-1] + ".", ""]
     out += [f"- {x}" for x in r.regions] + [""]
     sharded = any(row.shard for row in r.rows)
     g = r.layer_groups > 0
@@ -626,6 +677,9 @@ def _md(r: Report) -> str:
             f"| {p.name} | {fmt_gb(p.peak_gb)} | {fmt_gb(p.host_gb)} | {p.step_ms:.2f} | {fits} |"
         )
     sn = _snippet_texts(r)
+    if "state" in sn:
+        out += ["", "Apply the optimizer state's placement:", "```python"]
+        out += [sn["state"].rstrip(), "```"]
     out += [
         "",
         "Apply the plan without editing the model:",
@@ -683,6 +737,10 @@ def _text(r: Report) -> str:
         highlight=False,
     )
     con.print(f"solver: {r.solver}", highlight=False)
+    if r.budget_split:
+        con.print("budget split (per device):", highlight=False)
+        for line in _split_lines(r):
+            con.print(f"  {line}", highlight=False)
     for x in r.regions:
         con.print(f"  {x}", highlight=False)
     t = Table(title="Decisions (per step, all trips)")
@@ -742,6 +800,12 @@ def _text(r: Report) -> str:
         )
     con.print(p)
     sn = _snippet_texts(r)
+    if "state" in sn:
+        con.print(
+            f"--- Apply the optimizer state's placement (Python):\n{sn['state'].rstrip()}",
+            highlight=False,
+            markup=False,
+        )
     for title, key in (
         ("Apply the plan without editing the model (Python)", "apply"),
         ("Or paste the policy next to your jax.checkpoint call (Python)", "python"),

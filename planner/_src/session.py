@@ -587,12 +587,57 @@ class Planner:
 
     # -------------------------------------------------------------------- public
 
-    def plan(self, hbm_gb: float) -> Plan:
+    def plan(
+        self,
+        hbm_gb: float,
+        *,
+        opt_state_argnum: int | None = None,
+        params_argnum: int | None = None,
+        build: Callable | None = None,
+    ) -> Plan:
         """The plan for one budget (GB per device); raises InfeasibleBudgetError when neither
-        a plan nor a stock policy fits."""
+        a plan nor a stock policy fits.
+
+        ``opt_state_argnum`` (default: the session's ``PlanOptions.opt_state_argnum``): which
+        argument of the step is the optimizer state; the plan then also decides which of its
+        leaves live in pinned host memory (``plan.state``; planner/_src/state_plan.py), and
+        ``params_argnum`` names the parameters for the budget split. ``build(policy,
+        placement) -> (jitted_step, args)``: your step as you run it under a plan's policy
+        and placement (``plan.state.shardings``, ``plan.state.streamed_update``, donated),
+        compiled to hold a plan that moves state to the budget and run to check its numbers
+        against your step's; without it such a plan is not compiled (the report says so)."""
         b = _validate_budget(hbm_gb)
         _warn_above_allocator_limit(b, self.hardware)
-        return self._plan_one(int(b * GB))
+        return self._plan_budget(int(b * GB), opt_state_argnum, params_argnum, build)
+
+    def _plan_budget(
+        self, requested: int, opt_state_argnum=None, params_argnum=None, build=None
+    ) -> Plan:
+        """``_plan_one``, or with the optimizer state's placement where it is asked for (by
+        the arguments or the session's options)."""
+        if opt_state_argnum is None and params_argnum is None:
+            opt_state_argnum = self.options.opt_state_argnum
+            params_argnum = self.options.params_argnum
+        if opt_state_argnum is None:
+            if params_argnum is not None or build is not None:
+                what = "params_argnum" if params_argnum is not None else "build"
+                raise InvalidArgumentError(
+                    f"{what} was given without opt_state_argnum.\nWhy: both belong to "
+                    "planning the optimizer state's placement, which opt_state_argnum asks "
+                    "for.\nFix: pass opt_state_argnum (e.g. opt_state_argnum=1 for "
+                    "train_step(params, opt_state, batch)), or neither."
+                )
+            return self._plan_one(requested)
+        PlanOptions(opt_state_argnum=opt_state_argnum, params_argnum=params_argnum)  # checks
+        from planner._src.state_plan import plan_in_session
+
+        return plan_in_session(
+            self,
+            requested,
+            opt_state_argnum=opt_state_argnum,
+            params_argnum=params_argnum,
+            build=build,
+        )
 
     def pareto(self, hbm_gb=None, *, points: int = 5) -> list:
         """Plans for several budgets: ``[Plan or PlannerError per budget]``.
@@ -615,7 +660,7 @@ class Planner:
         out = []
         for b in budgets:
             try:
-                out.append(self._plan_one(int(b * GB)))
+                out.append(self._plan_budget(int(b * GB)))
             except PlannerError as e:
                 out.append(e)
         return out
@@ -1373,9 +1418,13 @@ def solve(
     hardware="h200",
     options: PlanOptions | None = None,
     progress: Callable[[str], None] | None = None,
+    build: Callable | None = None,
     **option_fields,
 ) -> Plan:
     """Plan what the backward pass of ``step_fn(*example_args)`` keeps, under ``hbm_gb``.
+
+    With ``opt_state_argnum=`` (and ``params_argnum=``, ``build=``: :meth:`Planner.plan`),
+    also which optimizer-state leaves live in pinned host memory (``plan.state``).
 
     Args:
       step_fn: the train step (loss, gradient and update), unmodified.
@@ -1395,7 +1444,7 @@ def solve(
         options=options,
         progress=progress,
         **option_fields,
-    ).plan(b)
+    ).plan(b, build=build)
 
 
 def pareto(

@@ -52,7 +52,9 @@ import cost_models as cm
 from planner._src.errors import PlannerError
 
 __all__ = [
+    "BudgetPart",
     "LeafCost",
+    "PlanState",
     "StateLeaf",
     "StatePlacement",
     "StateCheck",
@@ -460,6 +462,13 @@ class StateCheck:
     host_argument_bytes: int
     host_temp_bytes: int
     planned_host_bytes: int  # placement.host_bytes()
+    output_bytes: int = 0
+    alias_bytes: int = 0
+    temp_bytes: int = 0
+    # XLA:CPU (no host memory space): its figures keep the "host" leaves in its one memory
+    # and add copies for their transfers, so they cannot show the placement's saving (the
+    # Planner's CPU path records the compile, and does not hold it to the budget).
+    estimated: bool = False
 
     @property
     def host_matches(self) -> bool:
@@ -486,6 +495,9 @@ def check_compiled(compiled, placement: StatePlacement) -> StateCheck:
         host_argument_bytes=int(getattr(m, "host_argument_size_in_bytes", 0) or 0),
         host_temp_bytes=int(getattr(m, "host_temp_size_in_bytes", 0) or 0),
         planned_host_bytes=placement.host_bytes(),
+        output_bytes=int(m.output_size_in_bytes),
+        alias_bytes=int(m.alias_size_in_bytes),
+        temp_bytes=int(m.temp_size_in_bytes),
     )
 
 
@@ -493,3 +505,79 @@ def with_state(cost, leaves: tuple[StateLeaf, ...]):
     """``cost`` (a CostModel) with the train state's leaves priced on its hardware, so that
     solve.solve_assignment decides their placement with the activations'."""
     return dataclasses.replace(cost, state=leaf_costs(leaves, cost.hardware))
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetPart:
+    """One row of the budget split (:func:`budget_split`), bytes per device."""
+
+    part: str  # parameters, gradients, optimizer state, activations
+    hbm_bytes: int
+    host_bytes: int
+    moved_bytes: int  # over the host link per step, both directions
+
+
+def budget_parts(split: dict[str, dict[str, int]]) -> tuple[BudgetPart, ...]:
+    """:func:`budget_split`'s dict as rows."""
+    return tuple(
+        BudgetPart(part=k, hbm_bytes=v["hbm"], host_bytes=v["host"], moved_bytes=v["moved"])
+        for k, v in split.items()
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PlanState:
+    """The train-state part of a plan (``plan.state``, where the plan was asked for with
+    ``opt_state_argnum``): which optimizer-state leaves live in pinned host memory, the
+    budget split, and what to apply.
+
+        shardings = plan.state.shardings(opt_state, device_sharding)   # memory kinds
+        update = plan.state.streamed_update(tx.update)                 # your optax update
+        step = jax.jit(train_step_with(update), in_shardings=(..., shardings, ...),
+                       out_shardings=(..., shardings, ...), donate_argnums=(0, 1))
+    """
+
+    opt_state_argnum: int
+    params_argnum: int | None
+    layers: int  # the slices a stacked leaf is streamed in (the scanned layer count)
+    placement: StatePlacement
+    parts: tuple[BudgetPart, ...]
+    terms: StateTerms  # what the leaves on the host save and cost (the model's)
+    compiled: StateCheck | None = None  # the step as applied (build), when compiled
+    # The traced step donates its optimizer state (the compiled anchor aliases at least the
+    # state's bytes); False: the plan was made from an undonated step (a PlanWarning said so).
+    donated: bool = True
+
+    def shardings(self, opt_state: Any, device_sharding: Any) -> Any:
+        """:func:`state_shardings` of ``opt_state`` under this placement."""
+        return state_shardings(opt_state, self.placement, device_sharding)
+
+    def streamed_update(self, update: Callable) -> Callable:
+        """:func:`streamed_update` of ``update`` under this placement."""
+        return streamed_update(update, self.placement, self.layers)
+
+    def host_paths(self) -> tuple[str, ...]:
+        return tuple(sorted(self.placement.on_host))
+
+    def snippet(self) -> str:
+        """The code that applies the placement (the report's "state" snippet)."""
+        o, p = self.opt_state_argnum, self.params_argnum
+        donate = tuple(sorted({o} | ({p} if p is not None else set())))
+        if not self.placement.on_host:
+            return (
+                "# The whole optimizer state stays in HBM: nothing to apply but donation:\n"
+                f"step = jax.jit(train_step, donate_argnums={donate})\n"
+            )
+        paths = "\n".join(f"#   opt_state{x}" for x in self.host_paths())
+        return (
+            f"# {len(self.placement.on_host)} optimizer-state leaves in pinned host memory:\n"
+            f"{paths}\n"
+            "shardings = plan.state.shardings(opt_state, device_sharding)  # memory kinds\n"
+            "opt_state = jax.device_put(opt_state, shardings)  # or create it there: "
+            "jax.jit(tx.init, out_shardings=shardings)\n"
+            f"update = plan.state.streamed_update(tx.update)  # per layer slice ({self.layers})\n"
+            "# train_step calls update(grads, opt_state, params) in place of tx.update\n"
+            f"step = jax.jit(train_step, in_shardings=(...),  # argument {o}: shardings\n"
+            f"               out_shardings=(...),  # the new state: shardings\n"
+            f"               donate_argnums={donate})\n"
+        )

@@ -15,14 +15,25 @@ update; :meth:`StatePlan.check` compiles that step and reads its device and host
 
 With ``build`` (the step as the user applies the placement), the plan is compiled and held
 to the budget as ``Planner.plan`` holds its plans: over the budget, the model is corrected by
-the compiled figure and solved again. What ``Planner.plan`` does and this does not (yet):
-the fill rounds, the stock-policy comparison and the numerics check (tests/test_state.py
-compares the streamed update's numbers with the unplanned step's).
+the compiled figure and solved again.
+
+``Planner.plan(hbm_gb, opt_state_argnum=..., build=...)`` and ``planner.solve(...,
+opt_state_argnum=...)`` return the same decisions as a :class:`~planner._src.plan.Plan`
+(:func:`plan_in_session`), with ``plan.state`` (state.PlanState: the placement, the budget
+split, what to apply) and the report's budget split. Where the solve leaves the whole state
+in HBM, that Plan is ``Planner.plan``'s own (every round, the fill rounds, the stock
+comparison, the numerics check) with the state part added. Where it moves state, the traced
+step is not the step that runs (the user applies the placement), so the plan is compiled
+through ``build`` only, held to the budget by correction rounds as above, and, where the
+arguments are concrete and the step runs here, the applied step's outputs are compared with
+the user's step's (numerics.py); not done there: the fill rounds and the stock policies'
+compiles (they are compared on the model, with the state in HBM).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -32,10 +43,10 @@ from planner._src.cost import build_cost_model, evaluate
 from planner._src.emit import emit
 from planner._src.errors import InvalidArgumentError, PlannerError
 from planner._src.solve import check_solution, solve_assignment
-from planner._src.types import Emitted, Prediction, Solution
-from planner._src.units import GB
+from planner._src.types import CostModel, Emitted, Prediction, Round, Solution
+from planner._src.units import GB, fmt_bytes
 
-__all__ = ["StatePlan", "plan_state"]
+__all__ = ["StatePlan", "plan_in_session", "plan_state", "warn_if_not_donated"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,7 +61,13 @@ class StatePlan:
     split: dict  # state.budget_split: part -> {"hbm", "host", "moved"} bytes
     compiled: st.StateCheck | None = None  # the compile of the applied step (build given)
     correction_bytes: int = 0  # the model's correction this plan was solved with (cost.py)
+    layers: int = 1  # the slices a stacked leaf is streamed in
+    terms: st.StateTerms | None = None  # the model's terms of the leaves on the host
+    rounds: tuple[Round, ...] = ()  # one per compile of the applied step (build given)
+    cost: CostModel | None = dataclasses.field(repr=False, compare=False, default=None)
     compiler: Any = dataclasses.field(repr=False, compare=False, default=None)
+    # (compiled step, its arguments) of the last check: the numerics check runs it (live)
+    applied: Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @property
     def policy(self):
@@ -65,15 +82,18 @@ class StatePlan:
         ``jax.device_put(opt_state, shardings)``). Compiled on the session's compiler (a
         deviceless XLA:GPU compile for a GPU target without the GPU).
         """
+        return self._compile(build)[0]
+
+    def _compile(self, build) -> tuple[st.StateCheck, Any]:
+        """``check``, and ``(compiled, args)`` where the step can run here (else None)."""
         jitted, args = build(self.policy, self.placement)
         if self.compiler is not None and self.compiler.kind == "deviceless":
             prog = targets.compile_traced(
                 self.compiler, jitted, targets.args_for(self.compiler, args)
             )
-            compiled = prog.compiled
-        else:
-            compiled = jitted.lower(*args).compile()
-        return st.check_compiled(compiled, self.placement)
+            return st.check_compiled(prog.compiled, self.placement), None
+        compiled = jitted.lower(*args).compile()
+        return st.check_compiled(compiled, self.placement), (compiled, args)
 
     def summary(self) -> str:
         """The budget split as a text table (MB per device), and the predicted figures."""
@@ -114,6 +134,58 @@ def _arg(args: tuple, argnum: int | None, what: str):
     return args[argnum]
 
 
+def _layers(cost) -> int:
+    """The layer count: the largest trip count of a region (a scanned layer stack)."""
+    return max((rc.multiplicity for rc in cost.regions), default=1)
+
+
+def _leaves(session, opt_state_argnum: int, params_argnum: int | None):
+    args = session._user_args
+    opt_state = _arg(args, opt_state_argnum, "opt_state_argnum")
+    params = _arg(args, params_argnum, "params_argnum")
+    cost = build_cost_model(session.trace, session.graph, session.hardware, allow_offload=False)
+    layers = _layers(cost)
+    return st.state_leaves(opt_state, layers=layers, params=params), layers
+
+
+def is_donated(trace, leaves: tuple[st.StateLeaf, ...]) -> bool:
+    """Whether the traced step donates its optimizer state: its compiled anchor (full remat)
+    aliases at least the state's bytes of outputs to inputs (``memory_analysis()``'s alias
+    bytes; the parameters may be donated too, and count)."""
+    opt = sum(x.nbytes for x in leaves if x.role == "opt")
+    return trace.anchor.alias_bytes >= opt
+
+
+def warn_if_not_donated(
+    trace, leaves, opt_state_argnum: int, params_argnum: int | None, stacklevel: int = 3
+) -> bool:
+    """A PlanWarning where the traced step does not donate its optimizer state; returns
+    :func:`is_donated`."""
+    from planner._src.plan import PlanWarning
+
+    if is_donated(trace, leaves):
+        return True
+    opt = sum(x.nbytes for x in leaves if x.role == "opt")
+    donate = tuple(
+        sorted({opt_state_argnum} | ({params_argnum} if params_argnum is not None else set()))
+    )
+    warnings.warn(
+        f"The traced step does not donate its optimizer state: its compile aliases "
+        f"{fmt_bytes(trace.anchor.alias_bytes)} of outputs to inputs, less than the "
+        f"{fmt_bytes(opt)} of optimizer state (argument {opt_state_argnum}).\n"
+        "Why: without donation the step holds the old state and the new one side by side, so "
+        "the plan's fixed bytes count the state (and the parameters) twice and the plan moves "
+        "more state to the host than the step as it runs needs (a 7.2 B Adam step: 86.9 GB "
+        "undonated against 58.0 GB donated, benchmarks/results/"
+        "state-offload-config-2026-12-04.md).\n"
+        f"Fix: plan the step as it runs, donated: planner.Planner(jax.jit(train_step, "
+        f"donate_argnums={donate}), *args, ...), and run it donated too.",
+        PlanWarning,
+        stacklevel=stacklevel,
+    )
+    return False
+
+
 def plan_state(
     session,
     hbm_gb: float,
@@ -131,23 +203,61 @@ def plan_state(
     compiled device bytes exceed it is solved again with the model corrected by the measured
     error (``c' = c + compiled - predicted``, cost.py), at most ``max_rounds`` times (the
     session's option), and a step that does not take the planned host bytes is an error.
-    Raises InfeasibleBudgetError when the model fits nothing.
+    Raises InfeasibleBudgetError when the model fits nothing. A PlanWarning where the traced
+    step does not donate the state (:func:`warn_if_not_donated`).
+
+    ``session.plan(hbm_gb, opt_state_argnum=..., build=...)`` gives the same decisions as a
+    Plan (:func:`plan_in_session`).
     """
     from planner._src.session import io_bytes, usable_bytes
 
-    args = session._user_args
-    opt_state = _arg(args, opt_state_argnum, "opt_state_argnum")
-    params = _arg(args, params_argnum, "params_argnum")
-    tr, graph, hw = session.trace, session.graph, session.hardware
+    tr, hw = session.trace, session.hardware
+    leaves, layers = _leaves(session, opt_state_argnum, params_argnum)
+    warn_if_not_donated(tr, leaves, opt_state_argnum, params_argnum)
     budget = usable_bytes(int(hbm_gb * GB), hw, io_bytes(tr), session.compiler.margin)
+    return _state_loop(session, budget, hbm_gb * GB, leaves, layers, build)
+
+
+def _state_loop(
+    session, budget, requested, leaves, layers, build, first=None, estimate_on_cpu=False
+) -> StatePlan:
+    """Solve (``first``: the first round's solution, when already solved) and, with
+    ``build``, compile the applied step and correct the model until it fits the budget.
+    ``estimate_on_cpu``: on XLA:CPU, which has no host memory space (it keeps the host
+    leaves in its one memory and copies them in and out: on the CPU test model the placed
+    step compiled to 19.97 MB against 16.14 MB all in HBM, 2026-12-04), record the compile
+    as not exact and stop (StateCheck.estimated) instead of raising."""
     correction = 0
     seen = []
+    rounds: list[Round] = []
     for _ in range(max(1, session.options.max_rounds) if build else 1):
-        plan = _solve(session, graph, tr, hw, budget, correction, opt_state, params)
+        plan = first if first is not None and not correction else None
+        plan = plan or _solve(session, budget, correction, leaves, layers)
         if build is None:
             return plan
-        chk = plan.check(build)
-        plan = dataclasses.replace(plan, compiled=chk, correction_bytes=correction)
+        chk, applied = plan._compile(build)
+        plan = dataclasses.replace(plan, applied=applied)
+        if (
+            estimate_on_cpu
+            and session._backend == "cpu"
+            and chk.host_argument_bytes == 0
+            and chk.planned_host_bytes
+        ):
+            chk = dataclasses.replace(chk, estimated=True)
+            rounds.append(
+                Round(
+                    correction_bytes=correction,
+                    predicted_peak_bytes=plan.prediction.peak_bytes,
+                    compiled_device_bytes=None,
+                    status="compiled, unverified",
+                    purpose="fit",
+                    predicted_step_s=plan.prediction.step_s,
+                    outcome="XLA:CPU has no host memory space",
+                )
+            )
+            return dataclasses.replace(
+                plan, compiled=chk, correction_bytes=correction, rounds=tuple(rounds)
+            )
         if not chk.host_matches:
             raise PlannerError(
                 f"The compiled step takes {chk.host_argument_bytes:,} bytes of host arguments, "
@@ -158,12 +268,27 @@ def plan_state(
                 "in and out shardings, put the state there with jax.device_put, and wrap the "
                 "update with streamed_update; check on XLA:GPU (deviceless works)."
             )
+        over = chk.device_bytes > budget
+        rounds.append(
+            Round(
+                correction_bytes=correction,
+                predicted_peak_bytes=plan.prediction.peak_bytes,
+                compiled_device_bytes=chk.device_bytes,
+                status="compiled, over budget" if over else "compiled, within budget",
+                purpose="fit",
+                predicted_step_s=plan.prediction.step_s,
+                outcome="over budget" if over else "within budget",
+            )
+        )
+        plan = dataclasses.replace(
+            plan, compiled=chk, correction_bytes=correction, rounds=tuple(rounds)
+        )
         seen.append(chk.device_bytes)
-        if chk.device_bytes <= budget:
+        if not over:
             return plan
         correction += chk.device_bytes - plan.prediction.peak_bytes
     raise PlannerError(
-        f"No plan compiled within {budget / 1e6:.1f} MB usable of {hbm_gb:g} GB in "
+        f"No plan compiled within {budget / 1e6:.1f} MB usable of {requested / GB:g} GB in "
         f"{len(seen)} rounds (compiled device bytes: {', '.join(f'{b / 1e6:.1f} MB' for b in seen)})."
         "\nWhy: each round corrected the model by the compiler's measured error and solved "
         "again, and the compiled step stayed over the budget.\nFix: raise hbm_gb, or raise "
@@ -171,13 +296,11 @@ def plan_state(
     )
 
 
-def _solve(session, graph, tr, hw, budget, correction, opt_state, params) -> StatePlan:
+def _solve(session, budget, correction, leaves, layers) -> StatePlan:
+    tr, graph, hw = session.trace, session.graph, session.hardware
     cost = build_cost_model(
         tr, graph, hw, allow_offload=session.offload, correction_bytes=correction
     )
-    # The layer count: the largest trip count of a region (a scanned layer stack).
-    layers = max((rc.multiplicity for rc in cost.regions), default=1)
-    leaves = st.state_leaves(opt_state, layers=layers, params=params)
     cost = st.with_state(cost, leaves)
     sol = solve_assignment(graph, cost, budget, session.options.solver)
     check_solution(graph, cost, sol)
@@ -199,5 +322,229 @@ def _solve(session, graph, tr, hw, budget, correction, opt_state, params) -> Sta
         emitted=emitted,
         placement=placement,
         split=split,
+        layers=layers,
+        terms=terms,
+        cost=cost,
         compiler=session.compiler,
     )
+
+
+# ------------------------------------------------------------------------------ as a Plan
+
+
+def plan_in_session(
+    session,
+    requested: int,
+    *,
+    opt_state_argnum: int,
+    params_argnum: int | None,
+    build: Callable[[Any, st.StatePlacement], tuple] | None,
+):
+    """``session.plan(...)`` with the optimizer state's placement decided too: a Plan whose
+    ``state`` is a :class:`state.PlanState` (module docstring)."""
+    from planner._src.session import io_bytes, usable_bytes
+
+    tr, hw = session.trace, session.hardware
+    leaves, layers = _leaves(session, opt_state_argnum, params_argnum)
+    donated = warn_if_not_donated(tr, leaves, opt_state_argnum, params_argnum, stacklevel=5)
+    budget = usable_bytes(requested, hw, io_bytes(tr), session.compiler.margin)
+    first = _solve(session, budget, 0, leaves, layers)
+
+    def part(placement, split, terms, compiled):
+        return st.PlanState(
+            opt_state_argnum=opt_state_argnum,
+            params_argnum=params_argnum,
+            layers=layers,
+            placement=placement,
+            parts=st.budget_parts(split),
+            terms=terms,
+            compiled=compiled,
+            donated=donated,
+        )
+
+    if not first.placement.on_host:
+        # The whole state in HBM: the traced step is the step that runs; plan it fully.
+        plan = session._plan_one(requested)
+        pred = plan.prediction
+        empty = st.placement_of(leaves, frozenset())
+        split = st.budget_split(
+            leaves,
+            empty,
+            activation_bytes=pred.peak_bytes - pred.fixed_bytes,
+            activation_host_bytes=pred.host_bytes,
+        )
+        terms = st.evaluate_state(first.cost.state, frozenset())
+        return dataclasses.replace(plan, state=part(empty, split, terms, None))
+    sp = _state_loop(
+        session, budget, requested, leaves, layers, build, first=first, estimate_on_cpu=True
+    )
+    return _as_plan(
+        session, requested, budget, sp, build, part(sp.placement, sp.split, sp.terms, sp.compiled)
+    )
+
+
+def _as_plan(session, requested, budget, sp: StatePlan, build, state):
+    """The Plan of a state plan that moves state (module docstring: what is checked)."""
+    from planner._src.baselines import evaluate_baselines
+    from planner._src.plan import Plan
+    from planner._src.types import Check, CompiledFigures, Verification
+    from planner._src.verify import (
+        STATUS_NOT_COMPILED,
+        STATUS_OK,
+        STATUS_OVER,
+        STATUS_UNVERIFIED,
+    )
+
+    compiler = session.compiler
+    chk = sp.compiled
+    if chk is None:
+        ver = Verification(
+            status=STATUS_NOT_COMPILED,
+            compiled=None,
+            compiled_device_bytes=None,
+            predicted_peak_bytes=sp.prediction.peak_bytes,
+            budget_bytes=budget,
+            checks=(),
+            backend=session._backend,
+            note=(
+                "Not compiled: the plan puts optimizer state in pinned host memory, which "
+                "your step applies (plan.state: the shardings, the streamed update), so the "
+                "traced step's compile would not show the plan's bytes. Pass build=(policy, "
+                "placement) -> (jitted step, args) to Planner.plan to compile the step as "
+                "applied and hold it to the budget."
+            ),
+            exact=compiler.exact,
+            compiler=compiler.description,
+        )
+    else:
+        over = chk.device_bytes > budget and not chk.estimated
+        exact = compiler.exact and not chk.estimated
+        if chk.estimated:
+            host_detail = (
+                f"not checked: XLA:CPU has no host memory space, so its compile of the step as "
+                f"applied ({fmt_bytes(chk.device_bytes)}) keeps the "
+                f"{fmt_bytes(chk.planned_host_bytes)} the plan puts on the host in its one "
+                "memory and copies them; XLA:GPU (deviceless too) checks the bytes"
+            )
+        else:
+            host_detail = (
+                f"the step as applied takes {fmt_bytes(chk.host_argument_bytes)} of host "
+                f"arguments, the plan {fmt_bytes(chk.planned_host_bytes)}"
+            )
+        ver = Verification(
+            status=STATUS_OVER if over else (STATUS_OK if exact else STATUS_UNVERIFIED),
+            compiled=CompiledFigures(
+                argument_bytes=chk.device_argument_bytes,
+                output_bytes=chk.output_bytes,
+                alias_bytes=chk.alias_bytes,
+                temp_bytes=chk.temp_bytes,
+                host_temp_bytes=chk.host_temp_bytes,
+                host_buffers_in_hlo=0,  # (the applied step's HLO is not read)
+                async_host_copies_in_hlo=0,
+                jaxpr_host_bytes=0,
+                stacked_device_bytes=0,
+                stacked_host_bytes=0,
+                stacked_host_arrays=0,
+                backend=session._backend,
+                compiler=compiler.description,
+            ),
+            compiled_device_bytes=None if chk.estimated else chk.device_bytes,
+            predicted_peak_bytes=sp.prediction.peak_bytes,
+            budget_bytes=budget,
+            checks=(
+                Check(
+                    name="optimizer state on the host",
+                    ok=chk.host_matches or chk.estimated,
+                    detail=host_detail,
+                ),
+            ),
+            backend=session._backend,
+            note="The compiled figures are the step as applied (build: the plan's policy, "
+            "the state's shardings, the streamed update).",
+            exact=exact,
+            compiler=compiler.description,
+        )
+    graph = session.graph
+    plan = Plan(
+        budget_bytes=requested,
+        hardware=session.hardware,
+        trace=session.trace,
+        graph=graph,
+        cost=sp.cost,
+        solution=sp.solution,
+        prediction=sp.prediction,
+        baselines=evaluate_baselines(graph, sp.cost, budget),  # the state in HBM
+        emitted=sp.emitted,
+        verification=ver,
+        rounds=sp.rounds,
+        timings=tuple(session.timings),
+        headroom_bytes=requested - budget,
+        choice="planner",
+        choice_why="",
+        fill_why="no fill rounds: the plan moves optimizer state (planner/_src/state_plan.py)",
+        state=state,
+        **session._compiler_fields(),
+    )
+    return _with_state_numerics(session, plan, sp.applied if build else None)
+
+
+def _fresh(args):
+    """New buffers for every array of ``args`` (the step donates its inputs), in place."""
+    import jax
+
+    return jax.tree.map(
+        lambda x: jax.device_put(x, x.sharding, may_alias=False) if isinstance(x, jax.Array) else x,
+        args,
+    )
+
+
+def _with_state_numerics(session, plan, applied):
+    """The applied step's outputs against the user's step's (numerics.py), where the
+    arguments are concrete and ``applied``, the step as applied compiled by the last round
+    (``(compiled, args)``), runs here."""
+    from planner._src import numerics
+    from planner._src.plan import PlanWarning
+    from planner._src.verify import STATUS_NUMERICS
+
+    if session.options.check_numerics is False:
+        why = "check_numerics=False"
+    else:
+        why = session._numerics_impossible()
+        if not why and applied is None:
+            why = "no build= was given, and the step that applies the placement is yours"
+    if why:
+        result = numerics.not_checked(why)
+    else:
+        compiled, args = applied
+        if session._reference is None:
+            session._reference = numerics.run_reference(session._step, session._args)
+            session._sensitivity = numerics.run_sensitivity(session._step, session._args)
+        got = jax_ready(compiled(*_fresh(args)))
+        result = numerics.judge(
+            got,
+            session._reference,
+            numerics.coarsest_eps(
+                session._args, session._reference, computed=plan.trace.float_dtypes
+            ),
+            decisions=plan.decisions(),
+            ran_on=numerics.backend_note(),
+            sensitivity=session._sensitivity,
+        )
+    ver = plan.verification
+    if result.checked:
+        ver = dataclasses.replace(
+            ver,
+            checks=ver.checks + (result.check,),
+            status=ver.status if result.ok else STATUS_NUMERICS,
+        )
+        if not result.ok:
+            warnings.warn(result.detail, PlanWarning, stacklevel=5)
+    else:
+        ver = dataclasses.replace(ver, note=(ver.note + " " if ver.note else "") + result.detail)
+    return dataclasses.replace(plan, verification=ver, numerics=result)
+
+
+def jax_ready(out):
+    import jax
+
+    return jax.block_until_ready(out)
