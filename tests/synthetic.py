@@ -39,6 +39,8 @@ def random_problem(
 
     ``groups=True``: each region is one call site of its own layer group (classes per group)."""
     rnd = random.Random(seed)
+    # Draws added later come from their own stream, so the earlier draws stay the same.
+    twice_rnd = random.Random(seed * 7919 + 1)
     regions = []
     for rid in range(n_regions):
         cands = []
@@ -64,6 +66,8 @@ def random_problem(
                     input_reads=reads,
                     # fusion: the backward reads some values with a kernel
                     read_by_kernel=rnd.random() < 0.5 if fusion else True,
+                    # fusion: and some with a fusion (the twice-held term, cost.py D_r)
+                    read_by_fusion=twice_rnd.random() < 0.4 if fusion else False,
                 )
             )
         region_inputs = tuple(
@@ -132,6 +136,8 @@ def random_problem(
                 recompute_s=tuple(rec),
                 materialize_s=tuple(mat),
                 stack_copy_s=tuple(stack),
+                # fusion: outside lax.scan some kept values are held twice (cost.py D_r)
+                twice_held=tuple(twice_rnd.random() < 0.5 for _ in range(n)) if fusion else (),
                 d2h_s=tuple(d2h),
                 h2d_s=tuple(d2h),
                 fwd_after_s=tuple(after),

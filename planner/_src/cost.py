@@ -469,7 +469,7 @@ def twice_held(rg, rc, dec, need) -> list[bool]:
     prim = {c.index: c.primitive for c in rg.region.candidates}
     for c in rg.region.candidates:
         i = c.index
-        if not (rc.twice_held[i] and need[i] and dec[i] == "save"):
+        if not (rc.twice_held[i] and need[i] and dec[i] == "save") or c.loop_invariant:
             continue
         prims = [prim[w] for w in rg.readers(i) if need[w] and dec[w] == "remat"]
         kernel = c.read_by_kernel or any(p not in cm.FUSIBLE for p in prims)

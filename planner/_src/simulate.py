@@ -176,7 +176,7 @@ def simulate(
         twice_b = 0
         if rc.twice_held:
             for i, d in kept.items():
-                if d != "save" or not rc.twice_held[i]:
+                if d != "save" or not rc.twice_held[i] or cands[i].loop_invariant:
                     continue
                 rereaders = [cands[j].primitive for j in order if i in rg.reads(j)]
                 by_kernel = cands[i].read_by_kernel or any(p not in FUSIBLE for p in rereaders)

@@ -208,7 +208,12 @@ class _Model:
                 # Twice held (D_r, cost.py): outside lax.scan, a kept value of a producer XLA
                 # does not duplicate, read in the backward pass by a kernel and by a fusion
                 # (as traced, or through a needed recomputed reader), is held twice.
-                if rc.twice_held and rc.twice_held[i] and (not isinstance(s, int) or s):
+                if (
+                    rc.twice_held
+                    and rc.twice_held[i]
+                    and not c.loop_invariant
+                    and (not isinstance(s, int) or s)
+                ):
                     again = [
                         (by_index[w], both(by_index[w], "remat"))
                         for w in rg.readers(i)
