@@ -219,10 +219,7 @@ def kernels(out: Path, model: str, config: str, policy: str, label: str, flags: 
     from planner._src.policies import STOCK
     from planner._src.profiling.xplane import read_trace
 
-    overrides = dict(gb.MOE_BENCH if model == "moe" else gb.BENCH)
-    for kv in filter(None, config.split(",")):
-        k, v = kv.split("=")
-        overrides[k] = type(overrides[k])(v) if k in overrides else v
+    overrides = gb.bench_config(model, config)
     module, cfg = gb._model({"model": model, "config": overrides}, STOCK[policy].policy())
     step, args = module.make_train_step(cfg, concrete=True)
     from planner._src.emit import flags_to_compiler_options

@@ -42,6 +42,17 @@ def _model(job: dict, policy=None):
     return module, cls(**job["config"], remat_policy=policy)
 
 
+def bench_config(model: str, overrides: str = "", **fixed) -> dict:
+    """The bench config of ``model`` ("llama" or "moe"): BENCH / MOE_BENCH, then ``fixed``,
+    then ``overrides`` ("key=value,key=value", each value cast to the field's type)."""
+    config = dict(MOE_BENCH if model == "moe" else BENCH)
+    config.update(fixed)
+    for kv in filter(None, overrides.split(",")):
+        k, v = kv.split("=")
+        config[k] = type(config[k])(v) if k in config else v
+    return config
+
+
 def _policy_from_spec(spec: dict):
     """A checkpoint policy from a job spec: a stock name, or a plan's decisions."""
     from planner._src.policies import STOCK

@@ -65,11 +65,7 @@ def one(out: Path, model: str, batch: int, policy: str, flags: str, config: str,
     from planner._src.policies import STOCK
     from planner._src.profiling.xplane import read_trace
 
-    base = dict(gb.MOE_BENCH if model == "moe" else gb.BENCH)
-    base.update(n_layers=4, batch=batch)
-    for kv in filter(None, config.split(",")):
-        k, v = kv.split("=")
-        base[k] = type(base[k])(v) if k in base else v
+    base = gb.bench_config(model, config, n_layers=4, batch=batch)
     module, cfg = gb._model({"model": model, "config": base}, STOCK[policy].policy())
     step, args = module.make_train_step(cfg, concrete=True)
     opts = flags_to_compiler_options(flags)
