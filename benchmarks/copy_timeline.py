@@ -22,7 +22,7 @@ def timeline(path: Path) -> dict:
     from planner._src.profiling.xplane import read_trace
 
     r = read_trace(str(path))
-    windows = [(w.start_ns, w.end_ns) for w in r.step_windows]
+    windows = [(float(w[0]), float(w[1])) for w in r.step_windows]
     out = {
         "trace": path.name,
         "step_source": r.step_source,
