@@ -95,9 +95,11 @@ def test_a_saved_tanh_a_fusion_rereads_is_held_twice():
     (cost.py, D_r): before, this plan was predicted 11.01 MB and compiled to 14.16 MB (-22%),
     and the verify loop's correction then made every plan but full remat infeasible."""
     from planner._src.cost import build_cost_model, evaluate
+    from planner._src.emit import emit
     from planner._src.graph import build_graph, class_key
     from planner._src.trace import trace_step
     from planner._src.types import Assignment
+    from planner._src.verify import verify
 
     params = _params()
     x = jax.ShapeDtypeStruct((BATCH, D), jnp.float32)
@@ -106,7 +108,26 @@ def test_a_saved_tanh_a_fusion_rereads_is_held_twice():
     cost = build_cost_model(tr, graph, "cpu", allow_offload=False)
     rc, rg = cost.regions[0], graph.regions[0]
     (t,) = [c for c in rg.region.candidates if c.primitive == "tanh"]
-    predicted = evaluate(cost, graph, Assignment.of({class_key(rg.region, t): "save"}))
+    saving = Assignment.of({class_key(rg.region, t): "save"})
+    predicted = evaluate(cost, graph, saving)
+    # The second copy is the compiler's, not JAX's: the check that JAX keeps the planned
+    # residuals passes (it compares JAX's residuals with device_residual_bytes).
+    emitted = emit(saving, {c.key: c.name for c in graph.classes}, cost.hardware)
+    ver, not_kept = verify(
+        _step,
+        (params, x),
+        tr,
+        graph,
+        cost,
+        saving,
+        emitted.policy,
+        predicted,
+        10**9,
+        compile=False,
+        policies=emitted.policies,
+    )
+    assert not not_kept and all(k.ok for k in ver.checks), ver.checks
+    assert predicted.regions[0].twice_held_bytes == (t.nbytes if tr.holds_rereads_twice else 0)
     assert t.read_by_kernel  # the weight gradient's matmul
     assert rc.twice_held[t.index] == tr.holds_rereads_twice
 

@@ -922,6 +922,13 @@ def test_the_base_step_leaves_out_writes_of_values_kept_only_as_residuals():
     rc = model.regions[0]
     assert rc.materialize_s[div.index] == 0
     assert rc.materialize_s[exp.index] == pytest.approx(exp.nbytes / hw.hbm_bytes_per_s)
+    # A fusible value the backward does not read (s - max, kept only to recompute exp from
+    # it) is in neither traced forward, so its residual_write_bytes say nothing: keeping it
+    # writes its bytes (it was free before the review of 2026-12-04).
+    unread = [c for c in by_prim["sub"] if not c.needed]
+    assert unread
+    for c in unread:
+        assert rc.materialize_s[c.index] == pytest.approx(c.nbytes / hw.hbm_bytes_per_s)
     kept_only = sum(
         c.residual_write_bytes / hw.hbm_bytes_per_s
         for c in region.candidates

@@ -209,8 +209,10 @@ def build_cost_model(
             prim = c.primitive
             reads = rg.reads(c.index)
             # What the forward writes only because the backward reads v as a residual
-            # (trace.py: its fused forward with and without v kept); None: v's bytes.
-            if c.residual_write_bytes is None:
+            # (trace.py: its fused forward with and without v kept); None: v's bytes. A value
+            # the backward does not read (kept only to recompute others from it) is in neither
+            # of those two forwards: keeping it writes its bytes.
+            if c.residual_write_bytes is None or not c.needed:
                 write_s = c.nbytes / hw.hbm_bytes_per_s
             else:
                 write_s = c.residual_write_bytes / _time_divisor(c) / hw.hbm_bytes_per_s
@@ -249,7 +251,9 @@ def build_cost_model(
             # value a matmul reads: nothing written only for the residual) inside lax.scan
             # copies it into the scan's stacked residual every trip: XLA cannot fuse that
             # dynamic-update-slice into the producing kernel (S_v in the docstring).
-            anyway = in_hbm[c.index] or (prim in cm.FUSIBLE and c.residual_write_bytes == 0)
+            anyway = in_hbm[c.index] or (
+                prim in cm.FUSIBLE and c.needed and c.residual_write_bytes == 0
+            )
             stack.append(
                 c.nbytes / copy_rate
                 if copy_rate and r.in_scan and anyway and not c.loop_invariant
@@ -509,7 +513,7 @@ def evaluate(
             if need[c.index] and dec[c.index] == "remat":
                 for u in rg.reads(c.index):
                     need[u] = True
-        saved = saved_invariant = offloaded = offloaded_invariant = 0  # bytes, one trip
+        saved = saved_invariant = offloaded = offloaded_invariant = twice_bytes = 0  # one trip
         working = transient = 0  # backward working set
         recompute_s = materialize_s = d2h_s = h2d_s = 0.0
         off = [c.index for c in cands if need[c.index] and dec[c.index] == "offload"]
@@ -529,7 +533,8 @@ def evaluate(
                 if c.loop_invariant:
                     saved_invariant += c.nbytes
                 else:
-                    saved += c.nbytes * (2 if twice[i] else 1)
+                    saved += c.nbytes
+                    twice_bytes += c.nbytes if twice[i] else 0
                     materialize_s += rc.materialize_s[i]
                     if rc.stack_copy_s:
                         materialize_s += rc.stack_copy_s[i]
@@ -560,6 +565,7 @@ def evaluate(
             RegionPrediction(
                 region_id=rc.region_id,
                 device_residual_bytes=saved,
+                twice_held_bytes=twice_bytes,
                 invariant_residual_bytes=saved_invariant,
                 input_residual_bytes=stacked_inputs,
                 host_residual_bytes=offloaded,
@@ -578,7 +584,7 @@ def evaluate(
     # Regions run forward in order and backward in reverse: while region k runs backward,
     # the residuals of regions 1..k are still held and those after k are already freed.
     kept = [
-        rc.multiplicity * (p.device_residual_bytes + p.input_residual_bytes)
+        rc.multiplicity * (p.device_residual_bytes + p.input_residual_bytes + p.twice_held_bytes)
         + p.invariant_residual_bytes
         for rc, p in zip(model.regions, preds)
     ]

@@ -57,7 +57,7 @@ def memory_timeline(prediction, multiplicities, ordered: bool = True) -> tuple[M
         held += p.invariant_residual_bytes
         points.append(MemoryPoint(f"region {p.region_id} loop invariants", "forward", held))
         for t in range(trips):
-            held += p.device_residual_bytes + p.input_residual_bytes
+            held += p.device_residual_bytes + p.input_residual_bytes + p.twice_held_bytes
             points.append(
                 MemoryPoint(f"forward region {p.region_id} trip {t + 1}", "forward", held)
             )
@@ -66,7 +66,7 @@ def memory_timeline(prediction, multiplicities, ordered: bool = True) -> tuple[M
             label = f"backward region {p.region_id} trip {t + 1}"
             points.append(MemoryPoint(label, "backward", held + p.working_set_bytes))
             if ordered:
-                held -= p.device_residual_bytes + p.input_residual_bytes
+                held -= p.device_residual_bytes + p.input_residual_bytes + p.twice_held_bytes
             points.append(MemoryPoint(label + " done", "backward", held))
         if ordered:
             held -= p.invariant_residual_bytes

@@ -234,6 +234,7 @@ class _Model:
                         if not traced:
                             twice = _any_both(m, twice, rereads)
                     per_trip_kib.append(kib * twice)
+                    tie_terms.append(trips * kib * (len(cands) + i) * twice)
                 tie_terms.append((1 if c.loop_invariant else trips) * kib * (len(cands) + i) * s)
                 if not c.loop_invariant and rc.materialize_s[i]:
                     # Saving or offloading a fusible value costs the forward write of it.

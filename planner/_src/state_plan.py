@@ -134,17 +134,17 @@ def _arg(args: tuple, argnum: int | None, what: str):
     return args[argnum]
 
 
-def _layers(cost) -> int:
-    """The layer count: the largest trip count of a region (a scanned layer stack)."""
-    return max((rc.multiplicity for rc in cost.regions), default=1)
+def _layers(trace) -> int:
+    """The layer count: the largest trip count of a region under lax.scan (a scanned layer
+    stack; merged Python-loop call sites also have a multiplicity, but no stacked leaves)."""
+    return max((r.multiplicity for r in trace.regions if r.in_scan), default=1)
 
 
 def _leaves(session, opt_state_argnum: int, params_argnum: int | None):
     args = session._user_args
     opt_state = _arg(args, opt_state_argnum, "opt_state_argnum")
     params = _arg(args, params_argnum, "params_argnum")
-    cost = build_cost_model(session.trace, session.graph, session.hardware, allow_offload=False)
-    layers = _layers(cost)
+    layers = _layers(session.trace)
     return st.state_leaves(opt_state, layers=layers, params=params), layers
 
 

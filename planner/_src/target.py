@@ -649,6 +649,12 @@ _active: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
 )
 
 
+def active_target() -> CompilerTarget | None:
+    """The deviceless target in scope (:func:`target_scope`), or None."""
+    scope = _active.get()
+    return scope.target if scope is not None else None
+
+
 def _capability(text: str) -> tuple[int, int]:
     return tuple(int(p) for p in text.split("."))[:2]  # type: ignore[return-value]
 

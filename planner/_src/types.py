@@ -302,6 +302,9 @@ class RegionPrediction:
     exposed_fwd_s: float
     exposed_bwd_s: float
     needed: tuple[bool, ...]  # per candidate: the backward pass needs it
+    # one trip: the second copy of kept values the compiler holds twice (cost.py, D_r); part
+    # of the peak, not of what JAX keeps (verify compares device_residual_bytes with that)
+    twice_held_bytes: int = 0
 
 
 @_frozen
