@@ -52,6 +52,10 @@ _PUBLIC = {
     "pareto_curve": ("planner._src.plots", "pareto_curve"),
     "ProfileResult": ("planner._src.profiling", "ProfileResult"),
     "profile": ("planner._src.profiling", "profile"),
+    **{
+        name: ("planner._src.params", name)
+        for name in ("param_shardings", "stream_layer_params", "streamed_apply_updates")
+    },
     "Planner": ("planner._src.session", "Planner"),
     "pareto": ("planner._src.session", "pareto"),
     "solve": ("planner._src.session", "solve"),

@@ -581,12 +581,93 @@ def _mesh(target: CompilerTarget, shape: tuple, names: tuple, axis_types, what: 
         return _meshes.setdefault(key, out)
 
 
-def _replicated(target: CompilerTarget, memory_kind: str | None):
+# A host memory kind on the target's compile-only devices. Those devices list no memories
+# (``addressable_memories()`` is empty, JAX 0.11.2 and 0.12.0.1), so JAX's sharding
+# constructors drop the kind: ``SingleDeviceSharding(d, memory_kind="pinned_host")
+# .memory_kind`` is None, and an argument placed in pinned host memory lowered as a device
+# argument (0 host argument bytes: the first parameter-offload probe of 2026-12-04,
+# benchmarks/results/state-offload-config-2026-12-04.md). These subclasses answer the kind
+# JAX's lowering reads (``memory_kind``: the entry parameter's ``mhlo.memory_kind``, hence
+# XLA's ``S(5)`` layout and its host argument bytes). Used for *arguments* only (args_for,
+# a jit's in_shardings): for outputs JAX checks the compiled executable's memory kinds
+# (None on these devices) against the user's, so an output's host kind comes from its value
+# (``jax.device_put(x, jax.memory.Space.Host)`` in the step), as the lowering propagates it.
+_HOST_KINDS = ("pinned_host", "unpinned_host")
+
+
+class _HostSingleDeviceSharding(SingleDeviceSharding):
+    def __init__(self, device, memory_kind: str):
+        super().__init__(device)
+        self.__dict__["_host_kind"] = memory_kind
+
+    memory_kind = property(lambda self: self._host_kind)
+    _memory_kind = memory_kind
+
+    def with_memory_kind(self, kind):
+        return _with_kind(SingleDeviceSharding(self._device), kind)
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, SingleDeviceSharding)
+            and other._device == self._device
+            and other.memory_kind == self.memory_kind
+        )
+
+    def __hash__(self):
+        return hash((self._device, self._host_kind))
+
+    def __repr__(self):
+        return f"SingleDeviceSharding(device={self._device!r}, memory_kind={self._host_kind})"
+
+
+class _HostNamedSharding(NamedSharding):
+    def __init__(self, mesh, spec, memory_kind: str):
+        super().__init__(mesh, spec)
+        self.__dict__["_host_kind"] = memory_kind
+
+    memory_kind = property(lambda self: self._host_kind)
+    _memory_kind = memory_kind
+
+    def with_memory_kind(self, kind):
+        return _with_kind(NamedSharding(self.mesh, self.spec), kind)
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, NamedSharding)
+            and other.mesh == self.mesh
+            and other.spec == self.spec
+            and other.memory_kind == self.memory_kind
+        )
+
+    def __hash__(self):
+        return hash((self.mesh, self.spec, self._host_kind))
+
+    def __repr__(self):
+        return (
+            f"NamedSharding(mesh={self.mesh!r}, spec={self.spec!r}, memory_kind={self._host_kind})"
+        )
+
+
+def _with_kind(sharding, memory_kind: str | None):
+    """``sharding`` (on the target's devices) with ``memory_kind``, kept where a host kind
+    would be dropped (above); a device kind is the devices' default (None here)."""
+    if memory_kind not in _HOST_KINDS or sharding.memory_kind == memory_kind:
+        return sharding
+    if isinstance(sharding, SingleDeviceSharding):
+        return _HostSingleDeviceSharding(next(iter(sharding.device_set)), memory_kind)
+    if isinstance(sharding, NamedSharding):
+        return _HostNamedSharding(sharding.mesh, sharding.spec, memory_kind)
+    return sharding
+
+
+def _replicated(target: CompilerTarget, memory_kind: str | None, *, keep_host: bool = False):
     devices = _devices(target)
     if len(devices) == 1:
-        return SingleDeviceSharding(devices[0], memory_kind=memory_kind)
-    mesh = _mesh(target, (len(devices),), ("devices",), None, "An unsharded argument")
-    return NamedSharding(mesh, PartitionSpec(), memory_kind=memory_kind)
+        out = SingleDeviceSharding(devices[0], memory_kind=memory_kind)
+    else:
+        mesh = _mesh(target, (len(devices),), ("devices",), None, "An unsharded argument")
+        out = NamedSharding(mesh, PartitionSpec(), memory_kind=memory_kind)
+    return _with_kind(out, memory_kind) if keep_host else out
 
 
 def _on_target(target: CompilerTarget, sharding, what: str):
@@ -598,10 +679,13 @@ def _on_target(target: CompilerTarget, sharding, what: str):
         or (isinstance(sharding, NamedSharding) and getattr(sharding.mesh, "empty", False))
     ):
         # no placement (an aval's sharding on JAX 0.12 names the empty mesh): replicated
-        return _replicated(target, memory_kind)
+        return _replicated(target, memory_kind, keep_host=True)
     if isinstance(sharding, NamedSharding):
-        return NamedSharding(
-            target_mesh(target, sharding.mesh), sharding.spec, memory_kind=memory_kind
+        return _with_kind(
+            NamedSharding(
+                target_mesh(target, sharding.mesh), sharding.spec, memory_kind=memory_kind
+            ),
+            memory_kind,
         )
     raise TargetError(
         f"{what} has a {type(sharding).__name__}, which cannot be moved onto "
@@ -623,17 +707,28 @@ def args_for(target: CompilerTarget, example_args: Any) -> Any:
         path = jax.tree_util.keystr(key)
         if not (hasattr(x, "shape") and hasattr(x, "dtype")):
             x = jax.typeof(x) if hasattr(jax, "typeof") else jax.numpy.asarray(x)
-        out.append(
-            jax.ShapeDtypeStruct(
-                tuple(x.shape),
-                x.dtype,
-                weak_type=bool(getattr(x, "weak_type", False)),
-                sharding=_on_target(
-                    target, getattr(x, "sharding", None), f"argument {path or '0'}"
-                ),
-            )
-        )
+        sharding = _on_target(target, getattr(x, "sharding", None), f"argument {path or '0'}")
+        out.append(_struct(x, sharding))
     return jax.tree.unflatten(tree, out)
+
+
+def _struct(x, sharding):
+    """A ShapeDtypeStruct of ``x`` on the target. An argument in host memory also gets the
+    aval's memory space (JAX internal: ShapeDtypeStruct's ``_memory_space``, JAX 0.11.2 and
+    0.12.0.1): JAX takes an array's memory space from its aval, not from a
+    SingleDeviceSharding's memory kind, so without it the step traced here sees the
+    argument in HBM where on the GPU it sees it on the host (a ``jax.device_put`` to the
+    device is then no op, and its transpose, which puts a host parameter's gradient on the
+    host, is lost)."""
+    kw = {"weak_type": bool(getattr(x, "weak_type", False)), "sharding": sharding}
+    if getattr(sharding, "memory_kind", None) in _HOST_KINDS:
+        try:
+            return jax.ShapeDtypeStruct(
+                tuple(x.shape), x.dtype, _memory_space=jax.memory.Space.Host, **kw
+            )
+        except TypeError:  # a JAX without the private argument: the kind alone
+            pass
+    return jax.ShapeDtypeStruct(tuple(x.shape), x.dtype, **kw)
 
 
 # --------------------------------------------------- the scope of a deviceless compile
@@ -708,23 +803,25 @@ def _internal(module: str, name: str):
         ) from e
 
 
-def _translate(scope: _Scope, value):
-    """``value`` with every sharding / mesh of this machine's devices moved onto the target."""
+def _translate(scope: _Scope, value, keep_host: bool = False):
+    """``value`` with every sharding / mesh of this machine's devices moved onto the target.
+    ``keep_host``: a host memory kind is kept (arguments only: see _HOST_KINDS)."""
     target = scope.target
     if (
         isinstance(value, NamedSharding)
         and isinstance(value.mesh, Mesh)
         and _foreign(value.mesh.devices.flat[0])
     ):
-        return NamedSharding(
+        out = NamedSharding(
             target_mesh(target, value.mesh), value.spec, memory_kind=value.memory_kind
         )
+        return _with_kind(out, value.memory_kind) if keep_host else out
     if isinstance(value, SingleDeviceSharding) and _foreign(next(iter(value.device_set))):
-        return _replicated(target, value.memory_kind)
+        return _replicated(target, value.memory_kind, keep_host=keep_host)
     if isinstance(value, Mesh) and value.devices.size and _foreign(value.devices.flat[0]):
         return target_mesh(target, value)
     if isinstance(value, tuple) and value and not hasattr(value, "_fields"):
-        return tuple(_translate(scope, v) for v in value)
+        return tuple(_translate(scope, v, keep_host) for v in value)
     return value
 
 
@@ -841,7 +938,11 @@ def _traced_on_target(scope: _Scope, traced):
     params = getattr(traced, "_params", None)
     if not isinstance(params, dict):
         return traced
-    moved = {k: _translate(scope, params[k]) for k in _TRACED_SHARDINGS if k in params}
+    moved = {
+        k: _translate(scope, params[k], keep_host=k == "in_shardings")
+        for k in _TRACED_SHARDINGS
+        if k in params
+    }
     if all(
         all(a is b for a, b in zip(moved[k], params[k], strict=True))
         if isinstance(params[k], tuple)
