@@ -174,24 +174,9 @@ def run_profile_worker(job: dict) -> dict:
         def med(key):
             return 1e3 * statistics.median(getattr(s, key) for s in steps)
 
-        keys = (
-            "step_s",
-            "compute_s",
-            "d2h_s",
-            "d2h_exposed_s",
-            "h2d_s",
-            "h2d_exposed_s",
-            # against kernels and the compute streams' device-to-device copies; and the
-            # idle gaps a copy's end closed (planner._src.profiling.overlap.StepOverlap)
-            "busy_s",
-            "copy_other_s",
-            "d2h_stall_s",
-            "h2d_stall_s",
-            "d2h_waited_s",
-            "h2d_waited_s",
-            "idle_s",
-            "idle_no_copy_s",
-        )
+        # every per-step time figure the trace reader gives (StepOverlap), in its order
+        from planner._src.profiling.overlap import STEP_FIELDS as keys
+
         res["trace"] = {k + "_ms": med(k) for k in keys}
         res["trace_steps"] = [
             {

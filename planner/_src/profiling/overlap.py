@@ -199,7 +199,9 @@ def step_overlap(events: Sequence[Event], window: Interval, index: int = 0) -> S
     )
 
 
-_FIELDS = (
+# The per-step time figures (seconds) of StepOverlap, in report order; benchmarks read them
+# from here (benchmarks/gpu_bench.py) so a new reading reaches their records too.
+STEP_FIELDS = (
     "step_s",
     "compute_s",
     "d2h_s",
@@ -246,7 +248,7 @@ class ProfileResult:
         return statistics.median(getattr(s, field) for s in self.steps)
 
     def __getattr__(self, name):  # medians over steps: result.exposed_s, result.copy_s, ...
-        if name in _FIELDS:
+        if name in STEP_FIELDS:
             return self._median(name)
         raise AttributeError(name)
 
@@ -262,7 +264,7 @@ class ProfileResult:
 
     def figures(self) -> dict[str, Any]:
         """Medians over steps and the efficiency (all None when nothing was measured)."""
-        out = {f: self._median(f) for f in _FIELDS}
+        out = {f: self._median(f) for f in STEP_FIELDS}
         out["overlap_efficiency"] = self.overlap_efficiency
         out["steps"] = len(self.steps)
         return out
@@ -316,7 +318,7 @@ class ProfileResult:
             "stream_diagnosis": self.stream_diagnosis(),
             "steps": [
                 {
-                    **{f: getattr(s, f) for f in _FIELDS},
+                    **{f: getattr(s, f) for f in STEP_FIELDS},
                     "index": s.index,
                     "n_d2h": s.n_d2h,
                     "n_h2d": s.n_h2d,
