@@ -211,22 +211,49 @@ def category(name: str) -> str:
     return "other"
 
 
-def kernels(out: Path, model: str, config: str, policy: str, label: str, flags: str = "") -> dict:
-    """One step of (model, config) under a stock policy, traced: device ms per kernel name."""
+def _plan_policy(plan_file: str, budget: str) -> tuple[dict, str, dict]:
+    """(policy spec, XLA flags, bench config) of one budget of a ``gpu_bench.py plan`` file."""
+    d = json.loads(Path(plan_file).read_text())
+    p = d["plans"][budget]
+    return p["policy"], p.get("flags", ""), d["config"]
+
+
+def kernels(
+    out: Path,
+    model: str,
+    config: str,
+    policy: str,
+    label: str,
+    flags: str = "",
+    plan: str = "",
+    budget: str = "",
+) -> dict:
+    """One step of (model, config) under a stock policy, or under one budget's plan of a
+    ``gpu_bench.py plan`` file (``plan``, ``budget``; its config and flags), traced: device
+    ms per kernel name (every kernel), and the compiled HLO (``hlo-LABEL.txt.gz``) so each
+    kernel name can be read back to its HLO instruction and the JAX equations in its
+    metadata (benchmarks/kernel_attribution.py)."""
+    import gzip
+
     import jax
 
     from benchmarks import gpu_bench as gb
-    from planner._src.policies import STOCK
     from planner._src.profiling.xplane import read_trace
 
-    overrides = gb.bench_config(model, config)
-    module, cfg = gb._model({"model": model, "config": overrides}, STOCK[policy].policy())
+    if plan:
+        spec, flags, overrides = _plan_policy(plan, budget)
+        policy = f"plan {Path(plan).name} @ {budget}"
+    else:
+        spec = {"kind": "stock", "name": policy}
+        overrides = gb.bench_config(model, config)
+    module, cfg = gb._model({"model": model, "config": overrides}, gb._policy_from_spec(spec))
     step, args = module.make_train_step(cfg, concrete=True)
     from planner._src.emit import flags_to_compiler_options
 
     opts = flags_to_compiler_options(flags)
     lowered = jax.jit(step, donate_argnums=(0,)).lower(*args)
     compiled = lowered.compile(compiler_options=opts) if opts else lowered.compile()
+    (out / f"hlo-{label}.txt.gz").write_bytes(gzip.compress(compiled.as_text().encode()))
     state, batch = args
     for _ in range(2):
         state, loss = compiled(state, batch)
@@ -243,15 +270,20 @@ def kernels(out: Path, model: str, config: str, policy: str, label: str, flags: 
     trace = read_trace(logdir)
     per_name: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
+    per_op: dict[tuple[str, str], float] = defaultdict(float)
+    op_counts: dict[tuple[str, str], int] = defaultdict(int)
     for e in trace.events:
         if e.kind != "compute":
             continue
         per_name[e.name] += (e.end_ns - e.start_ns) / 1e6 / steps
         counts[e.name] += 1
+        # the HLO instruction the kernel runs for (cuBLAS kernels are named by cuBLAS)
+        per_op[(e.hlo_op, e.name)] += (e.end_ns - e.start_ns) / 1e6 / steps
+        op_counts[(e.hlo_op, e.name)] += 1
     by_cat: dict[str, float] = defaultdict(float)
     for n, ms in per_name.items():
         by_cat[category(n)] += ms
-    top = sorted(per_name.items(), key=lambda kv: -kv[1])[:60]
+    top = sorted(per_name.items(), key=lambda kv: -kv[1])
     res = {
         "label": label,
         "model": model,
@@ -263,9 +295,13 @@ def kernels(out: Path, model: str, config: str, policy: str, label: str, flags: 
         "device_ms_total": sum(per_name.values()),
         "kernels": len(per_name),
         "top": [{"name": n[:200], "ms": ms, "calls": counts[n] / steps} for n, ms in top],
+        "by_hlo_op": [
+            {"hlo_op": op, "name": n[:200], "ms": ms, "calls": op_counts[(op, n)] / steps}
+            for (op, n), ms in sorted(per_op.items(), key=lambda kv: -kv[1])
+        ],
     }
     (out / f"kernels-{label}.json").write_text(json.dumps(res, indent=1))
-    print(json.dumps({k: v for k, v in res.items() if k != "top"}), flush=True)
+    print(json.dumps({k: v for k, v in res.items() if k not in ("top", "by_hlo_op")}), flush=True)
     return res
 
 
@@ -292,6 +328,8 @@ def main() -> None:
     k.add_argument("--config", default="")
     k.add_argument("--policy", default="nothing_saveable")
     k.add_argument("--label", default="run")
+    k.add_argument("--plan", default="", help="a gpu_bench.py plan file (its config, flags)")
+    k.add_argument("--budget", default="", help="the plan file's budget key, e.g. 113.16")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.cmd == "rates":
@@ -299,7 +337,15 @@ def main() -> None:
     elif args.cmd == "sizes":
         sizes(args.out)
     elif args.cmd == "kernels":
-        kernels(args.out, args.model, args.config, args.policy, args.label)
+        kernels(
+            args.out,
+            args.model,
+            args.config,
+            args.policy,
+            args.label,
+            plan=args.plan,
+            budget=args.budget,
+        )
     else:
         cmd = [sys.executable, __file__]
         subprocess.run(cmd + ["rates", "--out", str(args.out)], check=False, timeout=240)
