@@ -41,6 +41,7 @@ def random_problem(
     rnd = random.Random(seed)
     # Draws added later come from their own stream, so the earlier draws stay the same.
     twice_rnd = random.Random(seed * 7919 + 1)
+    hoist_rnd = random.Random(seed * 7919 + 2)
     regions = []
     for rid in range(n_regions):
         cands = []
@@ -138,6 +139,8 @@ def random_problem(
                 stack_copy_s=tuple(stack),
                 # fusion: outside lax.scan some kept values are held twice (cost.py D_r)
                 twice_held=tuple(twice_rnd.random() < 0.5 for _ in range(n)) if fusion else (),
+                # fusion: some regions' compiler recomputes in the forward pass (cost.py E_r)
+                hoists_recompute=hoist_rnd.random() < 0.5 if fusion else False,
                 d2h_s=tuple(d2h),
                 h2d_s=tuple(d2h),
                 fwd_after_s=tuple(after),
