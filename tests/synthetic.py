@@ -42,6 +42,7 @@ def random_problem(
     # Draws added later come from their own stream, so the earlier draws stay the same.
     twice_rnd = random.Random(seed * 7919 + 1)
     hoist_rnd = random.Random(seed * 7919 + 2)
+    sum_rnd = random.Random(seed * 7919 + 3)
     regions = []
     for rid in range(n_regions):
         cands = []
@@ -69,6 +70,8 @@ def random_problem(
                     read_by_kernel=rnd.random() < 0.5 if fusion else True,
                     # fusion: and some with a fusion (the twice-held term, cost.py D_r)
                     read_by_fusion=twice_rnd.random() < 0.4 if fusion else False,
+                    # fusion: and some with a reduction (a kernel for D_r)
+                    read_by_reduction=sum_rnd.random() < 0.3 if fusion else False,
                 )
             )
         region_inputs = tuple(

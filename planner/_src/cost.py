@@ -59,7 +59,9 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   jaxlib 0.11.2 nor JAX 0.12.0.1's XLA:CPU), a kept value whose producer XLA does not
   duplicate into its readers (``t_v``: a kernel, or an expensive elementwise operation or
   reduction, ``NOT_DUPLICATED``) is held twice when the backward pass reads it with a kernel
-  (``K_v``: ``read_by_kernel``, or a needed recomputed non-fusible reader) and with a fusion
+  (``K_v``: ``read_by_kernel``; ``read_by_reduction``, a backward reduction reading it through
+  fusible equations, which that XLA:CPU runs as one library kernel reading the kept copy;
+  or a needed recomputed non-fusible reader) and with a fusion
   (``U_v``: ``read_by_fusion``, or a needed recomputed fusible reader that is not a view).
   JAX keeps the residual as ``reduce_precision(v)``; XLA duplicates that copy into the
   backward fusion, which then reads ``v``'s own buffer, while the copy stays for the kernel.
@@ -498,7 +500,7 @@ def twice_held(rg, rc, dec, need) -> list[bool]:
         if not (rc.twice_held[i] and need[i] and dec[i] == "save") or c.loop_invariant:
             continue
         prims = [prim[w] for w in rg.readers(i) if need[w] and dec[w] == "remat"]
-        kernel = c.read_by_kernel or any(p not in cm.FUSIBLE for p in prims)
+        kernel = c.read_by_kernel or c.read_by_reduction or any(p not in cm.FUSIBLE for p in prims)
         fusion = c.read_by_fusion or any(p in cm.FUSIBLE and p not in _VIEWS for p in prims)
         out[i] = kernel and fusion
     return out

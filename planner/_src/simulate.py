@@ -191,7 +191,11 @@ def simulate(
                 if d != "save" or not rc.twice_held[i] or cands[i].loop_invariant:
                     continue
                 rereaders = [cands[j].primitive for j in order if i in rg.reads(j)]
-                by_kernel = cands[i].read_by_kernel or any(p not in FUSIBLE for p in rereaders)
+                by_kernel = (
+                    cands[i].read_by_kernel
+                    or cands[i].read_by_reduction
+                    or any(p not in FUSIBLE for p in rereaders)
+                )
                 by_fusion = cands[i].read_by_fusion or any(
                     p in FUSIBLE and p not in VIEWS for p in rereaders
                 )

@@ -224,7 +224,10 @@ class _Model:
                     ]
                     twice = s
                     for traced, rereads in (
-                        (c.read_by_kernel, [x for w, x in again if w.primitive not in cm.FUSIBLE]),
+                        (
+                            c.read_by_kernel or c.read_by_reduction,
+                            [x for w, x in again if w.primitive not in cm.FUSIBLE],
+                        ),
                         (
                             c.read_by_fusion,
                             [

@@ -472,11 +472,14 @@ def _inner_signatures(eqn) -> frozenset[str]:
     return frozenset(out)
 
 
-def _backward_reads(replay) -> tuple[set, set]:
-    """``(by_kernel, by_fusion)``: the residuals (vars of the forward jaxpr) the backward pass
-    reads with a non-fusible equation (or returns), and those it reads with a fusible one,
-    directly or through views. XLA must materialize the first; the second matter outside
-    ``lax.scan`` (cost.py, the twice-held term)."""
+def _backward_reads(replay) -> tuple[set, set, set]:
+    """``(by_kernel, by_fusion, by_reduction)``: the residuals (vars of the forward jaxpr) the
+    backward pass reads with a non-fusible equation (or returns), and those it reads with a
+    fusible one, directly or through views; and those a reduction of the backward pass reads
+    directly or through fusible equations (a product summed for a gradient). XLA must
+    materialize the first; the second and third matter outside ``lax.scan`` (cost.py, the
+    twice-held term: XLA:CPU of jaxlib 0.10.2 runs a reduction and the elementwise chain
+    that feeds it as one library kernel, which reads the residual's copy)."""
     staged = replay.staged_jaxpr
     to_known = dict(zip(staged.invars[: len(replay.residuals)], replay.residuals))
     readers: dict[Any, list] = {}
@@ -499,9 +502,32 @@ def _backward_reads(replay) -> tuple[set, set]:
                 return True
         return False
 
+    reductions = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin"}
+    memo: dict[Any, bool] = {}
+
+    def summed(v, depth=0) -> bool:
+        if v in memo:
+            return memo[v]
+        memo[v] = False  # cut cycles and shared subchains
+        hit = False
+        if depth <= 32:
+            for e in readers.get(v, ()):
+                name = e.primitive.name
+                if name in reductions:
+                    hit = True
+                elif name in cm.FUSIBLE and any(
+                    summed(o, depth + 1) for o in e.outvars if adapter.is_var(o)
+                ):
+                    hit = True
+                if hit:
+                    break
+        memo[v] = hit
+        return hit
+
     by_kernel = {known for staged_v, known in to_known.items() if read(staged_v, True)}
     by_fusion = {known for staged_v, known in to_known.items() if read(staged_v, False)}
-    return by_kernel, by_fusion
+    by_reduction = {known for staged_v, known in to_known.items() if summed(staged_v)}
+    return by_kernel, by_fusion, by_reduction
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -610,7 +636,7 @@ def _candidates(
         for v in outs:
             producer[v] = i
     cands = _reading(cands, eqns, needed_vars - dead_vars)
-    kernel_read, fusion_read = _backward_reads(replay)
+    kernel_read, fusion_read, reduction_read = _backward_reads(replay)
     cands = [
         dataclasses.replace(
             c,
@@ -619,6 +645,9 @@ def _candidates(
             ),
             read_by_fusion=any(
                 adapter.is_var(v) and v in fusion_read for v in eqns[c.index].outvars
+            ),
+            read_by_reduction=any(
+                adapter.is_var(v) and v in reduction_read for v in eqns[c.index].outvars
             ),
         )
         for c in cands

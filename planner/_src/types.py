@@ -63,6 +63,9 @@ class Candidate:
     # The backward pass reads it with a fusible equation, directly or through views (see
     # cost.py's twice-held term: outside lax.scan XLA then holds the value twice when kept).
     read_by_fusion: bool = False
+    # A reduction of the backward pass reads it, directly or through fusible equations (on
+    # XLA:CPU of jaxlib 0.10.2 a library kernel with its elementwise producers: cost.py D_r).
+    read_by_reduction: bool = False
     # The equation's forward work (fusion-aware, global avals): cost_models.Work of one kernel.
     work: cm.Work = cm.Work()
     # Of ``work``'s HBM bytes (global avals), those the forward writes only because the
