@@ -506,6 +506,12 @@ def twice_held(rg, rc, dec, need) -> list[bool]:
     return out
 
 
+def has_view(rg, i: int) -> bool:
+    """Whether a view (graph.VIEWS) of candidate ``i`` reads it: a kept ``i`` then stays for
+    the backward pass through the view, hoisted recompute or not (E_r)."""
+    return any(rg.view_of(w) == ("candidate", i) for w in rg.readers(i))
+
+
 def reduction_operands(rg, dec, need) -> list[bool]:
     """Per candidate: a recomputed reduction (``REDUCTIONS``) reads it, so the backward pass
     materializes it whole, alongside the working set (the ``reduced`` term of ``W_r``)."""
@@ -560,7 +566,7 @@ def evaluate(
                 else:
                     saved += c.nbytes
                     twice_bytes += c.nbytes if twice[i] else 0
-                    if rc.hoists_recompute and not c.needed:
+                    if rc.hoists_recompute and not c.needed and not has_view(rg, i):
                         released += c.nbytes  # read by the hoisted recompute only (E_r)
                     materialize_s += rc.materialize_s[i]
                     if rc.stack_copy_s:

@@ -218,7 +218,11 @@ def simulate(
             hoisted_b -= sum(
                 cands[i].nbytes
                 for i, d in kept.items()
-                if d == "save" and not cands[i].needed and not cands[i].loop_invariant
+                if d == "save"
+                and not cands[i].needed
+                and not cands[i].loop_invariant
+                # a view of it that the backward reads keeps it (the same test, written out)
+                and not any(rg.view_of(w) == ("candidate", i) for w in rg.readers(i))
             )
         plans.append((rg, rc, kept, order, stacked_inputs + twice_b + hoisted_b, hoisted_inv))
 

@@ -25,7 +25,14 @@ import time
 from ortools.sat.python import cp_model
 
 import cost_models as cm
-from planner._src.cost import REDUCTIONS, CostModel, evaluate, hiding_models, regions_in_order
+from planner._src.cost import (
+    REDUCTIONS,
+    CostModel,
+    evaluate,
+    has_view,
+    hiding_models,
+    regions_in_order,
+)
 from planner._src.errors import InfeasibleBudgetError, SolverError
 from planner._src.graph import VIEWS, LivenessGraph, class_key
 from planner._src.state import add_to_model
@@ -206,7 +213,12 @@ class _Model:
                 # A loop-invariant residual is stored once, the others once per trip; under a
                 # hoisted recompute (E_r, cost.py) a per-trip value the backward does not read
                 # is freed in the forward pass, after the recompute that reads it.
-                if not (rc.hoists_recompute and not c.needed and not c.loop_invariant):
+                if not (
+                    rc.hoists_recompute
+                    and not c.needed
+                    and not c.loop_invariant
+                    and not has_view(rg, i)
+                ):
                     (invariant_kib if c.loop_invariant else per_trip_kib).append(kib * s)
                 # Twice held (D_r, cost.py): outside lax.scan, a kept value of a producer XLA
                 # does not duplicate, read in the backward pass by a kernel and by a fusion
