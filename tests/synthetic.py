@@ -41,6 +41,8 @@ def random_problem(
     rnd = random.Random(seed)
     # Draws added later come from their own stream, so the earlier draws stay the same.
     twice_rnd = random.Random(seed * 7919 + 1)
+    hoist_rnd = random.Random(seed * 7919 + 2)
+    sum_rnd = random.Random(seed * 7919 + 3)
     regions = []
     for rid in range(n_regions):
         cands = []
@@ -68,6 +70,8 @@ def random_problem(
                     read_by_kernel=rnd.random() < 0.5 if fusion else True,
                     # fusion: and some with a fusion (the twice-held term, cost.py D_r)
                     read_by_fusion=twice_rnd.random() < 0.4 if fusion else False,
+                    # fusion: and some with a reduction (a kernel for D_r)
+                    read_by_reduction=sum_rnd.random() < 0.3 if fusion else False,
                 )
             )
         region_inputs = tuple(
@@ -138,6 +142,8 @@ def random_problem(
                 stack_copy_s=tuple(stack),
                 # fusion: outside lax.scan some kept values are held twice (cost.py D_r)
                 twice_held=tuple(twice_rnd.random() < 0.5 for _ in range(n)) if fusion else (),
+                # fusion: some regions' compiler recomputes in the forward pass (cost.py E_r)
+                hoists_recompute=hoist_rnd.random() < 0.5 if fusion else False,
                 d2h_s=tuple(d2h),
                 h2d_s=tuple(d2h),
                 fwd_after_s=tuple(after),

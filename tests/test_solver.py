@@ -77,6 +77,26 @@ def test_the_brute_force_problems_exercise_the_twice_held_term():
     assert changed >= 10, changed
 
 
+def test_the_brute_force_problems_exercise_the_hoisted_term():
+    """The problems above hoist some regions' recompute into the forward pass (E_r) where it
+    changes the peak: the agreement of CP-SAT, the formulas and the simulator on it is not
+    vacuous."""
+    changed = 0
+    for seed in range(40):
+        graph, cost = random_problem(
+            seed, n_nodes=8, n_regions=1 + seed % 2, n_classes=5, fusion=True
+        )
+        deferred = dataclasses.replace(
+            cost,
+            regions=tuple(dataclasses.replace(r, hoists_recompute=False) for r in cost.regions),
+        )
+        changed += any(
+            evaluate(cost, graph, a).peak_bytes != evaluate(deferred, graph, a).peak_bytes
+            for a in all_assignments(graph, cost)
+        )
+    assert changed >= 10, changed
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_min_feasible_budget_is_the_smallest_peak(seed):
     graph, cost = random_problem(seed, n_nodes=7, n_classes=3)

@@ -59,7 +59,9 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   jaxlib 0.11.2 nor JAX 0.12.0.1's XLA:CPU), a kept value whose producer XLA does not
   duplicate into its readers (``t_v``: a kernel, or an expensive elementwise operation or
   reduction, ``NOT_DUPLICATED``) is held twice when the backward pass reads it with a kernel
-  (``K_v``: ``read_by_kernel``, or a needed recomputed non-fusible reader) and with a fusion
+  (``K_v``: ``read_by_kernel``; ``read_by_reduction``, a backward reduction reading it through
+  fusible equations, which that XLA:CPU runs as one library kernel reading the kept copy;
+  or a needed recomputed non-fusible reader) and with a fusion
   (``U_v``: ``read_by_fusion``, or a needed recomputed fusible reader that is not a view).
   JAX keeps the residual as ``reduce_precision(v)``; XLA duplicates that copy into the
   backward fusion, which then reads ``v``'s own buffer, while the copy stays for the kernel.
@@ -67,6 +69,24 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   layers keeping tanh and recomputing its derivative compiled to 14.16 MB where the model
   without ``D_r`` said 11.01 MB (-22%), and the verify loop's correction then refused every
   plan but full remat.
+* hoisted recomputes ``E_r = sum bytes_v [need_v, a(v) = remat, v read by the backward, not
+  held] - sum bytes_v [need_v, a(v) = save, v not read by the backward, per trip]``, added to
+  ``R_r`` (loop-invariant recomputed ones to ``I_r``) and left out of ``W_r`` with the
+  recompute's intermediates: outside lax.scan, on a compiler whose probe says so
+  (``trace.hoists_recompute``: JAX 0.10.2's XLA:CPU; not JAX 0.12.0.1's XLA:CPU nor the
+  H200's deviceless XLA of jaxlib 0.11.2), the recompute does not wait for the backward pass.
+  JAX ties it to the incoming cotangent with an ``optimization_barrier``; that XLA drops the
+  barrier before scheduling and computes each layer's recomputed values beside their forward
+  twins, then holds them until that layer's backward pass: a recomputed value costs the
+  memory of a saved one (and its recompute still costs time), and a value kept only to
+  recompute others from (a matmul output under ``dots_saveable``) is read by that recompute
+  in the forward pass and freed there. Every policy then holds the values the backward pass
+  reads, once (twice where ``D_r`` says so). Measured on XLA:CPU (JAX
+  0.10.2, 2026-12-04, benchmarks/results/memory-model-2026-12-04c.md): tests/zoo/gpt2_loop.py
+  (a Python loop over three checkpointed layers) compiled to 10.15 MB fully rematerialized,
+  9.95 MB under dots_saveable and 10.74 MB saving everything, where the model without
+  ``E_r`` said 10.15 / 12.70 / 15.01 MB (one layer's working set in the first, three layers'
+  residuals in the others).
 * ``peak = F + max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r) + W_k)`` over the regions in
   forward order (while region ``k`` runs backward, later regions have freed their
   residuals), where the fixed bytes ``F`` (parameters,
@@ -269,6 +289,9 @@ def build_cost_model(
             and (c.primitive not in cm.FUSIBLE or c.primitive in NOT_DUPLICATED)
             for c in r.candidates
         )
+        # Outside lax.scan, on a compiler that does not hold the recompute back for the
+        # backward pass, recomputed values are held from the forward pass (E_r, docstring).
+        hoists = bool(getattr(trace, "hoists_recompute", False)) and not r.in_scan
         unknown.update(r.backward_work.total().unknown_primitives)
         bwd_s = ratio * r.backward_work.seconds(hw)
         fwd_s = sum(fwd)
@@ -299,6 +322,7 @@ def build_cost_model(
                 materialize_s=tuple(mat),
                 stack_copy_s=tuple(stack),
                 twice_held=twice,
+                hoists_recompute=hoists,
                 d2h_s=tuple(d2h),
                 h2d_s=tuple(h2d),
                 fwd_after_s=tuple(after),
@@ -476,10 +500,16 @@ def twice_held(rg, rc, dec, need) -> list[bool]:
         if not (rc.twice_held[i] and need[i] and dec[i] == "save") or c.loop_invariant:
             continue
         prims = [prim[w] for w in rg.readers(i) if need[w] and dec[w] == "remat"]
-        kernel = c.read_by_kernel or any(p not in cm.FUSIBLE for p in prims)
+        kernel = c.read_by_kernel or c.read_by_reduction or any(p not in cm.FUSIBLE for p in prims)
         fusion = c.read_by_fusion or any(p in cm.FUSIBLE and p not in _VIEWS for p in prims)
         out[i] = kernel and fusion
     return out
+
+
+def has_view(rg, i: int) -> bool:
+    """Whether a view (graph.VIEWS) of candidate ``i`` reads it: a kept ``i`` then stays for
+    the backward pass through the view, hoisted recompute or not (E_r)."""
+    return any(rg.view_of(w) == ("candidate", i) for w in rg.readers(i))
 
 
 def reduction_operands(rg, dec, need) -> list[bool]:
@@ -514,6 +544,7 @@ def evaluate(
                 for u in rg.reads(c.index):
                     need[u] = True
         saved = saved_invariant = offloaded = offloaded_invariant = twice_bytes = 0  # one trip
+        hoisted = hoisted_invariant = released = 0  # E_r: recomputed in the forward pass
         working = transient = 0  # backward working set
         recompute_s = materialize_s = d2h_s = h2d_s = 0.0
         off = [c.index for c in cands if need[c.index] and dec[c.index] == "offload"]
@@ -535,6 +566,8 @@ def evaluate(
                 else:
                     saved += c.nbytes
                     twice_bytes += c.nbytes if twice[i] else 0
+                    if rc.hoists_recompute and not c.needed and not has_view(rg, i):
+                        released += c.nbytes  # read by the hoisted recompute only (E_r)
                     materialize_s += rc.materialize_s[i]
                     if rc.stack_copy_s:
                         materialize_s += rc.stack_copy_s[i]
@@ -550,6 +583,13 @@ def evaluate(
             else:
                 if held[i]:
                     pass  # the same buffer as a held value
+                elif rc.hoists_recompute:
+                    # Recomputed in the forward pass: what the backward reads is held from
+                    # there on like a saved value, the intermediates are forward transients.
+                    if c.needed and c.loop_invariant:
+                        hoisted_invariant += c.nbytes
+                    elif c.needed:
+                        hoisted += c.nbytes
                 elif c.needed:
                     working += c.nbytes
                 elif reduced[i]:
@@ -566,6 +606,9 @@ def evaluate(
                 region_id=rc.region_id,
                 device_residual_bytes=saved,
                 twice_held_bytes=twice_bytes,
+                hoisted_bytes=hoisted,
+                invariant_hoisted_bytes=hoisted_invariant,
+                released_bytes=released,
                 invariant_residual_bytes=saved_invariant,
                 input_residual_bytes=stacked_inputs,
                 host_residual_bytes=offloaded,
@@ -584,8 +627,16 @@ def evaluate(
     # Regions run forward in order and backward in reverse: while region k runs backward,
     # the residuals of regions 1..k are still held and those after k are already freed.
     kept = [
-        rc.multiplicity * (p.device_residual_bytes + p.input_residual_bytes + p.twice_held_bytes)
+        rc.multiplicity
+        * (
+            p.device_residual_bytes
+            + p.input_residual_bytes
+            + p.twice_held_bytes
+            + p.hoisted_bytes
+            - p.released_bytes
+        )
         + p.invariant_residual_bytes
+        + p.invariant_hoisted_bytes
         for rc, p in zip(model.regions, preds)
     ]
     residual = sum(kept)

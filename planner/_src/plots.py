@@ -54,10 +54,10 @@ def memory_timeline(prediction, multiplicities, ordered: bool = True) -> tuple[M
     # Every policy gets the same points (zero-byte steps included) so that timelines of
     # different policies line up on one x axis.
     for p, trips in regions:
-        held += p.invariant_residual_bytes
+        held += p.invariant_residual_bytes + p.invariant_hoisted_bytes
         points.append(MemoryPoint(f"region {p.region_id} loop invariants", "forward", held))
         for t in range(trips):
-            held += p.device_residual_bytes + p.input_residual_bytes + p.twice_held_bytes
+            held += _per_trip(p)
             points.append(
                 MemoryPoint(f"forward region {p.region_id} trip {t + 1}", "forward", held)
             )
@@ -66,15 +66,27 @@ def memory_timeline(prediction, multiplicities, ordered: bool = True) -> tuple[M
             label = f"backward region {p.region_id} trip {t + 1}"
             points.append(MemoryPoint(label, "backward", held + p.working_set_bytes))
             if ordered:
-                held -= p.device_residual_bytes + p.input_residual_bytes + p.twice_held_bytes
+                held -= _per_trip(p)
             points.append(MemoryPoint(label + " done", "backward", held))
         if ordered:
-            held -= p.invariant_residual_bytes
+            held -= p.invariant_residual_bytes + p.invariant_hoisted_bytes
         points.append(MemoryPoint(f"region {p.region_id} invariants freed", "backward", held))
     if not ordered:  # everything the regions kept goes once the last backward trip is done
         held = int(prediction.fixed_bytes)
         points.append(MemoryPoint("all residuals freed", "backward", held))
     return tuple(points)
+
+
+def _per_trip(p) -> int:
+    """What one forward trip of a region holds until its backward trip (cost.py's peak):
+    its residuals, stacked inputs, twice-held copies and hoisted recomputes."""
+    return (
+        p.device_residual_bytes
+        + p.input_residual_bytes
+        + p.twice_held_bytes
+        + p.hoisted_bytes
+        - p.released_bytes
+    )
 
 
 def _multiplicities(plan) -> tuple[int, ...]:

@@ -75,6 +75,18 @@ def _copy_queue_exposure(jobs, eta: float, compute_s: float, budget: float = mat
     return max(0.0, t - compute_s)
 
 
+def _fresh(rg, kept, order) -> set[int]:
+    """The recomputed values that take a buffer of their own: all but a recomputed view
+    (graph.VIEWS) of a value that is there anyway (kept, a region input, or such a view
+    itself), which is that buffer."""
+    aliased: set[int] = set()
+    for i in order:  # in recompute order: a view's source comes first
+        src = rg.view_of(i)
+        if src is not None and (src[0] == "input" or src[1] in kept or src[1] in aliased):
+            aliased.add(i)
+    return {i for i in order if i not in aliased}
+
+
 def simulate(
     graph: LivenessGraph,
     cost: CostModel,
@@ -179,20 +191,48 @@ def simulate(
                 if d != "save" or not rc.twice_held[i] or cands[i].loop_invariant:
                     continue
                 rereaders = [cands[j].primitive for j in order if i in rg.reads(j)]
-                by_kernel = cands[i].read_by_kernel or any(p not in FUSIBLE for p in rereaders)
+                by_kernel = (
+                    cands[i].read_by_kernel
+                    or cands[i].read_by_reduction
+                    or any(p not in FUSIBLE for p in rereaders)
+                )
                 by_fusion = cands[i].read_by_fusion or any(
                     p in FUSIBLE and p not in VIEWS for p in rereaders
                 )
                 if by_kernel and by_fusion:
                     twice_b += cands[i].nbytes
-        plans.append((rg, rc, kept, order, stacked_inputs + twice_b))
+        # Hoisted (cost.py, E_r): where the compiler runs this region's recompute in the
+        # forward pass, the recomputed values the backward trip reads are made there and held
+        # until that trip, like saved ones (loop-invariant ones once); none is made in the
+        # backward trip.
+        # A value kept only for that recompute (the backward does not read it) is read by it
+        # in the forward pass and freed there.
+        hoisted_b = hoisted_inv = 0
+        if rc.hoists_recompute:
+            for i in _fresh(rg, kept, order):
+                if cands[i].needed:
+                    if cands[i].loop_invariant:
+                        hoisted_inv += cands[i].nbytes
+                    else:
+                        hoisted_b += cands[i].nbytes
+            hoisted_b -= sum(
+                cands[i].nbytes
+                for i, d in kept.items()
+                if d == "save"
+                and not cands[i].needed
+                and not cands[i].loop_invariant
+                # a view of it that the backward reads keeps it (the same test, written out)
+                and not any(rg.view_of(w) == ("candidate", i) for w in rg.readers(i))
+            )
+        plans.append((rg, rc, kept, order, stacked_inputs + twice_b + hoisted_b, hoisted_inv))
 
     # Forward: every trip of every region stores its residuals; loop-invariant ones are
     # computed before the loop and stored once.
-    for rg, rc, kept, _, stacked_inputs in plans:  # stacked inputs + twice-held bytes
+    for rg, rc, kept, _, stacked_inputs, hoisted_inv in plans:  # + twice-held, hoisted bytes
         cands = rg.region.candidates
         alloc(
             sum(cands[i].nbytes for i, d in kept.items() if d == "save" and cands[i].loop_invariant)
+            + hoisted_inv
         )
         dev_b = stacked_inputs + sum(
             cands[i].nbytes for i, d in kept.items() if d == "save" and not cands[i].loop_invariant
@@ -241,7 +281,7 @@ def simulate(
     # Backward: trips in reverse; each reloads, recomputes, runs, then frees.
     in_order = len(plans) <= 1 or all(rg.region.call_sites == 1 for rg, *_ in plans)
     deferred = 0
-    for rg, rc, kept, order, stacked_inputs in reversed(plans):
+    for rg, rc, kept, order, stacked_inputs, hoisted_inv in reversed(plans):
         cands = rg.region.candidates
         dev_b = stacked_inputs + sum(
             cands[i].nbytes for i, d in kept.items() if d == "save" and not cands[i].loop_invariant
@@ -256,15 +296,11 @@ def simulate(
         # recompute are freed once their readers ran (one at a time at most).
         # A recomputed view (graph.VIEWS) of a value that is there anyway (kept, a region
         # input, or such a view itself) is that buffer: no bytes of its own.
-        aliased: set[int] = set()
-        for i in order:  # in recompute order: a view's source comes first
-            src = rg.view_of(i)
-            if src is not None and (src[0] == "input" or src[1] in kept or src[1] in aliased):
-                aliased.add(i)
+        # Hoisted (E_r): the recompute ran in the forward pass; nothing is made here.
+        fresh = set() if rc.hoists_recompute else _fresh(rg, kept, order)
         # An intermediate a recomputed reduction reads exists whole before the reduction's
         # result does and is read again after it (softmax): it stays for the trip too
         # (cost.py, W_r).
-        fresh = {i for i in order if i not in aliased}
         reduced = {
             u for j in fresh if cands[j].primitive in _REDUCING for u in rg.reads(j) if u in fresh
         }
@@ -303,8 +339,12 @@ def simulate(
             events += 1
         # The region's residuals die with its backward trips, when the program order is known
         # (one place per region); merged regions may interleave, so theirs wait to the end.
-        freed = rc.multiplicity * dev_b + sum(
-            cands[i].nbytes for i, d in kept.items() if d == "save" and cands[i].loop_invariant
+        freed = (
+            rc.multiplicity * dev_b
+            + sum(
+                cands[i].nbytes for i, d in kept.items() if d == "save" and cands[i].loop_invariant
+            )
+            + hoisted_inv
         )
         if in_order:
             device -= freed

@@ -25,7 +25,14 @@ import time
 from ortools.sat.python import cp_model
 
 import cost_models as cm
-from planner._src.cost import REDUCTIONS, CostModel, evaluate, hiding_models, regions_in_order
+from planner._src.cost import (
+    REDUCTIONS,
+    CostModel,
+    evaluate,
+    has_view,
+    hiding_models,
+    regions_in_order,
+)
 from planner._src.errors import InfeasibleBudgetError, SolverError
 from planner._src.graph import VIEWS, LivenessGraph, class_key
 from planner._src.state import add_to_model
@@ -203,8 +210,16 @@ class _Model:
                         m.Add(free <= r)
                         m.Add(free <= held[src[1]])
                 held[i] = s + o + free
-                # A loop-invariant residual is stored once, the others once per trip.
-                (invariant_kib if c.loop_invariant else per_trip_kib).append(kib * s)
+                # A loop-invariant residual is stored once, the others once per trip; under a
+                # hoisted recompute (E_r, cost.py) a per-trip value the backward does not read
+                # is freed in the forward pass, after the recompute that reads it.
+                if not (
+                    rc.hoists_recompute
+                    and not c.needed
+                    and not c.loop_invariant
+                    and not has_view(rg, i)
+                ):
+                    (invariant_kib if c.loop_invariant else per_trip_kib).append(kib * s)
                 # Twice held (D_r, cost.py): outside lax.scan, a kept value of a producer XLA
                 # does not duplicate, read in the backward pass by a kernel and by a fusion
                 # (as traced, or through a needed recomputed reader), is held twice.
@@ -221,7 +236,10 @@ class _Model:
                     ]
                     twice = s
                     for traced, rereads in (
-                        (c.read_by_kernel, [x for w, x in again if w.primitive not in cm.FUSIBLE]),
+                        (
+                            c.read_by_kernel or c.read_by_reduction,
+                            [x for w, x in again if w.primitive not in cm.FUSIBLE],
+                        ),
                         (
                             c.read_by_fusion,
                             [
@@ -246,7 +264,17 @@ class _Model:
                     extra_ns.append(_ns(rc.stack_copy_s[i]) * s)
                 # Working-set terms carry the measured scale, rounded up per term.
                 w_kib = math.ceil(ws_scale * kib)
-                if c.needed:
+                if rc.hoists_recompute:
+                    # Hoisted (E_r, cost.py): the compiler recomputes in the forward pass and
+                    # holds what the backward reads from there on, like a saved value; the
+                    # recompute's intermediates are forward transients.
+                    if c.needed:
+                        hoisted = r - free
+                        (invariant_kib if c.loop_invariant else per_trip_kib).append(kib * hoisted)
+                        tie_terms.append(
+                            (1 if c.loop_invariant else trips) * kib * (len(cands) + i) * hoisted
+                        )
+                elif c.needed:
                     working_kib.append(w_kib * (r - free))
                 elif not isinstance(r, int) or r:
                     # reduced: v is recomputed and a recomputed reduction reads it, so it is

@@ -472,11 +472,14 @@ def _inner_signatures(eqn) -> frozenset[str]:
     return frozenset(out)
 
 
-def _backward_reads(replay) -> tuple[set, set]:
-    """``(by_kernel, by_fusion)``: the residuals (vars of the forward jaxpr) the backward pass
-    reads with a non-fusible equation (or returns), and those it reads with a fusible one,
-    directly or through views. XLA must materialize the first; the second matter outside
-    ``lax.scan`` (cost.py, the twice-held term)."""
+def _backward_reads(replay) -> tuple[set, set, set]:
+    """``(by_kernel, by_fusion, by_reduction)``: the residuals (vars of the forward jaxpr) the
+    backward pass reads with a non-fusible equation (or returns), and those it reads with a
+    fusible one, directly or through views; and those a reduction of the backward pass reads
+    directly or through fusible equations (a product summed for a gradient). XLA must
+    materialize the first; the second and third matter outside ``lax.scan`` (cost.py, the
+    twice-held term: XLA:CPU of jaxlib 0.10.2 runs a reduction and the elementwise chain
+    that feeds it as one library kernel, which reads the residual's copy)."""
     staged = replay.staged_jaxpr
     to_known = dict(zip(staged.invars[: len(replay.residuals)], replay.residuals))
     readers: dict[Any, list] = {}
@@ -499,9 +502,32 @@ def _backward_reads(replay) -> tuple[set, set]:
                 return True
         return False
 
+    reductions = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin"}
+    memo: dict[Any, bool] = {}
+
+    def summed(v, depth=0) -> bool:
+        if v in memo:
+            return memo[v]
+        memo[v] = False  # cut cycles and shared subchains
+        hit = False
+        if depth <= 32:
+            for e in readers.get(v, ()):
+                name = e.primitive.name
+                if name in reductions:
+                    hit = True
+                elif name in cm.FUSIBLE and any(
+                    summed(o, depth + 1) for o in e.outvars if adapter.is_var(o)
+                ):
+                    hit = True
+                if hit:
+                    break
+        memo[v] = hit
+        return hit
+
     by_kernel = {known for staged_v, known in to_known.items() if read(staged_v, True)}
     by_fusion = {known for staged_v, known in to_known.items() if read(staged_v, False)}
-    return by_kernel, by_fusion
+    by_reduction = {known for staged_v, known in to_known.items() if summed(staged_v)}
+    return by_kernel, by_fusion, by_reduction
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -610,7 +636,7 @@ def _candidates(
         for v in outs:
             producer[v] = i
     cands = _reading(cands, eqns, needed_vars - dead_vars)
-    kernel_read, fusion_read = _backward_reads(replay)
+    kernel_read, fusion_read, reduction_read = _backward_reads(replay)
     cands = [
         dataclasses.replace(
             c,
@@ -619,6 +645,9 @@ def _candidates(
             ),
             read_by_fusion=any(
                 adapter.is_var(v) and v in fusion_read for v in eqns[c.index].outvars
+            ),
+            read_by_reduction=any(
+                adapter.is_var(v) and v in reduction_read for v in eqns[c.index].outvars
             ),
         )
         for c in cands
@@ -984,7 +1013,9 @@ def trace_step(
         )
     regions = tuple(sites) if split_call_sites else merge_regions(sites)
     arg_bytes = sum(_shard_nbytes(x) for x in jax.tree.leaves(args))
-    twice = any(not r.in_scan for r in regions) and holds_rereads_twice(compiler or backend or "")
+    outside = any(not r.in_scan for r in regions)
+    twice = outside and holds_rereads_twice(compiler or backend or "")
+    hoists = outside and hoists_recompute(compiler or backend or "")
     return Trace(
         regions=regions,
         anchor=anchor,
@@ -998,6 +1029,7 @@ def trace_step(
         jax_version=jax.__version__,
         float_dtypes=adapter.float_dtypes(step_jaxpr),
         holds_rereads_twice=twice,
+        hoists_recompute=hoists,
     )
 
 
@@ -1046,16 +1078,47 @@ def holds_rereads_twice(compiler: str) -> bool:
     return _TWICE[key]
 
 
-def _probe_rereads_twice() -> bool:
-    """The probe of :func:`holds_rereads_twice`, on the compiler in scope."""
+# The probes' program: checkpointed layers ``tanh(x @ w1) @ w2`` in a Python loop, with
+# activations much larger than weights, so that the peaks are the residuals' (on the H200's
+# compiler, 256 x 512 activations under 4 MiB weights gave no reading).
+_PROBE_N, _PROBE_D = 4096, 256
+_PROBE_TENSOR = _PROBE_N * 4 * _PROBE_D * 4  # one tanh output, f32
+
+
+def _probe_temp_bytes(policy, layers: int = 4) -> int:
+    """Temporary bytes of the probe program's gradient, ``layers`` layers under ``policy``,
+    compiled by the compiler in scope (deviceless: the arguments on the target's device)."""
     import jax.numpy as jnp
 
-    # Activations much larger than weights: the peaks are the residuals' (on the H200's
-    # compiler, 256 x 512 activations under 4 MiB weights gave no reading).
-    layers, n, d = 4, 4096, 256
+    n, d = _PROBE_N, _PROBE_D
 
     def layer(w, x):
         return jnp.tanh(x @ w[0]) @ w[1]
+
+    def loss(ws, x):
+        for w in ws:
+            x = jax.checkpoint(layer, policy=policy)(w, x)
+        return jnp.sum(x)
+
+    w = (
+        jax.ShapeDtypeStruct((d, 4 * d), jnp.float32),
+        jax.ShapeDtypeStruct((4 * d, d), jnp.float32),
+    )
+    args = ([w] * layers, jax.ShapeDtypeStruct((n, d), jnp.float32))
+    target = targets.active_target()
+    if target is not None:  # a deviceless compile: the arguments on the target's device
+        args = targets.args_for(target, args)
+    traced = jax.jit(jax.grad(loss)).trace(*args)
+    m = targets.compile_lowered(targets.lower(traced)).memory_analysis()
+    return int(m.temp_size_in_bytes)
+
+
+def _nothing_saveable(*_, **__) -> bool:
+    return False
+
+
+def _probe_rereads_twice() -> bool:
+    """The probe of :func:`holds_rereads_twice`, on the compiler in scope."""
 
     def only_tanh(prim, *_, **__):
         return prim.name == "tanh"
@@ -1063,30 +1126,65 @@ def _probe_rereads_twice() -> bool:
     def all_but_dots(prim, *_, **__):
         return prim.name != "dot_general"
 
-    def compiled_bytes(policy) -> int:
-        def loss(ws, x):
-            for w in ws:
-                x = jax.checkpoint(layer, policy=policy)(w, x)
-            return jnp.sum(x)
-
-        w = (
-            jax.ShapeDtypeStruct((d, 4 * d), jnp.float32),
-            jax.ShapeDtypeStruct((4 * d, d), jnp.float32),
-        )
-        args = ([w] * layers, jax.ShapeDtypeStruct((n, d), jnp.float32))
-        target = targets.active_target()
-        if target is not None:  # a deviceless compile: the arguments on the target's device
-            args = targets.args_for(target, args)
-        traced = jax.jit(jax.grad(loss)).trace(*args)
-        m = targets.compile_lowered(targets.lower(traced)).memory_analysis()
-        return int(m.temp_size_in_bytes)
-
+    compiled_bytes = _probe_temp_bytes
     a, c = compiled_bytes(only_tanh), compiled_bytes(all_but_dots)
-    nothing = compiled_bytes(lambda *_, **__: False)
-    tensor = n * 4 * d * 4  # one tanh output
+    nothing = compiled_bytes(_nothing_saveable)
+    tensor = _PROBE_TENSOR
     if c - nothing < tensor:
         raise ValueError(f"no reading: keeping every value added {c - nothing} bytes")
     return a - nothing > (c - nothing) / 2
+
+
+_HOISTS: dict[tuple[str, str], bool] = {}
+
+
+def hoists_recompute(compiler: str) -> bool:
+    """Whether the compiler in scope runs the recompute of a checkpointed region outside
+    lax.scan in the *forward* pass and holds what it recomputes until the backward pass reads
+    it (cost.py, ``E_r``): JAX puts an ``optimization_barrier`` on the recompute's operands
+    together with the incoming cotangent, so that it waits for the backward pass; XLA:CPU of
+    jaxlib 0.10.2 drops the barrier before it schedules, and its scheduler then computes each
+    layer's "recomputed" values next to their forward twins (tests/zoo/gpt2_loop.py's full-remat
+    program, 2026-12-04: every rematted fusion of layer l sits beside its forward fusion, and
+    the softmax, the MLP's matmul output, tanh and GELU of all three layers are live at the
+    peak). Under lax.scan the backward trip is its own loop body and nothing can move.
+
+    A probe, compiled once per compiler and JAX: the program of :func:`holds_rereads_twice`
+    ([4096, 1024] f32 activations, 16.8 MB each) fully rematerialized, with 2 and with 4
+    layers. True when the two more layers add more than one activation besides their two
+    layer inputs (2026-12-04, temporary bytes with 2 / 4 layers: JAX 0.10.2's XLA:CPU 58.7 /
+    100.7 MB, one tanh output and one layer input more per layer: True; JAX 0.12.0.1's
+    XLA:CPU 41.9 / 50.3 MB, the layer inputs only: False). A probe that cannot compile
+    answers False with a PlanWarning (the model then defers every recompute to the backward
+    pass, as before; verify measures what it misses)."""
+    key = (compiler, jax.__version__)
+    if key in _HOISTS:
+        return _HOISTS[key]
+    try:
+        two = _probe_temp_bytes(_nothing_saveable, layers=2)
+        four = _probe_temp_bytes(_nothing_saveable, layers=4)
+        # Two more layers hold two more layer inputs in any case ([4096, 256]: a quarter
+        # of an activation each), and two more activations when the compiler hoists.
+        _HOISTS[key] = four - two > _PROBE_TENSOR + 2 * _PROBE_N * _PROBE_D * 4
+    except Exception as e:  # noqa: BLE001  (an optional refinement of the model)
+        import warnings
+
+        from planner._src.plan import PlanWarning
+
+        warnings.warn(
+            PlanWarning(
+                f"The compiler probe for recomputes run in the forward pass did not compile "
+                f"({e!s:.200}).\n"
+                "Why: it decides whether this compiler holds the recompute of a region "
+                "outside lax.scan from the forward pass on (cost.py, E_r); without it the "
+                "memory model assumes the recompute waits for the backward pass.\n"
+                "Fix: nothing to do: the verify stage's compile measures what the model misses; "
+                "report this with your JAX version if plans need several fit rounds."
+            ),
+            stacklevel=2,
+        )
+        _HOISTS[key] = False
+    return _HOISTS[key]
 
 
 def _shard_nbytes(x) -> int:

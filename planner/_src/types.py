@@ -63,6 +63,9 @@ class Candidate:
     # The backward pass reads it with a fusible equation, directly or through views (see
     # cost.py's twice-held term: outside lax.scan XLA then holds the value twice when kept).
     read_by_fusion: bool = False
+    # A reduction of the backward pass reads it, directly or through fusible equations (on
+    # XLA:CPU of jaxlib 0.10.2 a library kernel with its elementwise producers: cost.py D_r).
+    read_by_reduction: bool = False
     # The equation's forward work (fusion-aware, global avals): cost_models.Work of one kernel.
     work: cm.Work = cm.Work()
     # Of ``work``'s HBM bytes (global avals), those the forward writes only because the
@@ -194,6 +197,10 @@ class Trace:
     # The compiler holds a kept value twice outside lax.scan when the backward pass reads it
     # with a kernel and a fusion (a probe compile, trace.holds_rereads_twice; cost.py, D_r).
     holds_rereads_twice: bool = False
+    # The compiler runs the recompute of a region outside lax.scan in the forward pass and
+    # holds its outputs until the backward pass (a probe compile, trace.hoists_recompute;
+    # cost.py, E_r).
+    hoists_recompute: bool = False
 
 
 # ------------------------------------------------------------------------------ stage 2: graph
@@ -252,6 +259,10 @@ class RegionCost:
     # per candidate: kept, its buffer is held twice when the backward pass reads it with both
     # a kernel and a fusion (outside lax.scan; cost.py, the twice-held term D_r)
     twice_held: tuple[bool, ...] = ()
+    # the compiler runs this region's recompute in the forward pass and holds the recomputed
+    # values the backward pass reads from there on (outside lax.scan, on a compiler whose
+    # probe says so: trace.hoists_recompute; cost.py, the hoisted term E_r)
+    hoists_recompute: bool = False
     d2h_s: tuple[float, ...]  # per candidate: device->host copy of its outputs
     h2d_s: tuple[float, ...]  # per candidate: host->device copy back
     fwd_after_s: tuple[float, ...]  # forward compute after the candidate is made
@@ -305,6 +316,15 @@ class RegionPrediction:
     # one trip: the second copy of kept values the compiler holds twice (cost.py, D_r); part
     # of the peak, not of what JAX keeps (verify compares device_residual_bytes with that)
     twice_held_bytes: int = 0
+    # recomputed values the backward pass reads, held from the forward pass on where the
+    # compiler hoists the recompute (cost.py, E_r): one trip, and loop-invariant ones once;
+    # part of the peak, not of what JAX keeps
+    hoisted_bytes: int = 0
+    invariant_hoisted_bytes: int = 0
+    # one trip: kept values the backward pass does not read, kept only for a hoisted recompute,
+    # which reads them in the forward pass: JAX keeps them, the compiler frees them there
+    # (cost.py, E_r); subtracted from the peak, not from what JAX keeps
+    released_bytes: int = 0
 
 
 @_frozen
