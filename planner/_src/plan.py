@@ -62,6 +62,9 @@ class Plan:
     # fill rounds, session.Planner._fill); "" where it was not asked (no compile, a stock
     # policy, a plan not verified within budget).
     fill_why: str = ""
+    # Why the session planned without offloading though it was not told to ("" otherwise):
+    # session.CPU_OFFLOAD_WHY on a CPU target.
+    offload_why: str = ""
     # Which compiler verified it (target.CompilerTarget.description), whether that is the
     # target's own, and what to know about it (how to get the target's, its caveats).
     compiler: str = ""

@@ -390,8 +390,12 @@ def build_report(plan, plan_file: str | None = None) -> Report:
             if not plan.compiler_exact
             else f"{plan.compiler}: {plan.compiler_note}."
         )
+    if plan.offload_why:
+        notes.append(plan.offload_why)
     if plan.choice != "planner":
         notes.append(f"The answer is the stock policy {plan.choice}: {plan.choice_why}.")
+    elif plan.choice_why:
+        notes.append(f"The answer is the planner's plan: {plan.choice_why}.")
     if ver.note:
         notes.append(ver.note)
     if cost.unknown_primitives:
