@@ -751,9 +751,62 @@ def trace_step_with(step_fn: Callable, args, make_policy) -> tuple[Any, list[Bou
     """``jax.jit(step_fn).trace(*args)`` under ``make_policy`` (see controlled_policies):
     ``(traced, bound regions)``. A step the user already jitted keeps its own options."""
     with controlled_policies(make_policy) as bound:
-        fn = step_fn if hasattr(step_fn, "trace") else jax.jit(step_fn)
-        traced = fn.trace(*args)
+        traced = jit_trace(step_fn, args, bound)
         return traced, list(bound)
+
+
+NOT_TRACEABLE_FIX = """Fix: hand the planner a pure function of arrays, e.g. for Flax NNX the split/merge form:
+
+    graphdef, state = nnx.split((model, optimizer))
+
+    @jax.jit
+    def train_step(state, batch):
+        model, optimizer = nnx.merge(graphdef, state)
+        loss, grads = nnx.value_and_grad(loss_fn)(model, batch)
+        optimizer.update(model, grads)  # optimizer.update(grads) before Flax 0.11
+        return nnx.state((model, optimizer)), loss
+
+    planner.Planner(train_step, state, batch, hardware=...)"""
+
+
+def jit_trace(step_fn: Callable, args, regions: list | None = None):
+    """``step_fn.trace(*args)`` where that is JAX's (a ``jax.jit``-ed step keeps its own
+    options, donation included); ``jax.jit(step_fn).trace(*args)`` otherwise. Duck-typed on
+    the result: other wrappers have a ``.trace`` that is not JAX's (``flax.nnx.jit``'s returns
+    an object without ``.jaxpr``: the new-user trial of 2026-12-04 crashed on it), and those
+    are traced as a plain function, which calls them. ``regions``: the controlled regions
+    list, emptied before tracing again so each region is bound once."""
+    if hasattr(step_fn, "trace"):
+        traced = step_fn.trace(*args)
+        if hasattr(traced, "jaxpr") and hasattr(traced, "lower"):
+            return traced
+        if regions is not None:
+            del regions[:]
+        # A new trace-context value: the wrapper's inner jit traced above is cached under the
+        # current one and would bind no region on the second trace.
+        with _TRACE_EPOCH(("planner", next(_epochs))):
+            return _plain_trace(step_fn, args)
+    return _plain_trace(step_fn, args)
+
+
+def _plain_trace(step_fn: Callable, args):
+    from planner._src.errors import PlannerError, TraceError
+
+    try:
+        traced = jax.jit(step_fn).trace(*args)
+    except PlannerError:
+        raise
+    except Exception as e:
+        if not hasattr(step_fn, "trace"):
+            raise
+        raise TraceError(
+            f"The step ({type(step_fn).__module__}.{type(step_fn).__qualname__}) could not be "
+            f"traced: {type(e).__name__}: {str(e)[:300]}\n"
+            "Why: it has a .trace method that is not jax.jit's (it returns no jaxpr), and "
+            "wrapping it in jax.jit failed too; the planner needs the step's jaxpr.\n"
+            + NOT_TRACEABLE_FIX
+        ) from e
+    return traced
 
 
 # --------------------------------------------------------------------------- the guard

@@ -1106,10 +1106,9 @@ def compile_traced(
     no program traced here is ever returned to the user's own calls. JAX's caches are not
     cleared: the user's compiled programs stay (tests/test_numerics.py).
     """
-    jitted = fn_to_trace if hasattr(fn_to_trace, "trace") else jax.jit(fn_to_trace)
     with target_scope(target), adapter.isolated_traces():
         try:
-            traced = jitted.trace(*target_args)
+            traced = adapter.jit_trace(fn_to_trace, target_args)
         except ValueError as e:
             if any(m in str(e) for m in _FOREIGN_DEVICE_ERRORS):
                 raise _foreign_device_error(target, e) from e

@@ -928,7 +928,11 @@ def trace_step(
             "compiled step keeps no residuals at all, and its memory figure would say nothing "
             "about the training step you will run.\n"
             "Fix: return what training needs from the step, e.g. `return new_state, loss` "
-            "(the updated parameters and optimizer state, or the gradients)."
+            "(the updated parameters and optimizer state, or the gradients). A step that "
+            "updates a Flax NNX model in place (@nnx.jit, optimizer.update) returns its "
+            "updates only through nnx.jit, which the planner cannot see: return "
+            "nnx.state((model, optimizer)) too, or use the split/merge form "
+            "(graphdef, state = nnx.split((model, optimizer)); merge inside a jax.jit step)."
         )
     if not mult:
         raise NoCheckpointRegionError(
