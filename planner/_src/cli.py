@@ -359,7 +359,14 @@ def _pareto_table(rows, stock) -> str:
     from rich.table import Table
 
     buf = io.StringIO()
-    con = Console(file=buf, width=120, force_terminal=False, force_jupyter=False, color_system=None)
+    con = Console(
+        file=buf,
+        width=120,
+        force_terminal=False,
+        force_jupyter=False,
+        color_system=None,
+        emoji=False,  # ':100:' in a source line is not an emoji code
+    )
     t = Table(title="Planner: predicted peak and step time per budget")
     for col in ("budget GB", "predicted peak GB", "host GB", "step ms", "compiled GB", "status"):
         t.add_column(col, overflow="fold")

@@ -107,7 +107,18 @@ def _reason(d: str, rec_ms: float, exposed: float, nbytes: int, plan, room: int)
     if d == "save":
         return f"saved: recompute {rec_ms:.3f} ms vs {offload}; {room_text}"
     if d == "remat":
-        return f"recomputed: {rec_ms:.3f} ms vs {offload} vs {fmt_bytes(nbytes)} > {room_text}"
+        # Only what is true: keeping it alone would exceed the room, or it would fit and the
+        # solver recomputed it anyway (given the other choices, the room buys more elsewhere;
+        # a claim "X > room" for every row was false for most: the new-user trial 2026-12-04).
+        if nbytes > room:
+            return (
+                f"recomputed: {rec_ms:.3f} ms vs {offload}; keeping its {fmt_bytes(nbytes)} "
+                f"would exceed the {room_text}"
+            )
+        return (
+            f"recomputed: {rec_ms:.3f} ms vs {offload}; its {fmt_bytes(nbytes)} would fit the "
+            f"{room_text} alone, but given the other choices the room is worth more to them"
+        )
     return f"offloaded: {exposed:.3f} ms exposed vs recompute {rec_ms:.3f} ms vs {room_text}"
 
 
@@ -721,6 +732,8 @@ def _text(r: Report) -> str:
         force_jupyter=False,
         color_system=None,
         markup=False,  # text as written: rich would eat '[cuda]' in 'pip install -e ".[cuda]"'
+        emoji=False,  # and would render a source line 'file.py:100:8' as 'file.py💯8'
+        highlight=False,
     )  # a string, also in Jupyter (no display_data)
     con.print(f"PLAN STATUS: {r.status.upper()}")
     for what, text in _status(r):
