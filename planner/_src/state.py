@@ -51,6 +51,8 @@ from typing import Any
 import cost_models as cm
 from planner._src.errors import PlannerError
 
+PARAM_PREFIX = "params"
+
 __all__ = [
     "BudgetPart",
     "LeafCost",
@@ -67,6 +69,7 @@ __all__ = [
     "placement_of",
     "state_leaves",
     "state_shardings",
+    "streamed_apply",
     "streamed_update",
     "with_state",
 ]
@@ -82,11 +85,23 @@ class StateLeaf:
     layers: int  # slices it is streamed in: the layer count when stacked, else 1
     shape: tuple[int, ...]
     dtype: str
+    # A stacked parameter the step streams per layer slice (stream_layer_params inside the
+    # checkpointed layer): the planning call said so (stream_params=True) and it is stacked.
+    streamable: bool = False
+
+    @property
+    def key(self) -> str:
+        """The leaf's name in a placement: its path for optimizer state, ``"params" + path``
+        for a parameter (a keystr starts with ``[`` or ``.``, so the two never collide)."""
+        return self.path if self.role == "opt" else PARAM_PREFIX + self.path
 
     @property
     def movable(self) -> bool:
-        """May the solver place it on the host (an optimizer-state array, not a scalar)."""
-        return self.role == "opt" and len(self.shape) > 0
+        """May the solver place it on the host: an optimizer-state array (not a scalar), or a
+        streamable stacked parameter (module docstring: why not the others)."""
+        if self.role == "param":
+            return self.streamable and self.layers > 1
+        return len(self.shape) > 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,10 +123,18 @@ class StatePlacement:
     on_host: frozenset[str]
 
     def host_bytes(self) -> int:
-        return sum(x.nbytes for x in self.leaves if x.path in self.on_host)
+        """Bytes of the leaves on the host (what the step takes as host arguments)."""
+        return sum(x.nbytes for x in self.leaves if x.key in self.on_host)
 
-    def moved_bytes(self) -> int:
-        return 2 * self.host_bytes()
+    def param_paths(self) -> frozenset[str]:
+        """Paths (in the parameters' tree) of the parameters on the host."""
+        return frozenset(
+            x.path for x in self.leaves if x.role == "param" and x.key in self.on_host
+        )
+
+    def opt_paths(self) -> frozenset[str]:
+        """Paths (in the optimizer state's tree) of the optimizer-state leaves on the host."""
+        return frozenset(x.path for x in self.leaves if x.role == "opt" and x.key in self.on_host)
 
 
 def _shard_count(x) -> int:
@@ -122,12 +145,15 @@ def _shard_count(x) -> int:
     return max(1, math.prod(x.shape) // max(1, math.prod(shard)))
 
 
-def state_leaves(opt_state: Any, *, layers: int, params: Any = None) -> tuple[StateLeaf, ...]:
+def state_leaves(
+    opt_state: Any, *, layers: int, params: Any = None, stream_params: bool = False
+) -> tuple[StateLeaf, ...]:
     """The leaves of ``opt_state`` (role ``opt``) and of ``params`` (role ``param``).
 
     ``layers``: the scanned model's layer count (the trace's region multiplicity); a leaf
-    whose leading axis has that length is streamed per layer slice. Arrays or
-    ``ShapeDtypeStruct``s; bytes are per device.
+    whose leading axis has that length is streamed per layer slice. ``stream_params``: the
+    step streams its stacked parameters into the layers (``stream_layer_params``), so they
+    may be placed on the host. Arrays or ``ShapeDtypeStruct``s; bytes are per device.
     """
     import jax
     import numpy as np
@@ -155,6 +181,7 @@ def state_leaves(opt_state: Any, *, layers: int, params: Any = None) -> tuple[St
                     layers=layers if stacked else 1,
                     shape=shape,
                     dtype=str(np.dtype(x.dtype)),
+                    streamable=role == "param" and stream_params and stacked,
                 )
             )
     return tuple(out)
@@ -186,13 +213,15 @@ def leaf_costs(leaves: tuple[StateLeaf, ...], hardware) -> tuple[LeafCost, ...]:
 def placement_of(
     leaves: tuple[StateLeaf, ...], on_host: frozenset[str] | set[str]
 ) -> StatePlacement:
-    """A placement by leaf paths; raises for a path that is not a movable leaf."""
-    movable = {x.path for x in leaves if x.movable}
+    """A placement by leaf keys (:attr:`StateLeaf.key`: an optimizer-state leaf's path,
+    ``"params" + path`` for a parameter); raises for a key that is not a movable leaf."""
+    movable = {x.key for x in leaves if x.movable}
     bad = sorted(set(on_host) - movable)
     if bad:
         raise PlannerError(
-            f"Cannot place {bad} on the host.\nWhy: only optimizer-state arrays move (scalars "
-            f"and parameters stay in HBM; see planner/_src/state.py).\nFix: pick paths among "
+            f"Cannot place {bad} on the host.\nWhy: only optimizer-state arrays and, where the "
+            "step streams them (stream_params=True), stacked parameters move (scalars and "
+            f"other parameters stay in HBM; see planner/_src/state.py).\nFix: pick keys among "
             f"{sorted(movable)}."
         )
     return StatePlacement(leaves=leaves, on_host=frozenset(on_host))
@@ -368,6 +397,158 @@ def streamed_update(update: Callable, placement: StatePlacement, layers: int) ->
         return jax.tree.unflatten(jax.tree.structure(upd_like), updates), jax.tree.unflatten(
             stree, new_s
         )
+
+    return wrapped
+
+
+def streamed_apply(update: Callable, placement: StatePlacement, layers: int) -> Callable:
+    """Wrap an optax ``update(grads, opt_state, params) -> (updates, opt_state)`` into
+    ``apply(grads, opt_state, params) -> (new_params, new_opt_state)``: the update and
+    ``optax.apply_updates`` (``p + u`` in ``p``'s dtype), with every leaf ``placement`` puts
+    in pinned host memory (parameters, their gradients, optimizer state) brought to HBM,
+    updated and written back one layer slice at a time, inside the jitted step. Use it in
+    place of ``tx.update`` + ``optax.apply_updates`` where parameters are on the host; with
+    the parameters all in HBM it gives :func:`streamed_update`'s numbers.
+
+    Streamed: every stacked parameter (leading axis ``layers``) on the host or with a
+    stacked optimizer-state leaf on the host (a state leaf belongs to the parameter whose
+    path ends its own, as in :func:`streamed_update`). One ``lax.scan`` over the layers: its
+    xs are the host leaves (parameter, its gradient, which the backward pass left on the host
+    slice by slice, params.py, and host state), each slice brought in with
+    ``jax.device_put(., Space.Device)``; its ys the new host slices, put back with
+    ``Space.Host`` (new host buffers). HBM leaves of a streamed parameter (the parameter,
+    its state) are carried and overwritten slice by slice in place (donated); HBM gradients
+    are read. The user's optimizer is called per slice with the other leaves empty, and once
+    for every other leaf whole (the streamed ones empty; scalars such as Adam's ``count``
+    whole in both, taken from the second): exact for updates elementwise per leaf (SGD,
+    Adam, AdamW, Lion, ...), not for one reading across leaves (global-norm clipping); the
+    numerics check says which. Memory per slice on the device: the parameter's, the
+    gradient's, the new parameter's, and two per host state leaf (state.py's ``U``).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from planner._src import jax_adapter as adapter
+
+    host_params = placement.param_paths()
+
+    def stacked(x) -> bool:
+        return hasattr(x, "ndim") and x.ndim >= 1 and layers > 1 and x.shape[0] == layers
+
+    def empty(x):
+        return jnp.zeros((0, *x.shape[1:]), x.dtype)
+
+    def dev(x):
+        return adapter.to_memory(x, "device")
+
+    def host(x):
+        return adapter.to_memory(x, "pinned_host")
+
+    def add(p, u):  # optax.apply_updates, one leaf
+        return jnp.asarray(p + u).astype(jnp.asarray(p).dtype)
+
+    def wrapped(grads, opt_state, params):
+        pk, ptree = jax.tree_util.tree_flatten_with_path(params)
+        ppaths = [jax.tree_util.keystr(k) for k, _ in pk]
+        p = [x for _, x in pk]
+        g = jax.tree.leaves(grads)
+        if len(g) != len(p):
+            raise PlannerError(
+                f"streamed_apply got {len(g)} gradient leaves for {len(p)} parameters.\nWhy: "
+                "the gradients are the parameters' tree (jax.grad of the loss in params).\n"
+                "Fix: call it as apply(grads, opt_state, params)."
+            )
+        sk, stree = jax.tree_util.tree_flatten_with_path(opt_state)
+        spaths = [jax.tree_util.keystr(k) for k, _ in sk]
+        s = [x for _, x in sk]
+
+        def owner(path: str) -> int | None:  # the parameter a state leaf belongs to
+            hits = [i for i, q in enumerate(ppaths) if q and path.endswith(q)]
+            return max(hits, key=lambda i: len(ppaths[i])) if hits else None
+
+        own = [owner(q) for q in spaths]
+        p_host = [q in host_params and getattr(x, "ndim", 0) > 0 for q, x in zip(ppaths, p)]
+        s_host = [q in placement.on_host and getattr(x, "ndim", 0) > 0 for q, x in zip(spaths, s)]
+        streamed = sorted(
+            {i for i in range(len(p)) if p_host[i] and stacked(p[i])}
+            | {
+                own[j]
+                for j in range(len(s))
+                if s_host[j] and stacked(s[j]) and own[j] is not None and stacked(p[own[j]])
+            }
+        )
+        sset = set(streamed)
+        s_str = [j for j in range(len(s)) if stacked(s[j]) and own[j] in sset]
+        sstr = set(s_str)
+
+        def call_tree(vals, sel, sliced):  # sliced leaves, scalars whole, the rest empty
+            return [
+                sliced[i] if i in sel else (x if getattr(x, "ndim", 0) == 0 else empty(x))
+                for i, x in enumerate(vals)
+            ]
+
+        def body(carry, xs):
+            pc, sc = carry
+            layer, hp, hg, hs = xs
+            at = lambda x: jax.lax.dynamic_index_in_dim(x, layer, 0, keepdims=False)  # noqa: E731
+            p_l = {i: dev(hp[i]) if i in hp else at(pc[i]) for i in streamed}
+            g_l = {i: dev(hg[i]) if i in hg else at(g[i]) for i in streamed}
+            s_l = {j: dev(hs[j]) if j in hs else at(sc[j]) for j in s_str}
+            u, ns = update(
+                jax.tree.unflatten(ptree, call_tree(g, sset, g_l)),
+                jax.tree.unflatten(stree, call_tree(s, sstr, s_l)),
+                jax.tree.unflatten(ptree, call_tree(p, sset, p_l)),
+            )
+            u, ns = jax.tree.leaves(u), jax.tree.leaves(ns)
+            new_p = {i: add(p_l[i], u[i]) for i in streamed}
+            put = lambda x, v: jax.lax.dynamic_update_index_in_dim(x, v, layer, 0)  # noqa: E731
+            pc = {i: put(pc[i], new_p[i]) for i in pc}
+            sc = {j: put(sc[j], ns[j]) for j in sc}
+            ys = ({i: host(new_p[i]) for i in hp}, {j: host(ns[j]) for j in hs})
+            return (pc, sc), ys
+
+        if streamed:
+            carry0 = (
+                {i: p[i] for i in streamed if not p_host[i]},
+                {j: s[j] for j in s_str if not s_host[j]},
+            )
+            xs = (
+                jnp.arange(layers),
+                {i: p[i] for i in streamed if p_host[i]},
+                {i: g[i] for i in streamed if p_host[i]},
+                {j: s[j] for j in s_str if s_host[j]},
+            )
+            (pc, sc), (yp, ys) = jax.lax.scan(body, carry0, xs, length=layers)
+        else:
+            pc, sc, yp, ys = {}, {}, {}, {}
+        # Everything else whole; an unstacked host leaf comes in whole and goes back.
+        rest_p = [empty(x) if i in sset else (dev(x) if p_host[i] else x) for i, x in enumerate(p)]
+        rest_g = [empty(x) if i in sset else (dev(x) if p_host[i] else x) for i, x in enumerate(g)]
+        rest_s = [
+            empty(x) if j in sstr else (dev(x) if s_host[j] else x) for j, x in enumerate(s)
+        ]
+        u_rest, s_rest = update(
+            jax.tree.unflatten(ptree, rest_g),
+            jax.tree.unflatten(stree, rest_s),
+            jax.tree.unflatten(ptree, rest_p),
+        )
+        u_rest, s_rest = jax.tree.leaves(u_rest), jax.tree.leaves(s_rest)
+        new_params = []
+        for i in range(len(p)):
+            if i in sset:
+                new_params.append(yp[i] if i in yp else pc[i])
+            else:
+                v = add(rest_p[i], u_rest[i])
+                new_params.append(host(v) if p_host[i] else v)
+        new_s = []
+        for j, x in enumerate(s_rest):
+            if j in sc:
+                new_s.append(sc[j])
+            elif j in ys:
+                new_s.append(ys[j])
+            else:
+                new_s.append(host(x) if s_host[j] else x)
+        return jax.tree.unflatten(ptree, new_params), jax.tree.unflatten(stree, new_s)
 
     return wrapped
 
