@@ -48,9 +48,7 @@ def main() -> None:
     ap.add_argument("--ff", type=int, default=1024)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     a = ap.parse_args()
-    cfg = dataclasses.replace(
-        llama.QUICKSTART, d_model=a.d, n_heads=4, d_ff=a.ff, seq=64, batch=2
-    )
+    cfg = dataclasses.replace(llama.QUICKSTART, d_model=a.d, n_heads=4, d_ff=a.ff, seq=64, batch=2)
     target = tg.resolve("h200", num_devices=1)
     if target.kind != "deviceless":
         sys.exit(f"no deviceless XLA:GPU here: {target.description}")
@@ -83,9 +81,7 @@ def main() -> None:
             out_shardings=(psh, osh, dev),
             donate_argnums=(0, 1),
         )
-        args = tg.args_for(
-            target, (jax.device_put(params, psh), jax.device_put(opt, osh), batch)
-        )
+        args = tg.args_for(target, (jax.device_put(params, psh), jax.device_put(opt, osh), batch))
         m = tg.compile_traced(target, jitted, args).compiled.memory_analysis()
         dev_b = (
             m.argument_size_in_bytes

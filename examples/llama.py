@@ -248,8 +248,10 @@ def forward(cfg: LlamaConfig, params, tokens):
         layer_fn = functools.partial(decoder_layer, cfg)
         if cfg.layer_wrap is not None:
             if G != 1:
-                raise ValueError("layer_wrap applies to layer_groups=1 only (slices of host "
-                                 "weights per group would be copied whole)")
+                raise ValueError(
+                    "layer_wrap applies to layer_groups=1 only (slices of host "
+                    "weights per group would be copied whole)"
+                )
             layer_fn = cfg.layer_wrap(layer_fn)
         fns = [
             jax.checkpoint(
