@@ -216,21 +216,22 @@ def test_plan_puts_parameters_on_the_host_and_keeps_the_numbers(session):
     recorded as unverified (XLA:CPU has no host memory space), the report's budget split
     shows parameters and gradients on the host, and what to apply names the helpers."""
     from planner._src.cost import build_cost_model
+    from planner._src.solve import min_feasible_bytes
 
-    cost = st.with_state(
-        build_cost_model(session.trace, session.graph, session.hardware, allow_offload=True),
-        _leaves(),
-    )
-    from planner._src.types import Assignment
-
-    g = session.graph
-    full = Assignment.of({})  # every class recomputed (the default decision)
-    opt_keys = frozenset(c.leaf.key for c in cost.state if c.leaf.role == "opt")
-    every = frozenset(c.leaf.key for c in cost.state)
-    opt_only = evaluate(cost, g, full, state_on_host=opt_keys).peak_bytes
-    lowest = evaluate(cost, g, full, state_on_host=every).peak_bytes
-    assert lowest < opt_only
-    budget = (opt_only + lowest) // 2
+    base = build_cost_model(session.trace, session.graph, session.hardware, allow_offload=True)
+    _, (params, opt, _) = llama.make_adam_step(CFG)
+    lowest = {
+        stream: min_feasible_bytes(
+            session.graph,
+            st.with_state(
+                base, st.state_leaves(opt, layers=L, params=params, stream_params=stream)
+            ),
+            OPTS,
+        )
+        for stream in (False, True)
+    }
+    assert lowest[True] < lowest[False]  # the parameters' freedom lowers the smallest peak
+    budget = int(lowest[True] + lowest[False]) // 2
     hbm_gb = _hbm_gb_for(session, budget)
     with pytest.raises(InfeasibleBudgetError):  # parameters fixed in HBM: no plan
         session.plan(hbm_gb, opt_state_argnum=1, params_argnum=0)
