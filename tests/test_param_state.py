@@ -248,11 +248,14 @@ def test_plan_puts_parameters_on_the_host_and_keeps_the_numbers(session):
     assert plan.numerics is not None and plan.numerics.checked and plan.numerics.ok
     assert plan.state.compiled.estimated and plan.verification.status == "compiled, unverified"
     assert plan.state.compiled.status.startswith("unverified")
+    check = {c.name: c for c in plan.verification.checks}["train state on the host"]
+    assert check.detail.startswith("unverified")
     parts = {x.part: x for x in plan.state.parts}
     host_params = sum(x.nbytes for x in pl.leaves if x.role == "param" and x.key in pl.on_host)
     assert parts["parameters"].host_bytes == parts["gradients"].host_bytes == host_params
     assert parts["parameters"].moved_bytes == 4 * host_params
     text = plan.report()
+    assert "parameters in pinned host memory" in text
     assert "plan.state.streamed_apply(tx.update)" in text
     assert "plan.state.stream_layer_params" in text and "param_shardings" in text
     with pytest.raises(PlannerError, match="streamed_apply"):

@@ -439,17 +439,14 @@ def _as_plan(session, requested, budget, sp: StatePlan, build, state):
     else:
         over = chk.device_bytes > budget and not chk.estimated
         exact = compiler.exact and not chk.estimated
+        # state.StateCheck.status: the compiled host bytes against the plan's, or why the
+        # compiler cannot say ("unverified" on XLA:CPU, never "within budget")
+        host_detail = chk.status
         if chk.estimated:
-            host_detail = (
-                f"not checked: XLA:CPU has no host memory space, so its compile of the step as "
-                f"applied ({fmt_bytes(chk.device_bytes)}) keeps the "
-                f"{fmt_bytes(chk.planned_host_bytes)} the plan puts on the host in its one "
-                "memory and copies them; XLA:GPU (deviceless too) checks the bytes"
-            )
-        else:
-            host_detail = (
-                f"the step as applied takes {fmt_bytes(chk.host_argument_bytes)} of host "
-                f"arguments, the plan {fmt_bytes(chk.planned_host_bytes)}"
+            host_detail += (
+                f" (XLA:CPU's compile of the step as applied, {fmt_bytes(chk.device_bytes)}, "
+                f"keeps the {fmt_bytes(chk.planned_host_bytes)} the plan puts on the host in "
+                "its one memory and copies them)"
             )
         ver = Verification(
             status=STATUS_OVER if over else (STATUS_OK if exact else STATUS_UNVERIFIED),
@@ -473,7 +470,7 @@ def _as_plan(session, requested, budget, sp: StatePlan, build, state):
             budget_bytes=budget,
             checks=(
                 Check(
-                    name="optimizer state on the host",
+                    name="train state on the host",
                     ok=chk.host_matches or chk.estimated,
                     detail=host_detail,
                 ),
