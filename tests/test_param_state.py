@@ -203,18 +203,16 @@ def _hbm_gb_for(session, usable: int) -> float:
     lo, hi = usable / GB, 4 * usable / GB
     for _ in range(60):
         mid = (lo + hi) / 2
-        got = usable_bytes(int(mid * GB), session.hardware, io_bytes(session.trace), 0.0)
+        got = usable_bytes(
+            int(mid * GB), session.hardware, io_bytes(session.trace), session.compiler.margin
+        )
         lo, hi = (mid, hi) if got < usable else (lo, mid)
     return hi
 
 
-def test_plan_puts_parameters_on_the_host_and_keeps_the_numbers(session):
-    """XLA:CPU, the whole pipeline: at a budget between the smallest peak with every
-    optimizer-state leaf on the host (parameters in HBM) and the smallest with parameters
-    and state on the host, the plan puts parameters on the host; its step as applied
-    (build) gives the user's step's numbers (the planner's numerics check), the compile is
-    recorded as unverified (XLA:CPU has no host memory space), the report's budget split
-    shows parameters and gradients on the host, and what to apply names the helpers."""
+def _between(session) -> tuple[int, float]:
+    """The usable bytes halfway between the solver's smallest peak with the optimizer state
+    free to move (parameters in HBM) and with the parameters free too, and its hbm_gb."""
     from planner._src.cost import build_cost_model
     from planner._src.solve import min_feasible_bytes
 
@@ -232,7 +230,17 @@ def test_plan_puts_parameters_on_the_host_and_keeps_the_numbers(session):
     }
     assert lowest[True] < lowest[False]  # the parameters' freedom lowers the smallest peak
     budget = int(lowest[True] + lowest[False]) // 2
-    hbm_gb = _hbm_gb_for(session, budget)
+    return budget, _hbm_gb_for(session, budget)
+
+
+def test_plan_puts_parameters_on_the_host_and_keeps_the_numbers(session):
+    """XLA:CPU, the whole pipeline: at a budget between the smallest peak with every
+    optimizer-state leaf on the host (parameters in HBM) and the smallest with parameters
+    and state on the host, the plan puts parameters on the host; its step as applied
+    (build) gives the user's step's numbers (the planner's numerics check), the compile is
+    recorded as unverified (XLA:CPU has no host memory space), the report's budget split
+    shows parameters and gradients on the host, and what to apply names the helpers."""
+    budget, hbm_gb = _between(session)
     with pytest.raises(InfeasibleBudgetError):  # parameters fixed in HBM: no plan
         session.plan(hbm_gb, opt_state_argnum=1, params_argnum=0)
     plan = session.plan(
@@ -292,3 +300,29 @@ def test_deviceless_h200_host_bytes_are_the_planned_parameter_bytes():
     assert none.host_argument_bytes == 0 and not none.host_matches
     assert "host bytes differ" in none.status
     assert none.device_bytes - mixed.device_bytes >= terms.saved_bytes - terms.inflight_bytes
+
+
+@pytest.mark.slow
+def test_plan_deviceless_h200_compiles_parameters_on_the_host_as_planned():
+    """Deviceless XLA:GPU for the H200: at a budget only a plan with parameters on the host
+    fits, Planner.plan (stream_params, build) puts parameters there, and the step as
+    applied compiles within the budget with exactly the planned host bytes."""
+    target = tg.resolve("h200", num_devices=1)
+    if target.kind != "deviceless":
+        pytest.skip(f"no deviceless XLA:GPU here: {target.description}")
+    step, args = llama.make_adam_step(CFG)
+    session = planner.Planner(jax.jit(step, donate_argnums=(0, 1)), *args, hardware="h200")
+    budget, hbm_gb = _between(session)
+    plan = session.plan(
+        hbm_gb,
+        opt_state_argnum=1,
+        params_argnum=0,
+        stream_params=True,
+        build=lambda policy, placement: _applied(policy, placement),
+    )
+    pl, chk = plan.state.placement, plan.state.compiled
+    assert pl.param_paths()
+    assert plan.verification.status == "compiled, within budget", plan.verification
+    assert chk.host_matches and not chk.estimated
+    assert chk.host_argument_bytes == pl.host_bytes()
+    assert chk.device_bytes <= budget
