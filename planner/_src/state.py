@@ -50,8 +50,8 @@ compiler does was read from deviceless XLA:GPU compiles of the Adam Llama step
   gradient has the parameter's dtype).
 * HBM while the layers run: ``V_i = 3 b_i / L`` (:data:`INFLIGHT_SLICES`): the slice in use,
   the next one prefetched, the gradient slice before it goes out. It joins every region's
-  peak: ``F' + V + residuals + working set``. Measured 2.88 slices for one leaf and 2.13
-  for three leaves together, so the sum over leaves is an upper bound.
+  peak: ``F' + V + residuals + working set``. Measured 2.88 slices for one leaf (2.50 on
+  JAX 0.12.0.1) and 2.13 for three leaves together, so the sum over leaves is an upper bound.
 * HBM during the update: the parameter's slice, its gradient's and the new slice:
   ``U_i = 3 b_i / L`` (with its moments' own ``U`` where they are on the host too).
 * Host: ``b_i`` resident (the host arguments; host outputs the same), plus host temporaries
@@ -160,8 +160,9 @@ class LeafCost:
 # Slices of a streamed parameter on the device while its layer runs backward, counted from
 # the compile (benchmarks/results/param-state-probe-2026-12-04.md): the slice brought in,
 # the next one prefetched, the gradient slice before it goes out. Measured 2.88 slices for
-# one leaf alone (JAX 0.11.2 deviceless H200) and 2.13 for three together (their slices are
-# not all live at the peak): 3 per leaf is an upper bound, conservative for several leaves.
+# one leaf alone (deviceless H200, JAX 0.11.2; 2.50 on 0.12.0.1) and 2.13 for three together
+# (their slices are not all live at the peak): 3 per leaf is an upper bound, conservative
+# for several leaves.
 INFLIGHT_SLICES = 3
 
 

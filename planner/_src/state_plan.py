@@ -1,4 +1,5 @@
-"""One plan for the whole budget: activations and the optimizer state's placement.
+"""One plan for the whole budget: activations and the train state's placement (optimizer
+state, and with ``stream_params=True`` the stacked parameters).
 
     session = planner.Planner(train_step, params, opt_state, batch, hardware="h200")
     sp = planner.plan_state(session, hbm_gb=60, opt_state_argnum=1, params_argnum=0)
