@@ -69,6 +69,10 @@ class LlamaConfig:
     # GPT-J / PaLM parallel residual: attention and MLP both read one norm of the layer input,
     # x + attn(norm(x)) + mlp(norm(x)) (the same weights; mlp_norm is not used).
     parallel_residual: bool = False
+    # Applied to the decoder layer function inside its jax.checkpoint (layer_groups=1 only):
+    # planner.stream_layer_params(fn, host=...) there brings host-resident stacked weights in
+    # one layer slice at a time (planner/_src/params.py: outside the checkpoint it saves none).
+    layer_wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
 
     @property
     def head_dim(self) -> int:
@@ -241,9 +245,17 @@ def forward(cfg: LlamaConfig, params, tokens):
     k = _layers_per_iter(cfg)
     trips = per // k
     for g in range(G):
+        layer_fn = functools.partial(decoder_layer, cfg)
+        if cfg.layer_wrap is not None:
+            if G != 1:
+                raise ValueError(
+                    "layer_wrap applies to layer_groups=1 only (slices of host "
+                    "weights per group would be copied whole)"
+                )
+            layer_fn = cfg.layer_wrap(layer_fn)
         fns = [
             jax.checkpoint(
-                functools.partial(decoder_layer, cfg),
+                layer_fn,
                 policy=policies[g * k + j],
                 prevent_cse=cfg.prevent_cse,
             )
@@ -351,23 +363,36 @@ def quickstart():
 
 
 def make_adam_step(
-    cfg: LlamaConfig = LlamaConfig(), *, lr: float = 1e-3, wrap=None, concrete: bool = True
+    cfg: LlamaConfig = LlamaConfig(),
+    *,
+    lr: float = 1e-3,
+    wrap=None,
+    apply=None,
+    concrete: bool = True,
 ):
     """``(train_step, (params, opt_state, batch))``: the LM loss of ``cfg`` with optax's Adam.
 
     ``train_step(params, opt_state, batch) -> (params, opt_state, loss)``. ``wrap``, if
     given, wraps ``tx.update`` (e.g. ``lambda u: planner.streamed_update(u, placement,
     cfg.n_layers)``, which streams host-resident optimizer state per layer slice); the
-    optimizer is the same. ``concrete=False``: the arguments as ``jax.ShapeDtypeStruct``s.
+    optimizer is the same. ``apply``, if given, wraps ``tx.update`` into ``(grads, opt_state,
+    params) -> (new params, new opt_state)`` in place of update + ``optax.apply_updates``
+    (``lambda u: plan.state.streamed_apply(u)``: parameters in pinned host memory too, with
+    ``cfg.layer_wrap`` streaming them into the layers). ``concrete=False``: the arguments as
+    ``jax.ShapeDtypeStruct``s.
     """
     import optax
 
     tx = optax.adam(lr)
     loss_of = lm_loss(functools.partial(forward, cfg))
     apply_update = wrap(tx.update) if wrap else tx.update
+    apply_all = apply(tx.update) if apply else None
 
     def train_step(params, opt_state, batch):
         loss, grads = jax.value_and_grad(loss_of)(params, batch)
+        if apply_all is not None:
+            params, opt_state = apply_all(grads, opt_state, params)
+            return params, opt_state, loss
         updates, opt_state = apply_update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 

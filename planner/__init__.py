@@ -69,6 +69,7 @@ _PUBLIC = {
             "placement_of",
             "state_leaves",
             "state_shardings",
+            "streamed_apply",
             "streamed_update",
             "with_state",
         )

@@ -235,6 +235,7 @@ def _cmd_solve(a) -> int:
             layer_groups=_LAYER_GROUPS[a.layer_groups],
             opt_state_argnum=a.opt_state_argnum,
             params_argnum=a.params_argnum,
+            stream_params=a.stream_params,
         )
         if a.timeline:
             from planner._src.plots import hbm_timeline
@@ -759,6 +760,12 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help="with --opt-state-argnum: the step's argument N is the parameters (budget split)",
+    )
+    s.add_argument(
+        "--stream-params",
+        action="store_true",
+        help="with --params-argnum: your step streams its stacked layer parameters "
+        "(plan.state.stream_layer_params), so the plan may put them in pinned host memory",
     )
     s.set_defaults(run=_cmd_solve)
 

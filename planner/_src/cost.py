@@ -657,14 +657,15 @@ def evaluate(
     exposed = sum(
         rc.multiplicity * (p.exposed_fwd_s + p.exposed_bwd_s) for rc, p in zip(model.regions, preds)
     )
-    # ---- train state (issue 21; formulas in state.py): host leaves leave F, their update
-    # buffer U peaks after the backward pass, their bytes join the host, their copies the time.
+    # ---- train state (issue 21; formulas in state.py): host leaves leave F (S), a host
+    # parameter's slices in flight (V) join the layers' peak, the update buffer U peaks after
+    # the backward pass, their bytes join the host, their copies the time.
     if state_on_host:
         from planner._src.state import evaluate_state
 
         st = evaluate_state(model.state, state_on_host)
         fixed -= st.saved_bytes
-        peak_var = max(peak_var, st.update_buffer_bytes)
+        peak_var = max(peak_var + st.inflight_bytes, st.update_buffer_bytes)
         host += st.host_bytes
         transfer += st.exposed_s
         exposed += st.exposed_s

@@ -73,7 +73,10 @@ class PlanOptions:
         streamed update). Trace the step as it runs, donated
         (``jax.jit(step, donate_argnums=...)``): a PlanWarning says when it is not.
       params_argnum: with ``opt_state_argnum``, which argument holds the parameters (for the
-        budget split: parameters and gradients; they stay in HBM).
+        budget split: parameters and gradients; they stay in HBM unless ``stream_params``).
+      stream_params: with ``params_argnum``, the step streams its stacked layer parameters
+        into the checkpointed layers (``plan.state.stream_layer_params``), so the plan may
+        put them in pinned host memory too, their gradients with them (planner/_src/state.py).
     """
 
     allow_offload: bool | None = None
@@ -92,6 +95,7 @@ class PlanOptions:
     decide_names: tuple[str, ...] | None = None
     opt_state_argnum: int | None = None
     params_argnum: int | None = None
+    stream_params: bool = False
 
     def __post_init__(self):
         for name in ("opt_state_argnum", "params_argnum"):
@@ -108,6 +112,12 @@ class PlanOptions:
                 "parameters are named for the train state's budget split, which is planned "
                 "with the optimizer state.\nFix: pass opt_state_argnum too (e.g. "
                 "opt_state_argnum=1, params_argnum=0), or neither."
+            )
+        if self.stream_params and self.params_argnum is None:
+            raise InvalidArgumentError(
+                "stream_params=True without params_argnum.\nWhy: the parameters the plan may "
+                "put on the host are found by their argument.\nFix: pass params_argnum too "
+                "(e.g. opt_state_argnum=1, params_argnum=0, stream_params=True)."
             )
         if self.decide_names is not None:
             names = self.decide_names

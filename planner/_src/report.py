@@ -94,7 +94,9 @@ class Report:
     # gradients, optimizer state, activations) {"part", "hbm_bytes", "host_bytes",
     # "moved_bytes"} per device; () otherwise.
     budget_split: tuple = ()
-    state_host_leaves: tuple[str, ...] = ()  # the optimizer-state leaves in pinned host memory
+    # the train-state leaves in pinned host memory (state.StateLeaf.key: "params" + path for
+    # a parameter)
+    state_host_leaves: tuple[str, ...] = ()
 
 
 def _reason(d: str, rec_ms: float, exposed: float, nbytes: int, plan, room: int) -> str:
@@ -177,7 +179,7 @@ def _status_lines(plan) -> tuple[tuple[str, str], ...]:
     state = getattr(plan, "state", None)
     if ver.compiled is None and state is not None and state.placement.on_host:
         where = (
-            "none: the plan moves optimizer state, which the step you run applies (pass "
+            "none: the plan moves train state, which the step you run applies (pass "
             "build= to Planner.plan to compile it as applied; notes)"
         )
     elif ver.compiled is None:
@@ -560,11 +562,18 @@ def _split_lines(r: Report) -> list[str]:
             f"{x['part']:18s}{x['hbm_bytes'] / MB:12,.1f}{x['host_bytes'] / MB:12,.1f}"
             f"{x['moved_bytes'] / MB:16,.1f}"
         )
-    n = len(r.state_host_leaves)
-    rows.append(
-        f"optimizer-state leaves in pinned host memory: {n}"
-        + (": " + ", ".join(r.state_host_leaves[:6]) + (" ..." if n > 6 else "") if n else "")
-    )
+    # the placement's keys: a parameter's is "params" + its path (state.StateLeaf.key)
+    params = [x for x in r.state_host_leaves if x.startswith("params")]
+    opt = [x for x in r.state_host_leaves if not x.startswith("params")]
+    for what, keys in (("optimizer-state leaves", opt), ("parameters", params)):
+        if what == "parameters" and not keys:
+            continue
+        n = len(keys)
+        rows.append(
+            f"{what} in pinned host memory: {n}"
+            + (": " + ", ".join(keys[:6]) + (" ..." if n > 6 else "") if n else "")
+            + (" (streamed per layer slice, their gradients with them)" if params is keys else "")
+        )
     return rows
 
 
@@ -660,7 +669,7 @@ def _md(r: Report) -> str:
             f"| {_mb(x['moved_bytes'])} MB |"
             for x in r.budget_split
         ]
-        out += ["", _split_lines(r)[-1] + ".", ""]
+        out += [""] + [x + "." for x in _split_lines(r)[len(r.budget_split) + 1 :]] + [""]
     out += [f"- {x}" for x in r.regions] + [""]
     sharded = any(row.shard for row in r.rows)
     g = r.layer_groups > 0

@@ -635,6 +635,7 @@ class Planner:
         opt_state_argnum: int | None = None,
         params_argnum: int | None = None,
         build: Callable | None = None,
+        stream_params: bool | None = None,
     ) -> Plan:
         """The plan for one budget (GB per device); raises InfeasibleBudgetError when neither
         a plan nor a stock policy fits.
@@ -646,19 +647,29 @@ class Planner:
         placement) -> (jitted_step, args)``: your step as you run it under a plan's policy
         and placement (``plan.state.shardings``, ``plan.state.streamed_update``, donated),
         compiled to hold a plan that moves state to the budget and run to check its numbers
-        against your step's; without it such a plan is not compiled (the report says so)."""
+        against your step's; without it such a plan is not compiled (the report says so).
+        ``stream_params`` (default: ``PlanOptions.stream_params``): your step streams its
+        stacked layer parameters (``plan.state.stream_layer_params``), so the plan may put
+        them in pinned host memory too (``plan.state.streamed_apply`` updates them)."""
         b = _validate_budget(hbm_gb)
         _warn_above_allocator_limit(b, self.hardware)
-        return self._plan_budget(int(b * GB), opt_state_argnum, params_argnum, build)
+        return self._plan_budget(int(b * GB), opt_state_argnum, params_argnum, build, stream_params)
 
     def _plan_budget(
-        self, requested: int, opt_state_argnum=None, params_argnum=None, build=None
+        self,
+        requested: int,
+        opt_state_argnum=None,
+        params_argnum=None,
+        build=None,
+        stream_params=None,
     ) -> Plan:
         """``_plan_one``, or with the optimizer state's placement where it is asked for (by
         the arguments or the session's options)."""
         if opt_state_argnum is None and params_argnum is None:
             opt_state_argnum = self.options.opt_state_argnum
             params_argnum = self.options.params_argnum
+        if stream_params is None:
+            stream_params = self.options.stream_params
         if opt_state_argnum is None:
             if params_argnum is not None or build is not None:
                 what = "params_argnum" if params_argnum is not None else "build"
@@ -669,7 +680,11 @@ class Planner:
                     "train_step(params, opt_state, batch)), or neither."
                 )
             return self._plan_one(requested)
-        PlanOptions(opt_state_argnum=opt_state_argnum, params_argnum=params_argnum)  # checks
+        PlanOptions(  # checks
+            opt_state_argnum=opt_state_argnum,
+            params_argnum=params_argnum,
+            stream_params=bool(stream_params),
+        )
         from planner._src.state_plan import plan_in_session
 
         return plan_in_session(
@@ -678,6 +693,7 @@ class Planner:
             opt_state_argnum=opt_state_argnum,
             params_argnum=params_argnum,
             build=build,
+            stream_params=bool(stream_params),
         )
 
     def pareto(self, hbm_gb=None, *, points: int = 5) -> list:

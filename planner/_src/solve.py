@@ -349,18 +349,24 @@ class _Model:
         self.peak_kib = m.NewIntVar(-(1 << 50), 1 << 50, "peak_kib")
         fixed = _kib_up(cost.fixed_bytes)
         # ---- train state (issue 21; formulas in state.py's docstring) --------------------
-        # state_on_host[i]: optimizer-state leaf i lives in pinned host memory (h_i).
-        # - its bytes leave the fixed bytes F for the whole step (fixed - saved below);
-        # - its streamed update holds U = sum 2 b_i / n_i h_i on the device after the
-        #   backward pass, when the activations are freed: peak >= F - saved + U;
+        # state_on_host[i]: train-state leaf i (an optimizer-state array, or a stacked
+        # parameter the step streams per layer slice) lives in pinned host memory (h_i).
+        # - its bytes leave the fixed bytes F for the whole step: F' = F - S, S = sum s_i h_i
+        #   (a parameter: its bytes and its gradient's, which the backward writes to the host);
+        # - a host parameter's slices in flight (V_i) are on the device while the layers run
+        #   forward and backward: each region's peak below counts F' + V;
+        # - its streamed update holds U_i on the device after the backward pass, when the
+        #   activations are freed: peak >= F' + U;
         # - its bytes join the host total, under the same cap as offloaded activations;
         # - its copies in and out, one layer slice at a time, are exposed step time.
         self.state_on_host = {}
+        fixed_layers = fixed  # F' + V: the fixed bytes while the layers run
         if cost.state:
-            self.state_on_host, saved_kib, update_kib, state_host_kib, state_ns = add_to_model(
-                m, cost.state, _kib_up, _ns
+            self.state_on_host, saved_kib, update_kib, inflight_kib, state_host_kib, state_ns = (
+                add_to_model(m, cost.state, _kib_up, _ns)
             )
             fixed = fixed - saved_kib
+            fixed_layers = fixed + inflight_kib
             m.Add(self.peak_kib >= fixed + update_kib)
             host_terms.append(state_host_kib)
             time_terms.append(state_ns)
@@ -368,7 +374,7 @@ class _Model:
         ordered = regions_in_order(graph)  # else every region's residuals at every k
         for k in range(len(ws_terms)):
             held = residual_terms[: k + 1] if ordered else residual_terms
-            m.Add(self.peak_kib >= fixed + sum(held) + ws_terms[k])
+            m.Add(self.peak_kib >= fixed_layers + sum(held) + ws_terms[k])
         if budget_bytes is not None:
             m.Add(self.peak_kib <= int(budget_bytes // KIB))
         # Host memory: every offloaded residual of every trip at once.

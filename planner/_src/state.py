@@ -1,29 +1,37 @@
-"""The train state's placement: which optimizer-state leaves live in pinned host memory.
+"""The train state's placement: which optimizer-state leaves, and which stacked parameters,
+live in pinned host memory.
 
 Activations are not the only bytes a plan can move. With Adam the two f32 moments hold
 twice the parameters' f32 bytes, and MaxText's ``optimizer_memory_host_offload`` moves all
 of them or none, bringing the whole state back to HBM before the update. Here each
-optimizer-state leaf is a decision of the same CP-SAT model as the activations
-(solve.py, the block marked "train state"), and a leaf on the host is updated one layer
-slice at a time (:func:`streamed_update`), so the whole state never comes back at once.
+optimizer-state leaf, and each stacked parameter where the step streams it, is a decision
+of the same CP-SAT model as the activations (solve.py, the block marked "train state"); a
+leaf on the host is updated one layer slice at a time (:func:`streamed_update`, or
+:func:`streamed_apply` where parameters move too), so the whole state never comes back at
+once.
 
-The leaves (:func:`state_leaves`): the pytree the user names as the optimizer state
-(``plan_state(..., opt_state_argnum=)``, state_plan.py), flattened with JAX's tree paths. Per leaf: per-device bytes (``size * itemsize`` divided by its sharding's
-shard count), and its layer stacking: a leaf whose leading axis is the scanned model's
-layer count ``L`` is *stacked* and is streamed one slice (``nbytes / L``) at a time; any
-other leaf is updated in one piece. Scalars (Adam's ``count``) never move (a few bytes).
+The leaves (:func:`state_leaves`): the pytrees the user names as the optimizer state and
+the parameters (``plan_state(..., opt_state_argnum=, params_argnum=)``, state_plan.py),
+flattened with JAX's tree paths (a placement names a leaf by :attr:`StateLeaf.key`: its
+path, ``"params" + path`` for a parameter). Per leaf: per-device bytes (``size *
+itemsize`` divided by its sharding's shard count), and its layer stacking: a leaf whose
+leading axis is the scanned model's layer count ``L`` is *stacked* and is streamed one slice
+(``b / L``) at a time; any other leaf is updated in one piece. Scalars (Adam's ``count``)
+never move (a few bytes).
 
-For a leaf ``i`` with ``h_i = 1`` (on the host), per step (``b_i`` its bytes, ``n_i`` its
-slices: ``L`` when stacked, else 1; ``t_d2h``, ``t_h2d`` from ``cost_models.transfer_seconds``,
-the same calibrated link model as activation offload, latency included per transfer):
+For an optimizer-state leaf ``i`` with ``h_i = 1`` (on the host), per step (``b_i`` its
+bytes, ``n_i`` its slices: ``L`` when stacked, else 1; ``t_d2h``, ``t_h2d`` from
+``cost_models.transfer_seconds``, the same calibrated link model as activation offload,
+latency included per transfer):
 
-* HBM: its bytes leave the fixed bytes ``F`` for the whole step: ``F' = F - sum_i b_i h_i``.
+* HBM: its bytes leave the fixed bytes ``F`` for the whole step: ``s_i = b_i``,
+  ``F' = F - S`` with ``S = sum_i s_i h_i``.
 * HBM during the update: the slices of every host leaf being updated at once are on the
-  device, read in and written back: ``U = sum_i 2 (b_i / n_i) h_i`` (the slice brought in,
-  and its updated value before it is written back). The update runs after the backward
-  pass has freed the activations, so the peak is ``max(F' + activation peak, F' + U)``.
+  device, read in and written back: ``U_i = 2 b_i / n_i`` (the slice brought in, and its
+  updated value before it is written back). The update runs after the backward pass has
+  freed the activations, so the peak is ``max(F' + V + activation peak, F' + U)``.
 * Host: ``b_i`` in pinned host memory, counted against the same host cap as offloaded
-  activations.
+  activations (the compile also holds a host temporary of ``b_i``: the new value).
 * Time: ``X_i = n_i (t_h2d(b_i / n_i) + t_d2h(b_i / n_i))``, all of it *exposed*: the
   update of one slice is a few elementwise passes over HBM, far shorter than the slice's
   copy over the host link (H200: 4.8 TB/s HBM against ~55 GB/s per direction), so there is
@@ -31,10 +39,41 @@ the same calibrated link model as activation offload, latency included per trans
   slice ``l + 1`` with the update of slice ``l``; a measurement on the GPU would show it.
 * Bytes moved per step: ``2 b_i``.
 
-Parameters are recorded and reported (role ``param``) but stay in HBM in this version: a
-parameter on the host is read by the forward and backward pass of its layer, which brings
-the whole stacked leaf to the device unless the layer loop itself reads its slice from the
-host (a change to the model's scan), so its cost is not the update's alone.
+For a stacked parameter ``i`` on the host (``plan_state(..., stream_params=True)``: the step
+wraps its layer with :meth:`PlanState.stream_layer_params` inside ``jax.checkpoint``, so the
+forward and the backward read one slice at a time from the host, params.py). What the
+compiler does was read from deviceless XLA:GPU compiles of the Adam Llama step
+(benchmarks/results/param-state-probe-2026-12-04.md, JAX 0.11.2):
+
+* HBM: the parameter leaves ``F`` and so does its gradient, which the backward pass writes
+  to the host slice by slice (the transpose of the device_put): ``s_i = 2 b_i`` (the
+  gradient has the parameter's dtype).
+* HBM while the layers run: ``V_i = 3 b_i / L`` (:data:`INFLIGHT_SLICES`): the slice in use,
+  the next one prefetched, the gradient slice before it goes out. It joins every region's
+  peak: ``F' + V + residuals + working set``. Measured 2.88 slices for one leaf (2.50 on
+  JAX 0.12.0.1) and 2.13 for three leaves together, so the sum over leaves is an upper bound.
+* HBM during the update: the parameter's slice, its gradient's and the new slice:
+  ``U_i = 3 b_i / L`` (with its moments' own ``U`` where they are on the host too).
+* Host: ``b_i`` resident (the host arguments; host outputs the same), plus host temporaries
+  ``2 b_i`` in the compile (the gradient and the new parameter, not aliased to the donated
+  one): the probe's figures, exact.
+* Time: per slice, in for the forward, in again for the backward (the checkpointed layer
+  recomputes from it), the gradient slice out, and for the update the parameter and the
+  gradient in and the new parameter out: ``X_i = L (4 t_h2d(b_i / L) + 2 t_d2h(b_i / L))``,
+  counted *exposed*. Conservative: the forward and backward copies can overlap the layer's
+  compute (XLA issues them as asynchronous dynamic slices), but cost.py's hiding model
+  prices a region's whole copy queue together (not additive per leaf, so not a linear term
+  of the CP-SAT model); a copy that hides is time the plan did not promise. Where a
+  parameter's moments are on the host too, :func:`streamed_apply` streams all of them in
+  the same scan and each leaf's terms add.
+* Bytes moved per step: ``6 b_i`` (parameter 4 b_i, gradient 2 b_i).
+
+Parameters that are not stacked (the embedding, the final norm, the unembedding) stay in
+HBM: one is used whole (not per layer), so on the host it would be brought in whole for
+its use and its gradient with it, saving nothing at the peak of the pass that reads it
+(MaxText's ``parameter_memory_host_offload``: the probe's ``host_whole`` saved 0 bytes).
+Parameters move only with ``stream_params=True``: the planner cannot see whether the layer
+function will be wrapped, and a host parameter read outside the checkpoint comes back whole.
 
 Why per leaf and not per fraction of a leaf: the helper keeps the user's state tree as it is
 (one array per leaf, one memory kind per array), so the placement the user applies is a
@@ -50,6 +89,8 @@ from typing import Any
 
 import cost_models as cm
 from planner._src.errors import PlannerError
+
+PARAM_PREFIX = "params"
 
 __all__ = [
     "BudgetPart",
@@ -67,6 +108,7 @@ __all__ = [
     "placement_of",
     "state_leaves",
     "state_shardings",
+    "streamed_apply",
     "streamed_update",
     "with_state",
 ]
@@ -82,11 +124,23 @@ class StateLeaf:
     layers: int  # slices it is streamed in: the layer count when stacked, else 1
     shape: tuple[int, ...]
     dtype: str
+    # A stacked parameter the step streams per layer slice (stream_layer_params inside the
+    # checkpointed layer): the planning call said so (stream_params=True) and it is stacked.
+    streamable: bool = False
+
+    @property
+    def key(self) -> str:
+        """The leaf's name in a placement: its path for optimizer state, ``"params" + path``
+        for a parameter (a keystr starts with ``[`` or ``.``, so the two never collide)."""
+        return self.path if self.role == "opt" else PARAM_PREFIX + self.path
 
     @property
     def movable(self) -> bool:
-        """May the solver place it on the host (an optimizer-state array, not a scalar)."""
-        return self.role == "opt" and len(self.shape) > 0
+        """May the solver place it on the host: an optimizer-state array (not a scalar), or a
+        streamable stacked parameter (module docstring: why not the others)."""
+        if self.role == "param":
+            return self.streamable and self.layers > 1
+        return len(self.shape) > 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,10 +148,22 @@ class LeafCost:
     """What placing one leaf on the host saves and costs per step (formulas: module doc)."""
 
     leaf: StateLeaf
-    saved_bytes: int  # b_i
-    update_buffer_bytes: int  # 2 b_i / n_i
+    saved_bytes: int  # b_i (a parameter: b_i + its gradient's bytes)
+    update_buffer_bytes: int  # U_i: 2 b_i / n_i (a parameter: 3 b_i / n_i)
     exposed_s: float  # X_i
-    moved_bytes: int  # 2 b_i over the host link
+    moved_bytes: int  # over the host link per step: 2 b_i (a parameter: 6 b_i)
+    host_bytes: int = 0  # b_i, resident in pinned host memory between steps
+    inflight_bytes: int = 0  # V_i: a parameter's slices on the device in its layers' passes
+    host_temp_bytes: int = 0  # the step's host temporaries: b_i (a parameter: 2 b_i)
+
+
+# Slices of a streamed parameter on the device while its layer runs backward, counted from
+# the compile (benchmarks/results/param-state-probe-2026-12-04.md): the slice brought in,
+# the next one prefetched, the gradient slice before it goes out. Measured 2.88 slices for
+# one leaf alone (deviceless H200, JAX 0.11.2; 2.50 on 0.12.0.1) and 2.13 for three together
+# (their slices are not all live at the peak): 3 per leaf is an upper bound, conservative
+# for several leaves.
+INFLIGHT_SLICES = 3
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,10 +174,16 @@ class StatePlacement:
     on_host: frozenset[str]
 
     def host_bytes(self) -> int:
-        return sum(x.nbytes for x in self.leaves if x.path in self.on_host)
+        """Bytes of the leaves on the host (what the step takes as host arguments)."""
+        return sum(x.nbytes for x in self.leaves if x.key in self.on_host)
 
-    def moved_bytes(self) -> int:
-        return 2 * self.host_bytes()
+    def param_paths(self) -> frozenset[str]:
+        """Paths (in the parameters' tree) of the parameters on the host."""
+        return frozenset(x.path for x in self.leaves if x.role == "param" and x.key in self.on_host)
+
+    def opt_paths(self) -> frozenset[str]:
+        """Paths (in the optimizer state's tree) of the optimizer-state leaves on the host."""
+        return frozenset(x.path for x in self.leaves if x.role == "opt" and x.key in self.on_host)
 
 
 def _shard_count(x) -> int:
@@ -122,12 +194,15 @@ def _shard_count(x) -> int:
     return max(1, math.prod(x.shape) // max(1, math.prod(shard)))
 
 
-def state_leaves(opt_state: Any, *, layers: int, params: Any = None) -> tuple[StateLeaf, ...]:
+def state_leaves(
+    opt_state: Any, *, layers: int, params: Any = None, stream_params: bool = False
+) -> tuple[StateLeaf, ...]:
     """The leaves of ``opt_state`` (role ``opt``) and of ``params`` (role ``param``).
 
     ``layers``: the scanned model's layer count (the trace's region multiplicity); a leaf
-    whose leading axis has that length is streamed per layer slice. Arrays or
-    ``ShapeDtypeStruct``s; bytes are per device.
+    whose leading axis has that length is streamed per layer slice. ``stream_params``: the
+    step streams its stacked parameters into the layers (``stream_layer_params``), so they
+    may be placed on the host. Arrays or ``ShapeDtypeStruct``s; bytes are per device.
     """
     import jax
     import numpy as np
@@ -155,6 +230,7 @@ def state_leaves(opt_state: Any, *, layers: int, params: Any = None) -> tuple[St
                     layers=layers if stacked else 1,
                     shape=shape,
                     dtype=str(np.dtype(x.dtype)),
+                    streamable=role == "param" and stream_params and stacked,
                 )
             )
     return tuple(out)
@@ -167,17 +243,34 @@ def leaf_costs(leaves: tuple[StateLeaf, ...], hardware) -> tuple[LeafCost, ...]:
         if not leaf.movable:
             continue
         piece = math.ceil(leaf.nbytes / leaf.layers)
-        x = leaf.layers * (
-            cm.transfer_seconds(piece, hardware, "h2d")
-            + cm.transfer_seconds(piece, hardware, "d2h")
-        )
+        h2d = cm.transfer_seconds(piece, hardware, "h2d")
+        d2h = cm.transfer_seconds(piece, hardware, "d2h")
+        if leaf.role == "param":
+            # per slice: in for the forward, in again for the backward (the checkpointed
+            # layer recomputes), its gradient out, and the update's parameter and gradient
+            # in and new parameter out: 4 h2d + 2 d2h (the gradient has the param's dtype)
+            out.append(
+                LeafCost(
+                    leaf=leaf,
+                    saved_bytes=2 * leaf.nbytes,
+                    update_buffer_bytes=3 * piece,
+                    exposed_s=float(leaf.layers * (4 * h2d + 2 * d2h)),
+                    moved_bytes=6 * leaf.nbytes,
+                    host_bytes=leaf.nbytes,
+                    inflight_bytes=INFLIGHT_SLICES * piece,
+                    host_temp_bytes=2 * leaf.nbytes,
+                )
+            )
+            continue
         out.append(
             LeafCost(
                 leaf=leaf,
                 saved_bytes=leaf.nbytes,
                 update_buffer_bytes=2 * piece,
-                exposed_s=float(x),
+                exposed_s=float(leaf.layers * (h2d + d2h)),
                 moved_bytes=2 * leaf.nbytes,
+                host_bytes=leaf.nbytes,
+                host_temp_bytes=leaf.nbytes,
             )
         )
     return tuple(out)
@@ -186,13 +279,15 @@ def leaf_costs(leaves: tuple[StateLeaf, ...], hardware) -> tuple[LeafCost, ...]:
 def placement_of(
     leaves: tuple[StateLeaf, ...], on_host: frozenset[str] | set[str]
 ) -> StatePlacement:
-    """A placement by leaf paths; raises for a path that is not a movable leaf."""
-    movable = {x.path for x in leaves if x.movable}
+    """A placement by leaf keys (:attr:`StateLeaf.key`: an optimizer-state leaf's path,
+    ``"params" + path`` for a parameter); raises for a key that is not a movable leaf."""
+    movable = {x.key for x in leaves if x.movable}
     bad = sorted(set(on_host) - movable)
     if bad:
         raise PlannerError(
-            f"Cannot place {bad} on the host.\nWhy: only optimizer-state arrays move (scalars "
-            f"and parameters stay in HBM; see planner/_src/state.py).\nFix: pick paths among "
+            f"Cannot place {bad} on the host.\nWhy: only optimizer-state arrays and, where the "
+            "step streams them (stream_params=True), stacked parameters move (scalars and "
+            f"other parameters stay in HBM; see planner/_src/state.py).\nFix: pick keys among "
             f"{sorted(movable)}."
         )
     return StatePlacement(leaves=leaves, on_host=frozenset(on_host))
@@ -372,6 +467,156 @@ def streamed_update(update: Callable, placement: StatePlacement, layers: int) ->
     return wrapped
 
 
+def streamed_apply(update: Callable, placement: StatePlacement, layers: int) -> Callable:
+    """Wrap an optax ``update(grads, opt_state, params) -> (updates, opt_state)`` into
+    ``apply(grads, opt_state, params) -> (new_params, new_opt_state)``: the update and
+    ``optax.apply_updates`` (``p + u`` in ``p``'s dtype), with every leaf ``placement`` puts
+    in pinned host memory (parameters, their gradients, optimizer state) brought to HBM,
+    updated and written back one layer slice at a time, inside the jitted step. Use it in
+    place of ``tx.update`` + ``optax.apply_updates`` where parameters are on the host; with
+    the parameters all in HBM it gives :func:`streamed_update`'s numbers.
+
+    Streamed: every stacked parameter (leading axis ``layers``) on the host or with a
+    stacked optimizer-state leaf on the host (a state leaf belongs to the parameter whose
+    path ends its own, as in :func:`streamed_update`). One ``lax.scan`` over the layers: its
+    xs are the host leaves (parameter, its gradient, which the backward pass left on the host
+    slice by slice, params.py, and host state), each slice brought in with
+    ``jax.device_put(., Space.Device)``; its ys the new host slices, put back with
+    ``Space.Host`` (new host buffers). HBM leaves of a streamed parameter (the parameter,
+    its state) are carried and overwritten slice by slice in place (donated); HBM gradients
+    are read. The user's optimizer is called per slice with the other leaves empty, and once
+    for every other leaf whole (the streamed ones empty; scalars such as Adam's ``count``
+    whole in both, taken from the second): exact for updates elementwise per leaf (SGD,
+    Adam, AdamW, Lion, ...), not for one reading across leaves (global-norm clipping); the
+    numerics check says which. Memory per slice on the device: the parameter's, the
+    gradient's, the new parameter's, and two per host state leaf (state.py's ``U``).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from planner._src import jax_adapter as adapter
+
+    host_params = placement.param_paths()
+
+    def stacked(x) -> bool:
+        return hasattr(x, "ndim") and x.ndim >= 1 and layers > 1 and x.shape[0] == layers
+
+    def empty(x):
+        return jnp.zeros((0, *x.shape[1:]), x.dtype)
+
+    def dev(x):
+        return adapter.to_memory(x, "device")
+
+    def host(x):
+        return adapter.to_memory(x, "pinned_host")
+
+    def add(p, u):  # optax.apply_updates, one leaf
+        return jnp.asarray(p + u).astype(jnp.asarray(p).dtype)
+
+    def wrapped(grads, opt_state, params):
+        pk, ptree = jax.tree_util.tree_flatten_with_path(params)
+        ppaths = [jax.tree_util.keystr(k) for k, _ in pk]
+        p = [x for _, x in pk]
+        g = jax.tree.leaves(grads)
+        if len(g) != len(p):
+            raise PlannerError(
+                f"streamed_apply got {len(g)} gradient leaves for {len(p)} parameters.\nWhy: "
+                "the gradients are the parameters' tree (jax.grad of the loss in params).\n"
+                "Fix: call it as apply(grads, opt_state, params)."
+            )
+        sk, stree = jax.tree_util.tree_flatten_with_path(opt_state)
+        spaths = [jax.tree_util.keystr(k) for k, _ in sk]
+        s = [x for _, x in sk]
+
+        def owner(path: str) -> int | None:  # the parameter a state leaf belongs to
+            hits = [i for i, q in enumerate(ppaths) if q and path.endswith(q)]
+            return max(hits, key=lambda i: len(ppaths[i])) if hits else None
+
+        own = [owner(q) for q in spaths]
+        p_host = [q in host_params and getattr(x, "ndim", 0) > 0 for q, x in zip(ppaths, p)]
+        s_host = [q in placement.on_host and getattr(x, "ndim", 0) > 0 for q, x in zip(spaths, s)]
+        streamed = sorted(
+            {i for i in range(len(p)) if p_host[i] and stacked(p[i])}
+            | {
+                own[j]
+                for j in range(len(s))
+                if s_host[j] and stacked(s[j]) and own[j] is not None and stacked(p[own[j]])
+            }
+        )
+        sset = set(streamed)
+        s_str = [j for j in range(len(s)) if stacked(s[j]) and own[j] in sset]
+        sstr = set(s_str)
+
+        def call_tree(vals, sel, sliced):  # sliced leaves, scalars whole, the rest empty
+            return [
+                sliced[i] if i in sel else (x if getattr(x, "ndim", 0) == 0 else empty(x))
+                for i, x in enumerate(vals)
+            ]
+
+        def body(carry, xs):
+            pc, sc = carry
+            layer, hp, hg, hs = xs
+            at = lambda x: jax.lax.dynamic_index_in_dim(x, layer, 0, keepdims=False)  # noqa: E731
+            p_l = {i: dev(hp[i]) if i in hp else at(pc[i]) for i in streamed}
+            g_l = {i: dev(hg[i]) if i in hg else at(g[i]) for i in streamed}
+            s_l = {j: dev(hs[j]) if j in hs else at(sc[j]) for j in s_str}
+            u, ns = update(
+                jax.tree.unflatten(ptree, call_tree(g, sset, g_l)),
+                jax.tree.unflatten(stree, call_tree(s, sstr, s_l)),
+                jax.tree.unflatten(ptree, call_tree(p, sset, p_l)),
+            )
+            u, ns = jax.tree.leaves(u), jax.tree.leaves(ns)
+            new_p = {i: add(p_l[i], u[i]) for i in streamed}
+            put = lambda x, v: jax.lax.dynamic_update_index_in_dim(x, v, layer, 0)  # noqa: E731
+            pc = {i: put(pc[i], new_p[i]) for i in pc}
+            sc = {j: put(sc[j], ns[j]) for j in sc}
+            ys = ({i: host(new_p[i]) for i in hp}, {j: host(ns[j]) for j in hs})
+            return (pc, sc), ys
+
+        if streamed:
+            carry0 = (
+                {i: p[i] for i in streamed if not p_host[i]},
+                {j: s[j] for j in s_str if not s_host[j]},
+            )
+            xs = (
+                jnp.arange(layers),
+                {i: p[i] for i in streamed if p_host[i]},
+                {i: g[i] for i in streamed if p_host[i]},
+                {j: s[j] for j in s_str if s_host[j]},
+            )
+            (pc, sc), (yp, ys) = jax.lax.scan(body, carry0, xs, length=layers)
+        else:
+            pc, sc, yp, ys = {}, {}, {}, {}
+        # Everything else whole; an unstacked host leaf comes in whole and goes back.
+        rest_p = [empty(x) if i in sset else (dev(x) if p_host[i] else x) for i, x in enumerate(p)]
+        rest_g = [empty(x) if i in sset else (dev(x) if p_host[i] else x) for i, x in enumerate(g)]
+        rest_s = [empty(x) if j in sstr else (dev(x) if s_host[j] else x) for j, x in enumerate(s)]
+        u_rest, s_rest = update(
+            jax.tree.unflatten(ptree, rest_g),
+            jax.tree.unflatten(stree, rest_s),
+            jax.tree.unflatten(ptree, rest_p),
+        )
+        u_rest, s_rest = jax.tree.leaves(u_rest), jax.tree.leaves(s_rest)
+        new_params = []
+        for i in range(len(p)):
+            if i in sset:
+                new_params.append(yp[i] if i in yp else pc[i])
+            else:
+                v = add(rest_p[i], u_rest[i])
+                new_params.append(host(v) if p_host[i] else v)
+        new_s = []
+        for j, x in enumerate(s_rest):
+            if j in sc:
+                new_s.append(sc[j])
+            elif j in ys:
+                new_s.append(ys[j])
+            else:
+                new_s.append(host(x) if s_host[j] else x)
+        return jax.tree.unflatten(ptree, new_params), jax.tree.unflatten(stree, new_s)
+
+    return wrapped
+
+
 def budget_split(
     leaves: tuple[StateLeaf, ...],
     placement: StatePlacement | None,
@@ -381,9 +626,13 @@ def budget_split(
 ) -> dict[str, dict[str, int]]:
     """Bytes per part of the budget, in HBM and on the host, and what moves per step.
 
-    Gradients: one per parameter, the parameter's bytes (the dtype JAX differentiates in), in
-    HBM (they are produced and consumed inside the step). Activations: the plan's residual
-    peak on the device and its offloaded bytes on the host.
+    Gradients: one per parameter, the parameter's bytes (the dtype JAX differentiates in),
+    in HBM, or on the host where the parameter is (the backward pass writes a host
+    parameter's gradient to the host slice by slice, params.py). Moved per step: an
+    optimizer-state leaf on the host 2 b (in and out for its update); a parameter 4 b (in for
+    the forward, again for the backward, in and out for the update) and its gradient 2 b
+    (out in the backward, in for the update). Activations: the plan's residual peak on the
+    device and its offloaded bytes on the host.
     """
     on_host = placement.on_host if placement else frozenset()
     split = {
@@ -391,13 +640,18 @@ def budget_split(
         for k in ("parameters", "gradients", "optimizer state", "activations")
     }
     for x in leaves:
-        part = "parameters" if x.role == "param" else "optimizer state"
-        where = "host" if x.path in on_host else "hbm"
-        split[part][where] += x.nbytes
-        if x.path in on_host:
-            split[part]["moved"] += 2 * x.nbytes
+        host = x.key in on_host
+        where = "host" if host else "hbm"
         if x.role == "param":
-            split["gradients"]["hbm"] += x.nbytes
+            split["parameters"][where] += x.nbytes
+            split["gradients"][where] += x.nbytes
+            if host:
+                split["parameters"]["moved"] += 4 * x.nbytes
+                split["gradients"]["moved"] += 2 * x.nbytes
+        else:
+            split["optimizer state"][where] += x.nbytes
+            if host:
+                split["optimizer state"]["moved"] += 2 * x.nbytes
     split["activations"]["hbm"] = int(activation_bytes)
     split["activations"]["host"] = int(activation_host_bytes)
     split["activations"]["moved"] = 2 * int(activation_host_bytes)
@@ -408,16 +662,18 @@ def budget_split(
 class StateTerms:
     """The sums of the module docstring's terms over the leaves on the host."""
 
-    saved_bytes: int  # sum b_i h_i, out of F
-    update_buffer_bytes: int  # U = sum 2 b_i / n_i h_i
+    saved_bytes: int  # S = sum s_i h_i, out of F
+    update_buffer_bytes: int  # U = sum U_i h_i
     host_bytes: int  # sum b_i h_i, in pinned host memory
     exposed_s: float  # sum X_i h_i
-    moved_bytes: int  # sum 2 b_i h_i per step
+    moved_bytes: int  # per step over the host link
+    inflight_bytes: int = 0  # V = sum V_i h_i, on the device while the layers run
+    host_temp_bytes: int = 0  # the step's host temporaries (the compile's host temp)
 
 
 def evaluate_state(costs: tuple[LeafCost, ...], on_host: frozenset[str]) -> StateTerms:
     """The terms for the leaves ``on_host`` (cost.evaluate adds them to its prediction)."""
-    by_path = {c.leaf.path: c for c in costs}
+    by_path = {c.leaf.key: c for c in costs}
     unknown = sorted(set(on_host) - set(by_path))
     if unknown:
         raise PlannerError(
@@ -429,28 +685,32 @@ def evaluate_state(costs: tuple[LeafCost, ...], on_host: frozenset[str]) -> Stat
     return StateTerms(
         saved_bytes=sum(c.saved_bytes for c in chosen),
         update_buffer_bytes=sum(c.update_buffer_bytes for c in chosen),
-        host_bytes=sum(c.saved_bytes for c in chosen),
+        host_bytes=sum(c.host_bytes for c in chosen),
         exposed_s=sum(c.exposed_s for c in chosen),
         moved_bytes=sum(c.moved_bytes for c in chosen),
+        inflight_bytes=sum(c.inflight_bytes for c in chosen),
+        host_temp_bytes=sum(c.host_temp_bytes for c in chosen),
     )
 
 
 def add_to_model(m, costs: tuple[LeafCost, ...], kib_up, ns):
     """The train state's variables in the CP-SAT model ``m`` (solve.py's block).
 
-    Returns ``(on_host, saved_kib, buffer_kib, host_kib, time_ns)``: ``on_host[path]`` is the
-    0/1 variable h_i, and the others are linear expressions in them (the module docstring's
-    sums, bytes in KiB rounded up as solve.py does, so the saving is rounded *down*).
+    Returns ``(on_host, saved_kib, buffer_kib, inflight_kib, host_kib, time_ns)``:
+    ``on_host[key]`` is the 0/1 variable h_i (key: :attr:`StateLeaf.key`), and the others
+    are linear expressions in them (the module docstring's sums S, U, V, host bytes, X;
+    bytes in KiB rounded up as solve.py does, so the saving is rounded *down*).
     """
-    on_host, saved, buf, host, t = {}, [], [], [], []
+    on_host, saved, buf, inflight, host, t = {}, [], [], [], [], []
     for c in costs:
-        h = m.NewBoolVar(f"state_on_host[{c.leaf.path}]")
-        on_host[c.leaf.path] = h
+        h = m.NewBoolVar(f"state_on_host[{c.leaf.key}]")
+        on_host[c.leaf.key] = h
         saved.append((c.saved_bytes // 1024) * h)  # down: a plan never saves more than it does
         buf.append(kib_up(c.update_buffer_bytes) * h)
-        host.append(kib_up(c.saved_bytes) * h)
+        inflight.append(kib_up(c.inflight_bytes) * h)
+        host.append(kib_up(c.host_bytes) * h)
         t.append(ns(c.exposed_s) * h)
-    return on_host, sum(saved), sum(buf), sum(host), sum(t)
+    return on_host, sum(saved), sum(buf), sum(inflight), sum(host), sum(t)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -465,6 +725,10 @@ class StateCheck:
     output_bytes: int = 0
     alias_bytes: int = 0
     temp_bytes: int = 0
+    host_output_bytes: int = 0
+    # the model's host temporaries of the placement (StateTerms.host_temp_bytes; the
+    # compile's also hold offloaded activations): for the record, not checked
+    planned_host_temp_bytes: int = 0
     # XLA:CPU (no host memory space): its figures keep the "host" leaves in its one memory
     # and add copies for their transfers, so they cannot show the placement's saving (the
     # Planner's CPU path records the compile, and does not hold it to the budget).
@@ -472,12 +736,41 @@ class StateCheck:
 
     @property
     def host_matches(self) -> bool:
-        """The compiled step takes exactly the planned bytes as host arguments."""
-        return self.host_argument_bytes == self.planned_host_bytes
+        """The compiled step takes exactly the planned bytes as host arguments and, where the
+        compiler reports host outputs, gives them back as host outputs."""
+        # 0: a compiler that does not report host outputs (only arguments are checked then)
+        outputs_ok = self.host_output_bytes in (0, self.planned_host_bytes)
+        return self.host_argument_bytes == self.planned_host_bytes and outputs_ok
+
+    @property
+    def status(self) -> str:
+        """One line: do the compiled step's host bytes match the plan (or why it cannot say)."""
+        if self.estimated or (self.host_argument_bytes == 0 and self.planned_host_bytes == 0):
+            if self.planned_host_bytes:
+                return (
+                    "unverified: the compiler reports no host memory space (XLA:CPU); "
+                    "XLA:GPU (deviceless too) checks the bytes"
+                )
+            return "nothing on the host: host bytes 0 as planned"
+        if self.host_argument_bytes != self.planned_host_bytes:
+            return (
+                f"host bytes differ: the step takes {self.host_argument_bytes:,} bytes of host "
+                f"arguments, the plan puts {self.planned_host_bytes:,} there"
+            )
+        if not self.host_matches:
+            return (
+                f"host bytes differ: the step gives back {self.host_output_bytes:,} bytes of "
+                f"host outputs, the plan keeps {self.planned_host_bytes:,} there"
+            )
+        return (
+            f"host bytes as planned: {self.host_argument_bytes:,} in, "
+            f"{self.host_output_bytes:,} out; device {self.device_bytes:,}"
+        )
 
 
-def check_compiled(compiled, placement: StatePlacement) -> StateCheck:
-    """Read a compiled step's device and host bytes (``memory_analysis()``, per device).
+def check_compiled(compiled, placement: StatePlacement, terms: StateTerms | None = None):
+    """Read a compiled step's device and host bytes (``memory_analysis()``, per device)
+    against ``placement`` (:attr:`StateCheck.status` says whether they match).
 
     Meaningful on a compiler with a host memory space (XLA:GPU, here or deviceless:
     target.py); XLA:CPU reports host arguments as device arguments and ``host_*`` as 0,
@@ -498,6 +791,8 @@ def check_compiled(compiled, placement: StatePlacement) -> StateCheck:
         output_bytes=int(m.output_size_in_bytes),
         alias_bytes=int(m.alias_size_in_bytes),
         temp_bytes=int(m.temp_size_in_bytes),
+        host_output_bytes=int(getattr(m, "host_output_size_in_bytes", 0) or 0),
+        planned_host_temp_bytes=terms.host_temp_bytes if terms is not None else 0,
     )
 
 
@@ -528,13 +823,16 @@ def budget_parts(split: dict[str, dict[str, int]]) -> tuple[BudgetPart, ...]:
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PlanState:
     """The train-state part of a plan (``plan.state``, where the plan was asked for with
-    ``opt_state_argnum``): which optimizer-state leaves live in pinned host memory, the
-    budget split, and what to apply.
+    ``opt_state_argnum``): which optimizer-state leaves and (``stream_params``) stacked
+    parameters live in pinned host memory, the budget split, and what to apply.
 
-        shardings = plan.state.shardings(opt_state, device_sharding)   # memory kinds
-        update = plan.state.streamed_update(tx.update)                 # your optax update
-        step = jax.jit(train_step_with(update), in_shardings=(..., shardings, ...),
-                       out_shardings=(..., shardings, ...), donate_argnums=(0, 1))
+        shardings = plan.state.shardings(opt_state, device_sharding)        # memory kinds
+        pshardings = plan.state.param_shardings(params, device_sharding)    # memory kinds
+        layer = plan.state.stream_layer_params(decoder_layer)   # inside jax.checkpoint
+        apply = plan.state.streamed_apply(tx.update)   # your optax update + apply_updates
+        step = jax.jit(train_step_with(layer, apply),
+                       in_shardings=(pshardings, shardings, ...),
+                       out_shardings=(pshardings, shardings, ...), donate_argnums=(0, 1))
     """
 
     opt_state_argnum: int
@@ -552,9 +850,47 @@ class PlanState:
         """:func:`state_shardings` of ``opt_state`` under this placement."""
         return state_shardings(opt_state, self.placement, device_sharding)
 
+    def param_shardings(self, params: Any, device_sharding: Any) -> Any:
+        """``params.param_shardings``: memory kind ``pinned_host`` for the parameters on the
+        host, ``device`` for the others."""
+        from planner._src.params import param_shardings
+
+        return param_shardings(params, self.placement.param_paths(), device_sharding)
+
+    def layer_paths(self, prefix: str = "['layers']") -> frozenset[str]:
+        """The host parameters' paths inside one layer's slice: their paths in the
+        parameters' tree less ``prefix``, the path of the stacked layer subtree the scan
+        slices (``params["layers"]``: ``"['layers']"``)."""
+        return frozenset(
+            p[len(prefix) :] for p in self.placement.param_paths() if p.startswith(prefix)
+        )
+
+    def stream_layer_params(
+        self, layer_fn: Callable, prefix: str = "['layers']", argnum: int = 1
+    ) -> Callable:
+        """``layer_fn`` with its host parameters brought to HBM a slice at a time
+        (``params.stream_layer_params`` with :meth:`layer_paths`); wrap it *before*
+        ``jax.checkpoint``. ``argnum``: the layer function's argument holding the slice."""
+        from planner._src.params import stream_layer_params
+
+        return stream_layer_params(layer_fn, host=self.layer_paths(prefix), argnum=argnum)
+
     def streamed_update(self, update: Callable) -> Callable:
-        """:func:`streamed_update` of ``update`` under this placement."""
+        """:func:`streamed_update` of ``update`` under this placement (parameters in HBM)."""
+        if self.placement.param_paths():
+            raise PlannerError(
+                "plan.state.streamed_update returns updates for parameters in HBM, but this "
+                f"plan puts {sorted(self.placement.param_paths())} on the host.\nWhy: a host "
+                "parameter is updated slice by slice where it lives, so the update and the "
+                "apply are one step.\nFix: params, opt_state = plan.state.streamed_apply("
+                "tx.update)(grads, opt_state, params) in place of tx.update + "
+                "optax.apply_updates."
+            )
         return streamed_update(update, self.placement, self.layers)
+
+    def streamed_apply(self, update: Callable) -> Callable:
+        """:func:`streamed_apply` of ``update`` under this placement."""
+        return streamed_apply(update, self.placement, self.layers)
 
     def host_paths(self) -> tuple[str, ...]:
         return tuple(sorted(self.placement.on_host))
@@ -563,21 +899,43 @@ class PlanState:
         """The code that applies the placement (the report's "state" snippet)."""
         o, p = self.opt_state_argnum, self.params_argnum
         donate = tuple(sorted({o} | ({p} if p is not None else set())))
-        if not self.placement.on_host:
+        pl = self.placement
+        if not pl.on_host:
             return (
-                "# The whole optimizer state stays in HBM: nothing to apply but donation:\n"
+                "# The whole train state stays in HBM: nothing to apply but donation:\n"
                 f"step = jax.jit(train_step, donate_argnums={donate})\n"
             )
-        paths = "\n".join(f"#   opt_state{x}" for x in self.host_paths())
-        return (
-            f"# {len(self.placement.on_host)} optimizer-state leaves in pinned host memory:\n"
-            f"{paths}\n"
+        opt = "\n".join(f"#   opt_state{x}" for x in sorted(pl.opt_paths()))
+        head = f"# {len(pl.opt_paths())} optimizer-state leaves in pinned host memory"
+        head += f":\n{opt}\n" if opt else "\n"
+        if not pl.param_paths():
+            return head + (
+                "shardings = plan.state.shardings(opt_state, device_sharding)  # memory kinds\n"
+                "opt_state = jax.device_put(opt_state, shardings)  # or create it there: "
+                "jax.jit(tx.init, out_shardings=shardings)\n"
+                f"update = plan.state.streamed_update(tx.update)  # per layer slice "
+                f"({self.layers})\n"
+                "# train_step calls update(grads, opt_state, params) in place of tx.update\n"
+                f"step = jax.jit(train_step, in_shardings=(...),  # argument {o}: shardings\n"
+                f"               out_shardings=(...),  # the new state: shardings\n"
+                f"               donate_argnums={donate})\n"
+            )
+        params = "\n".join(f"#   params{x}" for x in sorted(pl.param_paths()))
+        return head + (
+            f"# {len(pl.param_paths())} stacked parameters in pinned host memory, streamed "
+            f"per layer slice ({self.layers}), their gradients with them:\n{params}\n"
             "shardings = plan.state.shardings(opt_state, device_sharding)  # memory kinds\n"
-            "opt_state = jax.device_put(opt_state, shardings)  # or create it there: "
-            "jax.jit(tx.init, out_shardings=shardings)\n"
-            f"update = plan.state.streamed_update(tx.update)  # per layer slice ({self.layers})\n"
-            "# train_step calls update(grads, opt_state, params) in place of tx.update\n"
-            f"step = jax.jit(train_step, in_shardings=(...),  # argument {o}: shardings\n"
-            f"               out_shardings=(...),  # the new state: shardings\n"
+            "pshardings = plan.state.param_shardings(params, device_sharding)\n"
+            "params = jax.device_put(params, pshardings)\n"
+            "opt_state = jax.device_put(opt_state, shardings)\n"
+            "# the scanned layer, its host slices brought in inside the checkpoint:\n"
+            "layer = jax.checkpoint(plan.state.stream_layer_params(layer_fn), "
+            "policy=plan.policy)\n"
+            "apply = plan.state.streamed_apply(tx.update)  # your optax update, per slice\n"
+            "# train_step: params, opt_state = apply(grads, opt_state, params)\n"
+            "#   in place of tx.update + optax.apply_updates\n"
+            f"step = jax.jit(train_step, in_shardings=(...),  # argument {p}: pshardings, "
+            f"{o}: shardings\n"
+            "               out_shardings=(...),  # the new params and state: the same\n"
             f"               donate_argnums={donate})\n"
         )

@@ -1,4 +1,5 @@
-"""One plan for the whole budget: activations and the optimizer state's placement.
+"""One plan for the whole budget: activations and the train state's placement (optimizer
+state, and with ``stream_params=True`` the stacked parameters).
 
     session = planner.Planner(train_step, params, opt_state, batch, hardware="h200")
     sp = planner.plan_state(session, hbm_gb=60, opt_state_argnum=1, params_argnum=0)
@@ -91,9 +92,9 @@ class StatePlan:
             prog = targets.compile_traced(
                 self.compiler, jitted, targets.args_for(self.compiler, args)
             )
-            return st.check_compiled(prog.compiled, self.placement), None
+            return st.check_compiled(prog.compiled, self.placement, self.terms), None
         compiled = jitted.lower(*args).compile()
-        return st.check_compiled(compiled, self.placement), (compiled, args)
+        return st.check_compiled(compiled, self.placement, self.terms), (compiled, args)
 
     def summary(self) -> str:
         """The budget split as a text table (MB per device), and the predicted figures."""
@@ -115,10 +116,17 @@ class StatePlan:
                 f"{c.host_argument_bytes / 1e6:.1f} MB (planned {c.planned_host_bytes / 1e6:.1f} MB)"
                 f", model correction {self.correction_bytes / 1e6:+.1f} MB"
             )
+            rows.append(f"compiled host bytes: {c.status}")
+        pl = self.placement
         rows.append(
-            f"optimizer-state leaves on the host: {len(self.placement.on_host)} of "
-            f"{sum(1 for x in self.placement.leaves if x.movable)}"
+            f"optimizer-state leaves on the host: {len(pl.opt_paths())} of "
+            f"{sum(1 for x in pl.leaves if x.movable and x.role == 'opt')}"
         )
+        if any(x.movable and x.role == "param" for x in pl.leaves):
+            rows.append(
+                f"parameters on the host (streamed per layer slice): {len(pl.param_paths())} of "
+                f"{sum(1 for x in pl.leaves if x.movable and x.role == 'param')}"
+            )
         return "\n".join(rows)
 
 
@@ -140,12 +148,19 @@ def _layers(trace) -> int:
     return max((r.multiplicity for r in trace.regions if r.in_scan), default=1)
 
 
-def _leaves(session, opt_state_argnum: int, params_argnum: int | None):
+def _leaves(session, opt_state_argnum: int, params_argnum: int | None, stream_params=False):
     args = session._user_args
     opt_state = _arg(args, opt_state_argnum, "opt_state_argnum")
     params = _arg(args, params_argnum, "params_argnum")
+    if stream_params and params is None:
+        raise InvalidArgumentError(
+            "stream_params=True without params_argnum.\nWhy: the parameters the plan may put "
+            "on the host are found by their argument.\nFix: pass params_argnum too (e.g. "
+            "params_argnum=0 for train_step(params, opt_state, batch))."
+        )
     layers = _layers(session.trace)
-    return st.state_leaves(opt_state, layers=layers, params=params), layers
+    leaves = st.state_leaves(opt_state, layers=layers, params=params, stream_params=stream_params)
+    return leaves, layers
 
 
 def is_donated(trace, leaves: tuple[st.StateLeaf, ...]) -> bool:
@@ -193,12 +208,16 @@ def plan_state(
     opt_state_argnum: int,
     params_argnum: int | None = None,
     build: Callable[[Any, st.StatePlacement], tuple] | None = None,
+    stream_params: bool = False,
 ) -> StatePlan:
     """Solve activations and optimizer-state placement together for ``hbm_gb`` per device.
 
     ``opt_state_argnum``: which positional argument of the session's step is the optimizer
     state (an optax state pytree); ``params_argnum``: the parameters (for the budget split;
-    they stay in HBM, see state.py). ``build`` (see :meth:`StatePlan.check`): when given,
+    they stay in HBM unless ``stream_params``). ``stream_params=True``: the step streams
+    its stacked layer parameters into the checkpointed layers (``plan.state.
+    stream_layer_params``, params.py), so the plan may put them in pinned host memory too
+    (state.py: the terms; ``StatePlan.placement.param_paths()``: which). ``build`` (see :meth:`StatePlan.check`): when given,
     each plan is compiled as the user applies it and held to the budget: a plan whose
     compiled device bytes exceed it is solved again with the model corrected by the measured
     error (``c' = c + compiled - predicted``, cost.py), at most ``max_rounds`` times (the
@@ -212,7 +231,7 @@ def plan_state(
     from planner._src.session import io_bytes, usable_bytes
 
     tr, hw = session.trace, session.hardware
-    leaves, layers = _leaves(session, opt_state_argnum, params_argnum)
+    leaves, layers = _leaves(session, opt_state_argnum, params_argnum, stream_params)
     warn_if_not_donated(tr, leaves, opt_state_argnum, params_argnum)
     budget = usable_bytes(int(hbm_gb * GB), hw, io_bytes(tr), session.compiler.margin)
     return _state_loop(session, budget, hbm_gb * GB, leaves, layers, build)
@@ -260,13 +279,14 @@ def _state_loop(
             )
         if not chk.host_matches:
             raise PlannerError(
-                f"The compiled step takes {chk.host_argument_bytes:,} bytes of host arguments, "
-                f"the plan puts {chk.planned_host_bytes:,} bytes of optimizer state there.\n"
+                f"The compiled step does not hold the plan's host bytes: {chk.status}.\n"
                 "Why: the step that build() returns does not apply the placement (or the "
                 "compiler has no host memory space: XLA:CPU reports none).\nFix: jit the step "
-                "with state_shardings(opt_state, placement, sharding) as the optimizer state's "
-                "in and out shardings, put the state there with jax.device_put, and wrap the "
-                "update with streamed_update; check on XLA:GPU (deviceless works)."
+                "with plan.state.shardings / plan.state.param_shardings as the in and out "
+                "shardings of the optimizer state and parameters, put them there with "
+                "jax.device_put, wrap the layer with plan.state.stream_layer_params (host "
+                "parameters) and the update with plan.state.streamed_apply (or streamed_update "
+                "where no parameter moves); check on XLA:GPU (deviceless works)."
             )
         over = chk.device_bytes > budget
         rounds.append(
@@ -339,13 +359,14 @@ def plan_in_session(
     opt_state_argnum: int,
     params_argnum: int | None,
     build: Callable[[Any, st.StatePlacement], tuple] | None,
+    stream_params: bool = False,
 ):
     """``session.plan(...)`` with the optimizer state's placement decided too: a Plan whose
     ``state`` is a :class:`state.PlanState` (module docstring)."""
     from planner._src.session import io_bytes, usable_bytes
 
     tr, hw = session.trace, session.hardware
-    leaves, layers = _leaves(session, opt_state_argnum, params_argnum)
+    leaves, layers = _leaves(session, opt_state_argnum, params_argnum, stream_params)
     donated = warn_if_not_donated(tr, leaves, opt_state_argnum, params_argnum, stacklevel=5)
     budget = usable_bytes(requested, hw, io_bytes(tr), session.compiler.margin)
     first = _solve(session, budget, 0, leaves, layers)
@@ -419,17 +440,14 @@ def _as_plan(session, requested, budget, sp: StatePlan, build, state):
     else:
         over = chk.device_bytes > budget and not chk.estimated
         exact = compiler.exact and not chk.estimated
+        # state.StateCheck.status: the compiled host bytes against the plan's, or why the
+        # compiler cannot say ("unverified" on XLA:CPU, never "within budget")
+        host_detail = chk.status
         if chk.estimated:
-            host_detail = (
-                f"not checked: XLA:CPU has no host memory space, so its compile of the step as "
-                f"applied ({fmt_bytes(chk.device_bytes)}) keeps the "
-                f"{fmt_bytes(chk.planned_host_bytes)} the plan puts on the host in its one "
-                "memory and copies them; XLA:GPU (deviceless too) checks the bytes"
-            )
-        else:
-            host_detail = (
-                f"the step as applied takes {fmt_bytes(chk.host_argument_bytes)} of host "
-                f"arguments, the plan {fmt_bytes(chk.planned_host_bytes)}"
+            host_detail += (
+                f" (XLA:CPU's compile of the step as applied, {fmt_bytes(chk.device_bytes)}, "
+                f"keeps the {fmt_bytes(chk.planned_host_bytes)} the plan puts on the host in "
+                "its one memory and copies them)"
             )
         ver = Verification(
             status=STATUS_OVER if over else (STATUS_OK if exact else STATUS_UNVERIFIED),
@@ -453,7 +471,7 @@ def _as_plan(session, requested, budget, sp: StatePlan, build, state):
             budget_bytes=budget,
             checks=(
                 Check(
-                    name="optimizer state on the host",
+                    name="train state on the host",
                     ok=chk.host_matches or chk.estimated,
                     detail=host_detail,
                 ),

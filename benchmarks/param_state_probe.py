@@ -1,0 +1,113 @@
+"""Parameters and optimizer state in pinned host memory on the Adam Llama step: what the
+compiled step holds (issue 21, requirement 1, the parameters' cost terms).
+
+    JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/param_state_probe.py [--d 256] [--ff 1024]
+
+Deviceless XLA:GPU for the H200 (planner/_src/target.py; needs the CUDA plugin). The step:
+examples/llama.py's Adam step (4 layers under ``lax.scan``, each layer checkpointed with
+nothing saved), ``cfg.layer_wrap = stream_layer_params`` for the host parameters,
+``state.streamed_apply`` around ``tx.update``, params and state donated, shardings with
+memory kinds. Variants (the leaves on the host): ``none`` (the reference), ``w1``
+(``['layers']['w1']``, its moments in HBM), ``w1+mom`` (w1 and both its moments), ``3p``
+(w1, w2, w3), ``mom`` (w1's moments alone). Per variant, from ``memory_analysis()``: device
+bytes (arguments + outputs - aliased + temporaries), temporaries, host arguments / outputs /
+temporaries; and what that implies: ``(device(none) - device(v))`` against the bytes the
+variant moves. One JSON line per variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+VARIANTS = {
+    "none": ((), ()),
+    "w1": (("w1",), ()),
+    "w1+mom": (("w1",), ("w1",)),
+    "mom": ((), ("w1",)),
+    "3p": (("w1", "w2", "w3"), ()),
+}
+
+
+def main() -> None:
+    import jax
+
+    import planner
+    from examples import llama
+    from planner._src import state as st
+    from planner._src import target as tg
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--d", type=int, default=256)
+    ap.add_argument("--ff", type=int, default=1024)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    a = ap.parse_args()
+    cfg = dataclasses.replace(llama.QUICKSTART, d_model=a.d, n_heads=4, d_ff=a.ff, seq=64, batch=2)
+    target = tg.resolve("h200", num_devices=1)
+    if target.kind != "deviceless":
+        sys.exit(f"no deviceless XLA:GPU here: {target.description}")
+    _, (params, opt, batch) = llama.make_adam_step(cfg)
+    leaves = st.state_leaves(opt, layers=cfg.n_layers, params=params, stream_params=True)
+    dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    rows = {}
+    for name in a.variants.split(","):
+        ps, ms = VARIANTS[name]
+        host = {f"params['layers']['{w}']" for w in ps}
+        host |= {
+            x.key
+            for x in leaves
+            if x.role == "opt" and any(x.path.endswith(f"['layers']['{w}']") for w in ms)
+        }
+        pl = st.placement_of(leaves, host)
+        inner = {p[len("['layers']") :] for p in pl.param_paths()}
+        c = dataclasses.replace(
+            cfg, layer_wrap=lambda f, inner=inner: planner.stream_layer_params(f, host=inner)
+        )
+        step, _ = llama.make_adam_step(
+            c, apply=lambda u, pl=pl: st.streamed_apply(u, pl, cfg.n_layers)
+        )
+        osh = st.state_shardings(opt, pl, dev)
+        psh = planner.param_shardings(params, pl.param_paths(), dev)
+        bsh = jax.tree.map(lambda _: dev, batch)
+        jitted = jax.jit(
+            step,
+            in_shardings=(psh, osh, bsh),
+            out_shardings=(psh, osh, dev),
+            donate_argnums=(0, 1),
+        )
+        args = tg.args_for(target, (jax.device_put(params, psh), jax.device_put(opt, osh), batch))
+        m = tg.compile_traced(target, jitted, args).compiled.memory_analysis()
+        dev_b = (
+            m.argument_size_in_bytes
+            + m.output_size_in_bytes
+            - m.alias_size_in_bytes
+            + m.temp_size_in_bytes
+        )
+        pbytes = sum(x.nbytes for x in leaves if x.key in host and x.role == "param")
+        obytes = sum(x.nbytes for x in leaves if x.key in host and x.role == "opt")
+        rows[name] = row = {
+            "variant": name,
+            "jax": jax.__version__,
+            "device_bytes": int(dev_b),
+            "temp_bytes": int(m.temp_size_in_bytes),
+            "argument_bytes": int(m.argument_size_in_bytes),
+            "host_argument_bytes": int(getattr(m, "host_argument_size_in_bytes", 0)),
+            "host_output_bytes": int(getattr(m, "host_output_size_in_bytes", 0)),
+            "host_temp_bytes": int(getattr(m, "host_temp_size_in_bytes", 0)),
+            "param_host_bytes": pbytes,
+            "opt_host_bytes": obytes,
+            "slice_bytes": pbytes // cfg.n_layers // max(1, len(ps)),
+        }
+        if "none" in rows:
+            row["saved_bytes"] = rows["none"]["device_bytes"] - row["device_bytes"]
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
