@@ -154,7 +154,9 @@ class LeafCost:
     moved_bytes: int  # over the host link per step: 2 b_i (a parameter: 6 b_i)
     host_bytes: int = 0  # b_i, resident in pinned host memory between steps
     inflight_bytes: int = 0  # V_i: a parameter's slices on the device in its layers' passes
-    host_temp_bytes: int = 0  # the step's host temporaries: b_i (a parameter: 2 b_i)
+    # the step's host temporaries: a parameter's gradient, b_i, written to the host slice by
+    # slice in the backward pass; a state leaf 0 (updated in place in its own buffer)
+    host_temp_bytes: int = 0
 
 
 # Slices of a streamed parameter on the device while its layer runs backward, counted from
@@ -258,7 +260,7 @@ def leaf_costs(leaves: tuple[StateLeaf, ...], hardware) -> tuple[LeafCost, ...]:
                     moved_bytes=6 * leaf.nbytes,
                     host_bytes=leaf.nbytes,
                     inflight_bytes=INFLIGHT_SLICES * piece,
-                    host_temp_bytes=2 * leaf.nbytes,
+                    host_temp_bytes=leaf.nbytes,
                 )
             )
             continue
@@ -270,7 +272,6 @@ def leaf_costs(leaves: tuple[StateLeaf, ...], hardware) -> tuple[LeafCost, ...]:
                 exposed_s=float(leaf.layers * (h2d + d2h)),
                 moved_bytes=2 * leaf.nbytes,
                 host_bytes=leaf.nbytes,
-                host_temp_bytes=leaf.nbytes,
             )
         )
     return tuple(out)
@@ -337,8 +338,12 @@ def streamed_update(update: Callable, placement: StatePlacement, layers: int) ->
     says so.
 
     Memory: a host leaf's slice comes in through ``jax.device_put(slice, memory_kind=
-    "device")`` and its new value goes back with ``"pinned_host"`` (the scan's output, a new
-    host buffer), so one slice per host leaf is on the device at a time. Everything the
+    "device")`` and its new value goes back with ``"pinned_host"`` into the leaf's own host
+    buffer (the scan carries it and overwrites slice ``l``: donated, in place), so one slice
+    per host leaf is on the device at a time. (As the scan's ys, the new slices went to a
+    new host buffer that XLA then copied whole into the donated output: on the H200 a 537 MB
+    moment took 170 ms a step in that host-to-host copy, against 10 ms each way over the
+    link; benchmarks/results/h200-2026-12-04-param-state.md.) Everything the
     scan writes in HBM is written in place: the updates over the gradients' buffer (the scan
     carries the gradients and overwrites slice ``l`` with its update), and a streamed
     parameter's state leaves that stay in HBM over their own buffers (donated). An earlier
@@ -383,7 +388,12 @@ def streamed_update(update: Callable, placement: StatePlacement, layers: int) ->
         )
         sset = set(streamed)
         s_str = [j for j in range(len(s)) if stacked(s[j]) and own[j] in sset]
-        s_host = [j for j in s_str if on_host[j]]  # the scan's xs / ys (host buffers)
+        # Host leaves the trace sees in host memory are carried and written in place; one
+        # whose traced value does not say so (a DUS needs one memory space) goes through
+        # the scan's xs / ys instead (a new host buffer, copied whole into the output).
+        s_host = [j for j in s_str if on_host[j]]
+        s_hc = [j for j in s_host if adapter.memory_space_is_host(getattr(s[j], "aval", None))]
+        s_hy = [j for j in s_host if j not in s_hc]
         s_dev = [j for j in s_str if not on_host[j]]  # carried, updated in place
         bare = lambda v: [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in v]  # noqa: E731
         upd_like = jax.eval_shape(  # the updates' dtypes (the memory kinds left out)
@@ -407,7 +417,8 @@ def streamed_update(update: Callable, placement: StatePlacement, layers: int) ->
             at = lambda x: jax.lax.dynamic_index_in_dim(x, layer, 0, keepdims=False)  # noqa: E731
             g_l = {i: at(gc[i]) for i in streamed}
             s_l = {j: at(sc[j]) for j in s_dev}
-            s_l.update({j: adapter.to_memory(sh[j], "device") for j in s_host})
+            s_l.update({j: adapter.to_memory(at(sc[j]), "device") for j in s_hc})
+            s_l.update({j: adapter.to_memory(sh[j], "device") for j in s_hy})
             p_l = None if p is None else {i: at(p[i]) for i in streamed}
             u, ns = update(
                 jax.tree.unflatten(gtree, call_tree(g, sset, g_l)),
@@ -418,16 +429,19 @@ def streamed_update(update: Callable, placement: StatePlacement, layers: int) ->
             put = lambda x, v: jax.lax.dynamic_update_index_in_dim(x, v, layer, 0)  # noqa: E731
             gc = {i: put(gc[i], u[i]) if i in in_place else gc[i] for i in streamed}
             uc = {i: put(uc[i], u[i]) for i in uc}
-            sc = {j: put(sc[j], ns[j]) for j in s_dev}
-            ys = {j: adapter.to_memory(ns[j], "pinned_host") for j in s_host}
+            sc = {
+                **{j: put(sc[j], ns[j]) for j in s_dev},
+                **{j: put(sc[j], adapter.to_memory(ns[j], "pinned_host")) for j in s_hc},
+            }
+            ys = {j: adapter.to_memory(ns[j], "pinned_host") for j in s_hy}
             return (gc, sc, uc), ys
 
         gc0 = {i: g[i] for i in streamed}
-        sc0 = {j: s[j] for j in s_dev}
+        sc0 = {j: s[j] for j in s_dev + s_hc}
         uc0 = {
             i: jnp.zeros(u_avals[i].shape, u_avals[i].dtype) for i in streamed if i not in in_place
         }
-        xs = (jnp.arange(layers), {j: s[j] for j in s_host})
+        xs = (jnp.arange(layers), {j: s[j] for j in s_hy})
         if streamed:
             (gc, sc, uc), ys = jax.lax.scan(body, (gc0, sc0, uc0), xs, length=layers)
         else:
@@ -478,13 +492,14 @@ def streamed_apply(update: Callable, placement: StatePlacement, layers: int) -> 
 
     Streamed: every stacked parameter (leading axis ``layers``) on the host or with a
     stacked optimizer-state leaf on the host (a state leaf belongs to the parameter whose
-    path ends its own, as in :func:`streamed_update`). One ``lax.scan`` over the layers: its
-    xs are the host leaves (parameter, its gradient, which the backward pass left on the host
-    slice by slice, params.py, and host state), each slice brought in with
-    ``jax.device_put(., Space.Device)``; its ys the new host slices, put back with
-    ``Space.Host`` (new host buffers). HBM leaves of a streamed parameter (the parameter,
-    its state) are carried and overwritten slice by slice in place (donated); HBM gradients
-    are read. The user's optimizer is called per slice with the other leaves empty, and once
+    path ends its own, as in :func:`streamed_update`). One ``lax.scan`` over the layers
+    carries every leaf of a streamed parameter (the parameter and its state, on the host or
+    in HBM) and overwrites slice ``l`` in place (donated); a host slice is brought in with
+    ``jax.device_put(., Space.Device)`` and its new value put back with ``Space.Host`` into
+    the same host buffer (not as the scan's ys: those are a new host buffer XLA copies whole
+    into the donated output, see :func:`streamed_update`). Its xs are the host gradients
+    (which the backward pass left on the host slice by slice, params.py); HBM gradients are
+    read. The user's optimizer is called per slice with the other leaves empty, and once
     for every other leaf whole (the streamed ones empty; scalars such as Adam's ``count``
     whole in both, taken from the second): exact for updates elementwise per leaf (SGD,
     Adam, AdamW, Lion, ...), not for one reading across leaves (global-norm clipping); the
@@ -553,13 +568,24 @@ def streamed_apply(update: Callable, placement: StatePlacement, layers: int) -> 
                 for i, x in enumerate(vals)
             ]
 
+        # Host leaves the trace sees in host memory are carried and written in place; one
+        # whose traced value does not say so (a DUS needs one memory space) goes through the
+        # scan's xs / ys (a new host buffer, copied whole into the output).
+        def inplace(x) -> bool:
+            return adapter.memory_space_is_host(getattr(x, "aval", None))
+
+        p_hc = {i for i in streamed if p_host[i] and inplace(p[i])}
+        s_hc = {j for j in s_str if s_host[j] and inplace(s[j])}
+
         def body(carry, xs):
             pc, sc = carry
             layer, hp, hg, hs = xs
             at = lambda x: jax.lax.dynamic_index_in_dim(x, layer, 0, keepdims=False)  # noqa: E731
             p_l = {i: dev(hp[i]) if i in hp else at(pc[i]) for i in streamed}
+            p_l.update({i: dev(at(pc[i])) for i in p_hc})
             g_l = {i: dev(hg[i]) if i in hg else at(g[i]) for i in streamed}
             s_l = {j: dev(hs[j]) if j in hs else at(sc[j]) for j in s_str}
+            s_l.update({j: dev(at(sc[j])) for j in s_hc})
             u, ns = update(
                 jax.tree.unflatten(ptree, call_tree(g, sset, g_l)),
                 jax.tree.unflatten(stree, call_tree(s, sstr, s_l)),
@@ -568,21 +594,21 @@ def streamed_apply(update: Callable, placement: StatePlacement, layers: int) -> 
             u, ns = jax.tree.leaves(u), jax.tree.leaves(ns)
             new_p = {i: add(p_l[i], u[i]) for i in streamed}
             put = lambda x, v: jax.lax.dynamic_update_index_in_dim(x, v, layer, 0)  # noqa: E731
-            pc = {i: put(pc[i], new_p[i]) for i in pc}
-            sc = {j: put(sc[j], ns[j]) for j in sc}
+            pc = {i: put(pc[i], host(new_p[i]) if i in p_hc else new_p[i]) for i in pc}
+            sc = {j: put(sc[j], host(ns[j]) if j in s_hc else ns[j]) for j in sc}
             ys = ({i: host(new_p[i]) for i in hp}, {j: host(ns[j]) for j in hs})
             return (pc, sc), ys
 
         if streamed:
             carry0 = (
-                {i: p[i] for i in streamed if not p_host[i]},
-                {j: s[j] for j in s_str if not s_host[j]},
+                {i: p[i] for i in streamed if not p_host[i] or i in p_hc},
+                {j: s[j] for j in s_str if not s_host[j] or j in s_hc},
             )
             xs = (
                 jnp.arange(layers),
-                {i: p[i] for i in streamed if p_host[i]},
+                {i: p[i] for i in streamed if p_host[i] and i not in p_hc},
                 {i: g[i] for i in streamed if p_host[i]},
-                {j: s[j] for j in s_str if s_host[j]},
+                {j: s[j] for j in s_str if s_host[j] and j not in s_hc},
             )
             (pc, sc), (yp, ys) = jax.lax.scan(body, carry0, xs, length=layers)
         else:
