@@ -89,6 +89,38 @@ def test_param_placement_equals_brute_force(seed):
         solve_assignment(graph, cost, lowest - 64 * 1024, OPTS)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_host_cap_counts_a_host_parameters_gradient(seed):
+    """A host parameter holds 2 b in pinned host memory at the step's host peak (b resident,
+    its gradient b written during the backward pass): with a host cap between b and 2 b
+    the solver never puts it there, and its answer equals brute force under that cap."""
+    graph, cost = random_problem(seed, n_nodes=6, n_regions=1, n_classes=3)
+    cost = st.with_state(cost, _synthetic_leaves(1))
+    b = next(c.leaf.nbytes for c in cost.state if c.leaf.role == "param")
+    cost = dataclasses.replace(cost, host_cap_bytes=float(b + b // 2))
+    alone = evaluate(cost, graph, next(iter(all_assignments(graph, cost))),
+                     state_on_host=frozenset({"params['w']"}))
+    # (evaluate's activation host bytes are >= 0: the parameter alone is 2 b)
+    assert alone.host_bytes >= 2 * b > cost.host_cap_bytes
+    keys = [c.leaf.key for c in cost.state]
+    subsets = [frozenset(s) for k in range(len(keys) + 1) for s in itertools.combinations(keys, k)]
+    options = [
+        (p.step_s, p.peak_bytes, h)
+        for a in all_assignments(graph, cost)
+        for h in subsets
+        for p in [evaluate(cost, graph, a, state_on_host=h)]
+        if p.host_bytes <= cost.host_cap_bytes
+    ]
+    assert all("params['w']" not in h for *_, h in options)
+    budget = min(peak for _, peak, _ in options)
+    sol = solve_assignment(graph, cost, budget, OPTS)
+    assert "params['w']" not in sol.state_on_host
+    pred = evaluate(cost, graph, sol.assignment, state_on_host=sol.state_on_host)
+    assert pred.host_bytes <= cost.host_cap_bytes
+    best = min(t for t, peak, _ in options if peak <= budget)
+    assert pred.step_s == pytest.approx(best, rel=1e-6, abs=1e-8)
+
+
 def test_param_cost_terms_and_budget_split():
     """state.py's parameter terms by hand on the H200 profile's link, and the budget split:
     a parameter on the host takes its gradient with it."""

@@ -666,7 +666,7 @@ def evaluate(
         st = evaluate_state(model.state, state_on_host)
         fixed -= st.saved_bytes
         peak_var = max(peak_var + st.inflight_bytes, st.update_buffer_bytes)
-        host += st.host_bytes
+        host += st.host_bytes + st.host_temp_bytes  # resident + a host parameter's gradient
         transfer += st.exposed_s
         exposed += st.exposed_s
     # ---- end train state

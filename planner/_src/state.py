@@ -31,7 +31,8 @@ latency included per transfer):
   updated value before it is written back). The update runs after the backward pass has
   freed the activations, so the peak is ``max(F' + V + activation peak, F' + U)``.
 * Host: ``b_i`` in pinned host memory, counted against the same host cap as offloaded
-  activations (the compile also holds a host temporary of ``b_i``: the new value).
+  activations. No host temporary: :func:`streamed_update` writes each new slice into the
+  leaf's own (donated) buffer in place.
 * Time: ``X_i = n_i (t_h2d(b_i / n_i) + t_d2h(b_i / n_i))``, all of it *exposed*: the
   update of one slice is a few elementwise passes over HBM, far shorter than the slice's
   copy over the host link (H200: 4.8 TB/s HBM against ~55 GB/s per direction), so there is
@@ -54,9 +55,10 @@ compiler does was read from deviceless XLA:GPU compiles of the Adam Llama step
   JAX 0.12.0.1) and 2.13 for three leaves together, so the sum over leaves is an upper bound.
 * HBM during the update: the parameter's slice, its gradient's and the new slice:
   ``U_i = 3 b_i / L`` (with its moments' own ``U`` where they are on the host too).
-* Host: ``b_i`` resident (the host arguments; host outputs the same), plus host temporaries
-  ``2 b_i`` in the compile (the gradient and the new parameter, not aliased to the donated
-  one): the probe's figures, exact.
+* Host: ``b_i`` resident (the host arguments; host outputs the same), plus a host temporary
+  of ``b_i``, the gradient (the new parameter is written in place into the donated buffer):
+  ``b_i + b_i`` under the host cap, since both are in pinned host memory at the step's host
+  peak (LeafCost.host_bytes + host_temp_bytes).
 * Time: per slice, in for the forward, in again for the backward (the checkpointed layer
   recomputes from it), the gradient slice out, and for the update the parameter and the
   gradient in and the new parameter out: ``X_i = L (4 t_h2d(b_i / L) + 2 t_d2h(b_i / L))``,
@@ -734,7 +736,9 @@ def add_to_model(m, costs: tuple[LeafCost, ...], kib_up, ns):
         saved.append((c.saved_bytes // 1024) * h)  # down: a plan never saves more than it does
         buf.append(kib_up(c.update_buffer_bytes) * h)
         inflight.append(kib_up(c.inflight_bytes) * h)
-        host.append(kib_up(c.host_bytes) * h)
+        # resident between steps + written during the step (a host parameter's gradient):
+        # both in pinned host memory at the step's host peak, under one cap
+        host.append(kib_up(c.host_bytes + c.host_temp_bytes) * h)
         t.append(ns(c.exposed_s) * h)
     return on_host, sum(saved), sum(buf), sum(inflight), sum(host), sum(t)
 

@@ -333,7 +333,7 @@ def _solve(session, budget, correction, leaves, layers) -> StatePlan:
         leaves,
         placement,
         activation_bytes=act.peak_bytes - act.fixed_bytes,
-        activation_host_bytes=pred.host_bytes - terms.host_bytes,
+        activation_host_bytes=pred.host_bytes - terms.host_bytes - terms.host_temp_bytes,
     )
     return StatePlan(
         budget_bytes=budget,
