@@ -98,8 +98,12 @@ def test_host_cap_counts_a_host_parameters_gradient(seed):
     cost = st.with_state(cost, _synthetic_leaves(1))
     b = next(c.leaf.nbytes for c in cost.state if c.leaf.role == "param")
     cost = dataclasses.replace(cost, host_cap_bytes=float(b + b // 2))
-    alone = evaluate(cost, graph, next(iter(all_assignments(graph, cost))),
-                     state_on_host=frozenset({"params['w']"}))
+    alone = evaluate(
+        cost,
+        graph,
+        next(iter(all_assignments(graph, cost))),
+        state_on_host=frozenset({"params['w']"}),
+    )
     # (evaluate's activation host bytes are >= 0: the parameter alone is 2 b)
     assert alone.host_bytes >= 2 * b > cost.host_cap_bytes
     keys = [c.leaf.key for c in cost.state]

@@ -5,6 +5,7 @@ device bytes as planned (deviceless XLA:GPU, where the CUDA plugin is installed)
 
 import dataclasses
 import itertools
+import types
 import warnings
 
 import jax
@@ -191,6 +192,40 @@ def test_compiled_host_and_device_bytes_match_the_placement():
     costs = st.leaf_costs(leaves, planner.load_profile("h200"))
     terms = st.evaluate_state(costs, placement.on_host)
     assert mixed.device_bytes <= hbm.device_bytes - terms.saved_bytes + terms.update_buffer_bytes
+
+
+def test_state_check_reads_host_outputs_only_where_reported():
+    """StateCheck from memory_analysis figures: 0 host output bytes against a placement with
+    host leaves is a mismatch (the state came back in HBM: out-shardings of the device's
+    memory kind on a GPU); a compiler that has no host-output figure at all leaves only the
+    arguments to check. (Figures by hand: a deviceless compile cannot show the slip, since
+    it takes an output's kind from its value and aliases the donated host input to it.)"""
+    leaves, placement = _host_placement()
+    b = placement.host_bytes()
+
+    class Compiled:
+        def __init__(self, **host):
+            self.m = types.SimpleNamespace(
+                argument_size_in_bytes=10 * b,
+                output_size_in_bytes=9 * b,
+                alias_size_in_bytes=9 * b,
+                temp_size_in_bytes=b,
+                host_argument_size_in_bytes=b,
+                host_temp_size_in_bytes=0,
+                **host,
+            )
+
+        def memory_analysis(self):
+            return self.m
+
+    ok = st.check_compiled(Compiled(host_output_size_in_bytes=b), placement)
+    assert ok.host_matches and ok.status.startswith("host bytes as planned")
+    in_hbm = st.check_compiled(Compiled(host_output_size_in_bytes=0), placement)
+    assert not in_hbm.host_matches and "gives back 0 bytes of host outputs" in in_hbm.status
+    silent = st.check_compiled(Compiled(), placement)
+    assert silent.host_output_bytes is None and silent.host_matches
+    assert "unreported out" in silent.status
+    assert silent.device_bytes == 11 * b
 
 
 def test_plan_state_on_cpu_places_state_and_keeps_the_numbers():

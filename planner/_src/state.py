@@ -755,7 +755,8 @@ class StateCheck:
     output_bytes: int = 0
     alias_bytes: int = 0
     temp_bytes: int = 0
-    host_output_bytes: int = 0
+    # None: a compiler that does not report host outputs (only the arguments are checked)
+    host_output_bytes: int | None = None
     # the model's host temporaries of the placement (StateTerms.host_temp_bytes; the
     # compile's also hold offloaded activations): for the record, not checked
     planned_host_temp_bytes: int = 0
@@ -768,8 +769,9 @@ class StateCheck:
     def host_matches(self) -> bool:
         """The compiled step takes exactly the planned bytes as host arguments and, where the
         compiler reports host outputs, gives them back as host outputs."""
-        # 0: a compiler that does not report host outputs (only arguments are checked then)
-        outputs_ok = self.host_output_bytes in (0, self.planned_host_bytes)
+        # a step whose out-shardings forget pinned_host returns the state in HBM: 0 host
+        # output bytes then, which is a mismatch, not a silence
+        outputs_ok = self.host_output_bytes in (None, self.planned_host_bytes)
         return self.host_argument_bytes == self.planned_host_bytes and outputs_ok
 
     @property
@@ -794,8 +796,14 @@ class StateCheck:
             )
         return (
             f"host bytes as planned: {self.host_argument_bytes:,} in, "
-            f"{self.host_output_bytes:,} out; device {self.device_bytes:,}"
+            f"{'unreported' if self.host_output_bytes is None else format(self.host_output_bytes, ',')}"
+            f" out; device {self.device_bytes:,}"
         )
+
+
+def _reported(m, name: str) -> int | None:
+    value = getattr(m, name, None)
+    return None if value is None else int(value)
 
 
 def check_compiled(compiled, placement: StatePlacement, terms: StateTerms | None = None):
@@ -821,7 +829,7 @@ def check_compiled(compiled, placement: StatePlacement, terms: StateTerms | None
         output_bytes=int(m.output_size_in_bytes),
         alias_bytes=int(m.alias_size_in_bytes),
         temp_bytes=int(m.temp_size_in_bytes),
-        host_output_bytes=int(getattr(m, "host_output_size_in_bytes", 0) or 0),
+        host_output_bytes=_reported(m, "host_output_size_in_bytes"),
         planned_host_temp_bytes=terms.host_temp_bytes if terms is not None else 0,
     )
 
