@@ -301,6 +301,51 @@ def test_streamed_update_writes_in_place():
     assert mixed.alias_bytes >= plain.alias_size_in_bytes - one.host_bytes()  # donated
 
 
+def test_state_made_by_jit_in_plan_shardings_is_updated_in_place():
+    """A state created by ``jax.jit(tx.init, out_shardings=...)`` (state_shardings' own
+    advice): with the placement's shardings (NamedShardings) its host leaves trace as host
+    memory and the streamed update writes them in place, silently; with a
+    SingleDeviceSharding of memory kind pinned_host (the 7.2 B H200 harness of 2026-12-04)
+    they trace as device memory, and the update, still exact, warns that it copies them
+    whole every step, naming them."""
+    import optax
+
+    leaves, placement = _host_placement()
+    plain, (params, opt, batch) = llama.make_adam_step(CFG)
+    want = jax.jit(plain)(params, opt, batch)
+    dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    osh = st.state_shardings(opt, placement, dev)
+    assert all(isinstance(x, jax.sharding.NamedSharding) for x in jax.tree.leaves(osh))
+    single = jax.tree.map(
+        lambda x, h: dev.with_memory_kind("pinned_host" if h else "device"),
+        opt,
+        st._mask(opt, placement),
+    )
+    init = optax.adam(1e-3).init
+    n_host = sum(1 for x in leaves if x.key in placement.on_host and x.layers > 1)
+    for shardings, warns in ((osh, False), (single, True)):
+        step, _ = llama.make_adam_step(  # a step of its own: JAX traces it anew
+            CFG, wrap=lambda u: st.streamed_update(u, placement, CFG.n_layers), concrete=False
+        )
+        made = jax.jit(init, out_shardings=shardings)(params)
+        host_avals = [
+            x for x in jax.tree.leaves(made) if "host" in str(x.aval.memory_space).lower()
+        ]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = jax.jit(step)(params, made, batch)
+        msgs = [str(w.message) for w in caught if issubclass(w.category, PlanWarning)]
+        if warns:
+            assert not host_avals
+            assert len(msgs) == 1 and f"copies {n_host} host leaves whole" in msgs[0], msgs
+            assert ".mu['layers']['wq']" in msgs[0] and "NamedSharding" in msgs[0]
+        else:
+            assert len(host_avals) == sum(1 for x in leaves if x.key in placement.on_host)
+            assert not msgs, msgs
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+
+
 @pytest.fixture(scope="module")
 def donated_session():
     step, args = llama.make_adam_step(CFG)

@@ -572,6 +572,24 @@ def to_memory(x, kind: str):
     return jax.device_put(x, space)
 
 
+def with_memory_kind(sharding, kind: str):
+    """``sharding`` with memory ``kind``, as a sharding whose kind reaches the traced value.
+
+    JAX sets an array's ``aval.memory_space`` from its sharding's memory kind only for a
+    ``NamedSharding`` (``core.update_aval_with_sharding``, JAX 0.10.2 to 0.12.0.1): an array
+    made by ``jax.jit(f, out_shardings=SingleDeviceSharding(d, memory_kind="pinned_host"))``
+    lives in pinned host memory but traces as device memory, and a step that writes a host
+    value into it in place fails ("memory_space of all inputs passed to
+    dynamic_update_slice must be the same"). A ``SingleDeviceSharding`` therefore becomes the
+    same placement as a ``NamedSharding`` over a one-device mesh."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+
+    if isinstance(sharding, SingleDeviceSharding):
+        (device,) = sharding.device_set
+        sharding = NamedSharding(Mesh(np.array([device]), ("_planner_device",)), PartitionSpec())
+    return sharding.with_memory_kind(kind)
+
+
 def memory_space_is_host(aval) -> bool:
     space = getattr(aval, "memory_space", None)
     return space is not None and "host" in str(space).lower()

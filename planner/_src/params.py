@@ -91,15 +91,18 @@ def stream_layer_params(
 def param_shardings(params: Any, host, device_sharding: Any) -> Any:
     """Shardings for ``params`` (jit in / out shardings, ``jax.device_put``): the leaf's own
     sharding (or ``device_sharding``) with memory kind ``pinned_host`` where ``host`` (a set
-    of paths in ``params``, or a predicate on them) selects it, ``device`` elsewhere."""
+    of paths in ``params``, or a predicate on them) selects it, ``device`` elsewhere (a
+    ``SingleDeviceSharding`` as a one-device ``NamedSharding``: jax_adapter.with_memory_kind)."""
     import jax
+
+    from planner._src import jax_adapter as adapter
 
     flat, tree = jax.tree_util.tree_flatten_with_path(params)
     mask = _host_mask(params, host)
     out = []
     for (_, x), h in zip(flat, mask):
         base = getattr(x, "sharding", None) or device_sharding
-        out.append(base.with_memory_kind("pinned_host" if h else "device"))
+        out.append(adapter.with_memory_kind(base, "pinned_host" if h else "device"))
     return jax.tree.unflatten(tree, out)
 
 

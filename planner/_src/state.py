@@ -313,14 +313,50 @@ def state_shardings(opt_state: Any, placement: StatePlacement, device_sharding: 
     (params)``) rather than building it in HBM and moving it: on the H200 (2026-12-04) a
     state built whole in HBM and then half moved left HBM fragmented, and the plan's largest
     temporary found no block under the budget (``benchmarks/results/
-    h200-2026-12-04-state-offload.md``)."""
+    h200-2026-12-04-state-offload.md``). A ``SingleDeviceSharding`` comes back as the same
+    placement over a one-device mesh (``NamedSharding``): only then does JAX trace an array
+    made in it as host memory, which :func:`streamed_update` needs to write it in place
+    (jax_adapter.with_memory_kind)."""
     import jax
+
+    from planner._src import jax_adapter as adapter
 
     def one(x, host):
         base = getattr(x, "sharding", None) or device_sharding
-        return base.with_memory_kind("pinned_host" if host else "device")
+        return adapter.with_memory_kind(base, "pinned_host" if host else "device")
 
     return jax.tree.map(one, opt_state, _mask(opt_state, placement))
+
+
+def _warn_copied_whole(paths: list[str]) -> None:
+    """The host leaves a streamed update cannot write in place (their traced values are in
+    device memory): a PlanWarning, since the step still runs, with the right numbers, but
+    copies each such leaf whole from host to host every step."""
+    if not paths:
+        return
+    import warnings
+
+    from planner._src.plan import PlanWarning
+
+    shown = ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+    warnings.warn(
+        PlanWarning(
+            f"The streamed update copies {len(paths)} host leaves whole every step: {shown}.\n"
+            "Why: the step traces them in device memory although the plan puts them in "
+            "pinned host memory (placed without a NamedSharding, or not placed at all), so "
+            "their new slices cannot be written into their own buffers; they "
+            "go to a new host buffer that XLA copies into the output (on the H200 a 537 MB "
+            "moment cost 105.7 ms a step this way against 20.2 ms in place; benchmarks/"
+            "results/h200-2026-12-04-param-state.md). JAX records an array's host memory in "
+            "its traced type only for a NamedSharding: an array made by jax.jit(..., "
+            "out_shardings=SingleDeviceSharding(d, memory_kind='pinned_host')) traces as "
+            "device memory (JAX 0.10.2 to 0.12.0.1).\nFix: create or place the state with "
+            "plan.state.shardings / plan.state.param_shardings (NamedShardings: "
+            "jax.jit(tx.init, out_shardings=...) or jax.device_put), or a NamedSharding of "
+            "your own with memory_kind='pinned_host'."
+        ),
+        stacklevel=4,
+    )
 
 
 def streamed_update(update: Callable, placement: StatePlacement, layers: int) -> Callable:
@@ -396,6 +432,7 @@ def streamed_update(update: Callable, placement: StatePlacement, layers: int) ->
         s_host = [j for j in s_str if on_host[j]]
         s_hc = [j for j in s_host if adapter.memory_space_is_host(getattr(s[j], "aval", None))]
         s_hy = [j for j in s_host if j not in s_hc]
+        _warn_copied_whole([spaths[j] for j in s_hy])
         s_dev = [j for j in s_str if not on_host[j]]  # carried, updated in place
         bare = lambda v: [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in v]  # noqa: E731
         upd_like = jax.eval_shape(  # the updates' dtypes (the memory kinds left out)
@@ -578,6 +615,10 @@ def streamed_apply(update: Callable, placement: StatePlacement, layers: int) -> 
 
         p_hc = {i for i in streamed if p_host[i] and inplace(p[i])}
         s_hc = {j for j in s_str if s_host[j] and inplace(s[j])}
+        _warn_copied_whole(
+            [f"params{ppaths[i]}" for i in streamed if p_host[i] and i not in p_hc]
+            + [spaths[j] for j in s_str if s_host[j] and j not in s_hc]
+        )
 
         def body(carry, xs):
             pc, sc = carry
