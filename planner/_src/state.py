@@ -359,6 +359,23 @@ def _warn_copied_whole(paths: list[str]) -> None:
     )
 
 
+def _new_state(whole: list, carried: dict, ys: dict, on_host: list) -> list:
+    """The new optimizer-state leaves of a streamed update: a streamed leaf as the scan left
+    it (``carried``, written in place, or its ``ys``), any other from the update of the
+    whole leaves (``whole``), put back in pinned host memory where ``on_host`` says (an
+    unstacked host leaf: brought in whole for the update; scalars never move)."""
+    from planner._src import jax_adapter as adapter
+
+    return [
+        carried[j]
+        if j in carried
+        else ys[j]
+        if j in ys
+        else (adapter.to_memory(x, "pinned_host") if on_host[j] and getattr(x, "ndim", 0) else x)
+        for j, x in enumerate(whole)
+    ]
+
+
 def streamed_update(update: Callable, placement: StatePlacement, layers: int) -> Callable:
     """Wrap an optax ``update(grads, opt_state, params) -> (updates, opt_state)`` so that the
     optimizer-state leaves ``placement`` puts on the host are brought to HBM, updated and
@@ -503,16 +520,7 @@ def streamed_update(update: Callable, placement: StatePlacement, layers: int) ->
         updates = [
             (gc[i] if i in in_place else uc[i]) if i in sset else u_rest[i] for i in range(len(g))
         ]
-        new_s = []
-        for j, x in enumerate(s_rest):
-            if j in sc:
-                new_s.append(sc[j])
-            elif j in ys:
-                new_s.append(ys[j])
-            elif on_host[j] and getattr(x, "ndim", 0):
-                new_s.append(adapter.to_memory(x, "pinned_host"))
-            else:
-                new_s.append(x)
+        new_s = _new_state(s_rest, sc, ys, on_host)
         return jax.tree.unflatten(jax.tree.structure(upd_like), updates), jax.tree.unflatten(
             stree, new_s
         )
@@ -673,14 +681,7 @@ def streamed_apply(update: Callable, placement: StatePlacement, layers: int) -> 
             else:
                 v = add(rest_p[i], u_rest[i])
                 new_params.append(host(v) if p_host[i] else v)
-        new_s = []
-        for j, x in enumerate(s_rest):
-            if j in sc:
-                new_s.append(sc[j])
-            elif j in ys:
-                new_s.append(ys[j])
-            else:
-                new_s.append(host(x) if s_host[j] else x)
+        new_s = _new_state(s_rest, sc, ys, s_host)
         return jax.tree.unflatten(ptree, new_params), jax.tree.unflatten(stree, new_s)
 
     return wrapped
