@@ -59,3 +59,32 @@ def test_source_lines_are_not_emoji_codes(plan):
     text = _text(r)
     assert "model.py:100:8 [cuda] :smile:" in text
     assert "\U0001f4af" not in text and not re.search(r"[\U0001f300-\U0001faff]", text)
+
+
+def test_stock_table_says_what_each_fits_rests_on(plan):
+    """New-user trial F5: the stock table's "fits" mixed predictions and compiled figures
+    without saying which. Each row now shows the predicted peak and the compiled figure
+    (or "not compiled"), and "fits" names what it rests on, consistent with the plan's
+    baselines: compiled rows are held to the compiled figure."""
+    r = build_report(plan)
+    by_name = {b.name: b for b in plan.baselines}
+    assert r.stock_policies[0].name == "planner"
+    assert r.stock_policies[0].compiled_gb is not None  # verified plans are compiled
+    compiled_rows = 0
+    for line in r.stock_policies[1:]:
+        b = by_name[line.name]
+        if not line.applicable:
+            assert line.fits_text == "n/a"
+            continue
+        if b.compiled_device_bytes is None:
+            assert line.compiled_gb is None and line.fits_text.endswith(", predicted")
+            assert line.compiled_text == "not compiled"
+        else:
+            compiled_rows += 1
+            assert line.compiled_gb == pytest.approx(b.compiled_device_bytes / 1e9)
+            assert line.fits_text == ("yes" if b.fits else "no") + ", compiled"
+    assert compiled_rows  # the planner compiles the stock policies it compares against
+    text = _text(r)
+    assert "compiled by XLA:CPU" in text and "predicted peak" in text
+    for line in r.stock_policies:
+        assert re.search(rf"{re.escape(line.name)}\s.*{re.escape(line.fits_text)}", text)
