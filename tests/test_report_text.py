@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 import planner
-from planner._src.report import _text, build_report
+from planner._src.report import _text, build_report, report_from_dict
 from planner._src.units import fmt_bytes
 
 
@@ -88,3 +88,10 @@ def test_stock_table_says_what_each_fits_rests_on(plan):
     assert "compiled by XLA:CPU" in text and "predicted peak" in text
     for line in r.stock_policies:
         assert re.search(rf"{re.escape(line.name)}\s.*{re.escape(line.fits_text)}", text)
+    # A plan file written before the compiled column: no claim about what "fits" rests on.
+    d = dataclasses.asdict(r)
+    for line in d["stock_policies"]:
+        del line["compiled_gb"], line["compiled_recorded"]
+    old = report_from_dict(d)
+    assert {p.fits_text for p in old.stock_policies} <= {"yes", "no", "n/a"}
+    assert {p.compiled_text for p in old.stock_policies} == {"not recorded"}

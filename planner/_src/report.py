@@ -43,18 +43,23 @@ class PolicyLine:
     fits: bool  # the compiled figure within the budget where compiled, else the prediction
     applicable: bool
     compiled_gb: float | None = None  # the verifying compiler's figure (None: not compiled)
+    # False: read from a plan file written before compiled_gb was recorded (2026-12-05)
+    compiled_recorded: bool = True
 
     @property
     def fits_text(self) -> str:
         """``fits`` and what it rests on: "yes, compiled" or "no, predicted" (or "n/a")."""
         if not self.applicable:
             return "n/a"
-        return ("yes" if self.fits else "no") + (
-            ", predicted" if self.compiled_gb is None else ", compiled"
-        )
+        yes = "yes" if self.fits else "no"
+        if not self.compiled_recorded:
+            return yes
+        return yes + (", predicted" if self.compiled_gb is None else ", compiled")
 
     @property
     def compiled_text(self) -> str:
+        if not self.compiled_recorded:
+            return "not recorded"
         return "not compiled" if self.compiled_gb is None else fmt_gb(self.compiled_gb)
 
 
@@ -647,7 +652,10 @@ def report_from_dict(d: dict) -> Report:
     d["rows"] = tuple(Row(**r) for r in d["rows"])
     if "policies" in d:  # plan files written before the rename
         d["stock_policies"] = d.pop("policies")
-    d["stock_policies"] = tuple(PolicyLine(**p) for p in d["stock_policies"])
+    d["stock_policies"] = tuple(
+        PolicyLine(**p) if "compiled_gb" in p else PolicyLine(**p, compiled_recorded=False)
+        for p in d["stock_policies"]
+    )
     for k in ("checks", "flag_notes"):
         d[k] = tuple(tuple(x) for x in d[k])
     d["rounds"] = tuple(x if isinstance(x, dict) else tuple(x) for x in d["rounds"])
