@@ -1,10 +1,17 @@
 """Prototype: the backward working set as interval liveness (not in cost.py)."""
-import sys, warnings, jax
-jax.config.update("jax_platforms", "cpu")
+
+import sys
+import warnings
+
+import jax
+
 import planner
 from planner._src import cost
 from planner._src.types import Assignment
 from tests.zoo import MODELS
+
+jax.config.update("jax_platforms", "cpu")
+
 
 def interval_ws(rg, dec, need0):
     cands = rg.region.candidates
@@ -36,6 +43,7 @@ def interval_ws(rg, dec, need0):
             best, at = s, p
     return best, at, sum(live.values())
 
+
 warnings.simplefilter("ignore")
 for name in sys.argv[1:]:
     step, args = MODELS[name].make()
@@ -44,4 +52,16 @@ for name in sys.argv[1:]:
     for rg, dec in zip(s.graph.regions, per):
         need = [c.needed for c in rg.region.candidates]
         best, at, total = interval_ws(rg, dec, need)
-        print(name, "region", rg.region.id, "in_scan", rg.region.in_scan, "interval W", best, "at fwd idx", at, "sum W", total)
+        print(
+            name,
+            "region",
+            rg.region.id,
+            "in_scan",
+            rg.region.in_scan,
+            "interval W",
+            best,
+            "at fwd idx",
+            at,
+            "sum W",
+            total,
+        )
