@@ -7,7 +7,7 @@ compiled (issue 14, requirement 3; benchmarks/results/memory-model-2026-12-03.md
 
 A name is a tests/zoo model or ``ex:<module>`` of examples/ with a ``make()`` (``ex:<module>:<factory>``
 for another factory, e.g. ``ex:llama:quickstart``); each is planned
-for ``hardware="cpu"`` at the zoo's three budgets (tests/test_zoo.py's ``zoo_budgets``).
+for ``hardware="cpu"`` (``--hardware h200``: deviceless XLA:GPU) at the zoo's three budgets (tests/test_zoo.py's ``zoo_budgets``).
 ``--probe`` compiles tests/zoo/long_context.py saving the values of the named shapes only
 (``PROBES``) and prints its ``memory_analysis()`` (with ``--xla_dump_to`` in XLA_FLAGS, XLA
 writes its buffer report: ``*memory-usage-report.txt``).
@@ -82,7 +82,7 @@ def _figures(p) -> dict:
     return {"pred": p.peak_bytes / MB, "res": p.residual_bytes / MB, "ws": p.working_set_bytes / MB}
 
 
-def measure(name: str) -> dict:
+def measure(name: str, hardware: str = "cpu") -> dict:
     import planner
     from planner._src import cost
     from planner._src.types import Assignment
@@ -92,7 +92,7 @@ def measure(name: str) -> dict:
     step, args = _make(name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        s = planner.Planner(step, *args, hardware="cpu")
+        s = planner.Planner(step, *args, hardware=hardware)
         m = cost.build_cost_model(s.trace, s.graph, s.hardware, allow_offload=s.offload)
         every = Assignment.of({c.key: "save" for c in s.graph.classes})
         rec = {
@@ -136,11 +136,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*")
     ap.add_argument("--json", default=None)
+    # "h200": deviceless XLA:GPU compiles for that GPU (planner/_src/target.py; needs a jaxlib
+    # with the CUDA plugin, /work/venvs/v0112), so the anchors and plans are its figures.
+    ap.add_argument("--hardware", default="cpu")
     ap.add_argument("--probe", action="append", default=[], choices=sorted(PROBES))
     a = ap.parse_args(argv)
     out = {f"probe:{n}": probe(n) for n in a.probe}
     for name in a.names:
-        out[name] = measure(name)
+        out[name] = measure(name, a.hardware)
         print(name, json.dumps(out[name], indent=1), flush=True)
     for n in a.probe:
         print(json.dumps(out[f"probe:{n}"]))
