@@ -34,8 +34,12 @@ def random_problem(
     groups: bool = False,
     fusion: bool = False,
     hiding: bool = False,
+    parallel: bool = False,
 ):
     """A random DAG per region, candidates spread over ``n_classes`` shared signatures.
+
+    ``parallel=True``: two branches (odd and even candidates, both may read candidate 0) joined
+    by an ``add`` that nothing reads, the region's output (graph.parallel_branches).
 
     ``groups=True``: each region is one call site of its own layer group (classes per group)."""
     rnd = random.Random(seed)
@@ -49,7 +53,8 @@ def random_problem(
         n_inputs = 2
         for i in range(n_nodes):
             k = rnd.randrange(n_classes)
-            inputs = tuple(sorted(rnd.sample(range(i), k=min(i, rnd.randint(0, 2)))))
+            pool = [j for j in range(i) if not parallel or j == 0 or j % 2 == i % 2]
+            inputs = tuple(sorted(rnd.sample(pool, k=min(len(pool), rnd.randint(0, 2)))))
             reads = tuple(sorted(rnd.sample(range(n_inputs), k=rnd.randint(0, 1)))) if i < 3 else ()
             cands.append(
                 Candidate(
@@ -74,6 +79,19 @@ def random_problem(
                     read_by_reduction=sum_rnd.random() < 0.3 if fusion else False,
                 )
             )
+        if parallel:  # the join: x + branch_a + branch_b, read by nothing
+            join = dataclasses.replace(
+                cands[-1],
+                index=n_nodes,
+                signature=f"sig{n_classes - 1}",
+                primitive="add",
+                name=None,
+                inputs=(n_nodes - 2, n_nodes - 1),
+                input_reads=(),
+                needed=False,
+                loop_invariant=False,
+            )
+            cands.append(join)
         region_inputs = tuple(
             RegionInput(
                 index=j,

@@ -546,6 +546,7 @@ def evaluate(
         saved = saved_invariant = offloaded = offloaded_invariant = twice_bytes = 0  # one trip
         hoisted = hoisted_invariant = released = 0  # E_r: recomputed in the forward pass
         working = transient = 0  # backward working set
+        branches: dict[int, int] = {}  # the same, per parallel branch
         recompute_s = materialize_s = d2h_s = h2d_s = 0.0
         off = [c.index for c in cands if need[c.index] and dec[c.index] == "offload"]
         need_in = {i.index for i in rg.region.inputs if i.needed}
@@ -590,13 +591,18 @@ def evaluate(
                         hoisted_invariant += c.nbytes
                     elif c.needed:
                         hoisted += c.nbytes
-                elif c.needed:
-                    working += c.nbytes
-                elif reduced[i]:
-                    working += c.nbytes  # a recomputed reduction's operand: materialized whole
+                elif c.needed or reduced[i]:
+                    # read by the backward pass, or a recomputed reduction's operand
+                    # (materialized whole): live with the rest of its branch
+                    if rg.branch and rg.branch[i] >= 0:
+                        branches[rg.branch[i]] = branches.get(rg.branch[i], 0) + c.nbytes
+                    else:
+                        working += c.nbytes
                 else:  # an intermediate of a recompute: freed once its readers ran
                     transient = max(transient, c.nbytes)
                 recompute_s += rc.recompute_s[i]
+        # Parallel branches run backward one after another (graph.parallel_branches).
+        working += max(branches.values(), default=0)
         working = math.ceil(model.working_set_scale * (working + transient))
         # X^fwd, X^bwd: each direction's queue, in production order, with its windows.
         exposed_fwd = hide_d2h.exposed([(rc.d2h_s[i], rc.fwd_after_s[i]) for i in off])

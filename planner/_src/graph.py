@@ -44,6 +44,8 @@ class RegionGraph:
     graph: nx.DiGraph = dataclasses.field(compare=False)  # candidate index -> its readers
     possibly_needed: frozenset[int]  # read by the backward pass, or by a recompute of it
     last_forward_use: tuple[int, ...]  # per candidate: index of its last forward reader
+    # per candidate: its parallel branch (``parallel_branches``), -1 where shared; () for none
+    branch: tuple[int, ...] = ()
 
     @property
     def candidates(self) -> tuple[Candidate, ...]:
@@ -134,8 +136,76 @@ def region_graph(r: Region) -> RegionGraph:
         possible |= nx.ancestors(g, i)
     last_use = tuple(max(g.successors(c.index), default=c.index) for c in r.candidates)
     return RegionGraph(
-        region=r, graph=g, possibly_needed=frozenset(possible), last_forward_use=last_use
+        region=r,
+        graph=g,
+        possibly_needed=frozenset(possible),
+        last_forward_use=last_use,
+        branch=parallel_branches(r, g),
     )
+
+
+# Joins whose backward pass reads none of their operands: the cotangent of each operand is
+# the join's own (negated for ``sub``), so each operand's backward can run on its own.
+ADDITIVE = frozenset({"add", "add_any", "sub"})
+
+
+def parallel_branches(r: Region, g: nx.DiGraph) -> tuple[int, ...]:
+    """Per candidate: the parallel branch of the region it belongs to, -1 where it is shared;
+    ``()`` when the region has fewer than two branches (the working set is then one sum).
+
+    The region's output is a tree of additive joins (``ADDITIVE``: ``x + attn(h) + mlp(h)``
+    of a parallel-residual layer) read by no candidate; its leaves are the branches' outputs.
+    A candidate is in branch ``k`` when it is an ancestor of leaf ``k`` and of no other leaf
+    (the attention's scores, the MLP's activations), or when the backward pass alone reads it
+    (no forward reader: a factor of a derivative) and it reads branch ``k`` and no other; an
+    ancestor of several leaves (the norm ``h``, the residual stream ``x``) is shared. The
+    backward pass of one branch then needs nothing of another branch: XLA recomputes and
+    back-propagates one branch, frees it, then the next, so a branch's recomputed values are
+    live only while that branch runs (cost.py, W_r). A sequential layer
+    (``x1 = x + attn(h1)``, ``x1 + mlp(norm(x1))``) has one branch: ``x1`` is an ancestor of
+    the MLP's leaf, so the attention is shared, as it is in XLA's program (the MLP's inputs
+    are recomputed through the attention). Branches without bytes do not count.
+    Measured on XLA:CPU (JAX 0.10.2, 2026-12-05, benchmarks/results/memory-model-2026-12-05.md):
+    tests/zoo/parallel_residual.py's full-remat backward holds the MLP branch's recomputed
+    values at its peak and none of the attention's score-sized ones.
+    """
+    cands = {c.index: c for c in r.candidates}
+    roots = [
+        i
+        for i, c in cands.items()
+        if c.primitive in ADDITIVE and not c.needed and not c.effectful and g.out_degree(i) == 0
+    ]
+    if len(roots) != 1:
+        return ()
+    tree, leaves, stack = set(), [], [roots[0]]
+    while stack:
+        j = stack.pop()
+        tree.add(j)
+        for u in sorted(g.predecessors(j)):
+            if cands[u].primitive in ADDITIVE and set(g.successors(u)) <= tree | {j}:
+                stack.append(u)
+            elif u not in leaves:
+                leaves.append(u)
+    leaves.sort()
+    owners: dict[int, set[int]] = {}
+    for k, leaf in enumerate(leaves):
+        for v in nx.ancestors(g, leaf) | {leaf}:
+            owners.setdefault(v, set()).add(k)
+    branch = {i: -1 for i in cands}
+    for v, ks in owners.items():
+        if len(ks) == 1:
+            branch[v] = next(iter(ks))
+    for i in sorted(cands):  # read by the backward pass alone: with the branch it reads
+        if i in tree or i in owners:
+            continue
+        ks = {branch[u] for u in g.predecessors(i)} - {-1}
+        if len(ks) > 1:  # ties two branches together: one sum, as before
+            return ()
+        branch[i] = ks.pop() if ks else -1
+    sized = {k for i, k in branch.items() if k >= 0 and cands[i].nbytes > 0}
+    if len(sized) < 2:
+        return ()
+    return tuple(branch[c.index] if branch[c.index] in sized else -1 for c in r.candidates)
 
 
 # Why a class is forced to be recomputed under PlanOptions.decide_names (session._names_only;

@@ -304,9 +304,21 @@ def simulate(
         reduced = {
             u for j in fresh if cands[j].primitive in _REDUCING for u in rg.reads(j) if u in fresh
         }
-        rec_b = sum(cands[i].nbytes for i in fresh if cands[i].needed or i in reduced) + max(
+        live = [i for i in fresh if cands[i].needed or i in reduced]
+        rec_b = max(
             (cands[i].nbytes for i in fresh if not cands[i].needed and i not in reduced), default=0
         )
+        # Parallel branches (graph.parallel_branches) run backward one after another: the
+        # trip recomputes a branch, runs its backward, frees it, then takes the next.
+        branch = rg.branch or (-1,) * len(cands)
+        rec_b += sum(cands[i].nbytes for i in live if branch[i] < 0)
+        trip, trip_peak = rec_b, rec_b
+        for k in sorted({branch[i] for i in live} - {-1}):
+            held_k = sum(cands[i].nbytes for i in live if branch[i] == k)
+            trip += held_k
+            trip_peak = max(trip_peak, trip)
+            trip -= held_k
+        rec_b = trip_peak
         rec_s = sum(rc.recompute_s[i] for i in order)
         # Reloads are issued at the trip start in first-use order (latest produced first);
         # the deadline of each is the backward compute ahead of its first use.

@@ -175,6 +175,14 @@ class _Model:
                 return y
 
             per_trip_kib, invariant_kib, working_kib, extra_ns, offloads = [], [], [], [], []
+            # the working-set terms of each parallel branch (graph.parallel_branches): the
+            # branches run backward one after another, so the trip holds the largest of them
+            branch_kib: dict[int, list] = {}
+
+            def working_of(i, rg=rg, working_kib=working_kib, branch_kib=branch_kib):
+                if rg.branch and rg.branch[i] >= 0:
+                    return branch_kib.setdefault(rg.branch[i], [])
+                return working_kib
             ws_scale = cost.working_set_scale
             # transient: the largest recompute intermediate (read by no gradient), live one at a time.
             transient = m.NewIntVar(0, 1 << 50, f"transient_kib[{rg.region.id}]")
@@ -275,13 +283,13 @@ class _Model:
                             (1 if c.loop_invariant else trips) * kib * (len(cands) + i) * hoisted
                         )
                 elif c.needed:
-                    working_kib.append(w_kib * (r - free))
+                    working_of(i).append(w_kib * (r - free))
                 elif not isinstance(r, int) or r:
                     # reduced: v is recomputed and a recomputed reduction reads it, so it is
                     # materialized whole with the working set, not one transient at a time.
                     reducing = [both(by_index[v], "remat") for v in reducers[i]]
                     reduced = _any_both(m, r - free, reducing)
-                    working_kib.append(w_kib * reduced)
+                    working_of(i).append(w_kib * reduced)
                     m.Add(transient >= w_kib * (r - free - reduced))
                 extra_ns.append(_ns(rc.recompute_s[i]) * r)
                 if "offload" in decisions:
@@ -337,7 +345,13 @@ class _Model:
                     m.Add(n_in >= both(c, "remat"))
                 stacked_inputs.append(_kib_up(inp.nbytes) * n_in)
             per_trip_kib.extend(stacked_inputs)
-            # Working set of one backward trip of this region.
+            # Working set of one backward trip of this region: the shared terms, the largest
+            # branch (a lower bound suffices: it only adds memory), the largest transient.
+            if branch_kib:
+                largest = m.NewIntVar(0, 1 << 50, f"branch_kib[{rg.region.id}]")
+                for terms in branch_kib.values():
+                    m.Add(largest >= sum(terms))
+                working_kib.append(largest)
             ws_terms.append(sum(working_kib) + transient)
             residual_terms.append(trips * sum(per_trip_kib) + sum(invariant_kib))
             time_terms.append(trips * (sum(extra_ns) + exposed_fwd + exposed_bwd))
