@@ -39,6 +39,16 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   ``W_r = sum bytes_v [v read by the backward and a(v) in {remat, offload}]
   + sum bytes_v [v recomputed only to recompute others, and read by a recomputed reduction]
   + max bytes_v [v recomputed only to recompute others, read by no recomputed reduction]``,
+  where, in a region whose output is a sum of parallel branches (graph.parallel_branches:
+  ``x + attn(h) + mlp(h)``), the first two sums are taken over the shared values plus the
+  largest branch's, not over every branch: the backward pass of one branch reads nothing of
+  another, and XLA recomputes and back-propagates one branch, frees it, then the next.
+  Measured on XLA:CPU (JAX 0.10.2, 2026-12-05, benchmarks/results/memory-model-2026-12-05.md
+  and -05b.md): tests/zoo/parallel_residual.py's full-remat backward holds the MLP branch's
+  recomputed values at its peak and none of the attention's; the sum gave W = 9.61 MB, hence
+  F = 2.87 MB (below the step's own arguments and outputs, 7.09 MB) and the saved anchor
+  -21.9%; the largest branch gives W = 6.46 MB and -13.4%. A sequential layer has one branch
+  (its MLP's input is recomputed through the attention): its W is the sum, as before;
   where a *reduction* is ``REDUCTIONS`` (reduce_max, reduce_sum, ...): its operand must exist
   whole before the reduced value does, and the values computed from the reduced value read
   the operand again (softmax: ``exp(s - max(s))``), so XLA materializes it alongside the

@@ -183,6 +183,7 @@ class _Model:
                 if rg.branch and rg.branch[i] >= 0:
                     return branch_kib.setdefault(rg.branch[i], [])
                 return working_kib
+
             ws_scale = cost.working_set_scale
             # transient: the largest recompute intermediate (read by no gradient), live one at a time.
             transient = m.NewIntVar(0, 1 << 50, f"transient_kib[{rg.region.id}]")
