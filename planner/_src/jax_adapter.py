@@ -801,14 +801,12 @@ def is_array_leaf(x) -> bool:
 class StaticLeavesJit:
     """``jax.jit(step_fn)`` with the non-array leaves of its arguments static
     (:func:`is_array_leaf`): ``trace`` and calls take the step's own arguments. Where every
-    leaf is an array this is ``jax.jit(step_fn, donate_argnums=...)`` itself; otherwise each
-    positional argument is passed as the list of its array leaves (so ``donate_argnums``
-    keeps its positions) and the rest is closed over, in a function made per call (a trace
+    leaf is an array the step takes its arguments as given; otherwise each positional argument
+    is passed as the list of its array leaves and the rest is closed over, in a function made per call (a trace
     of its own; the planner traces a step a few times, not every step)."""
 
-    def __init__(self, step_fn: Callable, donate_argnums: tuple[int, ...] = ()):
+    def __init__(self, step_fn: Callable):
         self.step_fn = step_fn
-        self.donate_argnums = tuple(donate_argnums)
         self.__name__ = getattr(step_fn, "__name__", type(step_fn).__name__)
 
     def _split(self, args) -> tuple[Callable, tuple]:
@@ -823,25 +821,41 @@ class StaticLeavesJit:
             for (leaves, tree), arr in zip(flat, arrays, strict=True):
                 it = iter(arr)
                 full.append(
-                    jax.tree.unflatten(
-                        tree, [next(it) if is_array_leaf(x) else x for x in leaves]
-                    )
+                    jax.tree.unflatten(tree, [next(it) if is_array_leaf(x) else x for x in leaves])
                 )
             return step_fn(*full)
 
         with_static.__name__ = self.__name__
         return with_static, dyn
 
-    def _jit(self, fn):
-        return jax.jit(fn, donate_argnums=self.donate_argnums)
+    def _jit(self, fn, box: dict):
+        # The outputs too: non-array leaves (an Equinox model returned with its activation
+        # functions) are no JAX type; they come back as they are, beside the arrays.
+        def arrays_out(*a):
+            leaves, tree = jax.tree.flatten(fn(*a))
+            if all(isinstance(x, jax.Array) for x in leaves):
+                return jax.tree.unflatten(tree, leaves)
+            box["out"] = (tree, leaves)
+            return [x for x in leaves if isinstance(x, jax.Array)]
+
+        arrays_out.__name__ = self.__name__
+        return jax.jit(arrays_out)
 
     def trace(self, *args):
         fn, dyn = self._split(args)
-        return self._jit(fn).trace(*dyn)
+        return self._jit(fn, {}).trace(*dyn)
 
     def __call__(self, *args):
         fn, dyn = self._split(args)
-        return self._jit(fn)(*dyn)
+        box: dict = {}
+        out = self._jit(fn, box)(*dyn)
+        if "out" not in box:
+            return out
+        tree, leaves = box["out"]
+        it = iter(out)
+        return jax.tree.unflatten(
+            tree, [next(it) if isinstance(x, jax.Array) else x for x in leaves]
+        )
 
 
 def runnable(step_fn: Callable) -> Callable:
@@ -857,8 +871,8 @@ def jit_trace(step_fn: Callable, args, regions: list | None = None):
     leaves of ``args`` static (:class:`StaticLeavesJit`). Duck-typed on the result: other
     wrappers have a ``.trace`` that is not JAX's (``flax.nnx.jit``'s returns an object
     without ``.jaxpr``: the new-user trial of 2026-12-04 crashed on it), and those are traced
-    as a plain function, which calls them, donating what the wrapper's trace says it donates
-    (its ``donate_argnums``). ``regions``: the controlled regions list, emptied before
+    as a plain function, which calls them (a PlanWarning where that drops the wrapper's
+    donation or shardings). ``regions``: the controlled regions list, emptied before
     tracing again so each region is bound once. A ``.trace`` that raises is a
     :class:`TraceError` with the cause."""
     if not hasattr(step_fn, "trace"):
@@ -884,30 +898,48 @@ def jit_trace(step_fn: Callable, args, regions: list | None = None):
         return traced
     if regions is not None:
         del regions[:]
-    donate = _wrapper_donation(traced, len(args))
+    _warn_wrapper_options(step_fn, traced)
     # A new trace-context value: the wrapper's inner jit traced above is cached under the
     # current one and would bind no region on the second trace.
     with _TRACE_EPOCH(("planner", next(_epochs))):
-        return _plain_trace(step_fn, args, donate)
+        return _plain_trace(step_fn, args)
 
 
-def _wrapper_donation(traced, n_args: int) -> tuple[int, ...]:
-    """The positional arguments a wrapper's own trace donates (``nnx.jit``'s Traced has
-    ``donate_argnums``, of the step's arguments as the user passes them): the plain trace
-    donates them too, so the plan is made from the step as it runs (a state plan from an
-    undonated trace gets the not-donated warning and the wrong aliasing)."""
-    d = getattr(traced, "donate_argnums", None) or ()
-    try:
-        return tuple(sorted({int(i) % n_args for i in d})) if n_args else ()
-    except (TypeError, ValueError):
-        return ()
+def _warn_wrapper_options(step_fn, traced) -> None:
+    """A PlanWarning where the plain trace of a wrapper drops what the wrapper was asked
+    for: its donation (its trace's ``donate_argnums``: ``nnx.jit``'s, of its own argument
+    form, which the plain trace cannot map back) or its ``in_shardings`` / ``out_shardings``.
+    The plan is then made from the step undonated, on the arguments' own shardings."""
+    dropped = []
+    if getattr(traced, "donate_argnums", None):
+        dropped.append("donation (donate_argnums)")
+    for name in ("in_shardings", "out_shardings"):
+        if getattr(step_fn, name, None) is not None:
+            dropped.append(name)
+    if not dropped:
+        return
+    import warnings
+
+    from planner._src.plan import PlanWarning
+
+    warnings.warn(
+        f"The step's wrapper ({type(step_fn).__module__}.{type(step_fn).__qualname__}) has a "
+        f".trace that is not jax.jit's, so the planner traced it as a plain function under "
+        f"jax.jit, without the wrapper's {' and '.join(dropped)}: the plan is made from the "
+        "step undonated, on the example arguments' own shardings, and its compiled figures "
+        "(aliasing, the optimizer state's placement) may differ from the step as it runs.\n"
+        "Fix: plan the split/merge form under jax.jit with the same options, e.g. "
+        "jax.jit(train_step, donate_argnums=0, in_shardings=..., out_shardings=...).",
+        PlanWarning,
+        stacklevel=4,
+    )
 
 
-def _plain_trace(step_fn: Callable, args, donate_argnums: tuple[int, ...] = ()):
+def _plain_trace(step_fn: Callable, args):
     from planner._src.errors import PlannerError, TraceError
 
     try:
-        traced = StaticLeavesJit(step_fn, donate_argnums).trace(*args)
+        traced = StaticLeavesJit(step_fn).trace(*args)
     except PlannerError:
         raise
     except Exception as e:
