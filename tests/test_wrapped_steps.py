@@ -168,6 +168,27 @@ def test_eqx_step_with_non_array_leaves_plans_as_it_runs(decorated):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6)
 
 
+def test_eqx_filter_jit_step_with_non_array_leaves_compiles_deviceless_for_the_h200():
+    """The deviceless target compile takes the example arguments as ShapeDtypeStructs
+    (target.args_for): the non-array leaves stay static there too (before: the trace failed
+    on the function leaf, and args_for handed it to jax.typeof, which refuses it)."""
+    import os
+
+    from planner._src import target as T
+
+    if T.cuda_plugin() is None or T.resolve("h200").kind != "deviceless":
+        if os.environ.get("PLANNER_REQUIRE_DEVICELESS") == "1":
+            pytest.fail("PLANNER_REQUIRE_DEVICELESS=1 but no deviceless H200 target")
+        pytest.skip("no deviceless H200 target here (the CUDA PJRT plugin: .[cuda])")
+    model, x = _EqxModel(jax.random.key(0)), jax.random.normal(jax.random.key(1), (64, 32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", planner.PlanWarning)
+        session = planner.Planner(eqx.filter_jit(_eqx_step), model, x, hardware="h200")
+        plan = session.plan(hbm_gb=session.trace.anchor_saved.device_bytes / 1e9 * 1.5)
+    assert session.compiler.kind == "deviceless"
+    assert plan.verification.compiled_device_bytes <= plan.budget_bytes
+
+
 # ----------------------------------------------------- F8: plan.apply keeps a jitted step's jit
 
 
