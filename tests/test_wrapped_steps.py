@@ -218,7 +218,7 @@ def test_applied_jitted_step_keeps_its_donation():
     """The applied step of ``jax.jit(step, donate_argnums=0)`` lowers and runs through the
     user's jit: the parameters stay donated (aliased to the outputs, as in the step as
     written), and it computes what the unplanned step does. Before, it was a plain function
-    without ``.lower``, and ``jax.jit`` of it aliased 0 bytes."""
+    without ``.lower`` / ``.trace``."""
     step, args = _donated_step()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", planner.PlanWarning)

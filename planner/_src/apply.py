@@ -70,8 +70,8 @@ def apply(step_fn: Callable, b: Binding) -> Callable:
 
     Use the result as the step: call it, ``jax.jit`` it, differentiate it. A step the user
     jitted (``jax.jit(step, donate_argnums=..., in_shardings=...)``) stays jitted with the
-    same options: call it, or ``.lower`` / ``.trace`` it, as is (``jax.jit`` of the applied
-    step would trace it into a new jit without them, as for any jitted function). Each
+    same options: call it, or ``.lower`` / ``.trace`` it, as is (another ``jax.jit`` around
+    it has the new jit's options). Each
     ``apply`` call gives a step with its own trace context: keep the returned function rather
     than calling ``apply`` every step (a new one is traced and compiled again)."""
     if not callable(step_fn):
@@ -92,8 +92,7 @@ def apply(step_fn: Callable, b: Binding) -> Callable:
             return step_fn(*args, **kwargs)
 
     # A step the user jitted keeps its jit (new-user trial 2026-12-04, F8: the applied step of
-    # a jax.jit(step, donate_argnums=...) step had no .lower, and jax.jit of it donated
-    # nothing): calls, .trace and .lower run the user's own jax.jit, with its donation,
+    # a jax.jit(step, donate_argnums=...) step was a plain function without .lower): calls, .trace and .lower run the user's own jax.jit, with its donation,
     # shardings and static arguments, under the plan's policies.
     for name in ("trace", "lower", "eval_shape"):
         method = getattr(step_fn, name, None)
