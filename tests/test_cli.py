@@ -159,6 +159,15 @@ def test_pareto_table_json_and_png(capsys, tmp_path):
     }
 
 
+def test_pareto_table_prints_an_error_as_written():
+    from planner._src.cli import _pareto_table
+
+    # An infeasible budget's message is printed as is: the table's console reads no rich
+    # markup (it ate '[cuda]' and raised on a lone '[/x]' before report.text_console).
+    rows = [dict(feasible=False, budget_gb=0.5, error="no plan: pip install .[cuda] [/x]")]
+    assert "INFEASIBLE: no plan: pip install .[cuda] [/x]" in _pareto_table(rows, [])
+
+
 def test_calibrate_with_tiny_sizes(capsys, tmp_path):
     out_path = tmp_path / "cal.json"
     code, out, err = run(

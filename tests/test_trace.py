@@ -335,6 +335,34 @@ def test_loop_slice_copy_bytes_reads_async_slices_of_loop_bodies():
     assert scanned_figures_cpu().loop_copy_bytes == 0
 
 
+# A loop of 4 trips inside a loop of 3 (a scan over layers inside a scan over microbatches):
+# the inner body's async slice runs 12 times a step.
+_NESTED_LOOP_HLO = """HloModule jit_nested, num_partitions=1
+
+%inner (arg: (s32[], f32[8,16])) -> (s32[], f32[8,16]) {
+  %fusion-start = ((f32[8,16]{1,0}, s32[]), f32[1,16]{1,0}, u32[]) async-start(%x, %i), calls=%c0, metadata={op_name="jit(nested)/while/body/while/body/dynamic_slice"}
+  ROOT %t = (s32[], f32[8,16]) tuple(%i, %x)
+}
+
+%outer (arg: (s32[], f32[8,16])) -> (s32[], f32[8,16]) {
+  ROOT %w = (s32[], f32[8,16]) while(%a), condition=%ci, body=%inner, backend_config={"known_trip_count":{"n":"4"}}
+}
+
+ENTRY %main (p: f32[8,16]) -> (s32[], f32[8,16]) {
+  ROOT %while = (s32[], f32[8,16]) while(%init), condition=%co, body=%outer, backend_config={"known_trip_count":{"n":"3"}}
+}
+"""
+
+
+def test_nested_loops_multiply_trip_counts():
+    from planner._src import hlo
+
+    module = hlo.parse(_NESTED_LOOP_HLO)
+    assert hlo.while_trips(module) == {"outer": 3, "inner": 12}
+    # the 64-byte f32 row sliced once per inner trip of every outer trip
+    assert hlo.loop_slice_copy_bytes(module) == 12 * 16 * 4
+
+
 def scanned_figures_cpu():
     step, args = llama.make_train_step(CFG)
     lowered = jax.jit(step).lower(*args)

@@ -1,14 +1,16 @@
 """Steps wrapped the way their libraries teach, planned as written (new-user trial
 2026-12-04): a ``@nnx.jit`` step (F1), an ``@eqx.filter_jit`` step whose model has non-array
-leaves (F2)."""
+leaves (F2), ``plan.apply`` of a donated ``jax.jit`` step (F8)."""
 
 import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import planner
+from planner._src.numerics import CHECK_NAME
 
 nnx = pytest.importorskip("flax.nnx")
 
@@ -68,3 +70,171 @@ def test_a_wrapper_that_cannot_be_traced_teaches_the_split_merge_form():
 
     with pytest.raises(planner.TraceError, match=r"(?s)not jax.jit's.*nnx.split"):
         planner.Planner(Wrapped(), jnp.ones(3), hardware="cpu")
+
+
+def test_nnx_jit_step_with_donation_warns_that_the_plain_trace_drops_it():
+    """nnx.jit's trace donates in its own argument form, which the plain trace cannot map
+    back: the plan is made undonated, and a PlanWarning says so (it was silent)."""
+    step, args = _nnx_natural()
+    donated = nnx.jit(step.fun if hasattr(step, "fun") else step, donate_argnums=(0,))
+    from planner._src import jax_adapter as adapter
+
+    with pytest.warns(planner.PlanWarning, match=r"(?s)without the wrapper's donation.*Fix:"):
+        adapter.jit_trace(donated, args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", planner.PlanWarning)
+        adapter.jit_trace(step, args)  # no donation, no shardings: nothing dropped, no warning
+
+
+def test_a_trace_method_that_raises_is_a_trace_error():
+    class Wrapped:
+        def trace(self, *args):
+            raise NotImplementedError("no trace for you")
+
+        def __call__(self, x):
+            return x
+
+    with pytest.raises(planner.TraceError, match=r"(?s)own .trace.*NotImplementedError.*Fix:"):
+        planner.Planner(Wrapped(), jnp.ones(3), hardware="cpu")
+
+
+# ------------------------------------------------------------- F2: eqx.filter_jit, static leaves
+
+eqx = pytest.importorskip("equinox")
+
+
+class _EqxBlock(eqx.Module):
+    mlp: eqx.nn.MLP  # its activation and final_activation are function leaves
+    drop: eqx.nn.Dropout  # p (a Python float) and inference (a Python bool, used in an `if`)
+    scale: float
+    repeats: int
+
+    def __init__(self, key):
+        self.mlp = eqx.nn.MLP(32, 32, 64, depth=2, activation=jax.nn.gelu, key=key)
+        self.drop = eqx.nn.Dropout(0.1, inference=True)
+        self.scale = 0.5
+        self.repeats = 2
+
+    def __call__(self, x):
+        for _ in range(self.repeats):
+            x = x + self.scale * self.drop(jax.vmap(self.mlp)(x))
+        return x
+
+
+class _EqxModel(eqx.Module):
+    blocks: list
+
+    def __init__(self, key):
+        self.blocks = [_EqxBlock(k) for k in jax.random.split(key, 3)]
+
+    def __call__(self, x):
+        for block in self.blocks:
+            x = eqx.filter_checkpoint(block)(x)
+        return x
+
+
+def _eqx_step(model, x):
+    def loss_fn(m):
+        return jnp.mean(m(x) ** 2)
+
+    loss, grads = eqx.filter_value_and_grad(loss_fn)(model)
+    model = eqx.apply_updates(model, jax.tree.map(lambda g: -1e-2 * g, grads))
+    return model, loss
+
+
+@pytest.mark.parametrize("decorated", [True, False], ids=["filter_jit", "undecorated"])
+def test_eqx_step_with_non_array_leaves_plans_as_it_runs(decorated):
+    """Failed before with TracerBoolConversionError (Dropout's ``inference`` traced as an
+    array) or a function leaf that is no JAX type. The planner jits the step with the
+    non-array leaves static, as eqx.filter_jit does; the numerics check runs (the planned
+    step gives the unplanned step's numbers) and so does the applied step."""
+    step = eqx.filter_jit(_eqx_step) if decorated else _eqx_step
+    model, x = _EqxModel(jax.random.key(0)), jax.random.normal(jax.random.key(1), (64, 32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", planner.PlanWarning)
+        session = planner.Planner(step, model, x, hardware="cpu")
+        assert len(session.graph.regions) >= 1
+        plan = session.plan(hbm_gb=session.trace.anchor_saved.device_bytes / 1e9 * 1.5)
+    checks = {c.name: c for c in plan.verification.checks}
+    assert checks[CHECK_NAME].ok, checks[CHECK_NAME].detail
+    assert plan.verification.compiled_device_bytes <= plan.budget_bytes
+
+    run = step if decorated else eqx.filter_jit(step)
+    ref_model, ref_loss = run(model, x)
+    got_model, got_loss = plan.apply(run)(model, x)
+    assert got_model.blocks[0].mlp.activation is jax.nn.gelu  # static leaves come back as is
+    ref, got = eqx.filter(ref_model, eqx.is_array), eqx.filter(got_model, eqx.is_array)
+    for a, b in zip(jax.tree.leaves((ref, ref_loss)), jax.tree.leaves((got, got_loss))):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6)
+
+
+def test_eqx_filter_jit_step_with_non_array_leaves_compiles_deviceless_for_the_h200():
+    """The deviceless target compile takes the example arguments as ShapeDtypeStructs
+    (target.args_for): the non-array leaves stay static there too (before: the trace failed
+    on the function leaf, and args_for handed it to jax.typeof, which refuses it)."""
+    import os
+
+    from planner._src import target as T
+
+    if T.cuda_plugin() is None or T.resolve("h200").kind != "deviceless":
+        if os.environ.get("PLANNER_REQUIRE_DEVICELESS") == "1":
+            pytest.fail("PLANNER_REQUIRE_DEVICELESS=1 but no deviceless H200 target")
+        pytest.skip("no deviceless H200 target here (the CUDA PJRT plugin: .[cuda])")
+    model, x = _EqxModel(jax.random.key(0)), jax.random.normal(jax.random.key(1), (64, 32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", planner.PlanWarning)
+        session = planner.Planner(eqx.filter_jit(_eqx_step), model, x, hardware="h200")
+        plan = session.plan(hbm_gb=session.trace.anchor_saved.device_bytes / 1e9 * 1.5)
+    assert session.compiler.kind == "deviceless"
+    assert plan.verification.compiled_device_bytes <= plan.budget_bytes
+
+
+# ----------------------------------------------------- F8: plan.apply keeps a jitted step's jit
+
+
+def _donated_step():
+    ks = jax.random.split(jax.random.key(0), 4)
+    params = [0.05 * jax.random.normal(k, (64, 64)) for k in ks]
+    layer = jax.checkpoint(lambda w, x: x + jnp.tanh(x @ w))
+
+    def loss(params, x):
+        for w in params:
+            x = layer(w, x)
+        return jnp.mean(x**2)
+
+    def train_step(params, x):
+        loss_v, grads = jax.value_and_grad(loss)(params, x)
+        return [w - 1e-2 * g for w, g in zip(params, grads)], loss_v
+
+    step = jax.jit(train_step, donate_argnums=(0,))
+    return step, (params, jax.random.normal(jax.random.key(1), (256, 64)))
+
+
+def _fresh(args):
+    return jax.tree.map(lambda a: a.copy(), args)
+
+
+def test_applied_jitted_step_keeps_its_donation():
+    """The applied step of ``jax.jit(step, donate_argnums=0)`` lowers and runs through the
+    user's jit: the parameters stay donated (aliased to the outputs, as in the step as
+    written), and it computes what the unplanned step does. Before, it was a plain function
+    without ``.lower`` / ``.trace``."""
+    step, args = _donated_step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", planner.PlanWarning)
+        session = planner.Planner(step, *args, hardware="cpu")
+        plan = session.plan(hbm_gb=session.trace.anchor_saved.device_bytes / 1e9 * 1.5)
+    applied = plan.apply(step)
+    assert hasattr(applied, "lower") and hasattr(applied, "trace")
+    param_bytes = sum(w.nbytes for w in args[0])
+    want = step.lower(*args).compile().memory_analysis().alias_size_in_bytes
+    lowered = applied.lower(*args)
+    got = lowered.compile().memory_analysis().alias_size_in_bytes
+    assert want >= param_bytes and got == want, (got, want, param_bytes)
+    assert "tf.aliasing_output" in lowered.as_text() or "jax.buffer_donor" in lowered.as_text()
+    ref = step(*_fresh(args))
+    a = _fresh(args)
+    out = applied(*a)
+    assert all(w.is_deleted() for w in a[0])  # called, it donates too
+    for r, o in zip(jax.tree.leaves(ref), jax.tree.leaves(out)):
+        np.testing.assert_allclose(np.asarray(o), np.asarray(r), rtol=1e-5, atol=1e-6)

@@ -68,9 +68,12 @@ def _decide(policy) -> Callable[..., Any]:
 def apply(step_fn: Callable, b: Binding) -> Callable:
     """``step_fn`` with every checkpoint region under ``b``'s policy (module docstring).
 
-    Use the result as the step: call it, ``jax.jit`` it, differentiate it. Each ``apply``
-    call gives a step with its own trace context: keep the returned function rather than
-    calling ``apply`` every step (a new one is traced and compiled again)."""
+    Use the result as the step: call it, ``jax.jit`` it, differentiate it. A step the user
+    jitted (``jax.jit(step, donate_argnums=..., in_shardings=...)``) stays jitted with the
+    same options: call it, or ``.lower`` / ``.trace`` it, as is (another ``jax.jit`` around
+    it has the new jit's options). Each
+    ``apply`` call gives a step with its own trace context: keep the returned function rather
+    than calling ``apply`` every step (a new one is traced and compiled again)."""
     if not callable(step_fn):
         from planner._src.errors import InvalidArgumentError
 
@@ -88,5 +91,23 @@ def apply(step_fn: Callable, b: Binding) -> Callable:
         with adapter.applied_policies(make, epoch):
             return step_fn(*args, **kwargs)
 
+    # A step the user jitted keeps its jit (new-user trial 2026-12-04, F8: the applied step of
+    # a jax.jit(step, donate_argnums=...) step was a plain function without .lower): calls, .trace and .lower run the user's own jax.jit, with its donation,
+    # shardings and static arguments, under the plan's policies.
+    for name in ("trace", "lower", "eval_shape"):
+        method = getattr(step_fn, name, None)
+        if callable(method):
+            setattr(applied, name, _under(method, make, epoch))
     applied.__wrapped_plan__ = b  # what it applies (tests, debugging)
     return applied
+
+
+def _under(method: Callable, make, epoch) -> Callable:
+    """``method`` (the jitted step's ``trace`` / ``lower``) traced under the plan's policies."""
+
+    @functools.wraps(method)
+    def under(*args, **kwargs):
+        with adapter.applied_policies(make, epoch):
+            return method(*args, **kwargs)
+
+    return under

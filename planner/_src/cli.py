@@ -354,20 +354,11 @@ def _gbcol(gb: float) -> str:
 
 def _pareto_table(rows, stock) -> str:
     """The pareto rows and stock policies as two rich tables, plain text."""
-    import io
-
-    from rich.console import Console
     from rich.table import Table
 
-    buf = io.StringIO()
-    con = Console(
-        file=buf,
-        width=120,
-        force_terminal=False,
-        force_jupyter=False,
-        color_system=None,
-        emoji=False,  # ':100:' in a source line is not an emoji code
-    )
+    from planner._src.report import text_console
+
+    con = text_console(120)
     t = Table(title="Planner: predicted peak and step time per budget")
     for col in ("budget GB", "predicted peak GB", "host GB", "step ms", "compiled GB", "status"):
         t.add_column(col, overflow="fold")
@@ -405,7 +396,7 @@ def _pareto_table(rows, stock) -> str:
                     f"{x['step_ms']:.2f}",
                 )
         con.print(s)
-    return buf.getvalue()
+    return con.file.getvalue()
 
 
 def _cmd_pareto(a) -> int:

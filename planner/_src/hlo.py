@@ -292,10 +292,43 @@ def loop_stacks(module: Module) -> Counter:
     return out
 
 
+def while_loop(ins: Instruction) -> tuple[str, int] | None:
+    """(body computation, known trip count) of a ``while`` instruction, the count 1 when XLA
+    does not know it; None for any other instruction or a while without a body."""
+    if ins.opcode != "while":
+        return None
+    body = re.search(r"body=%?([\w.\-]+)", ins.attrs)
+    if not body:
+        return None
+    n = re.search(r'"known_trip_count":\{"n":"(\d+)"', ins.attrs)
+    return body.group(1), int(n.group(1)) if n else 1
+
+
+def while_trips(module: Module) -> dict[str, int]:
+    """While-body computation -> runs per run of the module: its loop's known trip count
+    (1 when XLA does not know it) times the runs of the computation holding the loop, so
+    nested loops multiply. Computations that are no loop's body are absent (they run once
+    per call of whatever calls them)."""
+    parent: dict[str, tuple[str, int]] = {}
+    for ins in module.instructions:
+        loop = while_loop(ins)
+        if loop:
+            parent[loop[0]] = (ins.computation, loop[1])
+
+    def runs(comp: str, depth: int = 0) -> int:
+        if comp not in parent or depth > 16:  # (a cycle is malformed HLO: stop, do not hang)
+            return 1
+        up, n = parent[comp]
+        return n * runs(up, depth + 1)
+
+    return {c: runs(c) for c in parent}
+
+
 def loop_slice_copy_bytes(module: Module) -> int:
     """Bytes one run of the module copies device-to-device to slice loop operands: the
     asynchronous dynamic-slice / dynamic-update-slice fusions in while-loop bodies, times
-    the loop's known trip count (1 when XLA does not know it).
+    the runs of the body (``while_trips``: the known trip count, 1 when XLA does not know
+    it, times the enclosing loops' in a nest).
 
     XLA:GPU runs a dynamic-(update-)slice of a scan's stacked operand whose offset is the
     loop counter as a memcpy on a side stream (``async-start`` of a dynamic-slice fusion;
@@ -307,14 +340,7 @@ def loop_slice_copy_bytes(module: Module) -> int:
     took 10.0 / 2.7 / 3.2 ms a step for 15.0 / 5.2 / 5.7 GB so counted (Llama example, 4
     layers, dots_saveable at batch 1, full remat at batch 1 and 4); no cost model term had
     them. XLA:CPU emits none (0)."""
-    trips: dict[str, int] = {}
-    for ins in module.instructions:
-        if ins.opcode != "while":
-            continue
-        body = re.search(r"body=%?([\w.\-]+)", ins.attrs)
-        n = re.search(r'"known_trip_count":\{"n":"(\d+)"', ins.attrs)
-        if body:
-            trips[body.group(1)] = int(n.group(1)) if n else 1
+    trips = while_trips(module)
     total = 0
     for ins in module.instructions:
         if ins.opcode != "async-start" or ins.computation not in trips:

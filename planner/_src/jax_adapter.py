@@ -787,31 +787,159 @@ NOT_TRACEABLE_FIX = """Fix: hand the planner a pure function of arrays, e.g. for
     planner.Planner(train_step, state, batch, hardware=...)"""
 
 
+def is_array_leaf(x) -> bool:
+    """Whether the planner passes a leaf of the step's arguments to the step as a traced
+    argument: a JAX or NumPy array or scalar, or a ``jax.ShapeDtypeStruct``. Every other leaf
+    (Python scalars and strings, functions, an Equinox model's activation or its Dropout's
+    ``inference`` flag) is closed over as a constant, as ``eqx.filter_jit`` does (it
+    partitions by ``eqx.is_array``): traced, a Python bool in an ``if`` raised
+    TracerBoolConversionError (new-user trial 2026-12-04, F2), and a function leaf is no JAX
+    type at all."""
+    return isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
+
+
+class StaticLeavesJit:
+    """``jax.jit(step_fn)`` with the non-array leaves of its arguments static
+    (:func:`is_array_leaf`): ``trace`` and calls take the step's own arguments. Where every
+    leaf is an array the step takes its arguments as given; otherwise each positional argument
+    is passed as the list of its array leaves and the rest is closed over, in a function made per call (a trace
+    of its own; the planner traces a step a few times, not every step)."""
+
+    def __init__(self, step_fn: Callable):
+        self.step_fn = step_fn
+        self.__name__ = getattr(step_fn, "__name__", type(step_fn).__name__)
+
+    def _split(self, args) -> tuple[Callable, tuple]:
+        flat = [jax.tree.flatten(a) for a in args]
+        if all(is_array_leaf(x) for leaves, _ in flat for x in leaves):
+            return self.step_fn, tuple(args)
+        step_fn = self.step_fn
+        dyn = tuple([x for x in leaves if is_array_leaf(x)] for leaves, _ in flat)
+
+        def with_static(*arrays):
+            full = []
+            for (leaves, tree), arr in zip(flat, arrays, strict=True):
+                it = iter(arr)
+                full.append(
+                    jax.tree.unflatten(tree, [next(it) if is_array_leaf(x) else x for x in leaves])
+                )
+            return step_fn(*full)
+
+        with_static.__name__ = self.__name__
+        return with_static, dyn
+
+    def _jit(self, fn, box: dict):
+        # The outputs too: non-array leaves (an Equinox model returned with its activation
+        # functions) are no JAX type; they come back as they are, beside the arrays.
+        def arrays_out(*a):
+            leaves, tree = jax.tree.flatten(fn(*a))
+            if all(isinstance(x, jax.Array) for x in leaves):
+                return jax.tree.unflatten(tree, leaves)
+            box["out"] = (tree, leaves)
+            return [x for x in leaves if isinstance(x, jax.Array)]
+
+        arrays_out.__name__ = self.__name__
+        return jax.jit(arrays_out)
+
+    def trace(self, *args):
+        fn, dyn = self._split(args)
+        return self._jit(fn, {}).trace(*dyn)
+
+    def __call__(self, *args):
+        fn, dyn = self._split(args)
+        box: dict = {}
+        out = self._jit(fn, box)(*dyn)
+        if "out" not in box:
+            return out
+        tree, leaves = box["out"]
+        it = iter(out)
+        return jax.tree.unflatten(
+            tree, [next(it) if isinstance(x, jax.Array) else x for x in leaves]
+        )
+
+
+def runnable(step_fn: Callable) -> Callable:
+    """The step as the planner runs it (numerics): a step with its own ``.trace`` (a
+    ``jax.jit``-ed or ``nnx.jit``-ed step) as given, anything else jitted with its non-array
+    leaves static (:class:`StaticLeavesJit`; an ``eqx.filter_jit`` step plans as it runs)."""
+    return step_fn if hasattr(step_fn, "trace") else StaticLeavesJit(step_fn)
+
+
 def jit_trace(step_fn: Callable, args, regions: list | None = None):
     """``step_fn.trace(*args)`` where that is JAX's (a ``jax.jit``-ed step keeps its own
-    options, donation included); ``jax.jit(step_fn).trace(*args)`` otherwise. Duck-typed on
-    the result: other wrappers have a ``.trace`` that is not JAX's (``flax.nnx.jit``'s returns
-    an object without ``.jaxpr``: the new-user trial of 2026-12-04 crashed on it), and those
-    are traced as a plain function, which calls them. ``regions``: the controlled regions
-    list, emptied before tracing again so each region is bound once."""
-    if hasattr(step_fn, "trace"):
+    options, donation included); else ``jax.jit(step_fn).trace(*args)`` with the non-array
+    leaves of ``args`` static (:class:`StaticLeavesJit`). Duck-typed on the result: other
+    wrappers have a ``.trace`` that is not JAX's (``flax.nnx.jit``'s returns an object
+    without ``.jaxpr``: the new-user trial of 2026-12-04 crashed on it), and those are traced
+    as a plain function, which calls them (a PlanWarning where that drops the wrapper's
+    donation or shardings). ``regions``: the controlled regions list, emptied before
+    tracing again so each region is bound once. A ``.trace`` that raises is a
+    :class:`TraceError` with the cause."""
+    if not hasattr(step_fn, "trace"):
+        return _plain_trace(step_fn, args)
+    from planner._src.errors import PlannerError, TraceError
+
+    try:
         traced = step_fn.trace(*args)
-        if hasattr(traced, "jaxpr") and hasattr(traced, "lower"):
-            return traced
-        if regions is not None:
-            del regions[:]
-        # A new trace-context value: the wrapper's inner jit traced above is cached under the
-        # current one and would bind no region on the second trace.
-        with _TRACE_EPOCH(("planner", next(_epochs))):
-            return _plain_trace(step_fn, args)
-    return _plain_trace(step_fn, args)
+    except PlannerError:
+        raise
+    except Exception as e:
+        raise TraceError(
+            f"Tracing the step with its own .trace ({type(step_fn).__module__}."
+            f"{type(step_fn).__qualname__}.trace) failed with {type(e).__name__}: "
+            f"{str(e)[:300]}\n"
+            "Why: the planner traces a step that has a .trace method (jax.jit's, nnx.jit's) "
+            "the way it runs: with that method, on the example arguments.\n"
+            "Fix: check that step.trace(*example_args) (or step.lower) works on its own with "
+            "these arguments, and pass arrays or jax.ShapeDtypeStruct of the shapes the step "
+            "expects."
+        ) from e
+    if hasattr(traced, "jaxpr") and hasattr(traced, "lower"):
+        return traced
+    if regions is not None:
+        del regions[:]
+    _warn_wrapper_options(step_fn, traced)
+    # A new trace-context value: the wrapper's inner jit traced above is cached under the
+    # current one and would bind no region on the second trace.
+    with _TRACE_EPOCH(("planner", next(_epochs))):
+        return _plain_trace(step_fn, args)
+
+
+def _warn_wrapper_options(step_fn, traced) -> None:
+    """A PlanWarning where the plain trace of a wrapper drops what the wrapper was asked
+    for: its donation (its trace's ``donate_argnums``: ``nnx.jit``'s, of its own argument
+    form, which the plain trace cannot map back) or its ``in_shardings`` / ``out_shardings``.
+    The plan is then made from the step undonated, on the arguments' own shardings."""
+    dropped = []
+    if getattr(traced, "donate_argnums", None):
+        dropped.append("donation (donate_argnums)")
+    for name in ("in_shardings", "out_shardings"):
+        if getattr(step_fn, name, None) is not None:
+            dropped.append(name)
+    if not dropped:
+        return
+    import warnings
+
+    from planner._src.plan import PlanWarning
+
+    warnings.warn(
+        f"The step's wrapper ({type(step_fn).__module__}.{type(step_fn).__qualname__}) has a "
+        f".trace that is not jax.jit's, so the planner traced it as a plain function under "
+        f"jax.jit, without the wrapper's {' and '.join(dropped)}: the plan is made from the "
+        "step undonated, on the example arguments' own shardings, and its compiled figures "
+        "(aliasing, the optimizer state's placement) may differ from the step as it runs.\n"
+        "Fix: plan the split/merge form under jax.jit with the same options, e.g. "
+        "jax.jit(train_step, donate_argnums=0, in_shardings=..., out_shardings=...).",
+        PlanWarning,
+        stacklevel=4,
+    )
 
 
 def _plain_trace(step_fn: Callable, args):
     from planner._src.errors import PlannerError, TraceError
 
     try:
-        traced = jax.jit(step_fn).trace(*args)
+        traced = StaticLeavesJit(step_fn).trace(*args)
     except PlannerError:
         raise
     except Exception as e:

@@ -133,13 +133,10 @@ HOW_TO_CHECK = (
 
 
 def is_concrete(args) -> bool:
-    """Whether every leaf of ``args`` holds values (arrays, scalars), none abstract."""
-    for x in jax.tree.leaves(args):
-        if isinstance(x, jax.ShapeDtypeStruct):
-            return False
-        if not isinstance(x, (jax.Array, np.ndarray, np.generic, int, float, complex, bool)):
-            return False
-    return True
+    """Whether every array leaf of ``args`` holds values, none abstract
+    (``jax.ShapeDtypeStruct``); the other leaves (Python scalars, functions: an Equinox
+    model's activation) are constants of the step (``jax_adapter.is_array_leaf``)."""
+    return not any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(args))
 
 
 def _copy(args):
@@ -160,7 +157,7 @@ def _ready(out):
 
 
 def _jitted(step_fn):
-    return step_fn if hasattr(step_fn, "trace") else jax.jit(step_fn)
+    return adapter.runnable(step_fn)
 
 
 def run_reference(step_fn: Callable, args: Sequence[Any]):

@@ -761,21 +761,27 @@ def _md(r: Report) -> str:
     return "\n".join(out) + "\n"
 
 
-def _text(r: Report) -> str:
+def text_console(width: int):
+    """A rich Console that writes plain text into a string, ``console.file.getvalue()``:
+    no colour, a string also in Jupyter (no display_data), and the text as written."""
     from rich.console import Console
-    from rich.table import Table
 
-    buf = io.StringIO()
-    con = Console(
-        file=buf,
-        width=150,
+    return Console(
+        file=io.StringIO(),
+        width=width,
         force_terminal=False,
         force_jupyter=False,
         color_system=None,
-        markup=False,  # text as written: rich would eat '[cuda]' in 'pip install -e ".[cuda]"'
+        markup=False,  # rich would eat '[cuda]' in 'pip install -e ".[cuda]"'
         emoji=False,  # and would render a source line 'file.py:100:8' as 'file.py💯8'
         highlight=False,
-    )  # a string, also in Jupyter (no display_data)
+    )
+
+
+def _text(r: Report) -> str:
+    from rich.table import Table
+
+    con = text_console(150)
     con.print(f"PLAN STATUS: {r.status.upper()}")
     for what, text in _status(r):
         con.print(f"  {what} {text}", highlight=False, markup=False)
@@ -880,7 +886,7 @@ def _text(r: Report) -> str:
     con.print("---", highlight=False)
     for n in r.notes:
         con.print(f"note: {n}", highlight=False)
-    return buf.getvalue()
+    return con.file.getvalue()
 
 
 def _status(r: Report) -> tuple[tuple[str, str], ...]:

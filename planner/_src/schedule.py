@@ -201,9 +201,8 @@ class _Pricer:
         if op in _FREE or op in _ASYNC_DONE or op.endswith(("-start", "-done", "-update")):
             return 0.0
         if op == "while":
-            body = re.search(r"body=%?([\w.\-]+)", ins.attrs)
-            n = re.search(r'"known_trip_count":\{"n":"(\d+)"', ins.attrs)
-            return (int(n.group(1)) if n else 1) * self.computation(body.group(1)) if body else 0.0
+            loop = hlo.while_loop(ins)
+            return loop[1] * self.computation(loop[0]) if loop else 0.0
         if op in ("call", "conditional"):
             return self.computation(self._called(ins))
         if op == "custom-call":
@@ -239,27 +238,6 @@ class _Pricer:
 # ------------------------------------------------------------------------------ windows
 
 
-def _trip_counts(module: hlo.Module) -> dict[str, int]:
-    """Computation -> runs per step: a while body runs its loop's known trip count times the
-    runs of the computation holding the loop (nested loops multiply)."""
-    parent: dict[str, tuple[str, int]] = {}
-    for ins in module.instructions:
-        if ins.opcode != "while":
-            continue
-        body = re.search(r"body=%?([\w.\-]+)", ins.attrs)
-        n = re.search(r'"known_trip_count":\{"n":"(\d+)"', ins.attrs)
-        if body:
-            parent[body.group(1)] = (ins.computation, int(n.group(1)) if n else 1)
-
-    def runs(comp: str, depth: int = 0) -> int:
-        if comp not in parent or depth > 16:
-            return 1
-        up, n = parent[comp]
-        return n * runs(up, depth + 1)
-
-    return {c: runs(c) for c in module.computations()}
-
-
 def read_windows(text_or_module, hardware, *, compiler: str = "") -> ScheduleWindows:
     """The host copies of a compiled module with their schedule windows (module docstring).
 
@@ -270,7 +248,7 @@ def read_windows(text_or_module, hardware, *, compiler: str = "") -> ScheduleWin
     hw = cm.load_profile(hardware)
     directions = hlo.host_transfer_ops(module)
     pricer = _Pricer(module, hw)
-    trips = _trip_counts(module)
+    trips = hlo.while_trips(module)
     copies: list[HostCopy] = []
     for comp, body in module.computations().items():
         starts = [

@@ -408,80 +408,15 @@ def _as_plan(session, requested, budget, sp: StatePlan, build, state):
     """The Plan of a state plan that moves state (module docstring: what is checked)."""
     from planner._src.baselines import evaluate_baselines
     from planner._src.plan import Plan
-    from planner._src.types import Check, CompiledFigures, Verification
-    from planner._src.verify import (
-        STATUS_NOT_COMPILED,
-        STATUS_OK,
-        STATUS_OVER,
-        STATUS_UNVERIFIED,
-    )
+    from planner._src.verify import applied_step_verification
 
-    compiler = session.compiler
-    chk = sp.compiled
-    if chk is None:
-        ver = Verification(
-            status=STATUS_NOT_COMPILED,
-            compiled=None,
-            compiled_device_bytes=None,
-            predicted_peak_bytes=sp.prediction.peak_bytes,
-            budget_bytes=budget,
-            checks=(),
-            backend=session._backend,
-            note=(
-                "Not compiled: the plan puts optimizer state in pinned host memory, which "
-                "your step applies (plan.state: the shardings, the streamed update), so the "
-                "traced step's compile would not show the plan's bytes. Pass build=(policy, "
-                "placement) -> (jitted step, args) to Planner.plan to compile the step as "
-                "applied and hold it to the budget."
-            ),
-            exact=compiler.exact,
-            compiler=compiler.description,
-        )
-    else:
-        over = chk.device_bytes > budget and not chk.estimated
-        exact = compiler.exact and not chk.estimated
-        # state.StateCheck.status: the compiled host bytes against the plan's, or why the
-        # compiler cannot say ("unverified" on XLA:CPU, never "within budget")
-        host_detail = chk.status
-        if chk.estimated:
-            host_detail += (
-                f" (XLA:CPU's compile of the step as applied, {fmt_bytes(chk.device_bytes)}, "
-                f"keeps the {fmt_bytes(chk.planned_host_bytes)} the plan puts on the host in "
-                "its one memory and copies them)"
-            )
-        ver = Verification(
-            status=STATUS_OVER if over else (STATUS_OK if exact else STATUS_UNVERIFIED),
-            compiled=CompiledFigures(
-                argument_bytes=chk.device_argument_bytes,
-                output_bytes=chk.output_bytes,
-                alias_bytes=chk.alias_bytes,
-                temp_bytes=chk.temp_bytes,
-                host_temp_bytes=chk.host_temp_bytes,
-                host_buffers_in_hlo=0,  # (the applied step's HLO is not read)
-                async_host_copies_in_hlo=0,
-                jaxpr_host_bytes=0,
-                stacked_device_bytes=0,
-                stacked_host_bytes=0,
-                stacked_host_arrays=0,
-                backend=session._backend,
-                compiler=compiler.description,
-            ),
-            compiled_device_bytes=None if chk.estimated else chk.device_bytes,
-            predicted_peak_bytes=sp.prediction.peak_bytes,
-            budget_bytes=budget,
-            checks=(
-                Check(
-                    name="train state on the host",
-                    ok=chk.host_matches or chk.estimated,
-                    detail=host_detail,
-                ),
-            ),
-            backend=session._backend,
-            note="The compiled figures are the step as applied (build: the plan's policy, "
-            "the state's shardings, the streamed update).",
-            exact=exact,
-            compiler=compiler.description,
-        )
+    ver = applied_step_verification(
+        sp.compiled,
+        sp.prediction.peak_bytes,
+        budget,
+        backend=session._backend,
+        compiler=session.compiler,
+    )
     graph = session.graph
     plan = Plan(
         budget_bytes=requested,

@@ -705,6 +705,9 @@ def args_for(target: CompilerTarget, example_args: Any) -> Any:
     out = []
     for key, x in with_paths:
         path = jax.tree_util.keystr(key)
+        if not adapter.is_array_leaf(x):  # static, as in the local trace (jax_adapter)
+            out.append(x)
+            continue
         if not (hasattr(x, "shape") and hasattr(x, "dtype")):
             x = jax.typeof(x) if hasattr(jax, "typeof") else jax.numpy.asarray(x)
         sharding = _on_target(target, getattr(x, "sharding", None), f"argument {path or '0'}")

@@ -883,6 +883,8 @@ def trace_step(
             step_fn, args, lambda rid, r: adapter.everything_saveable
         )
         step_jaxpr = traced.jaxpr
+    except PlannerError:  # already says what, why and how (the adapter's TraceError)
+        raise
     except Exception as e:  # the user's code failed to trace: say so, keep the cause
         raise TraceError(
             f"Tracing the train step failed with {type(e).__name__}: {e}\n"
