@@ -137,6 +137,48 @@ def test_the_tolerance_follows_dtypes_computed_inside_the_step():
     assert jax_adapter.float_dtypes(f32) == ("float32",)
 
 
+def test_a_mixed_precision_step_holds_float32_leaves_to_their_own_rounding():
+    """New-user trial F9: a step keeping float32 master weights and computing in bfloat16
+    had every leaf judged at bfloat16's bound, 0.25 of its scale, so a 5% error in a master
+    weight's update passed. With the step's rounding measured (the one-ulp run moves the
+    float32 inputs by one bfloat16 ulp), a float32 leaf is held to what that rounding moves
+    it by; an honest other policy (everything saved) still passes."""
+
+    @jax.checkpoint
+    def layer(h, w):
+        return jnp.tanh(h.astype(jnp.bfloat16) @ w.astype(jnp.bfloat16)).astype(jnp.float32)
+
+    def step(w, x):
+        def loss(w):
+            h, _ = jax.lax.scan(lambda c, _: (layer(c, w), None), x, None, length=3)
+            return jnp.mean(h**2)
+
+        value, g = jax.value_and_grad(loss)(w)
+        return w - 0.1 * g, value
+
+    k1, k2 = jax.random.split(jax.random.key(0))
+    args = (jax.random.normal(k1, (64, 64)) * 0.2, jax.random.normal(k2, (32, 64)))
+    reference = numerics.run_reference(step, args)
+    eps = numerics.coarsest_eps(args, reference, computed=("bfloat16", "float32"))
+    assert eps == float(jnp.finfo(jnp.bfloat16).eps)
+    sens = numerics.run_sensitivity(step, args, eps)
+    w_new, value = reference
+    planted = (w_new * 1.05, value)
+    # the old rule (the coarsest dtype's bound for every leaf) passes it: 0.05 < 0.25
+    assert all(leaf.ok for leaf in numerics.compare(planted, reference, eps))
+    checks = numerics.compare(planted, reference, eps, sens)
+    assert [leaf.path for leaf in checks if not leaf.ok] == ["out[0]"]
+    assert checks[0].tolerance < 0.05 / 2  # what bfloat16 rounding moves the weights by
+    honest = numerics.run_planned(
+        step, args, lambda rid, r: jax.checkpoint_policies.everything_saveable
+    )
+    assert all(leaf.ok for leaf in numerics.compare(honest, reference, eps, sens))
+    # the one-ulp run moved the float32 inputs by a bfloat16 ulp, not a float32 one
+    moved = numerics.one_ulp_up(args, eps)
+    rel = np.max(np.abs(np.asarray(moved[0]) / np.asarray(args[0]) - 1))
+    assert rel == pytest.approx(eps, rel=1e-3)  # bfloat16's epsilon, 2^-7
+
+
 # ------------------------------------------------------------------ the check in solve
 
 

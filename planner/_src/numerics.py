@@ -47,6 +47,18 @@ stock policies are bit-identical there: XLA fuses the plan's mix of saved and re
 values differently), a plan of the Flax NNX zoo model 3.8e-5 of its part's scale,
 stock policies on the Llama example bit-identical. So: float32 1e-4 (the floor, 2.6 times
 the largest measured), float16 3.1e-2, bfloat16 0.25 of the leaf's scale (about 3 times).
+
+Mixed precision (new-user trial F9, 2026-12-05): with the sensitivity runs measured, the fixed
+bound is the *leaf's own* dtype's, not the step's coarsest: a float32 master weight of a step
+that computes in bfloat16 was allowed 0.25 of its scale, so a 5% error in its update passed.
+What bfloat16 rounding moves a float32 leaf by is measured instead: the one-ulp run moves the
+inputs by one ulp of the coarsest dtype the step computes in (a float32 input by ``2^-8`` of
+itself for a bfloat16 step, the rounding its cast to bfloat16 makes), so the loss and the
+updates move as far as that precision moves them. Measured on XLA:CPU, JAX 0.10.2
+(benchmarks/results/numerics-mixed-precision-2026-12-05.md): on three bfloat16 steps (a Flax
+linen decoder with float32 master weights, the MoE and Llama examples in bfloat16), nine
+plans, the largest float32 difference was the MoE's loss, 1.09e-4 of its value, inside what
+its own rounding moves it by.
 Integer, boolean and PRNG-key leaves must be equal. A planted 1% error in one float32
 weight update is caught at more than 20 times the tolerance (tests/test_numerics.py).
 
@@ -284,7 +296,11 @@ def compare(planned, reference, eps: float, sensitivity=None) -> tuple[LeafCheck
         dtype = getattr(b, "dtype", type(b).__name__)
         shape = list(getattr(b, "shape", ()))
         exact = _is_key(b) or not (hasattr(b, "dtype") and _float_kind(b.dtype))
-        allowed = 0.0 if exact else tol
+        # With the step's own rounding measured (spreads), a leaf's fixed bound is its own
+        # dtype's: what rounding at the coarser dtypes the step computes in moves it by, the
+        # sensitivity runs measure (module docstring, "mixed precision"). Without them, the
+        # coarsest dtype's bound for every leaf.
+        allowed = 0.0 if exact else (tolerance(_own_eps(b)) if spreads else tol)
         for leaves in spreads:
             # what rounding alone moves this leaf by (inf: an exact leaf that changed)
             allowed = max(allowed, SENSITIVITY_FACTOR * _leaf_error(leaves[i], b, group))
@@ -300,27 +316,37 @@ def compare(planned, reference, eps: float, sensitivity=None) -> tuple[LeafCheck
     return tuple(out)
 
 
-def one_ulp_up(args):
-    """``args`` with every floating leaf moved up by one ulp (``nextafter``); integers,
-    booleans and keys as given."""
+def _own_eps(x) -> float:
+    return float(jax.numpy.finfo(x.dtype).eps)
+
+
+def one_ulp_up(args, eps: float = 0.0):
+    """``args`` with every floating leaf moved up by one ulp (``nextafter``), or, where
+    ``eps`` (the machine epsilon of the coarsest dtype the step computes in) is coarser than
+    the leaf's own, by that relative amount (``x + |x| eps``; zeros by one ulp): one ulp of
+    the precision the step rounds its inputs to. Integers, booleans and keys as given."""
 
     def one(x):
         if _is_key(x) or not (hasattr(x, "dtype") and _float_kind(x.dtype)):
             return x
-        if isinstance(x, np.ndarray | np.generic):
-            return np.nextafter(x, np.array(np.inf, x.dtype))
-        return jax.numpy.nextafter(x, jax.numpy.array(np.inf, x.dtype))
+        xp = np if isinstance(x, np.ndarray | np.generic) else jax.numpy
+        up = xp.nextafter(x, xp.array(np.inf, x.dtype))
+        if eps <= _own_eps(x):
+            return up
+        moved = (x + xp.abs(x) * xp.array(eps, x.dtype)).astype(x.dtype)
+        return xp.where(x == 0, up, moved)
 
     return jax.tree.map(one, args)
 
 
-def run_sensitivity(step_fn: Callable, args: Sequence[Any]) -> tuple:
+def run_sensitivity(step_fn: Callable, args: Sequence[Any], eps: float = 0.0) -> tuple:
     """How far rounding alone moves the step's outputs: the user's step on ``args`` moved by
-    one ulp (:func:`one_ulp_up`), and the step with JAX's own ``nothing_saveable`` in every
-    region (full remat: every value recomputed, so XLA fuses it differently; fuzz program
-    224, 2026-12-03: 1.83e-4 of an Adam-updated weight's scale from the user's
+    one ulp at the precision it computes in (:func:`one_ulp_up` with ``eps``, the coarsest
+    dtype's epsilon: :func:`coarsest_eps`), and the step with JAX's own ``nothing_saveable``
+    in every region (full remat: every value recomputed, so XLA fuses it differently; fuzz
+    program 224, 2026-12-03: 1.83e-4 of an Adam-updated weight's scale from the user's
     ``everything_saveable``, exactly what the plan differed by)."""
-    moved = run_reference(step_fn, one_ulp_up(args))
+    moved = run_reference(step_fn, one_ulp_up(args, eps))
     remat = run_planned(step_fn, args, lambda rid, r: jax.checkpoint_policies.nothing_saveable)
     return (moved, remat)
 
@@ -357,11 +383,13 @@ def judge(
             f"{len(leaves)} output leaves (loss, gradients, updated state) of the planned step "
             f"match the step under your own policies on the example arguments; {where}; the "
             f"largest difference {worst.error:.3g} of a leaf's scale ({worst.path}), allowed "
-            f"{worst.tolerance:.3g} (the larger of {TOLERANCE_ULPS} x eps of the step's coarsest "
-            f"float dtype, {TOLERANCE_FLOOR:g}"
+            f"{worst.tolerance:.3g} (the larger of {TOLERANCE_ULPS} x eps of "
+            + ("the leaf's own float dtype" if sensitivity else "the step's coarsest float dtype")
+            + f", {TOLERANCE_FLOOR:g}"
             + (
                 f", and {SENSITIVITY_FACTOR:g} x what rounding alone moves that leaf by: the "
-                "step on its inputs moved by one ulp, and under JAX's full remat"
+                "step on its inputs moved by one ulp of the precision it computes in, and "
+                "under JAX's full remat"
                 if sensitivity is not None
                 else ""
             )
@@ -469,11 +497,12 @@ def check_numerics(plan, step_fn: Callable, *args) -> NumericsResult:
     make = policy_maker(plan.graph, plan.emitted.policy, plan.emitted.policies)
     reference = run_reference(step_fn, args)
     planned = run_planned(step_fn, args, make)
+    eps = coarsest_eps(args, reference, computed=_computed_dtypes(plan))
     return judge(
         planned,
         reference,
-        coarsest_eps(args, reference, computed=_computed_dtypes(plan)),
+        eps,
         decisions=plan.decisions(),
         ran_on=backend_note(),
-        sensitivity=run_sensitivity(step_fn, args),
+        sensitivity=run_sensitivity(step_fn, args, eps),
     )

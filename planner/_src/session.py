@@ -869,7 +869,13 @@ class Planner:
             try:
                 if self._reference is None:
                     self._reference = numerics.run_reference(self._step, self._args)
-                    self._sensitivity = numerics.run_sensitivity(self._step, self._args)
+                    self._sensitivity = numerics.run_sensitivity(
+                        self._step,
+                        self._args,
+                        numerics.coarsest_eps(
+                            self._args, self._reference, computed=plan.trace.float_dtypes
+                        ),
+                    )
                 planned = numerics.run_planned(
                     self._step,
                     self._args,
