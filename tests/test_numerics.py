@@ -108,19 +108,21 @@ def test_the_tolerance_scales_with_the_coarsest_float_dtype():
     assert not numerics.compare(np.ones(3) * 1e-9, np.zeros(3), eps32)[0].ok
 
 
+@jax.checkpoint
+def _bf16_layer(h, w):
+    """A float32 layer whose matmul computes in bfloat16 (the mixed-precision tests' layer)."""
+    return jnp.tanh(h.astype(jnp.bfloat16) @ w.astype(jnp.bfloat16)).astype(jnp.float32)
+
+
 def test_the_tolerance_follows_dtypes_computed_inside_the_step():
     """Fuzz seeds 125, 173, 184 (2026-12-03): a float32 step with a bfloat16 matmul inside
     its layer was judged at float32's tolerance and its stock answer called "numerics
     differ". The dtypes every equation computes (nested jaxprs included) set the tolerance."""
     from planner._src import jax_adapter
 
-    @jax.checkpoint
-    def layer(h, w):
-        return jnp.tanh(h.astype(jnp.bfloat16) @ w.astype(jnp.bfloat16)).astype(jnp.float32)
-
     def step(w, x):
         def loss(w):
-            h, _ = jax.lax.scan(lambda c, _: (layer(c, w), None), x, None, length=2)
+            h, _ = jax.lax.scan(lambda c, _: (_bf16_layer(c, w), None), x, None, length=2)
             return jnp.sum(h)
 
         return jax.grad(loss)(w)
@@ -144,13 +146,9 @@ def test_a_mixed_precision_step_holds_float32_leaves_to_their_own_rounding():
     float32 inputs by one bfloat16 ulp), a float32 leaf is held to what that rounding moves
     it by; an honest other policy (everything saved) still passes."""
 
-    @jax.checkpoint
-    def layer(h, w):
-        return jnp.tanh(h.astype(jnp.bfloat16) @ w.astype(jnp.bfloat16)).astype(jnp.float32)
-
     def step(w, x):
         def loss(w):
-            h, _ = jax.lax.scan(lambda c, _: (layer(c, w), None), x, None, length=3)
+            h, _ = jax.lax.scan(lambda c, _: (_bf16_layer(c, w), None), x, None, length=3)
             return jnp.mean(h**2)
 
         value, g = jax.value_and_grad(loss)(w)

@@ -320,6 +320,16 @@ def _own_eps(x) -> float:
     return float(jax.numpy.finfo(x.dtype).eps)
 
 
+def reference_runs(step_fn: Callable, args: Sequence[Any], computed: Sequence[str]):
+    """``(reference, sensitivity)``: the user's step as written (:func:`run_reference`) and
+    its rounding-only runs (:func:`run_sensitivity`, the inputs moved at the precision of the
+    coarsest dtype among its arguments, its outputs and ``computed``: ``Trace.float_dtypes``).
+    Run once per session; every plan's outputs are judged against them."""
+    reference = run_reference(step_fn, args)
+    eps = coarsest_eps(args, reference, computed=computed)
+    return reference, run_sensitivity(step_fn, args, eps)
+
+
 def one_ulp_up(args, eps: float = 0.0):
     """``args`` with every floating leaf moved up by one ulp (``nextafter``), or, where
     ``eps`` (the machine epsilon of the coarsest dtype the step computes in) is coarser than
@@ -495,14 +505,13 @@ def check_numerics(plan, step_fn: Callable, *args) -> NumericsResult:
             "first batch and the initial state), on a machine where they fit."
         )
     make = policy_maker(plan.graph, plan.emitted.policy, plan.emitted.policies)
-    reference = run_reference(step_fn, args)
+    reference, sensitivity = reference_runs(step_fn, args, _computed_dtypes(plan))
     planned = run_planned(step_fn, args, make)
-    eps = coarsest_eps(args, reference, computed=_computed_dtypes(plan))
     return judge(
         planned,
         reference,
-        eps,
+        coarsest_eps(args, reference, computed=_computed_dtypes(plan)),
         decisions=plan.decisions(),
         ran_on=backend_note(),
-        sensitivity=run_sensitivity(step_fn, args, eps),
+        sensitivity=sensitivity,
     )

@@ -868,13 +868,8 @@ class Planner:
             t = time.perf_counter()
             try:
                 if self._reference is None:
-                    self._reference = numerics.run_reference(self._step, self._args)
-                    self._sensitivity = numerics.run_sensitivity(
-                        self._step,
-                        self._args,
-                        numerics.coarsest_eps(
-                            self._args, self._reference, computed=plan.trace.float_dtypes
-                        ),
+                    self._reference, self._sensitivity = numerics.reference_runs(
+                        self._step, self._args, plan.trace.float_dtypes
                     )
                 planned = numerics.run_planned(
                     self._step,

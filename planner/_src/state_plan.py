@@ -470,13 +470,8 @@ def _with_state_numerics(session, plan, applied):
     else:
         compiled, args = applied
         if session._reference is None:
-            session._reference = numerics.run_reference(session._step, session._args)
-            session._sensitivity = numerics.run_sensitivity(
-                session._step,
-                session._args,
-                numerics.coarsest_eps(
-                    session._args, session._reference, computed=plan.trace.float_dtypes
-                ),
+            session._reference, session._sensitivity = numerics.reference_runs(
+                session._step, session._args, plan.trace.float_dtypes
             )
         got = jax_ready(compiled(*_fresh(args)))
         result = numerics.judge(
