@@ -35,13 +35,17 @@ def random_problem(
     fusion: bool = False,
     hiding: bool = False,
     parallel: bool = False,
+    slices: bool = False,
 ):
     """A random DAG per region, candidates spread over ``n_classes`` shared signatures.
 
     ``parallel=True``: two branches (odd and even candidates, both may read candidate 0) joined
     by an ``add`` that nothing reads, the region's output (graph.parallel_branches).
 
-    ``groups=True``: each region is one call site of its own layer group (classes per group)."""
+    ``groups=True``: each region is one call site of its own layer group (classes per group).
+
+    ``slices=True``: the backward trips copy a share of the saved residuals out of the stacks
+    (cost.py K_r; a share that keeps every term a whole number of KiB, as CP-SAT counts)."""
     rnd = random.Random(seed)
     # Draws added later come from their own stream, so the earlier draws stay the same.
     twice_rnd = random.Random(seed * 7919 + 1)
@@ -181,6 +185,9 @@ def random_problem(
         allow_offload=allow_offload,
         unknown_primitives=(),
     )
+    if slices:
+        share = random.Random(seed * 7919 + 4).choice([0.25, 0.5, 1.0])
+        cost = dataclasses.replace(cost, slice_copy_share=share)
     if hiding:  # calibrated per-direction hiding models (cost.py X terms): eta, cap, floor
         d2h_m, h2d_m = (
             cm.HidingModel(

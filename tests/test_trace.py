@@ -363,6 +363,86 @@ def test_nested_loops_multiply_trip_counts():
     assert hlo.loop_slice_copy_bytes(module) == 12 * 16 * 4
 
 
+# A backward loop body as XLA:GPU compiles it (the shapes of tests/zoo/parallel_residual.py's
+# scan, 2026-12-05): two residuals copied out of their stacks by asynchronous slice fusions
+# (one of them through a reshape), a weight passed to cuBLAS as an address offset (a
+# synchronous fusion that also calls the GEMM: no copy), and an elementwise fusion that
+# reads a slice in place; the forward body's dynamic-update-slice writes a residual.
+_GPU_SLICES_HLO = """HloModule jit_train_step, num_partitions=1
+
+%fused_dynamic_slice (p0: f32[4,4,128,128], p1: s32[]) -> f32[1,4,128,128] {
+  %p0 = f32[4,4,128,128]{3,2,1,0} parameter(0)
+  %p1 = s32[] parameter(1)
+  %c = s32[] constant(0)
+  ROOT %ds = f32[1,4,128,128]{3,2,1,0} dynamic-slice(%p0, %p1, %c, %c, %c), dynamic_slice_sizes={1,4,128,128}
+}
+
+%fused_dynamic_slice.1 (p0: f32[4,512,64], p1: s32[]) -> f32[512,64] {
+  %p0 = f32[4,512,64]{2,1,0} parameter(0)
+  %p1 = s32[] parameter(1)
+  %one = s32[] constant(1)
+  %idx = s32[] subtract(%one, %p1)
+  %c = s32[] constant(0)
+  %ds = f32[1,512,64]{2,1,0} dynamic-slice(%p0, %idx, %c, %c), dynamic_slice_sizes={1,512,64}
+  ROOT %b = f32[512,64]{1,0} bitcast(%ds)
+}
+
+%cublas_slice (p0: f32[4,64,64], p1: f32[512,64], p2: s32[]) -> (f32[512,64], s8[1024]) {
+  %p0 = f32[4,64,64]{2,1,0} parameter(0)
+  %p1 = f32[512,64]{1,0} parameter(1)
+  %p2 = s32[] parameter(2)
+  %c = s32[] constant(0)
+  %ds = f32[1,64,64]{2,1,0} dynamic-slice(%p0, %p2, %c, %c), dynamic_slice_sizes={1,64,64}
+  %b = f32[64,64]{1,0} bitcast(%ds)
+  ROOT %gemm = (f32[512,64]{1,0}, s8[1024]{0}) custom-call(%p1, %b), custom_call_target="__cublas$gemm"
+}
+
+%fused_mul (p0: f32[4,512,64], p1: s32[], p2: f32[512,64]) -> f32[512,64] {
+  %p0 = f32[4,512,64]{2,1,0} parameter(0)
+  %p1 = s32[] parameter(1)
+  %p2 = f32[512,64]{1,0} parameter(2)
+  %c = s32[] constant(0)
+  %ds = f32[1,512,64]{2,1,0} dynamic-slice(%p0, %p1, %c, %c), dynamic_slice_sizes={1,512,64}
+  %b = f32[512,64]{1,0} bitcast(%ds)
+  ROOT %m = f32[512,64]{1,0} multiply(%b, %p2)
+}
+
+%backward (arg: (s32[], f32[4,4,128,128], f32[4,512,64], f32[4,64,64])) -> (s32[], f32[4,4,128,128], f32[4,512,64], f32[4,64,64]) {
+  %arg = (s32[], f32[4,4,128,128]{3,2,1,0}, f32[4,512,64]{2,1,0}, f32[4,64,64]{2,1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%arg), index=0
+  %s = f32[4,4,128,128]{3,2,1,0} get-tuple-element(%arg), index=1
+  %h = f32[4,512,64]{2,1,0} get-tuple-element(%arg), index=2
+  %w = f32[4,64,64]{2,1,0} get-tuple-element(%arg), index=3
+  %fusion-start = ((f32[4,4,128,128]{3,2,1,0}, s32[]), f32[1,4,128,128]{3,2,1,0}, u32[]) fusion-start(%s, %i), kind=kLoop, calls=%fused_dynamic_slice
+  %fusion-done = f32[1,4,128,128]{3,2,1,0} fusion-done(%fusion-start)
+  %fusion-start.1 = ((f32[4,512,64]{2,1,0}, s32[]), f32[512,64]{1,0}, u32[]) fusion-start(%h, %i), kind=kLoop, calls=%fused_dynamic_slice.1
+  %fusion-done.1 = f32[512,64]{1,0} fusion-done(%fusion-start.1)
+  %gemm = (f32[512,64]{1,0}, s8[1024]{0}) fusion(%w, %fusion-done.1, %i), kind=kCustom, calls=%cublas_slice
+  %mul = f32[512,64]{1,0} fusion(%h, %i, %fusion-done.1), kind=kLoop, calls=%fused_mul
+  ROOT %t = (s32[], f32[4,4,128,128]{3,2,1,0}, f32[4,512,64]{2,1,0}, f32[4,64,64]{2,1,0}) tuple(%i, %s, %h, %w)
+}
+
+ENTRY %main (s: f32[4,4,128,128], h: f32[4,512,64], w: f32[4,64,64]) -> f32[4,512,64] {
+  %fusion-start.9 = ((f32[4,4,128,128]{3,2,1,0}, s32[]), f32[1,4,128,128]{3,2,1,0}, u32[]) fusion-start(%s, %z), kind=kLoop, calls=%fused_dynamic_slice
+  %while = (s32[], f32[4,4,128,128]{3,2,1,0}, f32[4,512,64]{2,1,0}, f32[4,64,64]{2,1,0}) while(%init), condition=%cond, body=%backward, backend_config={"known_trip_count":{"n":"4"}}
+  ROOT %r = f32[4,512,64]{2,1,0} get-tuple-element(%while), index=2
+}
+"""
+
+
+def test_loop_slice_bytes_counts_the_async_slice_copies_of_one_trip():
+    """hlo.loop_slice_bytes (cost.py K_r): per run of each loop body, the buffers of the
+    asynchronous fusions that only copy a slice (through a reshape too), not the slice a
+    GEMM reads at an offset, nor one fused into an elementwise reader, nor a slice outside
+    any loop; once per body, not times its 4 trips."""
+    from planner._src import hlo
+
+    got = hlo.loop_slice_bytes(hlo.parse(_GPU_SLICES_HLO))
+    assert got == 4 * 128 * 128 * 4 + 512 * 64 * 4
+    # XLA:CPU copies its slices synchronously, beside each reader: none counted.
+    assert scanned_figures_cpu().loop_slice_bytes == 0
+
+
 def scanned_figures_cpu():
     step, args = llama.make_train_step(CFG)
     lowered = jax.jit(step).lower(*args)

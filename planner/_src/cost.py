@@ -97,7 +97,24 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   9.95 MB under dots_saveable and 10.74 MB saving everything, where the model without
   ``E_r`` said 10.15 / 12.70 / 15.01 MB (one layer's working set in the first, three layers'
   residuals in the others).
-* ``peak = F + max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r) + W_k)`` over the regions in
+* slice copies ``K_r = kappa * R_r`` (per-trip device residuals) for a region under
+  ``lax.scan``, added to its backward trip's working set, not scaled by ``omega``: XLA:GPU
+  copies a scan's saved residuals out of the stacked buffers at the top of each backward
+  trip (asynchronous slice fusions, live together until their readers ran). ``kappa`` is
+  measured from the two anchors (``slice_copy_share``): the bytes of those copies in the
+  save-everything program's loop bodies less the full-remat one's (``hlo.loop_slice_bytes``:
+  the weight slices are in both) over the model's per-trip residual bytes of the scanned
+  regions, in [0, 1]. Which residuals a compiler copies depends on their readers, so this
+  is one share per step, exact at both anchors. Measured on the H200's compiler (jaxlib
+  0.11.2 deviceless, 2026-12-05, benchmarks/results/memory-model-2026-12-05-slices.md):
+  tests/zoo/parallel_residual.py copies 6.05 MB a trip (kappa 0.979), and
+  without the term omega could not fit (save everything predicted -12.2%, a plan -9.3%;
+  with it 0.0% and -3.0%); tests/zoo/long_context.py (no fit before: its plans were
+  predicted up to +74% and the planner fell back to stock policies) 0.0% at both anchors
+  and +3.2/+3.2/-12.0% at three budgets; the Llama example copies 1.0 MB (kappa 0.014).
+  tests/zoo/long_context.py kappa 1.000 (77.2 MB copied a trip). XLA:CPU copies slices
+  synchronously: none counted, kappa 0.
+* ``peak = F + max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r) + W_k + K_k)`` over the regions in
   forward order (while region ``k`` runs backward, later regions have freed their
   residuals), where the fixed bytes ``F`` (parameters,
   optimizer state, batch, outputs, activations outside regions, the compiler's own buffers)
@@ -373,22 +390,27 @@ def build_cost_model(
     )
     # Two compiles measure the two unknowns of the memory model: the fixed bytes F and the
     # working-set scale omega (how much of the modelled backward working set the compiler
-    # really holds at its peak). With A = residual part and B = working set of a program's
-    # model peak (at omega = 1, F = 0):
+    # really holds at its peak). With A = residual part (and the slice copies K, measured
+    # first from the same two compiles) and B = working set of a program's model peak (at
+    # omega = 1, F = 0):
     #   compiled(full remat)  = F + A_n + omega * B_n
     #   compiled(save all)    = F + A_e + omega * B_e
     # When the two are not independent (B_n == B_e) or omega falls outside [0.25, 2] (the
     # model's structure does not match this compiler), omega stays 1 and F comes from the
     # full-remat compile alone; verify corrects what remains.
+    everything = Assignment.of({c.key: "save" for c in graph.classes})
+    model = dataclasses.replace(
+        model, slice_copy_share=slice_copy_share(trace, graph, model, everything)
+    )
     full = evaluate(model, graph, Assignment.of({}), _fixed=0)
     fixed = trace.anchor.device_bytes - full.peak_bytes
     ws_scale = 1.0
     if trace.anchor_saved is not None:
-        every = evaluate(
-            model, graph, Assignment.of({c.key: "save" for c in graph.classes}), _fixed=0
-        )
-        kept_remat, ws_remat = full.peak_bytes - full.working_set_bytes, full.working_set_bytes
-        kept_all, ws_all = every.peak_bytes - every.working_set_bytes, every.working_set_bytes
+        every = evaluate(model, graph, everything, _fixed=0)
+        # the working set omega scales: the peak trip's, less its slice copies (K_r)
+        ws_remat = full.working_set_bytes - full.slice_copy_bytes
+        ws_all = every.working_set_bytes - every.slice_copy_bytes
+        kept_remat, kept_all = full.peak_bytes - ws_remat, every.peak_bytes - ws_all
         if ws_remat > ws_all:
             scale = (
                 (trace.anchor.device_bytes - kept_remat)
@@ -405,6 +427,30 @@ def build_cost_model(
     return dataclasses.replace(
         model, fixed_bytes=int(max(0, fixed + correction_bytes)), working_set_scale=ws_scale
     )
+
+
+def slice_copy_share(
+    trace: Trace, graph: LivenessGraph, model: CostModel, everything: Assignment
+) -> float:
+    """K: the share of a scanned region's saved per-trip residuals that its backward trip
+    copies out of the scan's stacked buffers, measured from the two anchor compiles:
+    the copies of slices their loop bodies make (``hlo.loop_slice_bytes``: the same weight
+    slices in both, the trip's residuals only in the save-everything one) over the model's
+    per-trip residual bytes of the scanned regions (each call site has its own loops).
+    0 without a save-everything anchor or a scanned region; clamped to [0, 1]."""
+    if trace.anchor_saved is None:
+        return 0.0
+    copied = trace.anchor_saved.loop_slice_bytes - trace.anchor.loop_slice_bytes
+    full = evaluate(model, graph, Assignment.of({}), _fixed=0)
+    every = evaluate(model, graph, everything, _fixed=0)
+    kept = sum(
+        rg.region.call_sites * (e.device_residual_bytes - f.device_residual_bytes)
+        for rg, f, e in zip(graph.regions, full.regions, every.regions)
+        if rg.region.in_scan
+    )
+    if kept <= 0 or copied <= 0:
+        return 0.0
+    return min(1.0, copied / kept)
 
 
 def _time_divisor(c) -> float:
@@ -614,6 +660,9 @@ def evaluate(
         # Parallel branches run backward one after another (graph.parallel_branches).
         working += max(branches.values(), default=0)
         working = math.ceil(model.working_set_scale * (working + transient))
+        # K_r: the backward trip of a scan copies a share of its saved residuals out of the
+        # stacked buffers (measured from the anchors, build_cost_model); not scaled by omega.
+        slices = math.ceil(model.slice_copy_share * saved) if rg.region.in_scan else 0
         # X^fwd, X^bwd: each direction's queue, in production order, with its windows.
         exposed_fwd = hide_d2h.exposed([(rc.d2h_s[i], rc.fwd_after_s[i]) for i in off])
         exposed_bwd = hide_h2d.exposed([(rc.h2d_s[i], rc.bwd_before_s[i]) for i in off])
@@ -629,7 +678,8 @@ def evaluate(
                 input_residual_bytes=stacked_inputs,
                 host_residual_bytes=offloaded,
                 invariant_host_bytes=offloaded_invariant,
-                working_set_bytes=working,
+                working_set_bytes=working + slices,
+                slice_copy_bytes=slices,
                 recompute_s=recompute_s,
                 materialize_s=materialize_s,
                 d2h_s=d2h_s,
@@ -656,13 +706,14 @@ def evaluate(
         for rc, p in zip(model.regions, preds)
     ]
     residual = sum(kept)
-    peak_var, ws = 0, 0
+    peak_var, ws, slices = 0, 0, 0
     prefix = 0
     ordered = regions_in_order(graph)
     for k, p in zip(kept, preds):
         prefix = prefix + k if ordered else residual
         if prefix + p.working_set_bytes >= peak_var:
             peak_var, ws = prefix + p.working_set_bytes, p.working_set_bytes
+            slices = p.slice_copy_bytes
     host = sum(
         rc.multiplicity * p.host_residual_bytes + p.invariant_host_bytes
         for rc, p in zip(model.regions, preds)
@@ -708,5 +759,6 @@ def evaluate(
         fixed_bytes=int(fixed),
         residual_bytes=int(residual),
         working_set_bytes=int(ws),
+        slice_copy_bytes=int(slices),
         regions=tuple(preds),
     )

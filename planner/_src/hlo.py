@@ -360,6 +360,63 @@ def loop_slice_copy_bytes(module: Module) -> int:
     return total
 
 
+# What a copy of a slice is made of: array-valued instructions of these opcodes only (index
+# arithmetic on scalars aside), at least one of them a dynamic-slice.
+_SLICE_COPY_OPS = frozenset(
+    ("parameter", "constant", "dynamic-slice", "bitcast", "reshape", "copy", "transpose")
+)
+
+
+def _copies_a_slice(comps: dict[str, list[Instruction]], name: str) -> bool:
+    """Whether computation ``name`` (a fusion's) only copies a dynamic slice of an operand."""
+    body = comps.get(name)
+    if not body:
+        return False
+    sliced = False
+    for ins in body:
+        if ins.opcode == "dynamic-slice":
+            sliced = True
+        elif ins.opcode not in _SLICE_COPY_OPS and any(dims for _, dims in ins.arrays):
+            return False
+    return sliced
+
+
+def loop_slice_bytes(module: Module) -> int:
+    """Bytes of the buffers one run of every while-loop body allocates for *asynchronous*
+    copies of slices of its operands, summed over the bodies (once each, not times the
+    trips): ``fusion-start`` / ``async-start`` of a fusion that only slices, reshapes or
+    transposes an operand (XLA:GPU's ``loop_dynamic_slice_fusion``, a memcpy on a side
+    stream). A slice XLA fuses into its reader, or passes to cuBLAS as an address offset,
+    allocates nothing.
+
+    In a scan's backward loop these are the trip's residuals copied out of the stacked
+    buffers the forward loop wrote (and the layer's weights sliced out of the stacked
+    parameters, which every policy's program does alike). The scheduler starts them at the
+    top of the trip, ahead of their readers, so they are live together at the trip's peak:
+    on tests/zoo/parallel_residual.py (H200's XLA:GPU, jaxlib 0.11.2, deviceless,
+    2026-12-05, benchmarks/results/memory-model-2026-12-05-slices.md) 6.05 MB of them per
+    trip under save-everything vs 0.39 under full remat, 6.22 MB of slice copies live at the
+    peak, 6.18 MB saved per trip. Synchronous slice copies are not counted: XLA:CPU (JAX
+    0.10.2) makes 3.4 MB of them there, of which 2.36 MB were live at the trip's peak
+    (memory-model-2026-12-05.md), and counting them all as live together moved
+    tests/zoo/long_context.py's plans from +1.9/+3.1% to -8.2/+17.8% (the same file).
+    The cost model's ``K_r`` (cost.py) is their share."""
+    trips = while_trips(module)
+    comps = module.computations()
+    total = 0
+    for body in trips:
+        for ins in comps.get(body, ()):
+            if ins.opcode not in ("fusion-start", "async-start"):
+                continue
+            called = re.search(r"calls=%?([\w.\-]+)", ins.attrs)
+            if called and _copies_a_slice(comps, called.group(1)):
+                # ((operands), result, context): the result's bytes
+                top = split_top(ins.shape[1:-1]) if ins.shape.startswith("(") else []
+                if len(top) >= 2:
+                    total += sum(array_bytes(t, d) for t, d in array_shapes(top[1]))
+    return total
+
+
 def host_memory_instructions(module: Module) -> list[Instruction]:
     """Instructions whose line names host memory space ``S(5)`` (result or operand layout)."""
     return [i for i in module.instructions if "S(5)" in i.line]

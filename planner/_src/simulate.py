@@ -342,6 +342,17 @@ def simulate(
         stall = max(stall, floor_h * sum(d for _, d in reloads))
         # The working set as the cost model scales it (omega, measured from two compiles).
         ws = math.ceil(cost.working_set_scale * (reload_b + rec_b))
+        # A scan's backward trip copies a measured share of its saved residuals out of the
+        # stacked buffers (cost.py, K_r), beside the working set, unscaled.
+        if rg.region.in_scan:
+            ws += math.ceil(
+                cost.slice_copy_share
+                * sum(
+                    cands[i].nbytes
+                    for i, d in kept.items()
+                    if d == "save" and not cands[i].loop_invariant
+                )
+            )
         for _ in range(rc.multiplicity):
             alloc(ws)
             recomputed += len(order)

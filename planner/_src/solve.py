@@ -175,6 +175,10 @@ class _Model:
                 return y
 
             per_trip_kib, invariant_kib, working_kib, extra_ns, offloads = [], [], [], [], []
+            # K_r (cost.py): the backward trip of a scan copies this share of each saved
+            # per-trip residual out of the stacked buffer; not scaled by omega.
+            share = cost.slice_copy_share if rg.region.in_scan else 0.0
+            slice_kib = []
             # the working-set terms of each parallel branch (graph.parallel_branches): the
             # branches run backward one after another, so the trip holds the largest of them
             branch_kib: dict[int, list] = {}
@@ -229,6 +233,8 @@ class _Model:
                     and not has_view(rg, i)
                 ):
                     (invariant_kib if c.loop_invariant else per_trip_kib).append(kib * s)
+                if share and not c.loop_invariant:
+                    slice_kib.append(math.ceil(share * kib) * s)
                 # Twice held (D_r, cost.py): outside lax.scan, a kept value of a producer XLA
                 # does not duplicate, read in the backward pass by a kernel and by a fusion
                 # (as traced, or through a needed recomputed reader), is held twice.
@@ -353,7 +359,7 @@ class _Model:
                 for terms in branch_kib.values():
                     m.Add(largest >= sum(terms))
                 working_kib.append(largest)
-            ws_terms.append(sum(working_kib) + transient)
+            ws_terms.append(sum(working_kib) + transient + sum(slice_kib))
             residual_terms.append(trips * sum(per_trip_kib) + sum(invariant_kib))
             time_terms.append(trips * (sum(extra_ns) + exposed_fwd + exposed_bwd))
 

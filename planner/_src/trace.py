@@ -762,6 +762,7 @@ def compiled_figures(
         backend=backend or jax.default_backend(),
         compiler=compiler,
         loop_copy_bytes=hlo.loop_slice_copy_bytes(module),
+        loop_slice_bytes=hlo.loop_slice_bytes(module),
     )
 
 

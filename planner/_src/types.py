@@ -169,6 +169,9 @@ class CompiledFigures:
     # Bytes the program copies device-to-device per run to slice its loops' stacked operands
     # (hlo.loop_slice_copy_bytes; XLA:GPU only, 0 elsewhere).
     loop_copy_bytes: int = 0
+    # Bytes the while-loop bodies allocate per run for copies of their operands' slices,
+    # summed over the bodies (hlo.loop_slice_bytes; the cost model's K_r, cost.py).
+    loop_slice_bytes: int = 0
 
     @property
     def device_bytes(self) -> int:
@@ -279,6 +282,9 @@ class CostModel:
     fixed_bytes: int  # bytes no plan changes (measured, see cost.py)
     correction_bytes: int  # verify's measured error: compiled - predicted (either sign)
     working_set_scale: float = 1.0  # measured, see cost.build_cost_model
+    # Share of a scanned region's saved per-trip residuals its backward trip copies out of
+    # the stacked buffers (K_r, measured from the anchors' HLO, see cost.build_cost_model)
+    slice_copy_share: float = 0.0
     host_cap_bytes: float
     overlap_efficiency: float  # fraction of the link's speed while compute runs
     allow_offload: bool
@@ -305,7 +311,7 @@ class RegionPrediction:
     input_residual_bytes: int  # region inputs a scan stacks for the backward pass
     host_residual_bytes: int  # one trip: offloaded values, stacked in pinned_host
     invariant_host_bytes: int = 0  # offloaded loop-invariant values, stored once
-    working_set_bytes: int  # one backward trip: recomputed and reloaded values
+    working_set_bytes: int  # one backward trip: recomputed and reloaded values, slice copies
     recompute_s: float  # one trip
     materialize_s: float  # one trip
     d2h_s: float
@@ -325,6 +331,9 @@ class RegionPrediction:
     # which reads them in the forward pass: JAX keeps them, the compiler frees them there
     # (cost.py, E_r); subtracted from the peak, not from what JAX keeps
     released_bytes: int = 0
+    # one backward trip of a scanned region: the copies of its saved residuals' slices out of
+    # the stacked buffers (cost.py, K_r); part of the peak, not of the scaled working set
+    slice_copy_bytes: int = 0
 
 
 @_frozen
@@ -340,6 +349,8 @@ class Prediction:
     fixed_bytes: int
     residual_bytes: int  # every region's kept bytes, all trips
     working_set_bytes: int  # of the region where the peak falls
+    # of which the copies of that region's saved residuals' slices (cost.py, K_r)
+    slice_copy_bytes: int = 0
     regions: tuple[RegionPrediction, ...]
 
 
