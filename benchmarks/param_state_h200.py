@@ -18,7 +18,6 @@ One JSON line per variant in DIR/results.jsonl.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import subprocess
@@ -29,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.param_state_probe import VARIANTS  # noqa: E402
+from benchmarks._param_state_setup import VARIANTS, build  # noqa: E402
 
 CONFIG = dict(
     vocab=32000,
@@ -48,35 +47,13 @@ def one(name: str) -> dict:
     import jax
 
     import cost_models as cm
-    import planner
     from examples import llama
     from planner._src import state as st
 
     cfg = llama.LlamaConfig(**CONFIG)
-    _, (params, opt, batch) = llama.make_adam_step(cfg)
-    leaves = st.state_leaves(opt, layers=cfg.n_layers, params=params, stream_params=True)
-    dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    ps, ms = VARIANTS[name]
-    host = {f"params['layers']['{w}']" for w in ps}
-    host |= {
-        x.key
-        for x in leaves
-        if x.role == "opt" and any(x.path.endswith(f"['layers']['{w}']") for w in ms)
-    }
-    pl = st.placement_of(leaves, host)
-    inner = {p[len("['layers']") :] for p in pl.param_paths()}
-    c = dataclasses.replace(
-        cfg, layer_wrap=lambda f, inner=inner: planner.stream_layer_params(f, host=inner)
-    )
-    step, _ = llama.make_adam_step(c, apply=lambda u, pl=pl: st.streamed_apply(u, pl, cfg.n_layers))
-    osh = st.state_shardings(opt, pl, dev)
-    psh = planner.param_shardings(params, pl.param_paths(), dev)
-    bsh = jax.tree.map(lambda _: dev, batch)
-    jitted = jax.jit(
-        step, in_shardings=(psh, osh, bsh), out_shardings=(psh, osh, dev), donate_argnums=(0, 1)
-    )
-    p_, o_ = jax.device_put(params, psh), jax.device_put(opt, osh)
-    b_ = jax.device_put(batch, bsh)
+    s = build(cfg, name, jax.devices()[0])
+    leaves, host, jitted = s.leaves, s.host, s.jitted
+    p_, o_, b_ = s.placed_args()
     t0 = time.perf_counter()
     compiled = jitted.lower(p_, o_, b_).compile()
     compile_s = time.perf_counter() - t0

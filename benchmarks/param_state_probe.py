@@ -26,21 +26,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-VARIANTS = {
-    "none": ((), ()),
-    "w1": (("w1",), ()),
-    "w1+mom": (("w1",), ("w1",)),
-    "mom": ((), ("w1",)),
-    "3p": (("w1", "w2", "w3"), ()),
-}
+from benchmarks._param_state_setup import VARIANTS, build  # noqa: E402
 
 
 def main() -> None:
     import jax
 
-    import planner
     from examples import llama
-    from planner._src import state as st
     from planner._src import target as tg
 
     ap = argparse.ArgumentParser()
@@ -52,36 +44,21 @@ def main() -> None:
     target = tg.resolve("h200", num_devices=1)
     if target.kind != "deviceless":
         sys.exit(f"no deviceless XLA:GPU here: {target.description}")
-    _, (params, opt, batch) = llama.make_adam_step(cfg)
-    leaves = st.state_leaves(opt, layers=cfg.n_layers, params=params, stream_params=True)
-    dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    dev = jax.devices()[0]
     rows = {}
     for name in a.variants.split(","):
-        ps, ms = VARIANTS[name]
-        host = {f"params['layers']['{w}']" for w in ps}
-        host |= {
-            x.key
-            for x in leaves
-            if x.role == "opt" and any(x.path.endswith(f"['layers']['{w}']") for w in ms)
-        }
-        pl = st.placement_of(leaves, host)
-        inner = {p[len("['layers']") :] for p in pl.param_paths()}
-        c = dataclasses.replace(
-            cfg, layer_wrap=lambda f, inner=inner: planner.stream_layer_params(f, host=inner)
+        ps, _ = VARIANTS[name]
+        s = build(cfg, name, dev)
+        leaves, host = s.leaves, s.host
+        args = tg.args_for(
+            target,
+            (
+                jax.device_put(s.params, s.param_shardings),
+                jax.device_put(s.opt, s.opt_shardings),
+                s.batch,
+            ),
         )
-        step, _ = llama.make_adam_step(
-            c, apply=lambda u, pl=pl: st.streamed_apply(u, pl, cfg.n_layers)
-        )
-        osh = st.state_shardings(opt, pl, dev)
-        psh = planner.param_shardings(params, pl.param_paths(), dev)
-        bsh = jax.tree.map(lambda _: dev, batch)
-        jitted = jax.jit(
-            step,
-            in_shardings=(psh, osh, bsh),
-            out_shardings=(psh, osh, dev),
-            donate_argnums=(0, 1),
-        )
-        args = tg.args_for(target, (jax.device_put(params, psh), jax.device_put(opt, osh), batch))
+        jitted = s.jitted
         m = tg.compile_traced(target, jitted, args).compiled.memory_analysis()
         dev_b = (
             m.argument_size_in_bytes

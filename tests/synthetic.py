@@ -219,6 +219,46 @@ def brute_force(graph: LivenessGraph, cost: CostModel, budget: float):
     return best
 
 
+def state_options(graph: LivenessGraph, cost: CostModel):
+    """Every (activation assignment, host subset of the movable train-state leaves,
+    prediction) of a model with state (``state.with_state``), by enumeration: the brute
+    force the state solver's answers are checked against."""
+    keys = [c.leaf.key for c in cost.state]
+    subsets = [frozenset(s) for k in range(len(keys) + 1) for s in itertools.combinations(keys, k)]
+    return [
+        (a, h, evaluate(cost, graph, a, state_on_host=h))
+        for a in all_assignments(graph, cost)
+        for h in subsets
+    ]
+
+
+def check_state_solve(graph: LivenessGraph, cost: CostModel, budget: float, options, opts):
+    """Solve the state-and-activation model at ``budget`` and check it against the brute force
+    ``options`` (:func:`state_options`): infeasible exactly where no option fits the budget
+    and the host cap; otherwise within the budget and host cap, at the fastest option's step
+    time. Returns the solution (None where infeasible)."""
+    import pytest
+
+    from planner._src.errors import InfeasibleBudgetError
+    from planner._src.solve import solve_assignment
+
+    fits = [
+        p.step_s
+        for _, _, p in options
+        if p.peak_bytes <= budget and p.host_bytes <= cost.host_cap_bytes
+    ]
+    if not fits:
+        with pytest.raises(InfeasibleBudgetError):
+            solve_assignment(graph, cost, budget, opts)
+        return None
+    sol = solve_assignment(graph, cost, budget, opts)
+    pred = evaluate(cost, graph, sol.assignment, state_on_host=sol.state_on_host)
+    assert pred.peak_bytes <= budget
+    assert pred.host_bytes <= cost.host_cap_bytes
+    assert pred.step_s == pytest.approx(min(fits), rel=1e-6, abs=1e-8)
+    return sol
+
+
 def _primitive(k: int, fusion: bool) -> str:
     """Class ``k``'s primitive: a view for class 0, else a kernel ``p<k>``; with ``fusion``,
     classes 1, 2, 3 are an elementwise equation, a reduction and an expensive elementwise

@@ -129,3 +129,32 @@ def test_residual_labels_are_the_lines_print_saved_residuals_prints():
         sorted(ours)
     )
     assert any("named 'h' from " in s for s in ours), sorted(ours)
+
+
+def test_leaves_on_one_device_share_one_mesh(monkeypatch):
+    """with_memory_kind turns a SingleDeviceSharding into a NamedSharding over a one-device
+    mesh: built once per device, not once per leaf (planner.param_shardings of a tree of
+    three leaves on one device constructs one Mesh). JAX interns equal Meshes (the same
+    object came back before too), so the count of constructions is what tells."""
+    import planner
+
+    built = []
+    real = jax.sharding.Mesh
+
+    def counting(*args, **kwargs):
+        built.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(jax.sharding, "Mesh", counting)
+    adapter.one_device_mesh.cache_clear()
+    dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    tree = {"a": jnp.zeros(4), "b": jnp.ones(3), "c": jnp.ones(2)}
+    out = planner.param_shardings(tree, {"['a']", "['c']"}, dev)
+    assert [s.memory_kind for s in (out["a"], out["b"], out["c"])] == [
+        "pinned_host",
+        "device",
+        "pinned_host",
+    ]
+    assert out["a"].mesh is out["b"].mesh is out["c"].mesh
+    assert adapter.with_memory_kind(dev, "device") == out["b"]
+    assert len(built) == 1, built

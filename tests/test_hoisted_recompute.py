@@ -1,9 +1,14 @@
 """The recompute of a Python loop's checkpointed layers, hoisted into the forward pass by the
-compiler (cost.py, E_r; trace.hoists_recompute): predicted against compiled programs."""
+compiler (cost.py, E_r; trace.hoists_recompute): predicted against compiled programs.
+
+Both answers of the probe are tested wherever the suite runs: JAX 0.10.2's XLA:CPU hoists,
+JAX 0.12.0.1's does not. Each test checks the probe (or the model built on it) against
+memory_analysis() of compiled programs, never the probe against itself."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import pytest
@@ -14,10 +19,17 @@ from planner._src.graph import build_graph
 from planner._src.trace import trace_step
 from tests.zoo import gpt2_loop
 
+POLICIES = ("nothing_saveable", "dots_saveable", "everything_saveable")
 
-def _compiled(policy) -> int:
-    step, args = gpt2_loop.make_with_policy(policy)
-    m = jax.jit(step).lower(*args).compile().memory_analysis()
+
+@functools.cache
+def _memory(policy: str):
+    step, args = gpt2_loop.make_with_policy(getattr(jax.checkpoint_policies, policy))
+    return jax.jit(step).lower(*args).compile().memory_analysis()
+
+
+def _compiled(policy: str) -> int:
+    m = _memory(policy)
     return (
         m.argument_size_in_bytes
         + m.output_size_in_bytes
@@ -34,31 +46,62 @@ def gpt2():
     return tr, graph, build_cost_model(tr, graph, "cpu", allow_offload=False)
 
 
-@pytest.mark.parametrize("policy", ["dots_saveable", "everything_saveable"])
-def test_a_python_loop_whose_recompute_is_hoisted_is_predicted(gpt2, policy):
-    """tests/zoo/gpt2_loop.py (three checkpointed layers in a Python loop, no names). On JAX
-    0.10.2's XLA:CPU the recompute runs beside the forward pass and is held until each layer's
-    backward pass, so every policy holds about the same (compiled 2026-12-04: full remat
-    10.15 MB, dots_saveable 9.95, everything_saveable 10.74): the model, fitted to full remat,
-    predicts the others within 3% (10.15 / 10.73 MB, +2.0% / -0.1%); without ``E_r`` it said
-    12.70 / 15.01 MB (+27.7% / +39.8%: three layers' residuals against one layer's recompute).
-    Where the compiler does not hoist (JAX 0.12.0.1's XLA:CPU) the probe says so and the
-    term is off."""
+def _errors(cost, graph) -> dict[str, float]:
+    """Relative error of the model's peak against the compiled program, per stock policy."""
+    return {
+        p: evaluate(cost, graph, stock_assignment(graph, p)).peak_bytes / _compiled(p) - 1
+        for p in POLICIES
+    }
+
+
+def test_the_probe_matches_what_the_compiled_loop_holds(gpt2):
+    """The probe (trace.hoists_recompute) compiles its own tanh-MLP; this checks its answer
+    on another program, tests/zoo/gpt2_loop.py (three checkpointed GPT-2 layers in a Python
+    loop). A compiler that defers the recompute to the backward pass holds, under full remat,
+    the layer inputs and one layer's recompute at a time: far less than keeping every value.
+    One that hoists it holds every layer's recomputed values from the forward pass on: about
+    what keeping every value holds. Temporary bytes, full remat / everything_saveable
+    (2026-12-05): JAX 0.10.2's XLA:CPU 6,051,908 / 6,641,732 = 0.91 (hoists); JAX 0.12.0.1's
+    XLA:CPU 2,169,924 / 7,935,556 = 0.27 (does not). The threshold sits between the two."""
+    tr, _, cost = gpt2
+    ratio = _memory("nothing_saveable").temp_size_in_bytes / (
+        _memory("everything_saveable").temp_size_in_bytes
+    )
+    assert tr.hoists_recompute == (ratio > 0.6), (tr.hoists_recompute, ratio)
+    # and the cost model carries the probe's answer to the region (outside lax.scan)
+    assert [rc.hoists_recompute for rc in cost.regions] == [tr.hoists_recompute]
+
+
+def test_the_model_on_the_probes_answer_predicts_the_compiled_policies(gpt2):
+    """The model built on the probe's answer predicts every stock policy's compiled peak,
+    and the model built on the other answer does worse (fitted to the same anchors).
+
+    Tolerances, from compiles of 2026-12-05 (XLA:CPU):
+
+    * hoisting (JAX 0.10.2): every policy within 3%. Measured: full remat 0.0% (the fit),
+      dots_saveable +2.0%, everything_saveable -0.1%; the model without ``E_r`` said +27.7%
+      and +47.2% (three layers' residuals against one layer's recompute).
+    * not hoisting (JAX 0.12.0.1): full remat and everything_saveable within 3% (both are
+      the fit's anchors: 0.0%), dots_saveable within 20% and never below the compile (a
+      known gap: +18.6%, 8.82 MB predicted against 7.44 MB compiled; verify's refit
+      corrects it). The model with ``E_r`` on said +44.1% / +21.3% / -26.7%.
+    """
     tr, graph, cost = gpt2
-    rc = cost.regions[0]
-    assert rc.hoists_recompute == tr.hoists_recompute
-    assert tr.hoists_recompute == (jax.__version__.startswith("0.10")), tr.hoists_recompute
-    pred = evaluate(cost, graph, stock_assignment(graph, policy)).peak_bytes
-    compiled = _compiled(getattr(jax.checkpoint_policies, policy))
-    # The full-remat anchor is the fit: exact by construction.
+    # The full-remat anchor is the fit: exact by construction, on either branch.
     assert evaluate(cost, graph, stock_assignment(graph, "nothing_saveable")).peak_bytes == (
         tr.anchor.device_bytes
     )
+    err = _errors(cost, graph)
     if tr.hoists_recompute:
-        assert abs(pred / compiled - 1) <= 0.03, (policy, pred, compiled)
-        # and the term is what does it: the model with the recompute deferred to the backward
-        # pass (fitted to the same anchors) is off by more than 20%.
-        deferred = dataclasses.replace(tr, hoists_recompute=False)
-        old = build_cost_model(deferred, graph, "cpu", allow_offload=False)
-        before = evaluate(old, graph, stock_assignment(graph, policy)).peak_bytes
-        assert before > 1.2 * compiled, (policy, before, compiled)
+        tol = dict.fromkeys(POLICIES, 0.03)
+    else:
+        tol = dict(nothing_saveable=0.03, dots_saveable=0.20, everything_saveable=0.03)
+        assert err["dots_saveable"] >= 0, err  # the gap errs on the safe side
+    for p in POLICIES:
+        assert abs(err[p]) <= tol[p], (p, err)
+    # The probe's answer is what does it: the other answer's model is off by more than 20%
+    # on some policy, and worse than this one on its worst policy.
+    flipped = dataclasses.replace(tr, hoists_recompute=not tr.hoists_recompute)
+    other = _errors(build_cost_model(flipped, graph, "cpu", allow_offload=False), graph)
+    worst, worst_other = max(map(abs, err.values())), max(map(abs, other.values()))
+    assert worst_other > 0.20 and worst_other > worst, (err, other)

@@ -6,12 +6,11 @@ update) gives the unplanned step's numbers; on deviceless XLA:GPU for the H200 (
 without the CUDA plugin) the compiled step's host bytes are the plan's."""
 
 import dataclasses
-import itertools
 
 import jax
 import numpy as np
 import pytest
-from synthetic import all_assignments, random_problem
+from synthetic import all_assignments, check_state_solve, random_problem, state_options
 
 import planner
 from examples import llama
@@ -58,32 +57,15 @@ def test_param_placement_equals_brute_force(seed):
     (every optimizer-state leaf on the host is not enough)."""
     graph, cost = random_problem(seed, n_nodes=6, n_regions=1, n_classes=3)
     cost = st.with_state(cost, _synthetic_leaves(1 + seed % 2))
-    keys = [c.leaf.key for c in cost.state]
-    assert keys == ["params['w']", ".mu['w']", ".nu['w']"]  # the unstacked param never moves
-    subsets = [frozenset(s) for k in range(len(keys) + 1) for s in itertools.combinations(keys, k)]
-    options = [
-        (h, evaluate(cost, graph, a, state_on_host=h))
-        for a in all_assignments(graph, cost)
-        for h in subsets
-    ]
-    opt_only = min(p.peak_bytes for h, p in options if "params['w']" not in h)
-    lowest = min(p.peak_bytes for _, p in options)
+    assert [c.leaf.key for c in cost.state] == ["params['w']", ".mu['w']", ".nu['w']"]
+    # (the unstacked param never moves)
+    options = state_options(graph, cost)
+    opt_only = min(p.peak_bytes for _, h, p in options if "params['w']" not in h)
+    lowest = min(p.peak_bytes for _, _, p in options)
     assert lowest < opt_only  # the parameter on the host lowers the smallest peak
     for budget in sorted({lowest, (lowest + opt_only) // 2, opt_only}):
-        fits = [
-            (p.step_s, h)
-            for h, p in options
-            if p.peak_bytes <= budget and p.host_bytes <= cost.host_cap_bytes
-        ]
-        if not fits:  # (over the host cap)
-            with pytest.raises(InfeasibleBudgetError):
-                solve_assignment(graph, cost, budget, OPTS)
-            continue
-        sol = solve_assignment(graph, cost, budget, OPTS)
-        pred = evaluate(cost, graph, sol.assignment, state_on_host=sol.state_on_host)
-        assert pred.peak_bytes <= budget
-        assert pred.step_s == pytest.approx(min(fits)[0], rel=1e-6, abs=1e-8)
-        if budget < opt_only:
+        sol = check_state_solve(graph, cost, budget, options, OPTS)
+        if sol is not None and budget < opt_only:
             assert "params['w']" in sol.state_on_host  # only a plan with it on the host fits
     with pytest.raises(InfeasibleBudgetError):
         solve_assignment(graph, cost, lowest - 64 * 1024, OPTS)
@@ -106,23 +88,12 @@ def test_host_cap_counts_a_host_parameters_gradient(seed):
     )
     # (evaluate's activation host bytes are >= 0: the parameter alone is 2 b)
     assert alone.host_bytes >= 2 * b > cost.host_cap_bytes
-    keys = [c.leaf.key for c in cost.state]
-    subsets = [frozenset(s) for k in range(len(keys) + 1) for s in itertools.combinations(keys, k)]
-    options = [
-        (p.step_s, p.peak_bytes, h)
-        for a in all_assignments(graph, cost)
-        for h in subsets
-        for p in [evaluate(cost, graph, a, state_on_host=h)]
-        if p.host_bytes <= cost.host_cap_bytes
-    ]
-    assert all("params['w']" not in h for *_, h in options)
-    budget = min(peak for _, peak, _ in options)
-    sol = solve_assignment(graph, cost, budget, OPTS)
+    options = state_options(graph, cost)
+    within_cap = [h for _, h, p in options if p.host_bytes <= cost.host_cap_bytes]
+    assert within_cap and all("params['w']" not in h for h in within_cap)
+    budget = min(p.peak_bytes for _, _, p in options if p.host_bytes <= cost.host_cap_bytes)
+    sol = check_state_solve(graph, cost, budget, options, OPTS)
     assert "params['w']" not in sol.state_on_host
-    pred = evaluate(cost, graph, sol.assignment, state_on_host=sol.state_on_host)
-    assert pred.host_bytes <= cost.host_cap_bytes
-    best = min(t for t, peak, _ in options if peak <= budget)
-    assert pred.step_s == pytest.approx(best, rel=1e-6, abs=1e-8)
 
 
 def test_param_cost_terms_and_budget_split():

@@ -4,20 +4,18 @@ numbers as the unplanned step, the host leaves in pinned host memory, the compil
 device bytes as planned (deviceless XLA:GPU, where the CUDA plugin is installed)."""
 
 import dataclasses
-import itertools
 import types
 import warnings
 
 import jax
 import numpy as np
 import pytest
-from synthetic import all_assignments, random_problem
+from synthetic import check_state_solve, random_problem, state_options
 
 import planner
 from examples import llama
 from planner._src import state as st
 from planner._src import target as tg
-from planner._src.cost import evaluate
 from planner._src.errors import InfeasibleBudgetError, PlannerError
 from planner._src.numerics import coarsest_eps, compare
 from planner._src.plan import PlanWarning
@@ -57,36 +55,18 @@ def test_state_placement_equals_brute_force(seed):
     graph, cost = random_problem(seed, n_nodes=6, n_regions=1, n_classes=3)
     cost = st.with_state(cost, _leaves(1 + seed % 2))
     assert [c.leaf.path for c in cost.state] == ["mu_w", "nu_w", "mu_emb"]  # count never moves
-    paths = [c.leaf.path for c in cost.state]
-    subsets = [
-        frozenset(s) for k in range(len(paths) + 1) for s in itertools.combinations(paths, k)
-    ]
-    options = [
-        (a, h, evaluate(cost, graph, a, state_on_host=h))
-        for a in all_assignments(graph, cost)
-        for h in subsets
-    ]
+    options = state_options(graph, cost)
     hbm_only = min(p.peak_bytes for _, h, p in options if not h)
     lowest = min(p.peak_bytes for _, _, p in options)
     assert lowest < hbm_only  # the state on the host lowers the smallest peak
     for budget in sorted({lowest, (lowest + hbm_only) // 2, hbm_only}):
-        fits = [
-            (p.step_s, h)
-            for a, h, p in options
-            if p.peak_bytes <= budget and p.host_bytes <= cost.host_cap_bytes
-        ]
-        if not fits:
-            with pytest.raises(InfeasibleBudgetError):
-                solve_assignment(graph, cost, budget, OPTS)
+        sol = check_state_solve(graph, cost, budget, options, OPTS)
+        if sol is None:
             continue
-        sol = solve_assignment(graph, cost, budget, OPTS)
-        pred = evaluate(cost, graph, sol.assignment, state_on_host=sol.state_on_host)
-        assert pred.peak_bytes <= budget
-        assert pred.step_s == pytest.approx(min(fits)[0], rel=1e-6, abs=1e-8)
         if budget < hbm_only:
             assert sol.state_on_host  # only a plan with state on the host fits
         # phase 2 (fewest host bytes at the fastest time) never moves state for nothing
-        if budget >= max(p.peak_bytes for a, h, p in options if not h):
+        if budget >= max(p.peak_bytes for _, h, p in options if not h):
             assert not sol.state_on_host
 
 

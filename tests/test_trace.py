@@ -482,3 +482,37 @@ def test_saving_a_matmul_output_under_scan_costs_its_stack_copy_on_gpus(scanned)
     )
     assert step_s(gpu, "offload") == step_s(gpu, "remat")
     assert step_s(cpu, "save") == step_s(cpu, "remat")
+
+
+def _chain_into_sum(first, second):
+    """``first`` through 20 sines, plus ``second``, through 20 more, summed: ``second`` is
+    21 fusible equations from the reduction, ``first`` 41."""
+    x = first
+    for _ in range(20):
+        x = jnp.sin(x)
+    x = x + second
+    for _ in range(20):
+        x = jnp.sin(x)
+    return jnp.sum(x)
+
+
+@pytest.mark.parametrize("order", ["a_first", "b_first"])
+def test_residuals_read_by_a_reduction_do_not_depend_on_visit_order(order):
+    """trace._backward_reads finds the residuals a reduction reads through at most 32 fusible
+    equations. It memoized per value what it found under a depth bound, so a value first
+    reached deep (the bound cut it) stayed False for a residual that reaches it shallow, and
+    the answer depended on which residual came first: a then b gave {} (b is 21 away), b
+    then a gave {a, b} (a is 41 away). Now: {b} in both orders."""
+    import types
+
+    from planner._src.trace import _backward_reads
+
+    if order == "a_first":
+        closed = jax.make_jaxpr(_chain_into_sum)(1.0, 2.0)
+        known = ("a", "b")
+    else:
+        closed = jax.make_jaxpr(lambda b, a: _chain_into_sum(a, b))(2.0, 1.0)
+        known = ("b", "a")
+    replay = types.SimpleNamespace(staged_jaxpr=closed.jaxpr, residuals=known)
+    _, _, by_reduction = _backward_reads(replay)
+    assert by_reduction == {"b"}, by_reduction

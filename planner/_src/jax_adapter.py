@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import threading
 from collections.abc import Callable, Iterator
@@ -582,12 +583,22 @@ def with_memory_kind(sharding, kind: str):
     value into it in place fails ("memory_space of all inputs passed to
     dynamic_update_slice must be the same"). A ``SingleDeviceSharding`` therefore becomes the
     same placement as a ``NamedSharding`` over a one-device mesh."""
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+    from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
     if isinstance(sharding, SingleDeviceSharding):
         (device,) = sharding.device_set
-        sharding = NamedSharding(Mesh(np.array([device]), ("_planner_device",)), PartitionSpec())
+        sharding = NamedSharding(one_device_mesh(device), PartitionSpec())
     return sharding.with_memory_kind(kind)
+
+
+@functools.cache
+def one_device_mesh(device):
+    """The one-device mesh of ``device`` (axis ``_planner_device``), built once per device:
+    every leaf of a state or parameter tree on that device shares it (was one Mesh per leaf;
+    Meshes of the same devices and axis names are equal, so shardings compare the same)."""
+    from jax.sharding import Mesh
+
+    return Mesh(np.array([device]), ("_planner_device",))
 
 
 def memory_space_is_host(aval) -> bool:

@@ -607,9 +607,10 @@ class Planner:
         if self.trace.anchor_saved is not None:
             self._stock_bytes["everything_saveable"] = self.trace.anchor_saved.device_bytes
 
-    def _compiler_fields(self) -> dict:
+    def plan_fields(self) -> dict:
         """The Plan fields every plan of this session shares: the verifying compiler, and
-        why offloading was off where the session decided it (``offload_why``)."""
+        why offloading was off where the session decided it (``offload_why``); a stage
+        that builds a Plan of this session (state_plan.py) passes them on."""
         c = self.compiler
         note = c.how_to_get_exact if not c.exact else "; ".join(c.caveats)
         return {
@@ -625,6 +626,55 @@ class Planner:
         if self.compiler.kind == "deviceless":
             return targets.target_scope(self.compiler)
         return contextlib.nullcontext()
+
+    # ------------------------------------- for stages that plan with a session (state_plan.py)
+
+    @property
+    def example_args(self) -> tuple:
+        """The example arguments as given to the constructor (concrete arrays or
+        ShapeDtypeStructs; not the copies placed on a deviceless target)."""
+        return self._user_args
+
+    @property
+    def backend(self) -> str:
+        """The backend this session traces and compiles for: ``"cuda"`` for a deviceless
+        target compile, else this machine's ``jax.default_backend()``."""
+        return self._backend
+
+    def plan_activations(self, requested: int) -> Plan:
+        """The plan for ``requested`` bytes per device (before headroom) that decides the
+        activations only, with the train state where the step has it: what :meth:`plan`
+        returns without ``opt_state_argnum``, whatever the session's options say."""
+        return self._plan_one(requested)
+
+    def numerics_not_checked_why(self) -> str:
+        """Why this session's plans get no numerics check ('' when they do):
+        ``check_numerics=False``, abstract example arguments, or a compiler for a GPU that
+        is not here."""
+        if self.options.check_numerics is False:
+            return "check_numerics=False"
+        return self._numerics_impossible()
+
+    def judge_run(self, plan: Plan, run: Callable[[], Any]):
+        """The outputs of ``run()`` (a step that applies ``plan``, on its own arguments)
+        judged against the step under the user's own policies on the example arguments
+        (run first, once per session, with its rounding-only runs: numerics.reference_runs):
+        numerics.judge's result."""
+        self._ensure_reference(plan.trace.float_dtypes)
+        return numerics.judge(
+            run(),
+            self._reference,
+            numerics.coarsest_eps(self._args, self._reference, computed=plan.trace.float_dtypes),
+            decisions=plan.decisions(),
+            ran_on=numerics.backend_note(),
+            sensitivity=self._sensitivity,
+        )
+
+    def _ensure_reference(self, float_dtypes) -> None:
+        if self._reference is None:
+            self._reference, self._sensitivity = numerics.reference_runs(
+                self._step, self._args, float_dtypes
+            )
 
     # -------------------------------------------------------------------- public
 
@@ -856,21 +906,14 @@ class Planner:
     def _with_numerics(self, plan: Plan, compiled=None) -> Plan:
         """``plan`` with the numerics check (numerics.py) in its verification: a check when
         it ran (a mismatch is the status), a note saying why not and how to check when not."""
-        why = (
-            "check_numerics=False"
-            if self.options.check_numerics is False
-            else self._numerics_impossible()
-        )
+        why = self.numerics_not_checked_why()
         if why:
             result = numerics.not_checked(why)
         else:
             self._say("running the planned step and yours once to compare their outputs")
             t = time.perf_counter()
             try:
-                if self._reference is None:
-                    self._reference, self._sensitivity = numerics.reference_runs(
-                        self._step, self._args, plan.trace.float_dtypes
-                    )
+                self._ensure_reference(plan.trace.float_dtypes)
                 planned = numerics.run_planned(
                     self._step,
                     self._args,
@@ -1087,7 +1130,7 @@ class Planner:
             headroom_bytes=headroom,
             choice=name,
             choice_why=why,
-            **self._compiler_fields(),
+            **self.plan_fields(),
         )
         plan = self._with_numerics(plan, att.compiled)
         if plan.numerics is not None and plan.numerics.checked and not plan.numerics.ok:
@@ -1312,7 +1355,7 @@ class Planner:
             choice="planner",
             choice_why=plan_why,
             fill_why=fill_why,
-            **self._compiler_fields(),
+            **self.plan_fields(),
         )
         plan = self._with_numerics(plan, best.compiled)
         replanned = self._replan_without_culprits(plan, requested)

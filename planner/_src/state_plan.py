@@ -149,7 +149,7 @@ def _layers(trace) -> int:
 
 
 def _leaves(session, opt_state_argnum: int, params_argnum: int | None, stream_params=False):
-    args = session._user_args
+    args = session.example_args
     opt_state = _arg(args, opt_state_argnum, "opt_state_argnum")
     params = _arg(args, params_argnum, "params_argnum")
     if stream_params and params is None:
@@ -258,7 +258,7 @@ def _state_loop(
         plan = dataclasses.replace(plan, applied=applied)
         if (
             estimate_on_cpu
-            and session._backend == "cpu"
+            and session.backend == "cpu"
             and chk.host_argument_bytes == 0
             and chk.planned_host_bytes
         ):
@@ -385,7 +385,7 @@ def plan_in_session(
 
     if not first.placement.on_host:
         # The whole state in HBM: the traced step is the step that runs; plan it fully.
-        plan = session._plan_one(requested)
+        plan = session.plan_activations(requested)
         pred = plan.prediction
         empty = st.placement_of(leaves, frozenset())
         split = st.budget_split(
@@ -414,7 +414,7 @@ def _as_plan(session, requested, budget, sp: StatePlan, build, state):
         sp.compiled,
         sp.prediction.peak_bytes,
         budget,
-        backend=session._backend,
+        backend=session.backend,
         compiler=session.compiler,
     )
     graph = session.graph
@@ -436,7 +436,7 @@ def _as_plan(session, requested, budget, sp: StatePlan, build, state):
         choice_why="",
         fill_why="no fill rounds: the plan moves optimizer state (planner/_src/state_plan.py)",
         state=state,
-        **session._compiler_fields(),
+        **session.plan_fields(),
     )
     return _with_state_numerics(session, plan, sp.applied if build else None)
 
@@ -459,31 +459,14 @@ def _with_state_numerics(session, plan, applied):
     from planner._src.plan import PlanWarning
     from planner._src.verify import STATUS_NUMERICS
 
-    if session.options.check_numerics is False:
-        why = "check_numerics=False"
-    else:
-        why = session._numerics_impossible()
-        if not why and applied is None:
-            why = "no build= was given, and the step that applies the placement is yours"
+    why = session.numerics_not_checked_why()
+    if not why and applied is None:
+        why = "no build= was given, and the step that applies the placement is yours"
     if why:
         result = numerics.not_checked(why)
     else:
         compiled, args = applied
-        if session._reference is None:
-            session._reference, session._sensitivity = numerics.reference_runs(
-                session._step, session._args, plan.trace.float_dtypes
-            )
-        got = jax_ready(compiled(*_fresh(args)))
-        result = numerics.judge(
-            got,
-            session._reference,
-            numerics.coarsest_eps(
-                session._args, session._reference, computed=plan.trace.float_dtypes
-            ),
-            decisions=plan.decisions(),
-            ran_on=numerics.backend_note(),
-            sensitivity=session._sensitivity,
-        )
+        result = session.judge_run(plan, lambda: jax_ready(compiled(*_fresh(args))))
     ver = plan.verification
     if result.checked:
         ver = dataclasses.replace(

@@ -472,6 +472,9 @@ def _inner_signatures(eqn) -> frozenset[str]:
     return frozenset(out)
 
 
+SUM_DEPTH = 32  # fusible equations between a residual and the reduction that reads it
+
+
 def _backward_reads(replay) -> tuple[set, set, set]:
     """``(by_kernel, by_fusion, by_reduction)``: the residuals (vars of the forward jaxpr) the
     backward pass reads with a non-fusible equation (or returns), and those it reads with a
@@ -503,26 +506,31 @@ def _backward_reads(replay) -> tuple[set, set, set]:
         return False
 
     reductions = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin"}
-    memo: dict[Any, bool] = {}
+    # The fewest fusible equations from each value to an operand of a reduction, for every
+    # value at once: the equations are in dependency order, so one backward pass sees every
+    # reader's outputs first. A residual counts when that is at most SUM_DEPTH. (This was a
+    # depth-first search from each residual that memoized what it found under the depth
+    # bound: a value first reached deep, where the bound cut the search, kept False for a
+    # residual reaching it shallow, and the answer depended on the residuals' order;
+    # tests/test_trace.py, test_residuals_read_by_a_reduction_do_not_depend_on_visit_order.)
+    to_reduction: dict[Any, float] = {}
+    for e in reversed(staged.eqns):
+        name = e.primitive.name
+        if name in reductions:
+            d = 0.0
+        elif name in cm.FUSIBLE:
+            d = 1 + min(
+                (to_reduction.get(o, math.inf) for o in e.outvars if adapter.is_var(o)),
+                default=math.inf,
+            )
+        else:
+            continue
+        for v in e.invars:
+            if adapter.is_var(v) and d < to_reduction.get(v, math.inf):
+                to_reduction[v] = d
 
-    def summed(v, depth=0) -> bool:
-        if v in memo:
-            return memo[v]
-        memo[v] = False  # cut cycles and shared subchains
-        hit = False
-        if depth <= 32:
-            for e in readers.get(v, ()):
-                name = e.primitive.name
-                if name in reductions:
-                    hit = True
-                elif name in cm.FUSIBLE and any(
-                    summed(o, depth + 1) for o in e.outvars if adapter.is_var(o)
-                ):
-                    hit = True
-                if hit:
-                    break
-        memo[v] = hit
-        return hit
+    def summed(v) -> bool:
+        return to_reduction.get(v, math.inf) <= SUM_DEPTH
 
     by_kernel = {known for staged_v, known in to_known.items() if read(staged_v, True)}
     by_fusion = {known for staged_v, known in to_known.items() if read(staged_v, False)}
