@@ -8,7 +8,7 @@ import math
 import random
 
 import cost_models as cm
-from planner._src.cost import evaluate
+from planner._src.cost import evaluate, fused_away
 from planner._src.graph import LivenessGraph, build_graph
 from planner._src.types import (
     DECISIONS,
@@ -144,7 +144,7 @@ def random_problem(
     graph = build_graph(trace)
     hw = cm.load_profile("cpu")
     rcs = []
-    for r in regions:
+    for r, rg in zip(regions, graph.regions):
         n = len(r.candidates)
         rec = [rnd.uniform(1e-4, 5e-3) for _ in range(n)]
         d2h = [c.nbytes / 1e9 * rnd.uniform(5, 20) for c in r.candidates]
@@ -166,6 +166,8 @@ def random_problem(
                 twice_held=tuple(twice_rnd.random() < 0.5 for _ in range(n)) if fusion else (),
                 # fusion: some regions' compiler recomputes in the forward pass (cost.py E_r)
                 hoists_recompute=hoist_rnd.random() < 0.5 if fusion else False,
+                # fusion: values only fusions read back are recomputed inside them (W_r)
+                fused_away=fused_away(rg),
                 d2h_s=tuple(d2h),
                 h2d_s=tuple(d2h),
                 fwd_after_s=tuple(after),

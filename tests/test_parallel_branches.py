@@ -33,7 +33,9 @@ def test_parallel_residual_branches_and_the_saved_anchor(zoo_session):
     the softmax's exp in one, the MLP's logistic in the other, the norm's rsqrt shared; the
     full-remat working set is below the sum; and the saved anchor, which F (measured from
     the full-remat anchor) over-lowered by the summed branches, is predicted closer: on JAX
-    0.10.2's XLA:CPU -13.4% where the sum gave -21.9% (2026-12-05)."""
+    0.10.2's XLA:CPU -13.4% where the sum gave -21.9% (2026-12-05); since values only
+    fusions read back take no buffer (cost.fused_away), both working sets are smaller and
+    the gap narrower: -12.9% against -17.2%."""
     _, _, session = zoo_session("parallel_residual")
     graph = session.graph
     (rg,) = graph.regions
@@ -50,7 +52,7 @@ def test_parallel_residual_branches_and_the_saved_anchor(zoo_session):
     summed = cost.evaluate(model, _summed(graph), Assignment.of({}))
     assert full.working_set_bytes < summed.working_set_bytes
     new, old = _saved_anchor_error(session, graph), _saved_anchor_error(session, _summed(graph))
-    assert abs(new) < abs(old) - 0.05, (new, old)
+    assert abs(new) < abs(old) - 0.035, (new, old)
     if jax.__version__ == "0.10.2":
         assert abs(new) < 0.15, new
 

@@ -647,3 +647,51 @@ def test_the_scans_residual_slice_copies_are_measured_on_the_target(h200):
     assert cost.evaluate(model, graph, plan.solution.assignment).peak_bytes == pytest.approx(
         plan.verification.compiled_device_bytes, rel=0.05
     )
+
+
+def test_values_only_fusions_read_back_take_no_buffer_on_the_target(h200):
+    """The Llama example on the H200's compiler: its full-remat backward trip holds the
+    projections' outputs and the product the down projection's gradient reads, not the
+    gate's logistic and the products only fusions read (XLA recomputes those inside the
+    fusions: cost.fused_away). With the rule the two-anchor fit holds (omega in bounds) and
+    both anchors are exact; counting every recomputed value, omega fell out of its bounds
+    and save-everything was predicted 14.5% low (2026-12-05, JAX 0.11.2 deviceless)."""
+    import planner
+    from examples import llama
+    from planner._src import cost
+    from planner._src.types import Assignment
+
+    step, args = llama.quickstart()
+    session = planner.Planner(step, *args, hardware=GPU)
+    tr, graph = session.trace, session.graph
+    model = cost.build_cost_model(tr, graph, session.hardware, allow_offload=session.offload)
+    (rc,), (rg,) = model.regions, graph.regions
+    prim = {c.index: c.primitive for c in rg.region.candidates}
+    assert any(rc.fused_away[i] for i, p in prim.items() if p == "logistic")
+    assert not any(rc.fused_away[i] for i, p in prim.items() if p == "dot_general")
+    lo, hi = cost.WORKING_SET_SCALE_BOUNDS
+    assert lo <= model.working_set_scale <= hi and model.working_set_scale != 1.0
+    every = Assignment.of({c.key: "save" for c in graph.classes})
+    for a, compiled in ((Assignment.of({}), tr.anchor), (every, tr.anchor_saved)):
+        assert cost.evaluate(model, graph, a).peak_bytes == pytest.approx(
+            compiled.device_bytes, rel=0.005
+        )
+    # the same model with every recomputed value given a buffer: the fit fails
+    graph_all = dataclasses.replace(
+        graph,
+        regions=tuple(
+            dataclasses.replace(
+                g,
+                region=dataclasses.replace(
+                    g.region,
+                    candidates=tuple(
+                        dataclasses.replace(c, read_by_kernel=True) for c in g.region.candidates
+                    ),
+                ),
+            )
+            for g in graph.regions
+        ),
+    )
+    old = cost.build_cost_model(tr, graph_all, session.hardware, allow_offload=session.offload)
+    low = cost.evaluate(old, graph_all, every).peak_bytes / tr.anchor_saved.device_bytes - 1
+    assert low < -0.10, low

@@ -413,9 +413,9 @@ _GPU_SLICES_HLO = """HloModule jit_train_step, num_partitions=1
   %s = f32[4,4,128,128]{3,2,1,0} get-tuple-element(%arg), index=1
   %h = f32[4,512,64]{2,1,0} get-tuple-element(%arg), index=2
   %w = f32[4,64,64]{2,1,0} get-tuple-element(%arg), index=3
-  %fusion-start = ((f32[4,4,128,128]{3,2,1,0}, s32[]), f32[1,4,128,128]{3,2,1,0}, u32[]) fusion-start(%s, %i), kind=kLoop, calls=%fused_dynamic_slice
+  %fusion-start = ((f32[4,4,128,128]{3,2,1,0}, s32[]), f32[1,4,128,128]{3,2,1,0}, u32[]) fusion-start(%s, %i), kind=kLoop, calls=%fused_dynamic_slice, metadata={op_name="jit(train_step)/transpose(jvp())/while/body/dynamic_slice"}
   %fusion-done = f32[1,4,128,128]{3,2,1,0} fusion-done(%fusion-start)
-  %fusion-start.1 = ((f32[4,512,64]{2,1,0}, s32[]), f32[512,64]{1,0}, u32[]) fusion-start(%h, %i), kind=kLoop, calls=%fused_dynamic_slice.1
+  %fusion-start.1 = ((f32[4,512,64]{2,1,0}, s32[]), f32[512,64]{1,0}, u32[]) fusion-start(%h, %i), kind=kLoop, calls=%fused_dynamic_slice.1, metadata={op_name="jit(train_step)/transpose(jvp())/while/body/dynamic_slice"}
   %fusion-done.1 = f32[512,64]{1,0} fusion-done(%fusion-start.1)
   %gemm = (f32[512,64]{1,0}, s8[1024]{0}) fusion(%w, %fusion-done.1, %i), kind=kCustom, calls=%cublas_slice
   %mul = f32[512,64]{1,0} fusion(%h, %i, %fusion-done.1), kind=kLoop, calls=%fused_mul
@@ -437,8 +437,12 @@ def test_loop_slice_bytes_counts_the_async_slice_copies_of_one_trip():
     any loop; once per body, not times its 4 trips."""
     from planner._src import hlo
 
-    got = hlo.loop_slice_bytes(hlo.parse(_GPU_SLICES_HLO))
+    module = hlo.parse(_GPU_SLICES_HLO)
+    got = hlo.loop_slice_bytes(module)
     assert got == 4 * 128 * 128 * 4 + 512 * 64 * 4
+    # the same copies as device-to-device traffic, every trip (the H200's own compile
+    # writes them as fusion-start, which loop_slice_copy_bytes missed before 2026-12-05)
+    assert hlo.loop_slice_copy_bytes(module) == 4 * got
     # XLA:CPU copies its slices synchronously, beside each reader: none counted.
     assert scanned_figures_cpu().loop_slice_bytes == 0
 

@@ -36,9 +36,22 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   batch 1 copied 15.0 GB that way (the f32 attention scores among them) against 5.2 GB under
   full remat, 10.0 vs 2.7 ms a step that the model did not have;
   working set of one backward trip
-  ``W_r = sum bytes_v [v read by the backward and a(v) in {remat, offload}]
+  ``W_r = sum bytes_v [v read by the backward, not fused away, and a(v) in {remat, offload}]
   + sum bytes_v [v recomputed only to recompute others, and read by a recomputed reduction]
-  + max bytes_v [v recomputed only to recompute others, read by no recomputed reduction]``,
+  + max bytes_v [v recomputed only to recompute others, or fused away, and read by no
+  recomputed reduction]``,
+  where a recomputed value is *fused away* (``fused_away``) when it is a fusible equation
+  that no kernel and no reduction of the backward pass reads (``read_by_kernel``,
+  ``read_by_reduction``; a view when its sources are fused away): XLA recomputes it inside
+  each backward fusion that reads it and it gets no buffer, so it counts in the transient
+  term, one at a time, not in the first sum (an offloaded value is reloaded into a buffer
+  whatever reads it). Measured on the H200's compiler (jaxlib 0.11.2 deviceless,
+  2026-12-05, benchmarks/results/memory-model-2026-12-05-fused.md): the Llama example's
+  full-remat backward holds 3 of the 6 MLP-sized recomputed values (the two projections'
+  outputs and the product the down projection's gradient reads), not the gate's logistic
+  and its two products; the model that counted all six fitted omega to 0.22 (out of
+  bounds: save everything predicted -14.5%, its plans -10.7%), with the rule omega 0.287,
+  both anchors exact, plans -2.2%, stock policies -1.1/-1.5% (were -3.7/-3.9%);
   where, in a region whose output is a sum of parallel branches (graph.parallel_branches:
   ``x + attn(h) + mlp(h)``), the first two sums are taken over the shared values plus the
   largest branch's, not over every branch: the backward pass of one branch reads nothing of
@@ -319,6 +332,7 @@ def build_cost_model(
         # Outside lax.scan, on a compiler that does not hold the recompute back for the
         # backward pass, recomputed values are held from the forward pass (E_r, docstring).
         hoists = bool(getattr(trace, "hoists_recompute", False)) and not r.in_scan
+        fused = fused_away(rg)
         unknown.update(r.backward_work.total().unknown_primitives)
         bwd_s = ratio * r.backward_work.seconds(hw)
         fwd_s = sum(fwd)
@@ -350,6 +364,7 @@ def build_cost_model(
                 stack_copy_s=tuple(stack),
                 twice_held=twice,
                 hoists_recompute=hoists,
+                fused_away=fused,
                 d2h_s=tuple(d2h),
                 h2d_s=tuple(h2d),
                 fwd_after_s=tuple(after),
@@ -562,6 +577,23 @@ def twice_held(rg, rc, dec, need) -> list[bool]:
     return out
 
 
+def fused_away(rg) -> tuple[bool, ...]:
+    """Per candidate: recomputed for the backward pass, it takes no buffer of its own, since
+    XLA recomputes it inside the backward fusions that read it (the ``W_r`` rule): a fusible
+    equation (``cm.FUSIBLE``) that no kernel and no reduction of the backward pass reads
+    (``read_by_kernel``, ``read_by_reduction``); a view (graph.VIEWS) is fused away when its
+    sources are candidates that are (a view of a matmul's output is that output's buffer)."""
+    cands = rg.region.candidates
+    out: list[bool] = []
+    for c in cands:
+        fusible = c.primitive in cm.FUSIBLE and not (c.read_by_kernel or c.read_by_reduction)
+        if fusible and c.primitive in _VIEWS:
+            src = rg.reads(c.index)
+            fusible = bool(src) and not rg.reads_inputs(c.index) and all(out[u] for u in src)
+        out.append(fusible)
+    return tuple(out)
+
+
 def has_view(rg, i: int) -> bool:
     """Whether a view (graph.VIEWS) of candidate ``i`` reads it: a kept ``i`` then stays for
     the backward pass through the view, hoisted recompute or not (E_r)."""
@@ -613,6 +645,7 @@ def evaluate(
         held = held_values(rg, dec, need)
         reduced = reduction_operands(rg, dec, need)
         twice = twice_held(rg, rc, dec, need)
+        fused = rc.fused_away or (False,) * len(cands)
         for c in cands:
             i = c.index
             if not need[i]:
@@ -647,14 +680,16 @@ def evaluate(
                         hoisted_invariant += c.nbytes
                     elif c.needed:
                         hoisted += c.nbytes
-                elif c.needed or reduced[i]:
-                    # read by the backward pass, or a recomputed reduction's operand
-                    # (materialized whole): live with the rest of its branch
+                elif (c.needed and not fused[i]) or reduced[i]:
+                    # read by the backward pass (not only inside its fusions), or a
+                    # recomputed reduction's operand (materialized whole): live with the
+                    # rest of its branch
                     if rg.branch and rg.branch[i] >= 0:
                         branches[rg.branch[i]] = branches.get(rg.branch[i], 0) + c.nbytes
                     else:
                         working += c.nbytes
-                else:  # an intermediate of a recompute: freed once its readers ran
+                else:  # an intermediate of a recompute, or a value recomputed inside the
+                    # backward fusions that read it: at most one at a time
                     transient = max(transient, c.nbytes)
                 recompute_s += rc.recompute_s[i]
         # Parallel branches run backward one after another (graph.parallel_branches).

@@ -332,7 +332,9 @@ def loop_slice_copy_bytes(module: Module) -> int:
 
     XLA:GPU runs a dynamic-(update-)slice of a scan's stacked operand whose offset is the
     loop counter as a memcpy on a side stream (``async-start`` of a dynamic-slice fusion;
-    thunk ``kDynamicSliceFusion``): the layer's weights sliced out of the stacked parameters
+    thunk ``kDynamicSliceFusion``; ``fusion-start`` in the GPU's own compiled modules, which
+    this counted as 0 before 2026-12-05: benchmarks/results/hlo-kernel-time-2026-12-05.md):
+    the layer's weights sliced out of the stacked parameters
     in the forward and backward loops, the weight gradients written into the stacked
     gradient, and every residual a scan stacks whose producer the slice cannot fuse into (a
     matmul's output). Measured on the H200 (benchmarks/results/h200-2026-12-04-idle/,
@@ -343,7 +345,8 @@ def loop_slice_copy_bytes(module: Module) -> int:
     trips = while_trips(module)
     total = 0
     for ins in module.instructions:
-        if ins.opcode != "async-start" or ins.computation not in trips:
+        # async-start (jaxlib 0.11.2 deviceless) or fusion-start (the H200's own compile)
+        if ins.opcode not in ("async-start", "fusion-start") or ins.computation not in trips:
             continue
         prim = ins.primitive
         if prim not in ("dynamic_slice", "dynamic_update_slice"):

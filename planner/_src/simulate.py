@@ -29,6 +29,22 @@ from planner._src.types import Assignment, CostModel
 _REDUCING = frozenset(("reduce_max", "reduce_min", "reduce_sum", "reduce_prod", "argmax", "argmin"))
 
 
+def _own_buffers(rg) -> list[bool]:
+    """Per candidate: recomputed and read by the backward pass, it gets a buffer: a kernel
+    or a reduction reads it, or it is not elementwise-fusible, or it is a view of a value
+    that does (written out here, not shared with cost.py)."""
+    out: list[bool] = []
+    for c in rg.region.candidates:
+        if c.primitive not in FUSIBLE or c.read_by_kernel or c.read_by_reduction:
+            out.append(True)
+        elif c.primitive in VIEWS:
+            src = rg.reads(c.index)
+            out.append(not src or bool(rg.reads_inputs(c.index)) or any(out[u] for u in src))
+        else:
+            out.append(False)
+    return out
+
+
 class PlanViolation(AssertionError):
     """A replayed plan broke memory, a dependency, or a rule of JAX's partial evaluation."""
 
@@ -304,10 +320,11 @@ def simulate(
         reduced = {
             u for j in fresh if cands[j].primitive in _REDUCING for u in rg.reads(j) if u in fresh
         }
-        live = [i for i in fresh if cands[i].needed or i in reduced]
-        rec_b = max(
-            (cands[i].nbytes for i in fresh if not cands[i].needed and i not in reduced), default=0
-        )
+        # A fusible value that only fusions of the backward pass read is recomputed inside
+        # them: no buffer of its own, it is an intermediate like the others (cost.py, W_r).
+        own = _own_buffers(rg)
+        live = [i for i in fresh if (cands[i].needed and own[i]) or i in reduced]
+        rec_b = max((cands[i].nbytes for i in fresh if i not in live), default=0)
         # Parallel branches (graph.parallel_branches) run backward one after another: the
         # trip recomputes a branch, runs its backward, frees it, then takes the next.
         branch = rg.branch or (-1,) * len(cands)

@@ -289,7 +289,7 @@ class _Model:
                         tie_terms.append(
                             (1 if c.loop_invariant else trips) * kib * (len(cands) + i) * hoisted
                         )
-                elif c.needed:
+                elif c.needed and not (rc.fused_away and rc.fused_away[i]):
                     working_of(i).append(w_kib * (r - free))
                 elif not isinstance(r, int) or r:
                     # reduced: v is recomputed and a recomputed reduction reads it, so it is

@@ -266,6 +266,10 @@ class RegionCost:
     # values the backward pass reads from there on (outside lax.scan, on a compiler whose
     # probe says so: trace.hoists_recompute; cost.py, the hoisted term E_r)
     hoists_recompute: bool = False
+    # per candidate: recomputed, XLA recomputes it inside the backward fusions that read it
+    # and gives it no buffer (a fusible value no kernel and no reduction of the backward pass
+    # reads; cost.py, W_r)
+    fused_away: tuple[bool, ...] = ()
     d2h_s: tuple[float, ...]  # per candidate: device->host copy of its outputs
     h2d_s: tuple[float, ...]  # per candidate: host->device copy back
     fwd_after_s: tuple[float, ...]  # forward compute after the candidate is made
