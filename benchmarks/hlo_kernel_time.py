@@ -1,0 +1,238 @@
+"""Per-kernel device time estimated from compiled XLA:GPU HLO, against measured kernels.
+
+Reads what ``benchmarks/compute_rates.py kernels`` brought back from the H200 (per kernel
+name: device ms and calls per step; the compiled HLO of the same program), prices every
+instruction of the HLO that launches work with ``planner._src.kernels`` (bytes moved over
+the HBM rate, or flops over the matmul rate, the larger; one read per reduction pass; runs
+per step from the while loops' trip counts), matches each measured kernel to the
+instructions it ran for, and prints, per kind of work (the kinds of
+``benchmarks/kernel_attribution.py``, classified the same way on both sides), measured vs
+estimated ms per step, then the differences against the full-remat step (what a plan
+saves), then the largest kernels one by one.
+
+Matching: XLA:GPU names a kernel after its HLO instruction (``fusion.161`` ->
+``fusion_161``); instructions it deduplicated into one kernel (``deduplicated_name``)
+run the same kernel, so a kernel is matched to its group of instructions and its calls
+per step to theirs; a kernel named after an instruction inside a fused computation (a
+``sort``) to the fusion calling it. cuBLAS names its own kernels (``nvjet_*``): those are
+compared with the cuBLAS custom-calls together. The device-to-device memcpys of the
+asynchronous loop-slice fusions are not kernels: the trace kept no memcpy (compute events
+only), so they are reported apart ("d2d") and left out of the totals.
+
+    python benchmarks/hlo_kernel_time.py --measured benchmarks/results/h200-2026-12-04-moe-kernels
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.kernel_attribution import KINDS, measured_kind  # noqa: E402
+
+CUBLAS = re.compile(r"^(nvjet|cutlass|sm\d+_xmma|gemv|cublas|ampere|sm90)", re.I)
+
+
+def sanitize(name: str) -> str:
+    return name.replace(".", "_").replace("-", "_")
+
+
+def load(dir_: Path, label: str):
+    text = gzip.decompress((dir_ / f"hlo-{label}.txt.gz").read_bytes()).decode()
+    rec = json.loads((dir_ / f"kernels-{label}.json").read_text())
+    return text, rec
+
+
+def estimate(text: str, hw):
+    """(kernel times, module) of one compiled program."""
+    from planner._src import hlo
+    from planner._src import kernels as K
+
+    module = hlo.parse(text)
+    return K.kernel_times(module, hw), module
+
+
+def kernel_index(module, ks) -> dict[str, str]:
+    """Sanitized kernel name -> group: every member of a group, and every instruction inside
+    the fused computation a member calls (kernels named after an inner ``sort``)."""
+    comps = module.computations()
+    by_name = module.by_name()
+    out: dict[str, str] = {}
+    for k in ks:
+        out.setdefault(sanitize(k.name), k.group)
+        ins = by_name[k.name]
+        m = re.search(r"calls=%?([\w.\-]+)", ins.attrs)
+        for inner in comps.get(m.group(1), ()) if m else ():
+            out.setdefault(sanitize(inner.name), k.group)
+    for k in ks:  # a group's own name wins over an inner instruction's of another
+        out[sanitize(k.group)] = k.group
+        out[sanitize(k.name)] = k.group
+    return out
+
+
+def group_kind(group: str, info: dict | None, est_kind: str) -> str:
+    if est_kind == "gemm" or group == "cublas":
+        return "gemm"
+    return measured_kind(sanitize(group), info)
+
+
+def compare(dir_: Path, label: str, hw) -> dict:
+    """Per group: measured ms, estimated ms, kind; and the d2d copies estimated."""
+    text, rec = load(dir_, label)
+    ks, module = estimate(text, hw)
+    by_name = module.by_name()
+    idx = kernel_index(module, ks)
+    groups: dict[str, dict] = {}
+
+    def g(name: str, kind_hint: str = "other") -> dict:
+        return groups.setdefault(
+            name, {"meas_ms": 0.0, "meas_calls": 0.0, "est_ms": 0.0, "est_runs": 0, "kind": None}
+        )
+
+    d2d_ms = 0.0
+    for k in ks:
+        if k.kind == "d2d":
+            d2d_ms += 1e3 * k.step_seconds
+            continue
+        key = "cublas" if k.kind == "gemm" and k.name.startswith("custom-call") else k.group
+        e = g(key)
+        e["est_ms"] += 1e3 * k.step_seconds
+        e["est_runs"] += k.runs
+        if e["kind"] is None:
+            ins = by_name[k.name]
+            e["kind"] = group_kind(key, {"shape": ins.shape, "op_name": ins.op_name}, k.kind)
+    unmatched = collections.Counter()
+    for kr in rec["by_hlo_op"]:
+        name = kr["name"]
+        if CUBLAS.match(name):
+            key = "cublas"
+        elif name.startswith("Memset"):
+            key = "memset"
+        else:
+            key = idx.get(name)
+            if key is None:
+                unmatched[name] += kr["ms"]
+                key = "unmatched:" + name
+        e = g(key)
+        e["meas_ms"] += kr["ms"]
+        e["meas_calls"] += kr["calls"]
+        if e["kind"] is None:
+            e["kind"] = "gemm" if key == "cublas" else "elementwise/other"
+    return {
+        "groups": groups,
+        "d2d_ms": d2d_ms,
+        "unmatched": dict(unmatched),
+        "wall_ms": min(rec["wall_ms"]),
+        "policy": rec["policy"],
+    }
+
+
+def by_kind(res: dict) -> tuple[dict, dict]:
+    meas: dict[str, float] = collections.defaultdict(float)
+    est: dict[str, float] = collections.defaultdict(float)
+    for e in res["groups"].values():
+        meas[e["kind"]] += e["meas_ms"]
+        est[e["kind"]] += e["est_ms"]
+    return meas, est
+
+
+LIBRARY = {  # the cost library's roofline per kind, ms per step, copied from the
+    # "(model)" figures of benchmarks/results/h200-2026-12-04-moe-kernels.md (printed by
+    # benchmarks/kernel_attribution.py, JAX 0.10.2, this CPU): gemm, scatter, gather,
+    # scores, reduce, transpose/copy, elementwise/other
+    "moe-remat": (412.6, 31.7, 21.2, 232.7, 2.0, 10.1, 241.1),
+    "moe-dnb": (391.1, 31.7, 21.2, 232.7, 5.3, 10.1, 239.4),
+    "moe-plan-65.2": (396.4, 31.7, 21.2, 216.2, 2.5, 9.9, 239.2),
+    "moe-plan-113.16": (334.0, 27.2, 12.1, 208.1, 14.6, 8.0, 224.7),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--measured", type=Path, required=True)
+    ap.add_argument("--hardware", default="h200")
+    ap.add_argument("--top", type=int, default=12, help="kernels listed one by one per step")
+    ap.add_argument("--json", type=Path, help="write the per-group figures here")
+    args = ap.parse_args()
+
+    import cost_models as cm
+
+    hw = cm.load_profile(args.hardware)
+    labels = sorted(
+        p.name[len("kernels-") : -len(".json")] for p in args.measured.glob("kernels-*.json")
+    )
+    base = next((lb for lb in labels if lb.endswith("remat")), labels[0])
+    labels = [base] + [lb for lb in labels if lb != base]
+    results = {lb: compare(args.measured, lb, hw) for lb in labels}
+    kinds = [k for k in KINDS]
+
+    print("Device ms per step: measured / HLO estimate / cost library (library: the doc's)\n")
+    print("| step | " + " | ".join(kinds) + " | total | d2d copies (est.) |")
+    print("|---" * (len(kinds) + 3) + "|")
+    tot = {}
+    for lb in labels:
+        m, e = by_kind(results[lb])
+        lib = dict(zip(KINDS, LIBRARY.get(lb, ())))
+        cells = [
+            f"{m.get(k, 0):.1f} / {e.get(k, 0):.1f} / {lib.get(k, float('nan')):.1f}" for k in kinds
+        ]
+        tm, te = sum(m.values()), sum(e.values())
+        tl = sum(lib.values()) if lib else float("nan")
+        tot[lb] = (m, e, lib)
+        print(
+            f"| {lb} | "
+            + " | ".join(cells)
+            + f" | {tm:.1f} / {te:.1f} / {tl:.1f} | {results[lb]['d2d_ms']:.1f} |"
+        )
+
+    print("\nSaved against full remat, ms per step: measured / HLO estimate / cost library\n")
+    print("| step | " + " | ".join(kinds) + " | total |")
+    print("|---" * (len(kinds) + 2) + "|")
+    bm, be, bl = tot[base]
+    for lb in labels[1:]:
+        m, e, lib = tot[lb]
+        cells = []
+        for k in kinds:
+            dl = bl.get(k, float("nan")) - lib.get(k, float("nan")) if lib else float("nan")
+            cells.append(
+                f"{bm.get(k, 0) - m.get(k, 0):+.1f} / {be.get(k, 0) - e.get(k, 0):+.1f} / {dl:+.1f}"
+            )
+        dm = sum(bm.values()) - sum(m.values())
+        de = sum(be.values()) - sum(e.values())
+        dl = (sum(bl.values()) - sum(lib.values())) if lib else float("nan")
+        print(f"| {lb} | " + " | ".join(cells) + f" | {dm:+.1f} / {de:+.1f} / {dl:+.1f} |")
+
+    for lb in labels:
+        res = results[lb]
+        print(f"\n{lb}: largest kernels, measured ms / estimated ms per step (calls / runs)\n")
+        print("| kernel group | kind | measured | estimate | ratio |")
+        print("|---|---|---|---|---|")
+        top = sorted(res["groups"].items(), key=lambda kv: -max(kv[1]["meas_ms"], kv[1]["est_ms"]))
+        for name, e in top[: args.top]:
+            ratio = e["meas_ms"] / e["est_ms"] if e["est_ms"] else float("inf")
+            print(
+                f"| {name} | {e['kind']} | {e['meas_ms']:.1f} ({e['meas_calls']:.0f}) "
+                f"| {e['est_ms']:.1f} ({e['est_runs']}) | {ratio:.2f} |"
+            )
+        um = res["unmatched"]
+        if um:
+            print(
+                f"\nunmatched measured kernels: {sum(um.values()):.2f} ms ({len(um)}): "
+                + ", ".join(
+                    f"{n} {ms:.2f}" for n, ms in sorted(um.items(), key=lambda kv: -kv[1])[:6]
+                )
+            )
+
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
