@@ -44,10 +44,51 @@ def sanitize(name: str) -> str:
     return name.replace(".", "_").replace("-", "_")
 
 
-def load(dir_: Path, label: str):
-    text = gzip.decompress((dir_ / f"hlo-{label}.txt.gz").read_bytes()).decode()
+def load(dir_: Path, label: str, hlo_dir: Path | None = None):
+    """(compiled HLO text, measured record) of one step: the HLO the device compiled, or
+    the one of ``hlo_dir`` (a deviceless compile of the same program, ``compile_deviceless``)."""
+    src = (hlo_dir or dir_) / f"hlo-{label}.txt.gz"
+    text = gzip.decompress(src.read_bytes()).decode()
     rec = json.loads((dir_ / f"kernels-{label}.json").read_text())
     return text, rec
+
+
+def compile_deviceless(
+    measured: Path, plans: Path | None, out: Path, only: str = "", options: str = ""
+) -> None:
+    """Compile each measured step's program deviceless for the H200 (the planner's own
+    ``target.compile_traced`` for ``resolve("h200")``, as the planner compiles its anchors
+    and verifies its plans) and write its HLO as ``out/hlo-LABEL.txt.gz``. Run with the
+    CUDA plugin's JAX (``/work/venvs/v0112``, ``JAX_PLATFORMS=cpu``)."""
+    import jax
+
+    from benchmarks import gpu_bench as gb
+    from planner._src import target as T
+
+    out.mkdir(parents=True, exist_ok=True)
+    tgt = T.resolve("h200")
+    for p in sorted(measured.glob("kernels-*.json")):
+        label = p.name[len("kernels-") : -len(".json")]
+        if only and label not in only.split(","):
+            continue
+        rec = json.loads(p.read_text())
+        pol = rec["policy"]
+        if pol.startswith("plan "):
+            budget = pol.rsplit("@", 1)[1].strip()
+            spec = json.loads(plans.read_text())["plans"][budget]["policy"]
+        else:
+            spec = {"kind": "stock", "name": pol}
+        module, cfg = gb._model(
+            {"model": rec["model"], "config": rec["config"]}, gb._policy_from_spec(spec)
+        )
+        step, args = module.make_train_step(cfg, concrete=False)
+        opts = {k: v == "true" for k, v in (kv.split("=") for kv in options.split(",") if kv)}
+        program = T.compile_traced(
+            tgt, jax.jit(step, donate_argnums=(0,)), T.args_for(tgt, args), opts or None
+        )
+        text = program.compiled.as_text()
+        (out / f"hlo-{label}.txt.gz").write_bytes(gzip.compress(text.encode()))
+        print(f"{label}: {len(text)} chars, {tgt.description}, JAX {jax.__version__}", flush=True)
 
 
 def estimate(text: str, hw):
@@ -83,9 +124,9 @@ def group_kind(group: str, info: dict | None, est_kind: str) -> str:
     return measured_kind(sanitize(group), info)
 
 
-def compare(dir_: Path, label: str, hw) -> dict:
+def compare(dir_: Path, label: str, hw, hlo_dir: Path | None = None) -> dict:
     """Per group: measured ms, estimated ms, kind; and the d2d copies estimated."""
-    text, rec = load(dir_, label)
+    text, rec = load(dir_, label, hlo_dir)
     ks, module = estimate(text, hw)
     by_name = module.by_name()
     idx = kernel_index(module, ks)
@@ -160,7 +201,19 @@ def main() -> None:
     ap.add_argument("--hardware", default="h200")
     ap.add_argument("--top", type=int, default=12, help="kernels listed one by one per step")
     ap.add_argument("--json", type=Path, help="write the per-group figures here")
+    ap.add_argument("--hlo", type=Path, help="price the HLO of this directory instead")
+    ap.add_argument("--compile-deviceless", type=Path, metavar="OUT", help="write OUT/hlo-*")
+    ap.add_argument("--plans", type=Path, help="the gpu_bench.py plan file of the plan labels")
+    ap.add_argument("--only", default="", help="labels to compile, comma-separated")
+    ap.add_argument(
+        "--options", default="", help="boolean XLA options of the deviceless compile, k=true,..."
+    )
     args = ap.parse_args()
+    if args.compile_deviceless:
+        compile_deviceless(
+            args.measured, args.plans, args.compile_deviceless, args.only, args.options
+        )
+        return
 
     import cost_models as cm
 
@@ -171,6 +224,12 @@ def main() -> None:
     base = next((lb for lb in labels if lb.endswith("remat")), labels[0])
     labels = [base] + [lb for lb in labels if lb != base]
     results = {lb: compare(args.measured, lb, hw) for lb in labels}
+    # With --hlo the estimate prices another compile of the same program (deviceless): its
+    # instruction names differ, so the measured side keeps the device HLO's kinds and only
+    # the per-kind totals are compared.
+    priced = (
+        {lb: compare(args.measured, lb, hw, args.hlo) for lb in labels} if args.hlo else results
+    )
     kinds = [k for k in KINDS]
 
     print("Device ms per step: measured / HLO estimate / cost library (library: the doc's)\n")
@@ -178,7 +237,8 @@ def main() -> None:
     print("|---" * (len(kinds) + 3) + "|")
     tot = {}
     for lb in labels:
-        m, e = by_kind(results[lb])
+        m, _ = by_kind(results[lb])
+        _, e = by_kind(priced[lb])
         lib = dict(zip(KINDS, LIBRARY.get(lb, ())))
         cells = [
             f"{m.get(k, 0):.1f} / {e.get(k, 0):.1f} / {lib.get(k, float('nan')):.1f}" for k in kinds
@@ -189,7 +249,7 @@ def main() -> None:
         print(
             f"| {lb} | "
             + " | ".join(cells)
-            + f" | {tm:.1f} / {te:.1f} / {tl:.1f} | {results[lb]['d2d_ms']:.1f} |"
+            + f" | {tm:.1f} / {te:.1f} / {tl:.1f} | {priced[lb]['d2d_ms']:.1f} |"
         )
 
     print("\nSaved against full remat, ms per step: measured / HLO estimate / cost library\n")
@@ -209,7 +269,7 @@ def main() -> None:
         dl = (sum(bl.values()) - sum(lib.values())) if lib else float("nan")
         print(f"| {lb} | " + " | ".join(cells) + f" | {dm:+.1f} / {de:+.1f} / {dl:+.1f} |")
 
-    for lb in labels:
+    for lb in labels if not args.hlo else ():
         res = results[lb]
         print(f"\n{lb}: largest kernels, measured ms / estimated ms per step (calls / runs)\n")
         print("| kernel group | kind | measured | estimate | ratio |")

@@ -35,8 +35,9 @@ times its runs per step (``hlo.while_trips``: nested loops multiply), where
 
 Asynchronous ``fusion-start`` of a fusion that only slices or updates a slice (a scan's
 stacked operand sliced by the loop counter) runs as a device-to-device memcpy on XLA:GPU,
-not as a kernel (``hlo.loop_slice_copy_bytes``): kind ``"d2d"``, priced at the profile's
-``loop_copy_rate`` on the bytes read.
+not as a kernel (``hlo.loop_slice_copy_bytes``), and so does a ``copy`` that keeps its
+operand's layout: kind ``"d2d"``, priced at the profile's ``loop_copy_rate`` on the bytes
+read.
 
 Nothing here touches JAX: the input is HLO text (``compiled.as_text()``) and a profile.
 """
@@ -140,6 +141,11 @@ def computation_runs(module: hlo.Module) -> dict[str, int]:
                     runs[c] = runs[comp] * n
                     todo.append(c)
     return runs
+
+
+def _target(ins: hlo.Instruction) -> str:
+    m = re.search(r'custom_call_target="([^"]*)"', ins.line)
+    return m.group(1) if m else ""
 
 
 def _called(ins: hlo.Instruction) -> str | None:
@@ -276,6 +282,8 @@ def fusion_cost(body: list[hlo.Instruction], operand_shapes: list[str]) -> Fusio
             ub = _nbytes(shapes.get(upd, ""))
             written += ub
             in_place_written += ub  # the touched part of the buffer is read too
+        elif base.opcode == "custom-call" and base.shape.startswith("("):
+            written += _nbytes(hlo.split_top(base.shape[1:-1])[0])  # not the workspace
         else:
             written += _nbytes(o.shape)
 
@@ -340,6 +348,13 @@ def fusion_cost(body: list[hlo.Instruction], operand_shapes: list[str]) -> Fusio
             mm_flops += _dot_flops(ins, shapes)
             mm_types += [t for o in ins.operands for t, _ in hlo.array_shapes(shapes.get(o, ""))]
             highest = highest or "HIGHEST" in ins.attrs
+            computes = True
+        elif ins.opcode == "custom-call" and _target(ins) in _GEMM_TARGETS:
+            # a cuBLAS call wrapped with the slices of its operands (XLA:GPU's
+            # dynamic_slice_fusion: the slices become address offsets)
+            f, dtype, _ = _gemm_custom_call(ins, shapes)
+            mm_flops += f
+            mm_types.append({"float32": "f32", "tf32": "f32", "float16": "f16"}.get(dtype, "bf16"))
             computes = True
         elif ins.opcode in ("dynamic-slice", "dynamic-update-slice", "slice"):
             moves = True
@@ -443,7 +458,7 @@ def _one(ins, comps, shapes, hw, hbm, n) -> KernelTime | None:
         kind = "gemm" if mm else "fusion"
         if ins.opcode == "fusion-start" and fc.only_moves:
             kind = "d2d"
-            seconds = max(read, written) / hw.loop_copy_rate()
+            seconds = written / hw.loop_copy_rate()  # the bytes copied (hlo.loop_slice_copy_bytes)
     elif ins.opcode == "custom-call":
         target = re.search(r'custom_call_target="([^"]*)"', ins.line)
         target_s = target.group(1) if target else ""
@@ -460,6 +475,10 @@ def _one(ins, comps, shapes, hw, hbm, n) -> KernelTime | None:
     elif ins.opcode in ("copy", "copy-start"):
         kind = "copy"
         written = _nbytes(_start_output(ins)) if ins.opcode == "copy-start" else written
+        if ins.opcode == "copy" and operand_shapes and operand_shapes[0] == ins.shape:
+            # Same dims, same layout: XLA:GPU runs it as a device-to-device memcpy.
+            kind = "d2d"
+            seconds = read / hw.loop_copy_rate()
     if seconds is None:
         compute = (mm / hw.matmul_rate(dtype) if mm else 0.0) + vec / hw.vector_flops_per_s
         seconds = max((read + written) / hbm, compute)
@@ -483,3 +502,177 @@ def _one(ins, comps, shapes, hw, hbm, n) -> KernelTime | None:
 def step_seconds(kernels: list[KernelTime], *, include_d2d: bool = True) -> float:
     """The sum of the kernels' device time per step."""
     return sum(k.step_seconds for k in kernels if include_d2d or k.kind != "d2d")
+
+
+# ------------------------------------------------------------ what the anchors tell the planner
+
+REMAT = "rematted_computation"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LoopTime:
+    """Kernel time of one while loop's body, per trip (``d2d``: its memcpys apart)."""
+
+    body: str
+    trips: int
+    backward: bool  # the loop of a ``transpose(...)`` (JAX's backward pass)
+    kernel_s: float  # per trip
+    d2d_s: float  # per trip
+
+
+def loop_times(module: hlo.Module | str, hw) -> list[LoopTime]:
+    """Per while loop of the program, in text order: its body's kernel time per trip."""
+    if isinstance(module, str):
+        module = hlo.parse(module)
+    ks = kernel_times(module, hw)
+    out = []
+    for ins in module.instructions:
+        loop = hlo.while_loop(ins)
+        if not loop:
+            continue
+        body, trips = loop
+        mine = [k for k in ks if k.computation == body]
+        out.append(
+            LoopTime(
+                body=body,
+                trips=trips,
+                backward="transpose(" in ins.op_name,
+                kernel_s=sum(k.seconds for k in mine if k.kind != "d2d"),
+                d2d_s=sum(k.seconds for k in mine if k.kind == "d2d"),
+            )
+        )
+    return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecomputeShare:
+    """One recomputed JAX equation's share of a backward loop's kernel time, per trip."""
+
+    primitive: str  # the JAX primitive (last part of op_name), e.g. "reduce_max"
+    shape: str  # its result's dims in the HLO (after XLA's layout bitcasts), e.g. "f32[8,16,4096]"
+    seconds: float
+
+
+def recompute_shares(module: hlo.Module | str, hw, body: str) -> list[RecomputeShare]:
+    """The recompute a full-remat program's backward loop body runs, per recomputed equation.
+
+    A kernel of ``body`` whose instructions carry ``rematted_computation`` in their op_name
+    recomputes forward values; its time per trip is split over those equations:
+
+    * a recomputed *row reduction* (a ``reduce`` of the fusion) costs the passes it adds:
+      the fusion's time less its time with that reduction's result read as a parameter (a
+      saved value: the passes its cone made are gone) -- the softmax row max and sum that
+      make full remat's backward softmax fusion read the f32 scores three times;
+    * the rest of a kernel that computes nothing but recomputed values (a recomputed matmul,
+      the recomputed probabilities) is split over its recomputed equations by the bytes of
+      their results; a kernel that mixes backward and recomputed work keeps the rest (the
+      backward pays it under any policy).
+
+    This is what a planner candidate's ``t_v`` would be priced from (the equation's primitive
+    and result dims identify it); the sum over a loop is at most the body's kernel time.
+    """
+    if isinstance(module, str):
+        module = hlo.parse(module)
+    comps = module.computations()
+    shapes = {i.name: i.shape for i in module.instructions}
+    out: list[RecomputeShare] = []
+    for k in kernel_times(module, hw):
+        if k.computation != body or k.kind == "d2d":
+            continue
+        ins = next(i for i in comps[body] if i.name == k.name)
+        callee = _called(ins)
+        inner = comps.get(callee or "", []) if ins.opcode in ("fusion", "fusion-start") else []
+        if not inner:  # a custom-call (cuBLAS): its own op_name says
+            if REMAT in ins.op_name:
+                out.append(RecomputeShare(ins.primitive, _dims(ins.shape), k.seconds))
+            continue
+        rem = [i for i in inner if REMAT in i.op_name and i.opcode not in _ELEMENTWISE_FREE]
+        if not rem:
+            continue
+        operand_shapes = [shapes.get(o, "") for o in ins.operands]
+        if ins.opcode == "fusion-start":
+            operand_shapes = hlo.split_top(_start_operands(ins)[1:-1])
+        whole = k.seconds
+        left = whole
+        for r in rem:
+            if r.opcode != "reduce" or not _is_row_reduction(r, {i.name: i.shape for i in inner}):
+                continue
+            without = _seconds_of(_as_parameter(inner, r.name), operand_shapes + [r.shape], hw)
+            delta = max(0.0, whole - without)
+            out.append(RecomputeShare(r.primitive, _dims(r.shape), delta))
+            left -= delta
+        pure = all(REMAT in i.op_name for i in inner if i.opcode not in _ELEMENTWISE_FREE)
+        if pure and left > 0:
+            rest = [r for r in rem if r.opcode != "reduce"] or rem
+            total = sum(_nbytes(r.shape) for r in rest) or 1
+            for r in rest:
+                out.append(
+                    RecomputeShare(r.primitive, _dims(r.shape), left * _nbytes(r.shape) / total)
+                )
+    return out
+
+
+def _dims(shape: str) -> str:
+    return ", ".join(f"{t}[{','.join(map(str, d))}]" for t, d in hlo.array_shapes(shape))
+
+
+def _as_parameter(body: list[hlo.Instruction], name: str) -> list[hlo.Instruction]:
+    """The fused computation with instruction ``name`` replaced by a new last parameter."""
+    n_params = sum(1 for i in body if i.opcode == "parameter")
+    out = []
+    for i in body:
+        if i.name == name:
+            i = dataclasses.replace(
+                i, opcode="parameter", operands=(), operand_text=str(n_params), attrs=""
+            )
+        out.append(i)
+    return out
+
+
+def _seconds_of(body: list[hlo.Instruction], operand_shapes: list[str], hw) -> float:
+    fc = fusion_cost(body, operand_shapes)
+    compute = (fc.matmul_flops / hw.matmul_rate(fc.matmul_dtype) if fc.matmul_flops else 0.0) + (
+        fc.vector_flops / hw.vector_flops_per_s
+    )
+    return max((fc.bytes_read + fc.bytes_written) / hw.hbm_bytes_per_s, compute)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AnchorGap:
+    """What the two anchors' HLO says one layer trip of a scanned region costs, per trip:
+    the backward loop's kernel time under full remat less under save-everything (the
+    recompute the device runs), and the forward loop's the other way round (the residual
+    writes saving costs), each with its d2d memcpys apart."""
+
+    trips: int
+    recompute_s: float  # backward: full remat - save everything, kernels
+    recompute_d2d_s: float
+    residual_write_s: float  # forward: save everything - full remat, kernels
+    residual_write_d2d_s: float
+
+
+def anchor_gaps(remat: hlo.Module | str, saved: hlo.Module | str, hw) -> list[AnchorGap]:
+    """Pair the forward and backward loops of the full-remat and save-everything anchors
+    (in text order, by direction and trip count) and difference their kernel times."""
+    a, b = loop_times(remat, hw), loop_times(saved, hw)
+    out = []
+    for back in (True,):
+        ra = [x for x in a if x.backward == back]
+        sb = [x for x in b if x.backward == back]
+        fa = [x for x in a if not x.backward]
+        fb = [x for x in b if not x.backward]
+        for x, y in zip(ra, sb):
+            if x.trips != y.trips:
+                continue
+            fx = next((f for f in fa if f.trips == x.trips), None)
+            fy = next((f for f in fb if f.trips == x.trips), None)
+            out.append(
+                AnchorGap(
+                    trips=x.trips,
+                    recompute_s=x.kernel_s - y.kernel_s,
+                    recompute_d2d_s=x.d2d_s - y.d2d_s,
+                    residual_write_s=(fy.kernel_s - fx.kernel_s) if fx and fy else 0.0,
+                    residual_write_d2d_s=(fy.d2d_s - fx.d2d_s) if fx and fy else 0.0,
+                )
+            )
+    return out
