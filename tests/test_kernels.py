@@ -225,3 +225,46 @@ def test_parses_a_real_compiled_module():
     ks = K.kernel_times(hlo.parse(text), HW)
     assert ks and all(k.seconds >= 0 for k in ks)
     assert sum(k.bytes_read for k in ks) >= 64 * 128 * 4
+
+
+def _cand(index, primitive, shape, dtype="float32", source="model.py:10"):
+    from planner._src.types import Candidate
+
+    return Candidate(
+        index=index,
+        signature=f"{primitive}{shape}",
+        primitive=primitive,
+        name=None,
+        shape=shape,
+        dtype=dtype,
+        nbytes=4 * int(__import__("math").prod(shape)),
+        source=source,
+        inputs=(),
+        needed=True,
+        effectful=False,
+        loop_invariant=False,
+    )
+
+
+def test_shares_go_to_the_candidates_of_their_equation():
+    """By primitive, element type and size (XLA's bitcast dims do not matter) and, where
+    both know it, the source line; an equation that is no candidate stays unmatched."""
+    shares = [
+        K.RecomputeShare("reduce_max", "f32[128,4096]", 2e-3, ("model.py", 10)),
+        K.RecomputeShare("exp", "f32[8,16,4096,4096]", 1e-3, ("model.py", 11)),
+        K.RecomputeShare("exp", "f32[8,16,4096,4096]", 3e-3, None),
+        K.RecomputeShare("scatter", "u32[16,8]", 5e-4, None),
+    ]
+    cands = [
+        _cand(0, "reduce_max", (8, 16, 4096)),  # same size, other dims: the same value
+        _cand(1, "exp", (8, 16, 4096, 4096), source="model.py:11"),
+        _cand(2, "exp", (8, 16, 4096, 4096), source="model.py:12"),
+        _cand(3, "exp", (8, 16, 4096, 4096), dtype="bfloat16"),
+    ]
+    got, left = K.match_shares(shares, cands)
+    assert got[0] == pytest.approx(2e-3)
+    # the line picks candidate 1; the share with no line splits over both f32 exps
+    assert got[1] == pytest.approx(1e-3 + 1.5e-3)
+    assert got[2] == pytest.approx(1.5e-3)
+    assert 3 not in got  # a bf16 exp is another value
+    assert left == pytest.approx(5e-4)

@@ -551,6 +551,15 @@ class RecomputeShare:
     primitive: str  # the JAX primitive (last part of op_name), e.g. "reduce_max"
     shape: str  # its result's dims in the HLO (after XLA's layout bitcasts), e.g. "f32[8,16,4096]"
     seconds: float
+    where: tuple[str, int] | None = None  # (file basename, line) of the user's code
+
+    @property
+    def dtype(self) -> str:
+        return self.shape.split("[", 1)[0]
+
+    @property
+    def elements(self) -> int:
+        return sum(int(math.prod(d)) for _, d in hlo.array_shapes(self.shape))
 
 
 def recompute_shares(module: hlo.Module | str, hw, body: str) -> list[RecomputeShare]:
@@ -584,7 +593,7 @@ def recompute_shares(module: hlo.Module | str, hw, body: str) -> list[RecomputeS
         inner = comps.get(callee or "", []) if ins.opcode in ("fusion", "fusion-start") else []
         if not inner:  # a custom-call (cuBLAS): its own op_name says
             if REMAT in ins.op_name:
-                out.append(RecomputeShare(ins.primitive, _dims(ins.shape), k.seconds))
+                out.append(RecomputeShare(ins.primitive, _dims(ins.shape), k.seconds, ins.where))
             continue
         rem = [i for i in inner if REMAT in i.op_name and i.opcode not in _ELEMENTWISE_FREE]
         if not rem:
@@ -599,7 +608,7 @@ def recompute_shares(module: hlo.Module | str, hw, body: str) -> list[RecomputeS
                 continue
             without = _seconds_of(_as_parameter(inner, r.name), operand_shapes + [r.shape], hw)
             delta = max(0.0, whole - without)
-            out.append(RecomputeShare(r.primitive, _dims(r.shape), delta))
+            out.append(RecomputeShare(r.primitive, _dims(r.shape), delta, r.where))
             left -= delta
         pure = all(REMAT in i.op_name for i in inner if i.opcode not in _ELEMENTWISE_FREE)
         if pure and left > 0:
@@ -607,12 +616,18 @@ def recompute_shares(module: hlo.Module | str, hw, body: str) -> list[RecomputeS
             total = sum(_nbytes(r.shape) for r in rest) or 1
             for r in rest:
                 out.append(
-                    RecomputeShare(r.primitive, _dims(r.shape), left * _nbytes(r.shape) / total)
+                    RecomputeShare(
+                        r.primitive, _dims(r.shape), left * _nbytes(r.shape) / total, r.where
+                    )
                 )
     return out
 
 
 def _dims(shape: str) -> str:
+    """``"f32[8,16]"``; of a tuple (a cuBLAS call's), its first element: the rest is
+    workspace."""
+    if shape.startswith("("):
+        shape = hlo.split_top(shape[1:-1])[0]
     return ", ".join(f"{t}[{','.join(map(str, d))}]" for t, d in hlo.array_shapes(shape))
 
 
@@ -676,3 +691,46 @@ def anchor_gaps(remat: hlo.Module | str, saved: hlo.Module | str, hw) -> list[An
                 )
             )
     return out
+
+
+_HLO_DTYPES = {
+    "float32": "f32",
+    "bfloat16": "bf16",
+    "float16": "f16",
+    "int32": "s32",
+    "bool": "pred",
+    "uint32": "u32",
+    "int8": "s8",
+    "float64": "f64",
+}
+
+
+def match_shares(shares: list[RecomputeShare], candidates) -> tuple[dict[int, float], float]:
+    """Seconds per trip of each candidate (``types.Candidate``: by its ``index``) that the
+    shares price, and the seconds no candidate took.
+
+    A share belongs to the candidates of the same primitive, element type and element count
+    (XLA's bitcasts change dims, not sizes), at the same source line where both sides know
+    it; several such candidates split it evenly. Shares of equations that are not
+    candidates (the intermediates of a gather, a scatter's index arithmetic) stay unmatched:
+    the caller keeps its own price for those.
+    """
+    out: dict[int, float] = defaultdict(float)
+    left = 0.0
+    for s in shares:
+        same = [
+            c
+            for c in candidates
+            if c.primitive == s.primitive
+            and _HLO_DTYPES.get(str(c.dtype), str(c.dtype)) == s.dtype
+            and int(math.prod(c.shape)) == s.elements
+        ]
+        if s.where:
+            here = [c for c in same if str(c.source).endswith(f"{s.where[0]}:{s.where[1]}")]
+            same = here or same
+        if not same:
+            left += s.seconds
+            continue
+        for c in same:
+            out[c.index] += s.seconds / len(same)
+    return dict(out), left
