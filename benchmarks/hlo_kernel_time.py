@@ -175,6 +175,57 @@ def compare(dir_: Path, label: str, hw, hlo_dir: Path | None = None) -> dict:
     }
 
 
+def _recomputed_keys(module, body: str) -> set[tuple[str, str]]:
+    """(primitive, dims) of every recomputed equation in a loop body and what it calls."""
+    from planner._src import kernels as K
+
+    comps = module.computations()
+    keys: set[tuple[str, str]] = set()
+    todo, seen = [body], {body}
+    while todo:
+        for ins in comps.get(todo.pop(), ()):
+            if K.REMAT in ins.op_name and ins.opcode not in K._ELEMENTWISE_FREE:
+                keys.add((ins.primitive, K._dims(ins.shape)))
+            callee = K._called(ins)
+            if callee and callee not in seen:
+                seen.add(callee)
+                todo.append(callee)
+    return keys
+
+
+def anchor_savings(dir_: Path, labels: list[str], base: str, hw, hlo_dir: Path | None):
+    """Per step, ms per step: what the full-remat program's recompute shares
+    (``kernels.recompute_shares`` of its backward loop) say the step saves by no longer
+    recomputing the equations its own HLO does not recompute (the planner would read that
+    from its decisions, through ``kernels.match_shares``), less what its forward loop's
+    kernels cost more (the residual writes); and the same two from the steps' own HLO."""
+    from planner._src import hlo
+    from planner._src import kernels as K
+
+    def loops(label):
+        module = hlo.parse(load(dir_, label, hlo_dir)[0])
+        lt = K.loop_times(module, hw)
+        return module, next(x for x in lt if x.backward), next(x for x in lt if not x.backward)
+
+    rm, rb, rf = loops(base)
+    shares: dict[tuple[str, str], float] = collections.defaultdict(float)
+    for sh in K.recompute_shares(rm, hw, rb.body):
+        shares[(sh.primitive, sh.shape)] += sh.seconds
+    out = {"_shares_ms_per_trip": 1e3 * sum(shares.values())}
+    for lb in labels:
+        if lb == base:
+            continue
+        m, b, f = loops(lb)
+        kept = _recomputed_keys(m, b.body)
+        dropped = sum(v for k, v in shares.items() if k not in kept)
+        out[lb] = {
+            "shares_dropped_ms": 1e3 * rb.trips * dropped,
+            "forward_more_ms": 1e3 * rf.trips * (f.kernel_s - rf.kernel_s),
+            "backward_less_ms": 1e3 * rb.trips * (rb.kernel_s - b.kernel_s),
+        }
+    return out
+
+
 def by_kind(res: dict) -> tuple[dict, dict]:
     meas: dict[str, float] = collections.defaultdict(float)
     est: dict[str, float] = collections.defaultdict(float)
@@ -268,6 +319,40 @@ def main() -> None:
         de = sum(be.values()) - sum(e.values())
         dl = (sum(bl.values()) - sum(lib.values())) if lib else float("nan")
         print(f"| {lb} | " + " | ".join(cells) + f" | {dm:+.1f} / {de:+.1f} / {dl:+.1f} |")
+
+    sav = anchor_savings(args.measured, labels, base, hw, args.hlo)
+    print(
+        "\nSaved against full remat, ms per step: measured kernels; the HLO estimate of each "
+        "step's own program (backward loop less, forward loop more); the full-remat anchor's "
+        f"recompute shares ({sav['_shares_ms_per_trip']:.2f} ms per trip) the step no longer "
+        "recomputes, less its forward's extra kernel time; the cost library\n"
+    )
+    print("| step | measured | own HLO: bwd - fwd | anchor shares - fwd | library |")
+    print("|---|---|---|---|---|")
+    for lb in labels[1:]:
+        m, _, lib = tot[lb]
+        dm = sum(bm.values()) - sum(m.values())
+        dl = (sum(bl.values()) - sum(lib.values())) if lib else float("nan")
+        a = sav[lb]
+        own = a["backward_less_ms"] - a["forward_more_ms"]
+        add = a["shares_dropped_ms"] - a["forward_more_ms"]
+        print(
+            f"| {lb} | {dm:+.1f} | {a['backward_less_ms']:+.1f} - {a['forward_more_ms']:.1f} = "
+            f"{own:+.1f} | {a['shares_dropped_ms']:+.1f} - {a['forward_more_ms']:.1f} = "
+            f"{add:+.1f} | {dl:+.1f} |"
+        )
+
+    print("\nStep: measured wall ms; HLO kernels + d2d memcpys (estimated); error\n")
+    print("| step | measured wall | kernels + d2d | error |")
+    print("|---|---|---|---|")
+    for lb in labels:
+        _, e, _ = tot[lb]
+        pred = sum(e.values()) + priced[lb]["d2d_ms"]
+        wall = results[lb]["wall_ms"]
+        print(
+            f"| {lb} | {wall:.1f} | {sum(e.values()):.1f} + {priced[lb]['d2d_ms']:.1f} = "
+            f"{pred:.1f} | {100 * (pred / wall - 1):+.1f}% |"
+        )
 
     for lb in labels if not args.hlo else ():
         res = results[lb]

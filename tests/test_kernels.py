@@ -268,3 +268,22 @@ def test_shares_go_to_the_candidates_of_their_equation():
     assert got[2] == pytest.approx(1.5e-3)
     assert 3 not in got  # a bf16 exp is another value
     assert left == pytest.approx(5e-4)
+
+
+def test_region_recompute_seconds_prices_the_backward_loop_of_the_region():
+    """The matmul of a full-remat backward loop of 8 trips, marked as a recompute, goes to
+    the candidate of that matmul; a loop of another trip count is another region's."""
+    remat = LOOP.replace(
+        'while(%arg.o), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"8"}}',
+        'while(%arg.o), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"8"}},'
+        ' metadata={op_name="jit(f)/transpose(jvp())/while"}',
+    ).replace(
+        'custom_call_target="__cublas$lt$matmul"',
+        'custom_call_target="__cublas$lt$matmul", metadata={op_name="jit(f)/transpose(jvp())/'
+        'while/body/checkpoint/rematted_computation/dot_general"}',
+    )
+    mm = next(k for k in K.kernel_times(remat, HW) if k.kind == "gemm")
+    cands = [_cand(5, "dot_general", (1024, 512), dtype="bfloat16"), _cand(6, "exp", (1024, 512))]
+    got, left = K.region_recompute_seconds(remat, HW, 8, cands)
+    assert got == {5: pytest.approx(mm.seconds)} and left == 0
+    assert K.region_recompute_seconds(remat, HW, 4, cands) == ({}, 0.0)

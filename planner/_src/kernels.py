@@ -734,3 +734,24 @@ def match_shares(shares: list[RecomputeShare], candidates) -> tuple[dict[int, fl
         for c in same:
             out[c.index] += s.seconds / len(same)
     return dict(out), left
+
+
+def region_recompute_seconds(
+    remat: hlo.Module | str, hw, trips: int, candidates
+) -> tuple[dict[int, float], float]:
+    """What the planner's cost stage would use as ``t_v`` for the candidates of one scanned
+    region (``trips``: its multiplicity): the full-remat anchor's recompute shares
+    (:func:`recompute_shares`) of every backward loop of that trip count, matched to the
+    candidates (:func:`match_shares`); seconds per trip, and the seconds no candidate took.
+
+    Compile the anchor with Triton GEMMs on (XLA:GPU's default on the device): with them off
+    (target.DEVICELESS_COMPILE_OPTIONS, right for the memory figures) the deviceless program
+    is not the device's (benchmarks/results/hlo-kernel-time-2026-12-05.md).
+    """
+    if isinstance(remat, str):
+        remat = hlo.parse(remat)
+    shares: list[RecomputeShare] = []
+    for loop in loop_times(remat, hw):
+        if loop.backward and loop.trips == trips:
+            shares += recompute_shares(remat, hw, loop.body)
+    return match_shares(shares, candidates)
