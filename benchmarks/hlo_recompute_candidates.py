@@ -31,6 +31,9 @@ def main() -> None:
     ap.add_argument("--remat-hlo", type=Path, required=True)
     ap.add_argument("--plans", type=Path, required=True)
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument(
+        "--measured", type=Path, help="compute_rates.py kernels output: the measured wall times"
+    )
     args = ap.parse_args()
 
     import cost_models as cm
@@ -104,27 +107,35 @@ def main() -> None:
         a = Assignment.of(dict(map(tuple, decisions)))
         preds[name] = (evaluate(model, graph, a), evaluate(model_hlo, graph, a))
     base_lib, base_hlo = preds["nothing_saveable"]
+    walls = {}
+    for p in sorted(args.measured.glob("kernels-*.json")) if args.measured else ():
+        rec = json.loads(p.read_text())
+        pol = rec["policy"]
+        key = f"plan @ {pol.rsplit('@', 1)[1].strip()}" if pol.startswith("plan ") else pol
+        walls[key] = min(rec["wall_ms"])
     print(
-        "\nSaved over full remat, ms per step, by cost.evaluate: the recompute with the cost "
-        "library's t_v and with the anchor HLO's; the step (step_s) with each; the step's "
-        "materialize (M) and stack-copy terms are the same in both\n"
+        "\nBy cost.evaluate, ms per step: the recompute saved over full remat with the cost "
+        "library's t_v and with the anchor HLO's; the predicted step with the library's t_v, "
+        "and with the HLO's t_v and T0 moved so that full remat predicts what it did "
+        "(step_lib(remat) - saved_HLO); the measured wall time\n"
     )
     print(
-        "| step | recompute saved, library | recompute saved, HLO | step saved, library | step saved, HLO |"
+        "| step | recompute saved, library | recompute saved, HLO | step, library "
+        "| step, HLO t_v | measured wall |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     for name, (lib, hl) in preds.items():
-        if name == "nothing_saveable":
-            print(
-                f"<!-- full remat: step_s {1e3 * lib.step_s:.1f} (library) {1e3 * hl.step_s:.1f} (HLO t_v), materialize {1e3 * lib.materialize_s:.1f} -->"
-            )
-            continue
-        print(
-            f"| {name} | {1e3 * (base_lib.recompute_s - lib.recompute_s):+.1f} "
-            f"| {1e3 * (base_hlo.recompute_s - hl.recompute_s):+.1f} "
-            f"| {1e3 * (base_lib.step_s - lib.step_s):+.1f} "
-            f"| {1e3 * (base_hlo.step_s - hl.step_s):+.1f} |"
-        )
+        wall = walls.get(name)
+        pred = base_lib.step_s - (base_hlo.step_s - hl.step_s)
+        cells = [
+            f"{1e3 * (base_lib.recompute_s - lib.recompute_s):+.1f}",
+            f"{1e3 * (base_hlo.recompute_s - hl.recompute_s):+.1f}",
+            f"{1e3 * lib.step_s:.1f}"
+            + (f" ({100 * (1e3 * lib.step_s / wall - 1):+.1f}%)" if wall else ""),
+            f"{1e3 * pred:.1f}" + (f" ({100 * (1e3 * pred / wall - 1):+.1f}%)" if wall else ""),
+            f"{wall:.1f}" if wall else "-",
+        ]
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
