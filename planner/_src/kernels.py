@@ -1,0 +1,757 @@
+"""Device time of a compiled XLA:GPU program, kernel by kernel, from its HLO text.
+
+Why: the cost library prices a step equation by equation (cost_models' fusion-aware
+roofline), but on the H200 the time of the dense attention's score chain is decided by the
+few fusions XLA forms and the passes each makes over memory (benchmarks/results/
+h200-2026-12-04-moe-kernels.md: full remat's backward recomputes the softmax inside one
+Triton fusion per layer, 14.4 ms a call, which the plans that save the row statistics
+drop; the library priced that saving 4x low). The planner compiles the full-remat and
+save-everything anchors and verifies each plan with a compile, so the compiled HLO of the
+programs it compares is at hand; this module prices it.
+
+Each instruction that launches work (a fusion, an async ``fusion-start``, a cuBLAS / cuDNN
+custom-call, an unfused copy or other op) in a computation the program runs (the entry,
+while bodies and conditions, called and async computations) costs, per run,
+
+    max(bytes moved / HBM rate, matmul flops / matmul rate + other flops / vector rate)
+
+times its runs per step (``hlo.while_trips``: nested loops multiply), where
+
+* bytes moved = bytes its operands are read + bytes its outputs are written; a parameter
+  read only through ``slice`` / ``dynamic-slice`` / ``gather`` counts the slices' bytes; the
+  buffer of an in-place ``dynamic-update-slice`` or ``scatter`` (its operand 0 a fusion
+  parameter) counts the update's bytes, read and written, not the buffer's;
+* a fusion that reduces rows and then reads the same rows again with the reduced value
+  (softmax: row max, then exp-sum, then normalise) reads its operands once per *pass*: the
+  reductions of a fusion are put in levels (a reduction whose inputs need another
+  reduction's result is one level later), each level reads the parameters its reductions
+  reach without crossing another reduction, and outputs that need a reduction's result read
+  theirs in one more pass;
+* bitcasts, tuples, get-tuple-element, parameters, constants, ``*-done`` move nothing;
+* cuBLAS GEMMs (``__cublas$gemm``, ``__cublas$lt$matmul``) and Triton GEMM fusions count
+  ``2 x batch x M x N x K`` at the operands' matmul rate (f32 at DEFAULT precision: TF32);
+  cuDNN fused attention counts ``4 b h s_q s_k d`` (forward; backward 2.5x) at the profile's
+  attention rate.
+
+Asynchronous ``fusion-start`` of a fusion that only slices or updates a slice (a scan's
+stacked operand sliced by the loop counter) runs as a device-to-device memcpy on XLA:GPU,
+not as a kernel (``hlo.loop_slice_copy_bytes``), and so does a ``copy`` that keeps its
+operand's layout: kind ``"d2d"``, priced at the profile's ``loop_copy_rate`` on the bytes
+read.
+
+Nothing here touches JAX: the input is HLO text (``compiled.as_text()``) and a profile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections import defaultdict
+
+from planner._src import hlo
+
+# Instructions that launch nothing (they route, alias, wrap or wait).
+FREE = frozenset(
+    {
+        "parameter",
+        "constant",
+        "get-tuple-element",
+        "tuple",
+        "bitcast",
+        "while",
+        "call",
+        "conditional",
+        "after-all",
+        "opt-barrier",
+        "fusion-done",
+        "async-done",
+        "copy-done",
+        "partition-id",
+        "replica-id",
+        "iota",  # (XLA:GPU wraps a live iota in a fusion; a bare one is folded)
+        "add-dependency",
+        "domain",
+    }
+)
+_GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul")
+_ELEMENTWISE_FREE = frozenset(
+    {"parameter", "constant", "bitcast", "broadcast", "reshape", "tuple", "get-tuple-element"}
+)
+# Reads of a parameter that touch only part of it: the bytes read are the result's.
+_PARTIAL_READS = frozenset({"slice", "dynamic-slice", "gather"})
+# Updates in place of their operand 0 (the buffer): the update's bytes are read and written.
+_IN_PLACE = frozenset({"dynamic-update-slice", "scatter"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KernelTime:
+    """The estimate of one instruction that launches work, per step."""
+
+    name: str  # the instruction
+    computation: str  # the computation it runs in
+    group: str  # XLA:GPU's deduplicated kernel (``deduplicated_name``), else the name
+    kind: str  # "gemm" | "attention" | "d2d" | "fusion" | "copy" | "other"
+    runs: int  # runs per step (while trip counts multiplied)
+    bytes_read: int  # per run
+    bytes_written: int  # per run
+    passes: int  # reads of the operands per run (1, or the reduction levels + outputs)
+    matmul_flops: float  # per run
+    vector_flops: float  # per run
+    seconds: float  # per run
+    op_name: str
+    shape: str
+
+    @property
+    def step_seconds(self) -> float:
+        return self.seconds * self.runs
+
+
+# ------------------------------------------------------------------------- the program
+
+
+def computation_runs(module: hlo.Module) -> dict[str, int]:
+    """Computations the program runs as code of their own (not fused) -> runs per step: the
+    entry once, a while body its trip count times the runs of its caller (the condition as
+    often), a ``call``ed, async or conditional-branch computation as often as its caller."""
+    comps = module.computations()
+    runs: dict[str, int] = {module.entry: 1} if module.entry else {}
+    todo = [module.entry] if module.entry else []
+    while todo:
+        comp = todo.pop()
+        for ins in comps.get(comp, ()):
+            callees: list[tuple[str, int]] = []
+            loop = hlo.while_loop(ins)
+            if loop:
+                callees.append((loop[0], loop[1]))
+                cond = re.search(r"condition=%?([\w.\-]+)", ins.attrs)
+                if cond:
+                    callees.append((cond.group(1), loop[1]))
+            elif ins.opcode == "call" or ins.opcode == "async-start":
+                for c in re.findall(r"(?:to_apply|calls)=%?([\w.\-]+)", ins.attrs):
+                    callees.append((c, 1))
+            elif ins.opcode == "conditional":
+                m = re.search(r"branch_computations=\{([^}]*)\}", ins.attrs)
+                names = re.findall(r"%?([\w.\-]+)", m.group(1)) if m else []
+                names += re.findall(r"(?:true|false)_computation=%?([\w.\-]+)", ins.attrs)
+                callees += [(c, 1) for c in names]  # (each branch as if it ran: an upper bound)
+            for c, n in callees:
+                if c in comps and c not in runs:
+                    runs[c] = runs[comp] * n
+                    todo.append(c)
+    return runs
+
+
+def _target(ins: hlo.Instruction) -> str:
+    m = re.search(r'custom_call_target="([^"]*)"', ins.line)
+    return m.group(1) if m else ""
+
+
+def _called(ins: hlo.Instruction) -> str | None:
+    m = re.search(r"calls=%?([\w.\-]+)", ins.attrs)
+    return m.group(1) if m else None
+
+
+def _nbytes(shape: str) -> int:
+    return sum(hlo.array_bytes(t, d) for t, d in hlo.array_shapes(shape))
+
+
+def _elements(shape: str) -> int:
+    return sum(int(math.prod(d)) for _, d in hlo.array_shapes(shape))
+
+
+def _dedup(ins: hlo.Instruction) -> str:
+    m = re.search(r'deduplicated_name="([^"]*)"', ins.line)
+    return m.group(1) if m else ins.name
+
+
+def _start_operands(ins: hlo.Instruction) -> str:
+    """The operand shapes of an async ``*-start``: the first element of its result tuple
+    ``((operands...), output, context)``."""
+    top = hlo.split_top(ins.shape[1:-1]) if ins.shape.startswith("(") else [ins.shape]
+    return top[0] if top else ""
+
+
+def _start_output(ins: hlo.Instruction) -> str:
+    top = hlo.split_top(ins.shape[1:-1]) if ins.shape.startswith("(") else [ins.shape]
+    return top[1] if len(top) > 1 else ins.shape
+
+
+# ---------------------------------------------------------------------------- fusions
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FusionCost:
+    """What one run of a fused computation reads, writes and computes."""
+
+    bytes_read: int
+    bytes_written: int
+    passes: int
+    matmul_flops: float
+    matmul_dtype: str
+    vector_flops: float
+    only_moves: bool  # nothing but slicing / updating a slice (a memcpy on XLA:GPU)
+
+
+def _users(body: list[hlo.Instruction]) -> dict[str, list[hlo.Instruction]]:
+    out: dict[str, list[hlo.Instruction]] = defaultdict(list)
+    for ins in body:
+        for op in ins.operands:
+            out[op].append(ins)
+    return out
+
+
+def _through_bitcasts(name: str, users, by_name) -> list[tuple[hlo.Instruction, str]]:
+    """(user, the operand name it reads) of ``name``, looking through bitcasts/reshapes."""
+    out = []
+    for u in users.get(name, ()):
+        if u.opcode in ("bitcast", "reshape"):
+            out += _through_bitcasts(u.name, users, by_name)
+        else:
+            out.append((u, name))
+    return out
+
+
+def _dot_flops(ins: hlo.Instruction, shapes: dict[str, str]) -> float:
+    """2 x (output elements) x (contracted elements) of a ``dot``."""
+    out = _elements(ins.shape)
+    lhs = hlo.array_shapes(shapes.get(ins.operands[0], "")) if ins.operands else ()
+    m = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", ins.attrs)
+    if not lhs or not m:
+        return 0.0
+    dims = lhs[0][1]
+    k = math.prod(dims[int(i)] for i in m.group(1).split(",") if i)
+    return 2.0 * out * k
+
+
+def _matmul_dtype(types: list[str], precision_highest: bool) -> str:
+    if any(t.startswith("f8") for t in types):
+        return "float8"
+    if "f32" in types:
+        return "float32" if precision_highest else "tf32"
+    if "f16" in types and "bf16" not in types:
+        return "float16"
+    return "bfloat16"
+
+
+def fusion_cost(body: list[hlo.Instruction], operand_shapes: list[str]) -> FusionCost:
+    """Bytes, passes and flops of one run of a fused computation (``body``: its
+    instructions in text order), given the shapes of the fusion's operands in order."""
+    by_name = {i.name: i for i in body}
+    users = _users(body)
+    params: dict[str, int] = {}
+    for ins in body:
+        if ins.opcode == "parameter":
+            m = re.match(r"(\d+)", ins.operand_text)
+            params[ins.name] = int(m.group(1)) if m else 0
+    shapes = {i.name: i.shape for i in body}
+
+    def pbytes(p: str) -> int:
+        idx = params[p]
+        text = operand_shapes[idx] if idx < len(operand_shapes) else shapes[p]
+        return _nbytes(text)
+
+    # What each parameter costs to read once: all of it, the slices it is read through, or
+    # nothing when it is only the buffer of an in-place update (counted with the update).
+    read_once: dict[str, int] = {}
+    in_place_written = 0
+    for p in params:
+        uses = _through_bitcasts(p, users, by_name)
+        full = pbytes(p)
+        if uses and all(u.opcode in _PARTIAL_READS and u.operands[0] == nm for u, nm in uses):
+            read_once[p] = min(full, sum(_nbytes(u.shape) for u, _ in uses))
+        elif uses and all(u.opcode in _IN_PLACE and u.operands[0] == nm for u, nm in uses):
+            read_once[p] = 0
+        else:
+            read_once[p] = full
+
+    # Outputs: the root, or the root tuple's elements (through bitcasts).
+    root = next((i for i in body if i.root), body[-1] if body else None)
+    outs = [root] if root is not None else []
+    if root is not None and root.opcode == "tuple":
+        outs = [by_name[o] for o in root.operands if o in by_name]
+    written = 0
+    for o in outs:
+        base = o
+        while base.opcode in ("bitcast", "reshape") and base.operands[0] in by_name:
+            base = by_name[base.operands[0]]
+        if base.opcode in _IN_PLACE and base.operands and base.operands[0] in params:
+            # the update (dynamic-update-slice operand 1; scatter: its updates, the last)
+            upd = base.operands[1] if base.opcode == "dynamic-update-slice" else base.operands[-1]
+            ub = _nbytes(shapes.get(upd, ""))
+            written += ub
+            in_place_written += ub  # the touched part of the buffer is read too
+        elif base.opcode == "custom-call" and base.shape.startswith("("):
+            written += _nbytes(hlo.split_top(base.shape[1:-1])[0])  # not the workspace
+        else:
+            written += _nbytes(o.shape)
+
+    # Passes: reductions in levels; each level reads what its reductions reach.
+    reduces = [i for i in body if i.opcode == "reduce" and _is_row_reduction(i, shapes)]
+    reduce_names = {r.name for r in reduces}
+    cone_cache: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+
+    def cone(name: str, start: bool = True) -> tuple[frozenset[str], frozenset[str]]:
+        """(parameters, reductions) reached from ``name`` without crossing a reduction."""
+        key = name if not start else "^" + name
+        if key in cone_cache:
+            return cone_cache[key]
+        ps: set[str] = set()
+        rs: set[str] = set()
+        stack = list(by_name[name].operands) if start else [name]
+        seen: set[str] = set()
+        while stack:
+            n = stack.pop()
+            if n in seen or n not in by_name:
+                continue
+            seen.add(n)
+            if n in params:
+                ps.add(n)
+            elif n in reduce_names:
+                rs.add(n)
+            else:
+                stack.extend(by_name[n].operands)
+        cone_cache[key] = (frozenset(ps), frozenset(rs))
+        return cone_cache[key]
+
+    level: dict[str, int] = {}
+
+    def level_of(r: str, depth: int = 0) -> int:
+        if r not in level:
+            _, rs = cone(r)
+            level[r] = 1 + max((level_of(x, depth + 1) for x in rs), default=-1)
+        return level[r]
+
+    reads_at: dict[int, set[str]] = defaultdict(set)
+    for r in reduces:
+        reads_at[level_of(r.name)] |= cone(r.name)[0]
+    for o in outs:
+        if o.name in reduce_names:
+            continue
+        ps, rs = cone(o.name, start=False)
+        lv = 1 + max((level_of(x) for x in rs), default=-1) if rs else 0
+        reads_at[lv] |= ps
+    if not reads_at:
+        reads_at[0] = set(params)
+    bytes_read = sum(read_once[p] for ps in reads_at.values() for p in ps) + in_place_written
+    passes = len(reads_at)
+
+    mm_flops = 0.0
+    mm_types: list[str] = []
+    highest = False
+    vec = 0.0
+    moves = False  # slices or updates a slice of an array
+    computes = False  # does anything else to an array (index arithmetic on scalars is not)
+    for ins in body:
+        if ins.opcode == "dot":
+            mm_flops += _dot_flops(ins, shapes)
+            mm_types += [t for o in ins.operands for t, _ in hlo.array_shapes(shapes.get(o, ""))]
+            highest = highest or "HIGHEST" in ins.attrs
+            computes = True
+        elif ins.opcode == "custom-call" and _target(ins) in _GEMM_TARGETS:
+            # a cuBLAS call wrapped with the slices of its operands (XLA:GPU's
+            # dynamic_slice_fusion: the slices become address offsets)
+            f, dtype, _ = _gemm_custom_call(ins, shapes)
+            mm_flops += f
+            mm_types.append({"float32": "f32", "tf32": "f32", "float16": "f16"}.get(dtype, "bf16"))
+            computes = True
+        elif ins.opcode in ("dynamic-slice", "dynamic-update-slice", "slice"):
+            moves = True
+        elif ins.opcode not in _ELEMENTWISE_FREE:
+            src = shapes.get(ins.operands[0], "") if ins.operands else ""
+            elems = _elements(src) if ins.opcode == "reduce" else _elements(ins.shape)
+            vec += elems
+            computes = computes or elems > 1
+    only_moves = moves and not computes
+    return FusionCost(
+        bytes_read=bytes_read,
+        bytes_written=written,
+        passes=passes,
+        matmul_flops=mm_flops,
+        matmul_dtype=_matmul_dtype(mm_types, highest),
+        vector_flops=vec,
+        only_moves=only_moves,
+    )
+
+
+def _is_row_reduction(ins: hlo.Instruction, shapes: dict[str, str]) -> bool:
+    """A ``reduce`` that shrinks its operand (not a tuple-of-scalars bookkeeping reduce)."""
+    src = _elements(shapes.get(ins.operands[0], "")) if ins.operands else 0
+    return src > _elements(ins.shape)
+
+
+# ----------------------------------------------------------------------- custom-calls
+
+
+def _gemm_custom_call(ins: hlo.Instruction, shapes: dict[str, str]) -> tuple[float, str, int]:
+    """(flops, matmul dtype, output bytes without the workspace) of a cuBLAS custom-call."""
+    out = hlo.split_top(ins.shape[1:-1])[0] if ins.shape.startswith("(") else ins.shape
+    cfg = re.search(r'"dot_dimension_numbers":(\{[^}]*\})', ins.line)
+    lhs = hlo.array_shapes(shapes.get(ins.operands[0], "")) if ins.operands else ()
+    k = 1
+    if cfg and lhs:
+        dims = json.loads(cfg.group(1))
+        k = math.prod(lhs[0][1][int(i)] for i in dims.get("lhs_contracting_dimensions", []))
+    types = [t for o in ins.operands[:2] for t, _ in hlo.array_shapes(shapes.get(o, ""))]
+    highest = '"HIGHEST"' in ins.line
+    return 2.0 * _elements(out) * k, _matmul_dtype(types, highest), _nbytes(out)
+
+
+def _attention_custom_call(ins: hlo.Instruction, shapes: dict[str, str]) -> tuple[float, str]:
+    """(flops, direction) of a cuDNN fused attention call: 4 b h s_q s_k d forward (the
+    two matmuls), 2.5x that backward (cost_models/_rules.py's formulas)."""
+    q = hlo.array_shapes(shapes.get(ins.operands[0], "")) if ins.operands else ()
+    k = hlo.array_shapes(shapes.get(ins.operands[1], "")) if len(ins.operands) > 1 else ()
+    if not q or not k or len(q[0][1]) != 4:
+        return 0.0, "fwd"
+    b, sq, h, d = q[0][1]  # (cuDNN's BTNH layout; the product is what matters)
+    sk = k[0][1][1]
+    backward = "backward" in ins.line.lower() or "bwd" in ins.line.lower()
+    f = 4.0 * b * h * sq * sk * d
+    return (2.5 * f if backward else f), ("bwd" if backward else "fwd")
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def kernel_times(module: hlo.Module | str, hw) -> list[KernelTime]:
+    """Every instruction of ``module`` that launches work, with its estimated device time
+    (see the module docstring), in text order."""
+    if isinstance(module, str):
+        module = hlo.parse(module)
+    comps = module.computations()
+    runs = computation_runs(module)
+    shapes = {i.name: i.shape for i in module.instructions}
+    hbm = hw.hbm_bytes_per_s
+    out: list[KernelTime] = []
+    for comp, n in runs.items():
+        for ins in comps.get(comp, ()):
+            if ins.opcode in FREE or ins.opcode.endswith("-done"):
+                continue
+            if ins.opcode == "async-start":
+                continue  # its called computation is walked on its own (computation_runs)
+            kt = _one(ins, comps, shapes, hw, hbm, n)
+            if kt is not None:
+                out.append(kt)
+    return out
+
+
+def _one(ins, comps, shapes, hw, hbm, n) -> KernelTime | None:
+    operand_shapes = [shapes.get(o, "") for o in ins.operands]
+    read = sum(_nbytes(s) for s in operand_shapes)
+    written = _nbytes(ins.shape)
+    mm = vec = 0.0
+    dtype = "bfloat16"
+    passes = 1
+    kind = "other"
+    seconds = None
+    if ins.opcode in ("fusion", "fusion-start"):
+        body = comps.get(_called(ins) or "", [])
+        if ins.opcode == "fusion-start":
+            operand_shapes = [
+                s for s in hlo.split_top(_start_operands(ins)[1:-1])
+            ] or operand_shapes
+        fc = fusion_cost(body, operand_shapes)
+        read, written, passes = fc.bytes_read, fc.bytes_written, fc.passes
+        mm, dtype, vec = fc.matmul_flops, fc.matmul_dtype, fc.vector_flops
+        kind = "gemm" if mm else "fusion"
+        if ins.opcode == "fusion-start" and fc.only_moves:
+            kind = "d2d"
+            seconds = written / hw.loop_copy_rate()  # the bytes copied (hlo.loop_slice_copy_bytes)
+    elif ins.opcode == "custom-call":
+        target = re.search(r'custom_call_target="([^"]*)"', ins.line)
+        target_s = target.group(1) if target else ""
+        if target_s in _GEMM_TARGETS:
+            mm, dtype, written = _gemm_custom_call(ins, shapes)
+            kind = "gemm"
+        elif "cudnn" in target_s and ("fmha" in target_s or "attention" in target_s.lower()):
+            flops, direction = _attention_custom_call(ins, shapes)
+            q = hlo.array_shapes(operand_shapes[1]) if len(operand_shapes) > 1 else ()
+            length = q[0][1][1] if q and len(q[0][1]) == 4 else 4096
+            kind = "attention"
+            seconds = max(flops / hw.attention_rate(direction, length), (read + written) / hbm)
+            mm = flops
+    elif ins.opcode in ("copy", "copy-start"):
+        kind = "copy"
+        written = _nbytes(_start_output(ins)) if ins.opcode == "copy-start" else written
+        if ins.opcode == "copy" and operand_shapes and operand_shapes[0] == ins.shape:
+            # Same dims, same layout: XLA:GPU runs it as a device-to-device memcpy.
+            kind = "d2d"
+            seconds = read / hw.loop_copy_rate()
+    if seconds is None:
+        compute = (mm / hw.matmul_rate(dtype) if mm else 0.0) + vec / hw.vector_flops_per_s
+        seconds = max((read + written) / hbm, compute)
+    return KernelTime(
+        name=ins.name,
+        computation=ins.computation,
+        group=_dedup(ins),
+        kind=kind,
+        runs=n,
+        bytes_read=read,
+        bytes_written=written,
+        passes=passes,
+        matmul_flops=mm,
+        vector_flops=vec,
+        seconds=seconds,
+        op_name=ins.op_name,
+        shape=ins.shape,
+    )
+
+
+def step_seconds(kernels: list[KernelTime], *, include_d2d: bool = True) -> float:
+    """The sum of the kernels' device time per step."""
+    return sum(k.step_seconds for k in kernels if include_d2d or k.kind != "d2d")
+
+
+# ------------------------------------------------------------ what the anchors tell the planner
+
+REMAT = "rematted_computation"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LoopTime:
+    """Kernel time of one while loop's body, per trip (``d2d``: its memcpys apart)."""
+
+    body: str
+    trips: int
+    backward: bool  # the loop of a ``transpose(...)`` (JAX's backward pass)
+    kernel_s: float  # per trip
+    d2d_s: float  # per trip
+
+
+def loop_times(module: hlo.Module | str, hw) -> list[LoopTime]:
+    """Per while loop of the program, in text order: its body's kernel time per trip."""
+    if isinstance(module, str):
+        module = hlo.parse(module)
+    ks = kernel_times(module, hw)
+    out = []
+    for ins in module.instructions:
+        loop = hlo.while_loop(ins)
+        if not loop:
+            continue
+        body, trips = loop
+        mine = [k for k in ks if k.computation == body]
+        out.append(
+            LoopTime(
+                body=body,
+                trips=trips,
+                backward="transpose(" in ins.op_name,
+                kernel_s=sum(k.seconds for k in mine if k.kind != "d2d"),
+                d2d_s=sum(k.seconds for k in mine if k.kind == "d2d"),
+            )
+        )
+    return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecomputeShare:
+    """One recomputed JAX equation's share of a backward loop's kernel time, per trip."""
+
+    primitive: str  # the JAX primitive (last part of op_name), e.g. "reduce_max"
+    shape: str  # its result's dims in the HLO (after XLA's layout bitcasts), e.g. "f32[8,16,4096]"
+    seconds: float
+    where: tuple[str, int] | None = None  # (file basename, line) of the user's code
+
+    @property
+    def dtype(self) -> str:
+        return self.shape.split("[", 1)[0]
+
+    @property
+    def elements(self) -> int:
+        return sum(int(math.prod(d)) for _, d in hlo.array_shapes(self.shape))
+
+
+def recompute_shares(module: hlo.Module | str, hw, body: str) -> list[RecomputeShare]:
+    """The recompute a full-remat program's backward loop body runs, per recomputed equation.
+
+    A kernel of ``body`` whose instructions carry ``rematted_computation`` in their op_name
+    recomputes forward values; its time per trip is split over those equations:
+
+    * a recomputed *row reduction* (a ``reduce`` of the fusion) costs the passes it adds:
+      the fusion's time less its time with that reduction's result read as a parameter (a
+      saved value: the passes its cone made are gone) -- the softmax row max and sum that
+      make full remat's backward softmax fusion read the f32 scores three times;
+    * the rest of a kernel that computes nothing but recomputed values (a recomputed matmul,
+      the recomputed probabilities) is split over its recomputed equations by the bytes of
+      their results; a kernel that mixes backward and recomputed work keeps the rest (the
+      backward pays it under any policy).
+
+    This is what a planner candidate's ``t_v`` would be priced from (the equation's primitive
+    and result dims identify it); the sum over a loop is at most the body's kernel time.
+    """
+    if isinstance(module, str):
+        module = hlo.parse(module)
+    comps = module.computations()
+    shapes = {i.name: i.shape for i in module.instructions}
+    out: list[RecomputeShare] = []
+    for k in kernel_times(module, hw):
+        if k.computation != body or k.kind == "d2d":
+            continue
+        ins = next(i for i in comps[body] if i.name == k.name)
+        callee = _called(ins)
+        inner = comps.get(callee or "", []) if ins.opcode in ("fusion", "fusion-start") else []
+        if not inner:  # a custom-call (cuBLAS): its own op_name says
+            if REMAT in ins.op_name:
+                out.append(RecomputeShare(ins.primitive, _dims(ins.shape), k.seconds, ins.where))
+            continue
+        rem = [i for i in inner if REMAT in i.op_name and i.opcode not in _ELEMENTWISE_FREE]
+        if not rem:
+            continue
+        operand_shapes = [shapes.get(o, "") for o in ins.operands]
+        if ins.opcode == "fusion-start":
+            operand_shapes = hlo.split_top(_start_operands(ins)[1:-1])
+        whole = k.seconds
+        left = whole
+        for r in rem:
+            if r.opcode != "reduce" or not _is_row_reduction(r, {i.name: i.shape for i in inner}):
+                continue
+            without = _seconds_of(_as_parameter(inner, r.name), operand_shapes + [r.shape], hw)
+            delta = max(0.0, whole - without)
+            out.append(RecomputeShare(r.primitive, _dims(r.shape), delta, r.where))
+            left -= delta
+        pure = all(REMAT in i.op_name for i in inner if i.opcode not in _ELEMENTWISE_FREE)
+        if pure and left > 0:
+            rest = [r for r in rem if r.opcode != "reduce"] or rem
+            total = sum(_nbytes(r.shape) for r in rest) or 1
+            for r in rest:
+                out.append(
+                    RecomputeShare(
+                        r.primitive, _dims(r.shape), left * _nbytes(r.shape) / total, r.where
+                    )
+                )
+    return out
+
+
+def _dims(shape: str) -> str:
+    """``"f32[8,16]"``; of a tuple (a cuBLAS call's), its first element: the rest is
+    workspace."""
+    if shape.startswith("("):
+        shape = hlo.split_top(shape[1:-1])[0]
+    return ", ".join(f"{t}[{','.join(map(str, d))}]" for t, d in hlo.array_shapes(shape))
+
+
+def _as_parameter(body: list[hlo.Instruction], name: str) -> list[hlo.Instruction]:
+    """The fused computation with instruction ``name`` replaced by a new last parameter."""
+    n_params = sum(1 for i in body if i.opcode == "parameter")
+    out = []
+    for i in body:
+        if i.name == name:
+            i = dataclasses.replace(
+                i, opcode="parameter", operands=(), operand_text=str(n_params), attrs=""
+            )
+        out.append(i)
+    return out
+
+
+def _seconds_of(body: list[hlo.Instruction], operand_shapes: list[str], hw) -> float:
+    fc = fusion_cost(body, operand_shapes)
+    compute = (fc.matmul_flops / hw.matmul_rate(fc.matmul_dtype) if fc.matmul_flops else 0.0) + (
+        fc.vector_flops / hw.vector_flops_per_s
+    )
+    return max((fc.bytes_read + fc.bytes_written) / hw.hbm_bytes_per_s, compute)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AnchorGap:
+    """What the two anchors' HLO says one layer trip of a scanned region costs, per trip:
+    the backward loop's kernel time under full remat less under save-everything (the
+    recompute the device runs), and the forward loop's the other way round (the residual
+    writes saving costs), each with its d2d memcpys apart."""
+
+    trips: int
+    recompute_s: float  # backward: full remat - save everything, kernels
+    recompute_d2d_s: float
+    residual_write_s: float  # forward: save everything - full remat, kernels
+    residual_write_d2d_s: float
+
+
+def anchor_gaps(remat: hlo.Module | str, saved: hlo.Module | str, hw) -> list[AnchorGap]:
+    """Pair the forward and backward loops of the full-remat and save-everything anchors
+    (in text order, by direction and trip count) and difference their kernel times."""
+    a, b = loop_times(remat, hw), loop_times(saved, hw)
+    out = []
+    for back in (True,):
+        ra = [x for x in a if x.backward == back]
+        sb = [x for x in b if x.backward == back]
+        fa = [x for x in a if not x.backward]
+        fb = [x for x in b if not x.backward]
+        for x, y in zip(ra, sb):
+            if x.trips != y.trips:
+                continue
+            fx = next((f for f in fa if f.trips == x.trips), None)
+            fy = next((f for f in fb if f.trips == x.trips), None)
+            out.append(
+                AnchorGap(
+                    trips=x.trips,
+                    recompute_s=x.kernel_s - y.kernel_s,
+                    recompute_d2d_s=x.d2d_s - y.d2d_s,
+                    residual_write_s=(fy.kernel_s - fx.kernel_s) if fx and fy else 0.0,
+                    residual_write_d2d_s=(fy.d2d_s - fx.d2d_s) if fx and fy else 0.0,
+                )
+            )
+    return out
+
+
+_HLO_DTYPES = {
+    "float32": "f32",
+    "bfloat16": "bf16",
+    "float16": "f16",
+    "int32": "s32",
+    "bool": "pred",
+    "uint32": "u32",
+    "int8": "s8",
+    "float64": "f64",
+}
+
+
+def match_shares(shares: list[RecomputeShare], candidates) -> tuple[dict[int, float], float]:
+    """Seconds per trip of each candidate (``types.Candidate``: by its ``index``) that the
+    shares price, and the seconds no candidate took.
+
+    A share belongs to the candidates of the same primitive, element type and element count
+    (XLA's bitcasts change dims, not sizes), at the same source line where both sides know
+    it; several such candidates split it evenly. Shares of equations that are not
+    candidates (the intermediates of a gather, a scatter's index arithmetic) stay unmatched:
+    the caller keeps its own price for those.
+    """
+    out: dict[int, float] = defaultdict(float)
+    left = 0.0
+    for s in shares:
+        same = [
+            c
+            for c in candidates
+            if c.primitive == s.primitive
+            and _HLO_DTYPES.get(str(c.dtype), str(c.dtype)) == s.dtype
+            and int(math.prod(c.shape)) == s.elements
+        ]
+        if s.where:
+            here = [c for c in same if str(c.source).endswith(f"{s.where[0]}:{s.where[1]}")]
+            same = here or same
+        if not same:
+            left += s.seconds
+            continue
+        for c in same:
+            out[c.index] += s.seconds / len(same)
+    return dict(out), left
+
+
+def region_recompute_seconds(
+    remat: hlo.Module | str, hw, trips: int, candidates
+) -> tuple[dict[int, float], float]:
+    """What the planner's cost stage would use as ``t_v`` for the candidates of one scanned
+    region (``trips``: its multiplicity): the full-remat anchor's recompute shares
+    (:func:`recompute_shares`) of every backward loop of that trip count, matched to the
+    candidates (:func:`match_shares`); seconds per trip, and the seconds no candidate took.
+
+    Compile the anchor with Triton GEMMs on (XLA:GPU's default on the device): with them off
+    (target.DEVICELESS_COMPILE_OPTIONS, right for the memory figures) the deviceless program
+    is not the device's (benchmarks/results/hlo-kernel-time-2026-12-05.md).
+    """
+    if isinstance(remat, str):
+        remat = hlo.parse(remat)
+    shares: list[RecomputeShare] = []
+    for loop in loop_times(remat, hw):
+        if loop.backward and loop.trips == trips:
+            shares += recompute_shares(remat, hw, loop.body)
+    return match_shares(shares, candidates)
