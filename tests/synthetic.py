@@ -47,6 +47,7 @@ def random_problem(
     twice_rnd = random.Random(seed * 7919 + 1)
     hoist_rnd = random.Random(seed * 7919 + 2)
     sum_rnd = random.Random(seed * 7919 + 3)
+    frees_rnd = random.Random(seed * 7919 + 4)
     regions = []
     for rid in range(n_regions):
         cands = []
@@ -162,6 +163,9 @@ def random_problem(
                 twice_held=tuple(twice_rnd.random() < 0.5 for _ in range(n)) if fusion else (),
                 # fusion: some regions' compiler recomputes in the forward pass (cost.py E_r)
                 hoists_recompute=hoist_rnd.random() < 0.5 if fusion else False,
+                # fusion: some regions' trips free the residuals kept only for their own
+                # recompute before their peak (outside lax.scan; cost.py Q_r)
+                frees_sources_in_trip=frees_rnd.random() < 0.5 if fusion else False,
                 d2h_s=tuple(d2h),
                 h2d_s=tuple(d2h),
                 fwd_after_s=tuple(after),

@@ -263,6 +263,10 @@ class RegionCost:
     # values the backward pass reads from there on (outside lax.scan, on a compiler whose
     # probe says so: trace.hoists_recompute; cost.py, the hoisted term E_r)
     hoists_recompute: bool = False
+    # a backward trip frees its residuals kept only to recompute others once that recompute
+    # has read them, before the trip's working set peaks (outside lax.scan, where the
+    # recompute waits for the backward pass; cost.py, the trip-freed term Q_r)
+    frees_sources_in_trip: bool = False
     d2h_s: tuple[float, ...]  # per candidate: device->host copy of its outputs
     h2d_s: tuple[float, ...]  # per candidate: host->device copy back
     fwd_after_s: tuple[float, ...]  # forward compute after the candidate is made
@@ -325,6 +329,10 @@ class RegionPrediction:
     # which reads them in the forward pass: JAX keeps them, the compiler frees them there
     # (cost.py, E_r); subtracted from the peak, not from what JAX keeps
     released_bytes: int = 0
+    # one trip: kept values the backward pass does not read, kept only for a recompute that
+    # runs in the backward trip and frees them before the trip's working set peaks (cost.py,
+    # Q_r): held while later trips run, not at this trip's own peak; not part of what JAX keeps
+    trip_freed_bytes: int = 0
 
 
 @_frozen
