@@ -51,6 +51,7 @@ def random_problem(
     twice_rnd = random.Random(seed * 7919 + 1)
     hoist_rnd = random.Random(seed * 7919 + 2)
     sum_rnd = random.Random(seed * 7919 + 3)
+    frees_rnd = random.Random(seed * 7919 + 4)
     regions = []
     for rid in range(n_regions):
         cands = []
@@ -168,6 +169,9 @@ def random_problem(
                 hoists_recompute=hoist_rnd.random() < 0.5 if fusion else False,
                 # fusion: values only fusions read back are recomputed inside them (W_r)
                 fused_away=fused_away(rg),
+                # fusion: some regions' trips free the residuals kept only for their own
+                # recompute before their peak (outside lax.scan; cost.py Q_r)
+                frees_sources_in_trip=frees_rnd.random() < 0.5 if fusion else False,
                 d2h_s=tuple(d2h),
                 h2d_s=tuple(d2h),
                 fwd_after_s=tuple(after),
@@ -188,8 +192,15 @@ def random_problem(
         unknown_primitives=(),
     )
     if slices:
-        share = random.Random(seed * 7919 + 4).choice([0.25, 0.5, 1.0])
-        cost = dataclasses.replace(cost, slice_copy_share=share)
+        # K_r is for regions under lax.scan, Q_r for those outside it (cost.py): never both
+        share = random.Random(seed * 7919 + 5).choice([0.25, 0.5, 1.0])
+        cost = dataclasses.replace(
+            cost,
+            slice_copy_share=share,
+            regions=tuple(
+                dataclasses.replace(r, frees_sources_in_trip=False) for r in cost.regions
+            ),
+        )
     if hiding:  # calibrated per-direction hiding models (cost.py X terms): eta, cap, floor
         d2h_m, h2d_m = (
             cm.HidingModel(

@@ -82,8 +82,9 @@ def test_the_model_on_the_probes_answer_predicts_the_compiled_policies(gpt2):
       dots_saveable +2.0%, everything_saveable -0.1%; the model without ``E_r`` said +27.7%
       and +47.2% (three layers' residuals against one layer's recompute).
     * not hoisting (JAX 0.12.0.1): full remat and everything_saveable within 3% (both are
-      the fit's anchors: 0.0%), dots_saveable within 20% and never below the compile (a
-      known gap: +18.6%, 8.82 MB predicted against 7.44 MB compiled; verify's refit
+      the fit's anchors: 0.0%), dots_saveable within 10% and never below the compile (a
+      known gap: +7.1%, 7.97 MB predicted against 7.44 MB compiled, +18.6% before the
+      trip-freed term Q_r: benchmarks/results/memory-model-2026-12-05c.md; verify's refit
       corrects it). The model with ``E_r`` on said +44.1% / +21.3% / -26.7%.
     """
     tr, graph, cost = gpt2
@@ -95,7 +96,7 @@ def test_the_model_on_the_probes_answer_predicts_the_compiled_policies(gpt2):
     if tr.hoists_recompute:
         tol = dict.fromkeys(POLICIES, 0.03)
     else:
-        tol = dict(nothing_saveable=0.03, dots_saveable=0.20, everything_saveable=0.03)
+        tol = dict(nothing_saveable=0.03, dots_saveable=0.10, everything_saveable=0.03)
         assert err["dots_saveable"] >= 0, err  # the gap errs on the safe side
     for p in POLICIES:
         assert abs(err[p]) <= tol[p], (p, err)

@@ -128,6 +128,26 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   tests/zoo/long_context.py kappa 1.000 (77.2 MB copied a trip). XLA:CPU copies slices
   synchronously: none counted, kappa 0.
 * ``peak = F + max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r) + W_k + K_k)`` over the regions in
+* trip-freed sources ``Q_r = sum bytes_v [need_v, a(v) = save, v not read by the backward,
+  per trip, no view of v read by the backward]``, subtracted from the peak while region ``r``
+  runs backward (once: only the trip running frees its own): outside lax.scan, where the
+  recompute waits for the backward pass (the compiler does not hoist it, ``E_r`` is off), a
+  value kept only to recompute others from (a matmul output under ``dots_saveable``) is read
+  by that recompute at the top of its backward trip and freed there, before the recomputed
+  values the trip reads are all live (``W_r``'s premise); the earlier layers' copies are
+  still held. Under lax.scan the stacked residual is one buffer, freed after the loop.
+  Measured on XLA:CPU (JAX 0.12.0.1, 2026-12-05, benchmarks/results/memory-model-2026-12-05c.md):
+  tests/zoo/gpt2_loop.py under dots_saveable peaks in its first backward trip (the last
+  layer's) holding layers 0 and 1's five matmul outputs each but only one of layer 2's (the
+  MLP input, which its fused GELU derivative reads in place of the recomputed bias add that
+  ``W_r`` counts); the model without ``Q_r`` predicted 8.82 MB against 7.44 compiled (+18.6%),
+  with it 7.97 (+7.1%; the rest is the working set's 65 kB values, which XLA places in output
+  buffers not yet written in the first trip and not in the last, where the full-remat anchor
+  peaks).
+* ``peak = F + max(sum_r (L_r (R_r + S_r) + I_r), max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r)
+  + W_k + K_k - Q_k))`` (the first term, the end of the forward pass, binds only where ``Q_k``
+  exceeds ``W_k``; ``K_k`` and ``Q_k`` are never both nonzero: one is for regions under
+  lax.scan, the other outside) over the regions in
   forward order (while region ``k`` runs backward, later regions have freed their
   residuals), where the fixed bytes ``F`` (parameters,
   optimizer state, batch, outputs, activations outside regions, the compiler's own buffers)
@@ -333,6 +353,9 @@ def build_cost_model(
         # backward pass, recomputed values are held from the forward pass (E_r, docstring).
         hoists = bool(getattr(trace, "hoists_recompute", False)) and not r.in_scan
         fused = fused_away(rg)
+        # Elsewhere outside lax.scan, a trip's recompute frees the residuals it alone reads
+        # before the trip's working set peaks (Q_r, docstring).
+        frees_sources = not r.in_scan and not hoists
         unknown.update(r.backward_work.total().unknown_primitives)
         bwd_s = ratio * r.backward_work.seconds(hw)
         fwd_s = sum(fwd)
@@ -365,6 +388,7 @@ def build_cost_model(
                 twice_held=twice,
                 hoists_recompute=hoists,
                 fused_away=fused,
+                frees_sources_in_trip=frees_sources,
                 d2h_s=tuple(d2h),
                 h2d_s=tuple(h2d),
                 fwd_after_s=tuple(after),
@@ -633,6 +657,7 @@ def evaluate(
                     need[u] = True
         saved = saved_invariant = offloaded = offloaded_invariant = twice_bytes = 0  # one trip
         hoisted = hoisted_invariant = released = 0  # E_r: recomputed in the forward pass
+        trip_freed = 0  # Q_r: freed by the trip's own recompute, before its peak
         working = transient = 0  # backward working set
         branches: dict[int, int] = {}  # the same, per parallel branch
         recompute_s = materialize_s = d2h_s = h2d_s = 0.0
@@ -656,8 +681,11 @@ def evaluate(
                 else:
                     saved += c.nbytes
                     twice_bytes += c.nbytes if twice[i] else 0
-                    if rc.hoists_recompute and not c.needed and not has_view(rg, i):
-                        released += c.nbytes  # read by the hoisted recompute only (E_r)
+                    if not c.needed and not has_view(rg, i):
+                        if rc.hoists_recompute:
+                            released += c.nbytes  # read by the hoisted recompute only (E_r)
+                        elif rc.frees_sources_in_trip:
+                            trip_freed += c.nbytes  # read by the trip's recompute only (Q_r)
                     materialize_s += rc.materialize_s[i]
                     if rc.stack_copy_s:
                         materialize_s += rc.stack_copy_s[i]
@@ -709,6 +737,7 @@ def evaluate(
                 hoisted_bytes=hoisted,
                 invariant_hoisted_bytes=hoisted_invariant,
                 released_bytes=released,
+                trip_freed_bytes=trip_freed,
                 invariant_residual_bytes=saved_invariant,
                 input_residual_bytes=stacked_inputs,
                 host_residual_bytes=offloaded,
@@ -726,7 +755,8 @@ def evaluate(
         )
     fixed = model.fixed_bytes if _fixed is None else _fixed
     # Regions run forward in order and backward in reverse: while region k runs backward,
-    # the residuals of regions 1..k are still held and those after k are already freed.
+    # the residuals of regions 1..k are still held and those after k are already freed;
+    # region k's trip has freed its own trip-freed sources (Q_k) by its peak.
     kept = [
         rc.multiplicity
         * (
@@ -746,9 +776,11 @@ def evaluate(
     ordered = regions_in_order(graph)
     for k, p in zip(kept, preds):
         prefix = prefix + k if ordered else residual
-        if prefix + p.working_set_bytes >= peak_var:
-            peak_var, ws = prefix + p.working_set_bytes, p.working_set_bytes
+        if prefix + p.working_set_bytes - p.trip_freed_bytes >= peak_var:
+            peak_var, ws = prefix + p.working_set_bytes - p.trip_freed_bytes, p.working_set_bytes
             slices = p.slice_copy_bytes
+    if residual > peak_var:  # the end of the forward pass: every residual, no trip yet (Q_r)
+        peak_var, ws, slices = residual, 0, 0
     host = sum(
         rc.multiplicity * p.host_residual_bytes + p.invariant_host_bytes
         for rc, p in zip(model.regions, preds)

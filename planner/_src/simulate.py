@@ -370,7 +370,21 @@ def simulate(
                     if d == "save" and not cands[i].loop_invariant
                 )
             )
+        # Outside lax.scan, where the recompute runs in the backward trip: a value saved only
+        # for that recompute (the trip reads it nowhere else, nor a view of it) is read by it
+        # at the top of the trip and freed there, before the trip's tensors are all live.
+        own_b = 0
+        if rc.frees_sources_in_trip and not rc.hoists_recompute:
+            own_b = sum(
+                cands[i].nbytes
+                for i, d in kept.items()
+                if d == "save"
+                and not cands[i].needed
+                and not cands[i].loop_invariant
+                and not any(rg.view_of(w) == ("candidate", i) for w in rg.readers(i))
+            )
         for _ in range(rc.multiplicity):
+            device -= own_b
             alloc(ws)
             recomputed += len(order)
             time_s += rec_s + stall
@@ -380,7 +394,7 @@ def simulate(
         # The region's residuals die with its backward trips, when the program order is known
         # (one place per region); merged regions may interleave, so theirs wait to the end.
         freed = (
-            rc.multiplicity * dev_b
+            rc.multiplicity * (dev_b - own_b)
             + sum(
                 cands[i].nbytes for i, d in kept.items() if d == "save" and cands[i].loop_invariant
             )

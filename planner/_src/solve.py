@@ -179,6 +179,10 @@ class _Model:
             # per-trip residual out of the stacked buffer; not scaled by omega.
             share = cost.slice_copy_share if rg.region.in_scan else 0.0
             slice_kib = []
+            # Q_r (cost.py): one trip's residuals kept only for its own recompute, freed by it
+            # before the trip's working set peaks (KiB rounded down: the peak stays an upper
+            # bound of cost.evaluate's)
+            trip_freed_kib = []
             # the working-set terms of each parallel branch (graph.parallel_branches): the
             # branches run backward one after another, so the trip holds the largest of them
             branch_kib: dict[int, list] = {}
@@ -226,15 +230,13 @@ class _Model:
                 # A loop-invariant residual is stored once, the others once per trip; under a
                 # hoisted recompute (E_r, cost.py) a per-trip value the backward does not read
                 # is freed in the forward pass, after the recompute that reads it.
-                if not (
-                    rc.hoists_recompute
-                    and not c.needed
-                    and not c.loop_invariant
-                    and not has_view(rg, i)
-                ):
+                source_only = not c.needed and not c.loop_invariant and not has_view(rg, i)
+                if not (rc.hoists_recompute and source_only):
                     (invariant_kib if c.loop_invariant else per_trip_kib).append(kib * s)
                 if share and not c.loop_invariant:
                     slice_kib.append(math.ceil(share * kib) * s)
+                if source_only and rc.frees_sources_in_trip and not rc.hoists_recompute:
+                    trip_freed_kib.append((c.nbytes // KIB) * s)
                 # Twice held (D_r, cost.py): outside lax.scan, a kept value of a producer XLA
                 # does not duplicate, read in the backward pass by a kernel and by a fusion
                 # (as traced, or through a needed recomputed reader), is held twice.
@@ -359,7 +361,7 @@ class _Model:
                 for terms in branch_kib.values():
                     m.Add(largest >= sum(terms))
                 working_kib.append(largest)
-            ws_terms.append(sum(working_kib) + transient + sum(slice_kib))
+            ws_terms.append(sum(working_kib) + transient + sum(slice_kib) - sum(trip_freed_kib))
             residual_terms.append(trips * sum(per_trip_kib) + sum(invariant_kib))
             time_terms.append(trips * (sum(extra_ns) + exposed_fwd + exposed_bwd))
 
@@ -396,6 +398,9 @@ class _Model:
         for k in range(len(ws_terms)):
             held = residual_terms[: k + 1] if ordered else residual_terms
             m.Add(self.peak_kib >= fixed_layers + sum(held) + ws_terms[k])
+        # The end of the forward pass, every residual held: above the backward trips' peaks
+        # where a trip frees more of its own (Q_r) than its working set adds.
+        m.Add(self.peak_kib >= fixed_layers + sum(residual_terms))
         if budget_bytes is not None:
             m.Add(self.peak_kib <= int(budget_bytes // KIB))
         # Host memory: every offloaded residual of every trip at once.

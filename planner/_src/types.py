@@ -270,6 +270,10 @@ class RegionCost:
     # and gives it no buffer (a fusible value no kernel and no reduction of the backward pass
     # reads; cost.py, W_r)
     fused_away: tuple[bool, ...] = ()
+    # a backward trip frees its residuals kept only to recompute others once that recompute
+    # has read them, before the trip's working set peaks (outside lax.scan, where the
+    # recompute waits for the backward pass; cost.py, the trip-freed term Q_r)
+    frees_sources_in_trip: bool = False
     d2h_s: tuple[float, ...]  # per candidate: device->host copy of its outputs
     h2d_s: tuple[float, ...]  # per candidate: host->device copy back
     fwd_after_s: tuple[float, ...]  # forward compute after the candidate is made
@@ -338,6 +342,10 @@ class RegionPrediction:
     # one backward trip of a scanned region: the copies of its saved residuals' slices out of
     # the stacked buffers (cost.py, K_r); part of the peak, not of the scaled working set
     slice_copy_bytes: int = 0
+    # one trip: kept values the backward pass does not read, kept only for a recompute that
+    # runs in the backward trip and frees them before the trip's working set peaks (cost.py,
+    # Q_r): held while later trips run, not at this trip's own peak; not part of what JAX keeps
+    trip_freed_bytes: int = 0
 
 
 @_frozen
