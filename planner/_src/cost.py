@@ -45,7 +45,8 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   ``read_by_reduction``; a view when its sources are fused away): XLA recomputes it inside
   each backward fusion that reads it and it gets no buffer, so it counts in the transient
   term, one at a time, not in the first sum (an offloaded value is reloaded into a buffer
-  whatever reads it). Measured on the H200's compiler (jaxlib 0.11.2 deviceless,
+  whatever reads it; regions under lax.scan only: in a Python loop of layers it
+  under-predicted on JAX 0.12.0.1's XLA:CPU). Measured on the H200's compiler (jaxlib 0.11.2 deviceless,
   2026-12-05, benchmarks/results/memory-model-2026-12-05-fused.md): the Llama example's
   full-remat backward holds 3 of the 6 MLP-sized recomputed values (the two projections'
   outputs and the product the down projection's gradient reads), not the gate's logistic
@@ -606,8 +607,16 @@ def fused_away(rg) -> tuple[bool, ...]:
     XLA recomputes it inside the backward fusions that read it (the ``W_r`` rule): a fusible
     equation (``cm.FUSIBLE``) that no kernel and no reduction of the backward pass reads
     (``read_by_kernel``, ``read_by_reduction``); a view (graph.VIEWS) is fused away when its
-    sources are candidates that are (a view of a matmul's output is that output's buffer)."""
+    sources are candidates that are (a view of a matmul's output is that output's buffer).
+
+    Regions under lax.scan only: in a Python loop of layers (every layer's backward in one
+    program) the rule under-predicted on JAX 0.12.0.1's XLA:CPU (tests/zoo/flax_nnx_loop.py
+    plans -3.6 / -1.7% where the rule's absence gave -0.9 / +1.3%; MaxText's unscanned
+    DeepSeek plan still 1% over its budget after three verify rounds), and no measurement
+    shows what XLA holds there (benchmarks/results/memory-model-2026-12-05-fused.md)."""
     cands = rg.region.candidates
+    if not rg.region.in_scan:
+        return (False,) * len(cands)
     out: list[bool] = []
     for c in cands:
         fusible = c.primitive in cm.FUSIBLE and not (c.read_by_kernel or c.read_by_reduction)

@@ -32,7 +32,10 @@ _REDUCING = frozenset(("reduce_max", "reduce_min", "reduce_sum", "reduce_prod", 
 def _own_buffers(rg) -> list[bool]:
     """Per candidate: recomputed and read by the backward pass, it gets a buffer: a kernel
     or a reduction reads it, or it is not elementwise-fusible, or it is a view of a value
-    that does (written out here, not shared with cost.py)."""
+    that does (written out here, not shared with cost.py); in a Python loop of layers
+    (not under lax.scan) every such value gets one."""
+    if not rg.region.in_scan:
+        return [True] * len(rg.region.candidates)
     out: list[bool] = []
     for c in rg.region.candidates:
         if c.primitive not in FUSIBLE or c.read_by_kernel or c.read_by_reduction:
