@@ -224,7 +224,11 @@ def _unrolled_scan_step(unroll):
     from jax.ad_checkpoint import checkpoint_name
 
     def layer(x, w):
-        h = checkpoint_name(jnp.tanh(x @ w), "h")
+        # the backward pass reads the scaled input (for w's gradient), not x: keeping `a`
+        # (saved or offloaded) frees the scan's stacked copy of x, which full remat keeps to
+        # recompute `a` from; offloading it is what gets below full remat here
+        a = checkpoint_name(jnp.sin(x) * 2.0, "a")
+        h = checkpoint_name(jnp.tanh(a @ w), "h")
         return jnp.tanh(h @ w.T) + x
 
     def step(w, x):
