@@ -224,9 +224,9 @@ def _unrolled_scan_step(unroll):
     from jax.ad_checkpoint import checkpoint_name
 
     def layer(x, w):
-        # the backward pass reads the scaled input (for w's gradient), not x: keeping `a`
-        # (saved or offloaded) frees the scan's stacked copy of x, which full remat keeps to
-        # recompute `a` from; offloading it is what gets below full remat here
+        # the backward pass reads cos(x) and `a` (for w's gradient), not x itself: keeping
+        # them (saved or offloaded) frees the scan's stacked copy of x, which full remat keeps
+        # to recompute them from; offloading them is what gets below full remat here
         a = checkpoint_name(jnp.sin(x) * 2.0, "a")
         h = checkpoint_name(jnp.tanh(a @ w), "h")
         return jnp.tanh(h @ w.T) + x
