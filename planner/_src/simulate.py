@@ -29,6 +29,20 @@ from planner._src.types import Assignment, CostModel
 _REDUCING = frozenset(("reduce_max", "reduce_min", "reduce_sum", "reduce_prod", "argmax", "argmin"))
 
 
+def _kept_for_recompute_only(rg, kept) -> int:
+    """Bytes of one trip's saved values that only a recompute reads: the backward pass reads
+    neither them nor a view of them (written out here, not shared with cost.py)."""
+    cands = rg.region.candidates
+    return sum(
+        cands[i].nbytes
+        for i, d in kept.items()
+        if d == "save"
+        and not cands[i].needed
+        and not cands[i].loop_invariant
+        and not any(rg.view_of(w) == ("candidate", i) for w in rg.readers(i))
+    )
+
+
 def _own_buffers(rg) -> list[bool]:
     """Per candidate: recomputed and read by the backward pass, it gets a buffer: a kernel
     or a reduction reads it, or it is not elementwise-fusible, or it is a view of a value
@@ -234,15 +248,7 @@ def simulate(
                         hoisted_inv += cands[i].nbytes
                     else:
                         hoisted_b += cands[i].nbytes
-            hoisted_b -= sum(
-                cands[i].nbytes
-                for i, d in kept.items()
-                if d == "save"
-                and not cands[i].needed
-                and not cands[i].loop_invariant
-                # a view of it that the backward reads keeps it (the same test, written out)
-                and not any(rg.view_of(w) == ("candidate", i) for w in rg.readers(i))
-            )
+            hoisted_b -= _kept_for_recompute_only(rg, kept)
         plans.append((rg, rc, kept, order, stacked_inputs + twice_b + hoisted_b, hoisted_inv))
 
     # Forward: every trip of every region stores its residuals; loop-invariant ones are
@@ -378,14 +384,7 @@ def simulate(
         # at the top of the trip and freed there, before the trip's tensors are all live.
         own_b = 0
         if rc.frees_sources_in_trip and not rc.hoists_recompute:
-            own_b = sum(
-                cands[i].nbytes
-                for i, d in kept.items()
-                if d == "save"
-                and not cands[i].needed
-                and not cands[i].loop_invariant
-                and not any(rg.view_of(w) == ("candidate", i) for w in rg.readers(i))
-            )
+            own_b = _kept_for_recompute_only(rg, kept)
         for _ in range(rc.multiplicity):
             device -= own_b
             alloc(ws)
