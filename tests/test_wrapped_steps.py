@@ -96,15 +96,36 @@ def test_a_wrapper_that_cannot_be_traced_teaches_the_split_merge_form():
         planner.Planner(Wrapped(), jnp.ones(3), hardware="cpu")
 
 
-def test_nnx_jit_step_with_donation_warns_that_the_plain_trace_drops_it():
-    """nnx.jit's trace donates in its own argument form, which the plain trace cannot map
-    back: the plan is made undonated, and a PlanWarning says so (it was silent)."""
+def _state_bytes(tree):
+    return sum(x.nbytes for x in jax.tree.leaves(tree) if isinstance(x, jax.Array))
+
+
+def test_nnx_jit_step_keeps_its_donation():
+    """nnx.jit's trace donates in its own flattened argument form; the planner maps that back
+    onto whole positional arguments (``jax_adapter.wrapper_donation``) and traces the step
+    donated, so the compiled figures alias the model state as the step runs. Before, the
+    plain trace dropped the donation (a PlanWarning said so) and counted the state twice."""
     step, args = _nnx_natural()
-    donated = nnx.jit(step.fun if hasattr(step, "fun") else step, donate_argnums=(0,))
+    donated = nnx.jit(step.fun, donate_argnums=(0,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", planner.PlanWarning)  # nothing dropped: no warning
+        kept = planner.Planner(donated, *args, hardware="cpu", check_numerics=False)
+        plain = planner.Planner(step, *args, hardware="cpu", check_numerics=False)
+    state = _state_bytes(nnx.state(args[0]))
+    got, undonated = kept.trace.anchor, plain.trace.anchor
+    assert undonated.alias_bytes == 0
+    assert got.alias_bytes >= state, (got.alias_bytes, state)
+
+
+def test_nnx_jit_step_with_shardings_warns_that_the_plain_trace_drops_them():
+    """What the plain trace cannot keep (nnx.jit's in_shardings, given in its own prefix
+    form) is said in a PlanWarning with the fix."""
     from planner._src import jax_adapter as adapter
 
-    with pytest.warns(planner.PlanWarning, match=r"(?s)without the wrapper's donation.*Fix:"):
-        adapter.jit_trace(donated, args)
+    step, args = _nnx_natural()
+    sharded = nnx.jit(step.fun, in_shardings=(None, None))
+    with pytest.warns(planner.PlanWarning, match=r"(?s)without the wrapper's in_shardings.*Fix:"):
+        adapter.jit_trace(sharded, args)
     with warnings.catch_warnings():
         warnings.simplefilter("error", planner.PlanWarning)
         adapter.jit_trace(step, args)  # no donation, no shardings: nothing dropped, no warning
@@ -189,6 +210,27 @@ def test_eqx_step_with_non_array_leaves_plans_as_it_runs(decorated):
     ref, got = eqx.filter(ref_model, eqx.is_array), eqx.filter(got_model, eqx.is_array)
     for a, b in zip(jax.tree.leaves((ref, ref_loss)), jax.tree.leaves((got, got_loss))):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "donate, want", [("all", (0, 1)), ("all-except-first", (1,)), ("none", ())]
+)
+def test_eqx_filter_jit_donation_is_kept(donate, want):
+    """``eqx.filter_jit(donate=...)`` has no JAX ``.trace``: the planner jits the step itself
+    and now donates what the wrapper donates (its ``donate_first`` / ``donate_rest``), so
+    the anchors alias the model as the step runs; before, every figure counted it twice."""
+    from planner._src import jax_adapter as adapter
+
+    step = eqx.filter_jit(_eqx_step, donate=donate)
+    model, x = _EqxModel(jax.random.key(0)), jax.random.normal(jax.random.key(1), (64, 32))
+    assert adapter.wrapper_donation(step, 2) == want
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", planner.PlanWarning)
+        warnings.filterwarnings("ignore", message=".*donated buffers.*")
+        session = planner.Planner(step, model, x, hardware="cpu", check_numerics=False)
+    alias = session.trace.anchor.alias_bytes
+    params = _state_bytes(eqx.filter(model, eqx.is_array))
+    assert (alias >= params) == (0 in want), (alias, params, donate)
 
 
 def test_eqx_filter_jit_step_with_non_array_leaves_compiles_deviceless_for_the_h200():

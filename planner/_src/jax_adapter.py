@@ -814,10 +814,14 @@ class StaticLeavesJit:
     (:func:`is_array_leaf`): ``trace`` and calls take the step's own arguments. Where every
     leaf is an array the step takes its arguments as given; otherwise each positional argument
     is passed as the list of its array leaves and the rest is closed over, in a function made per call (a trace
-    of its own; the planner traces a step a few times, not every step)."""
+    of its own; the planner traces a step a few times, not every step). ``donate``: the
+    positional arguments whose array leaves are donated (:func:`wrapper_donation`: what the
+    step's own wrapper donates, ``eqx.filter_jit(donate="all")``'s or ``nnx.jit``'s), so the
+    compiled figures alias them as the step runs."""
 
-    def __init__(self, step_fn: Callable):
+    def __init__(self, step_fn: Callable, donate: tuple[int, ...] = ()):
         self.step_fn = step_fn
+        self.donate = tuple(donate)
         self.__name__ = getattr(step_fn, "__name__", type(step_fn).__name__)
 
     def _split(self, args) -> tuple[Callable, tuple]:
@@ -850,7 +854,7 @@ class StaticLeavesJit:
             return [x for x in leaves if isinstance(x, jax.Array)]
 
         arrays_out.__name__ = self.__name__
-        return jax.jit(arrays_out)
+        return jax.jit(arrays_out, donate_argnums=self.donate)
 
     def trace(self, *args):
         fn, dyn = self._split(args)
@@ -869,11 +873,50 @@ class StaticLeavesJit:
         )
 
 
-def runnable(step_fn: Callable) -> Callable:
+def wrapper_donation(step_fn: Callable, n_args: int, traced=None) -> tuple[int, ...]:
+    """The positional arguments a step's own wrapper donates, where the planner jits the step
+    itself (its wrapper has no JAX ``.trace``), so that the plan is made from the step as it
+    runs: ``eqx.filter_jit(donate="all" | "all-except-first" | "warn" | ...)`` (its
+    ``donate_first`` / ``donate_rest`` flags: the first argument, the others) and
+    ``nnx.jit(donate_argnums=...)`` (``traced``: its own trace, whose ``donate_argnums`` index
+    the flattened leaves of its arguments; an argument is donated when every one of its leaves
+    is). Before, both were traced undonated: the compiled figures counted the donated train
+    state twice (argument and output)."""
+    first, rest = getattr(step_fn, "donate_first", None), getattr(step_fn, "donate_rest", None)
+    if (
+        isinstance(first, bool)
+        and isinstance(rest, bool)
+        and callable(getattr(step_fn, "lower", None))
+    ):
+        return tuple(i for i in range(n_args) if (first if i == 0 else rest))
+    flat = getattr(traced, "donate_argnums", None)
+    tree = getattr(traced, "in_tree", None)
+    if not flat or tree is None:
+        return ()
+    try:
+        args_tree = tree.children()[0]  # in_tree is ((args...), {kwargs})
+        counts = [c.num_leaves for c in args_tree.children()]
+    except (AttributeError, IndexError):
+        return ()
+    if len(counts) != n_args:
+        return ()
+    donated, out, start = set(flat), [], 0
+    for i, n in enumerate(counts):
+        if n and all(k in donated for k in range(start, start + n)):
+            out.append(i)
+        start += n
+    return tuple(out)
+
+
+def runnable(step_fn: Callable, n_args: int | None = None) -> Callable:
     """The step as the planner runs it (numerics): a step with its own ``.trace`` (a
     ``jax.jit``-ed or ``nnx.jit``-ed step) as given, anything else jitted with its non-array
-    leaves static (:class:`StaticLeavesJit`; an ``eqx.filter_jit`` step plans as it runs)."""
-    return step_fn if hasattr(step_fn, "trace") else StaticLeavesJit(step_fn)
+    leaves static (:class:`StaticLeavesJit`; an ``eqx.filter_jit`` step plans as it runs,
+    with its donation when ``n_args`` is given)."""
+    if hasattr(step_fn, "trace"):
+        return step_fn
+    donate = wrapper_donation(step_fn, n_args) if n_args is not None else ()
+    return StaticLeavesJit(step_fn, donate)
 
 
 def jit_trace(step_fn: Callable, args, regions: list | None = None):
@@ -909,20 +952,22 @@ def jit_trace(step_fn: Callable, args, regions: list | None = None):
         return traced
     if regions is not None:
         del regions[:]
-    _warn_wrapper_options(step_fn, traced)
+    donate = wrapper_donation(step_fn, len(args), traced)
+    _warn_wrapper_options(step_fn, traced, donate)
     # A new trace-context value: the wrapper's inner jit traced above is cached under the
     # current one and would bind no region on the second trace.
     with _TRACE_EPOCH(("planner", next(_epochs))):
-        return _plain_trace(step_fn, args)
+        return _plain_trace(step_fn, args, donate)
 
 
-def _warn_wrapper_options(step_fn, traced) -> None:
+def _warn_wrapper_options(step_fn, traced, donate: tuple[int, ...]) -> None:
     """A PlanWarning where the plain trace of a wrapper drops what the wrapper was asked
-    for: its donation (its trace's ``donate_argnums``: ``nnx.jit``'s, of its own argument
-    form, which the plain trace cannot map back) or its ``in_shardings`` / ``out_shardings``.
-    The plan is then made from the step undonated, on the arguments' own shardings."""
+    for: its donation where it does not map back onto whole positional arguments
+    (:func:`wrapper_donation`; part of one argument donated) or its ``in_shardings`` /
+    ``out_shardings``. The plan is then made from the step without them, on the arguments'
+    own shardings."""
     dropped = []
-    if getattr(traced, "donate_argnums", None):
+    if getattr(traced, "donate_argnums", None) and not donate:
         dropped.append("donation (donate_argnums)")
     for name in ("in_shardings", "out_shardings"):
         if getattr(step_fn, name, None) is not None:
@@ -937,7 +982,7 @@ def _warn_wrapper_options(step_fn, traced) -> None:
         f"The step's wrapper ({type(step_fn).__module__}.{type(step_fn).__qualname__}) has a "
         f".trace that is not jax.jit's, so the planner traced it as a plain function under "
         f"jax.jit, without the wrapper's {' and '.join(dropped)}: the plan is made from the "
-        "step undonated, on the example arguments' own shardings, and its compiled figures "
+        "step without them, on the example arguments' own shardings, and its compiled figures "
         "(aliasing, the optimizer state's placement) may differ from the step as it runs.\n"
         "Fix: plan the split/merge form under jax.jit with the same options, e.g. "
         "jax.jit(train_step, donate_argnums=0, in_shardings=..., out_shardings=...).",
@@ -946,11 +991,13 @@ def _warn_wrapper_options(step_fn, traced) -> None:
     )
 
 
-def _plain_trace(step_fn: Callable, args):
+def _plain_trace(step_fn: Callable, args, donate: tuple[int, ...] | None = None):
     from planner._src.errors import PlannerError, TraceError
 
+    if donate is None:
+        donate = wrapper_donation(step_fn, len(args))
     try:
-        traced = StaticLeavesJit(step_fn).trace(*args)
+        traced = StaticLeavesJit(step_fn, donate).trace(*args)
     except PlannerError:
         raise
     except Exception as e:

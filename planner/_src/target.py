@@ -965,16 +965,24 @@ def lower(traced):
     jitted with ``out_shardings`` / ``in_shardings`` on this machine's mesh lowers with them
     on the target mesh (the outputs re-sharded as the user asked, on the target's devices).
     A placement that cannot be moved raises :class:`TargetError` with the fix. Outside a
-    deviceless scope: ``traced.lower()``."""
+    deviceless scope: ``traced.lower()``.
+
+    JAX's "Some donated buffers were not usable" warning is silenced here: the planner
+    lowers the step once per anchor, verify and fill round, and the warning (about the
+    step's own donation, e.g. ``eqx.filter_jit(donate="all")`` donating the batch, which
+    Equinox itself silences) says nothing about the plan; the step warns as it always did
+    when the user runs it."""
     scope = _active.get()
-    if scope is None:
-        return traced.lower()
-    try:
-        return _traced_on_target(scope, traced).lower()
-    except ValueError as e:
-        if any(m in str(e) for m in _FOREIGN_DEVICE_ERRORS):
-            raise _foreign_device_error(scope.target, e) from e
-        raise
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+        if scope is None:
+            return traced.lower()
+        try:
+            return _traced_on_target(scope, traced).lower()
+        except ValueError as e:
+            if any(m in str(e) for m in _FOREIGN_DEVICE_ERRORS):
+                raise _foreign_device_error(scope.target, e) from e
+            raise
 
 
 def _foreign_device_error(target: CompilerTarget, e: Exception) -> TargetError:
