@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import random
 import re
 
 import cost_models as cm
@@ -91,7 +92,7 @@ class ScheduleWindows:
     copies: tuple[HostCopy, ...]
     compiler: str = ""  # who scheduled the module (target.CompilerTarget.description)
     streams: int = 0  # copy streams modelled (0: loop-slice copies free, no stream queues)
-    stream_order: str = ""  # the order the streams were dealt in ("post" | "schedule")
+    stream_order: str = ""  # how the streams were dealt ("post" | "schedule" | "mean")
     pricing: str = "profile"  # "profile" (_Pricer) | "kernels" (kernels.kernel_times)
 
     def copy_s(self, direction: str) -> float:
@@ -275,6 +276,7 @@ def read_windows(
     streams: int = 4,
     stream_order: str = "post",
     pricing: str = "profile",
+    link_rates: dict[str, float] | None = None,
 ) -> ScheduleWindows:
     """The host copies of a compiled module with their schedule windows (module docstring).
 
@@ -284,9 +286,11 @@ def read_windows(
     streams, loop-slice copies free). ``stream_order``: ``"post"`` or ``"schedule"``.
     ``pricing``: ``"profile"`` (this module's pricer) or ``"kernels"`` (planner/_src/kernels.py,
     the per-kernel pricing checked against H200 kernels in hlo-kernel-time-2026-12-05.md).
+    ``link_rates``: bytes/s per direction in place of the profile's link rates (e.g. the
+    in-step store rate measured on the H200, which is below the profile's device_put rate).
     """
-    if stream_order not in ("post", "schedule"):
-        raise ValueError(f"stream_order must be 'post' or 'schedule', got {stream_order!r}")
+    if stream_order not in ("post", "schedule", "mean"):
+        raise ValueError(f"stream_order must be 'post', 'schedule' or 'mean', got {stream_order!r}")
     if pricing not in ("profile", "kernels"):
         raise ValueError(f"pricing must be 'profile' or 'kernels', got {pricing!r}")
     module = hlo.parse(text_or_module) if isinstance(text_or_module, str) else text_or_module
@@ -303,7 +307,16 @@ def read_windows(
         ):
             continue
         copies.extend(
-            _replay(body, directions, pricer, hw, trips.get(comp, 1), streams, stream_order)
+            _replay(
+                body,
+                directions,
+                pricer,
+                hw,
+                trips.get(comp, 1),
+                streams,
+                stream_order,
+                dict(link_rates or {}),
+            )
         )
     return ScheduleWindows(
         copies=tuple(copies),
@@ -373,24 +386,75 @@ def stream_of(body: list[hlo.Instruction], streams: int, order: str = "post") ->
     return {n: k % streams for k, n in enumerate(dealt)} if streams else {}
 
 
-def _overlap(a0: float, a1: float, spans: list[tuple[float, float]]) -> float:
-    return sum(max(0.0, min(a1, b1) - max(a0, b0)) for b0, b1 in spans)
+def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
+    return max(0.0, min(a1, b1) - max(a0, b0))
 
 
-def _replay(body, directions, pricer, hw, trips, streams, order) -> list[HostCopy]:
+# Random deals averaged for stream_order="mean" (seeded: the figure is reproducible).
+MEAN_DEALS = 64
+
+
+def _replay(body, directions, pricer, hw, trips, streams, order, rates) -> list[HostCopy]:
     """``body`` run ``trips`` times on a compute stream, copy streams and one link per
-    direction (module docstring)."""
+    direction (module docstring). ``order="mean"``: the exposure averaged over
+    ``MEAN_DEALS`` random deals of the starts over the streams (each a round-robin over a
+    random order), for when the instruction-list order XLA deals in is not known."""
     done_of: dict[str, str] = {}
     for ins in body:
         if ins.opcode in _ASYNC_DONE and ins.operands:
             done_of[ins.operands[0]] = ins.name
-    host = {
+    host = [
         i.name for i in body if i.opcode.endswith("-start") and directions.get(i.name) in DIRECTIONS
-    }
-    stream = stream_of(body, streams, order)
-    d2d = {n for n in stream if n not in host}  # the other async copies: loop slices
+    ]
+    if order == "mean" and streams:
+        dealt = [i.name for i in body if i.opcode in _COPY_STARTS]
+        rng = random.Random(0)
+        deals = []
+        for _ in range(MEAN_DEALS):
+            rng.shuffle(dealt)
+            deals.append({n: k % streams for k, n in enumerate(dealt)})
+    else:
+        deals = [stream_of(body, streams, order)]
     price = {i.name: pricer.instruction(i) for i in body}
-    size = {i.name: _copy_bytes(i, directions.get(i.name, "d2d")) for i in body if i.name in stream}
+    size = {
+        i.name: _copy_bytes(i, directions.get(i.name, "d2d"))
+        for i in body
+        if i.opcode in _COPY_STARTS or i.name in host
+    }
+    sums = {n: [0.0, 0.0] for n in host}
+    for stream in deals:
+        info, got = _simulate(
+            body, host, stream, streams, directions, price, size, hw, trips, rates
+        )
+        for n in host:
+            sums[n][0] += got[n][0] / len(deals)
+            sums[n][1] += got[n][1] / len(deals)
+    out = []
+    for name in host:
+        c = info[name]
+        out.append(
+            HostCopy(
+                start=name,
+                done=done_of.get(name, ""),
+                computation=body[0].computation if body else "",
+                direction=c["d"],
+                nbytes=c["n"],
+                trips=trips,
+                copy_s=c["copy_s"],
+                window=tuple(c["window"]),
+                window_s=c["window_s"],
+                exposed_s=sums[name][0],
+                stream=deals[0].get(name, -1) if streams and len(deals) == 1 else -1,
+                queued_s=sums[name][1],
+            )
+        )
+    return out
+
+
+def _simulate(body, host, stream, streams, directions, price, size, hw, trips, rates):
+    """One deal of the streams: per host copy ``(exposed, queued)`` seconds per trip, and
+    its first trip's window (module docstring)."""
+    hosts = set(host)
     clock = 0.0
     link_free = {d: 0.0 for d in DIRECTIONS}
     stream_free = [0.0] * max(streams, 1)
@@ -403,10 +467,14 @@ def _replay(body, directions, pricer, hw, trips, streams, order) -> list[HostCop
         running: dict[str, tuple[float, str]] = {}  # start -> (end, host copy it queued behind)
         for ins in body:
             name = ins.name
-            if name in host:
+            if name in hosts:
                 d = directions[name]
-                n = size.get(name) or _copy_bytes(ins, d)
-                copy_s = cm.transfer_seconds(n, hw, d) if n else 0.0
+                n = size[name]
+                copy_s = (
+                    (hw.link.latency_s + n / rates[d])
+                    if d in rates and n
+                    else (cm.transfer_seconds(n, hw, d) if n else 0.0)
+                )
                 s = stream.get(name, 0)
                 begin = max(clock, link_free[d], stream_free[s] if streams else 0.0)
                 end = begin + copy_s
@@ -418,13 +486,13 @@ def _replay(body, directions, pricer, hw, trips, streams, order) -> list[HostCop
                 if trip == 0:
                     info[name] = {"d": d, "n": n, "copy_s": copy_s, "window": [], "window_s": 0.0}
                 continue
-            if name in d2d:
+            if name in stream:
                 s = stream[name]
                 behind = stream_host[s] if stream_free[s] > clock else ""
                 begin = max(clock, stream_free[s])
                 end = begin + size[name] / hw.loop_copy_rate()
                 stream_free[s] = end
-                if stream_host[s] and not behind:
+                if not behind:
                     stream_host[s] = ""
                 running[name] = (end, behind)
                 continue
@@ -441,33 +509,16 @@ def _replay(body, directions, pricer, hw, trips, streams, order) -> list[HostCop
                     if c in info:
                         info[c]["window"].append(name)
                         info[c]["window_s"] += t
-    out = []
-    for name in sorted(host, key=lambda n: [i.name for i in body].index(n)):
-        c = info[name]
-        exposed = sum(_overlap(a, b, [(w0, w1)]) for a, b in spans[name] for w0, w1, _ in waits)
-        queued = sum(
-            _overlap(a, b, [(w0, w1)])
-            for a, b in spans[name]
-            for w0, w1, who in waits
-            if who == name
-        )
-        out.append(
-            HostCopy(
-                start=name,
-                done=done_of.get(name, ""),
-                computation=body[0].computation if body else "",
-                direction=c["d"],
-                nbytes=c["n"],
-                trips=trips,
-                copy_s=c["copy_s"],
-                window=tuple(c["window"]),
-                window_s=c["window_s"],
-                exposed_s=exposed / runs,
-                stream=stream.get(name, -1) if streams else -1,
-                queued_s=queued / runs,
-            )
-        )
-    return out
+    got = {}
+    for name in host:
+        exposed = queued = 0.0
+        for a, b in spans[name]:
+            for w0, w1, who in waits:
+                o = _overlap(a, b, w0, w1)
+                exposed += o
+                queued += o if who == name else 0.0
+        got[name] = (exposed / runs, queued / runs)
+    return info, got
 
 
 def total_compute_s(text_or_module, hardware) -> float:
