@@ -1,15 +1,20 @@
 """planner/_src/schedule.py: host-copy windows read from a compiled (scheduled) module.
 
 A handwritten scheduled module checks the window contents and the replay's arithmetic (one
-link per direction: a second reload queues behind the first); a deviceless XLA:GPU compile of a
-small scanned step that offloads its layer input checks that the windows of a real compiled
-schedule are found in the loop bodies, once per trip, with the arithmetic of the replay.
+link per direction: a second reload queues behind the first); another checks the copy
+streams (a loop-slice copy dealt onto a store's stream waits for the store, and the compute
+waits for it: the store's exposure on the H200, schedule-exposure-2026-12-05.md) and the
+dealing order; a deviceless XLA:GPU compile of a small scanned step that offloads its layer
+input checks that the windows of a real compiled schedule are found in the loop bodies, once
+per trip, with the arithmetic of the replay, and the verify stage's figure built on them.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import os
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +24,7 @@ from jax.ad_checkpoint import checkpoint_name
 import cost_models as cm
 from planner._src import schedule
 from planner._src import target as T
+from planner._src.verify import schedule_exposure_of
 
 HW = cm.load_profile("h200")
 
@@ -89,6 +95,125 @@ def test_a_copy_in_a_while_body_counts_once_per_trip():
     assert w.exposed_s("h2d") == pytest.approx(6 * once.exposed_s("h2d"))
 
 
+# A store (device -> host, an async dynamic-update-slice into a host buffer) and a loop-slice
+# copy (device -> device) started together; the slice's done comes after one matmul, the
+# store's after two. 2 MiB each way.
+STREAMS = """\
+HloModule m, is_scheduled=true
+
+%wrapped_dus (p0: bf16[4,1024,1024], p1: bf16[1,1024,1024], p2: s32[]) -> bf16[4,1024,1024] {
+  %p0 = bf16[4,1024,1024]{2,1,0:S(5)} parameter(0)
+  %p1 = bf16[1,1024,1024]{2,1,0} parameter(1)
+  %p2 = s32[] parameter(2)
+  %z = s32[] constant(0)
+  ROOT %dus = bf16[4,1024,1024]{2,1,0:S(5)} dynamic-update-slice(%p0, %p1, %p2, %z, %z)
+}
+
+%slice (q0: bf16[4,1024,1024], q1: s32[]) -> bf16[1,1024,1024] {
+  %q0 = bf16[4,1024,1024]{2,1,0} parameter(0)
+  %q1 = s32[] parameter(1)
+  %zz = s32[] constant(0)
+  ROOT %ds = bf16[1,1024,1024]{2,1,0} dynamic-slice(%q0, %q1, %zz, %zz), dynamic_slice_sizes={1,1024,1024}
+}
+
+ENTRY %main (h: bf16[4,1024,1024], x: bf16[1,1024,1024], w: bf16[4,1024,1024], i: s32[], a: bf16[1024,1024]) -> (bf16[4,1024,1024], bf16[1024,1024]) {
+  %h = bf16[4,1024,1024]{2,1,0:S(5)} parameter(0)
+  %x = bf16[1,1024,1024]{2,1,0} parameter(1)
+  %w = bf16[4,1024,1024]{2,1,0} parameter(2)
+  %i = s32[] parameter(3)
+  %a = bf16[1024,1024]{1,0} parameter(4)
+  %st = ((bf16[4,1024,1024]{2,1,0:S(5)}, bf16[1,1024,1024]{2,1,0}, s32[]), bf16[4,1024,1024]{2,1,0:S(5)}, u32[]) fusion-start(%h, %x, %i), kind=kLoop, calls=%wrapped_dus
+  %sl = ((bf16[4,1024,1024]{2,1,0}, s32[]), bf16[1,1024,1024]{2,1,0}, u32[]) fusion-start(%w, %i), kind=kLoop, calls=%slice
+  %d1 = bf16[1024,1024]{1,0} dot(%a, %a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %sd = bf16[1,1024,1024]{2,1,0} fusion-done(%sl)
+  %b = bf16[1024,1024]{1,0} bitcast(%sd)
+  %d2 = bf16[1024,1024]{1,0} dot(%d1, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %std = bf16[4,1024,1024]{2,1,0:S(5)} fusion-done(%st)
+  ROOT %t = (bf16[4,1024,1024]{2,1,0:S(5)}, bf16[1024,1024]{1,0}) tuple(%std, %d2)
+}
+"""
+
+
+def test_a_slice_copy_on_a_stores_stream_waits_for_the_store():
+    copy = cm.transfer_seconds(MB2, HW, "d2h")
+    # Own streams (4 streams, 2 starts): the store hides behind both matmuls.
+    (alone,) = schedule.read_windows(STREAMS, HW).copies
+    assert (alone.direction, alone.nbytes, alone.window) == ("d2h", MB2, ("d1", "d2"))
+    assert copy > alone.window_s  # (the case checked: the copy outlasts the compute)
+    assert alone.stream >= 0 and alone.queued_s == 0.0
+    assert alone.exposed_s == pytest.approx(copy - alone.window_s)
+    # One stream: the slice copy queues behind the store, the compute waits at the slice's
+    # done after the first matmul: the store hides only that matmul, and the whole wait is
+    # charged to the store (the trace's reading: copy time with no kernel running).
+    (shared,) = schedule.read_windows(STREAMS, HW, streams=1).copies
+    t_d1 = alone.window_s / 2  # (the two matmuls have the same shapes)
+    assert shared.exposed_s == pytest.approx(copy - t_d1)
+    assert shared.queued_s == pytest.approx(shared.exposed_s)
+    # Without streams (the earlier replay) the slice copy is free: as with its own stream.
+    (free,) = schedule.read_windows(STREAMS, HW, streams=0).copies
+    assert free.exposed_s == pytest.approx(alone.exposed_s) and free.stream == -1
+    # Dealt round-robin, two starts never share one of 4 streams, whatever the order: the
+    # averaged deals give the own-stream figure; over 1 stream, the shared one.
+    (mean,) = schedule.read_windows(STREAMS, HW, stream_order="mean").copies
+    assert mean.exposed_s == pytest.approx(alone.exposed_s)
+    (mean1,) = schedule.read_windows(STREAMS, HW, streams=1, stream_order="mean").copies
+    assert mean1.exposed_s == pytest.approx(shared.exposed_s)
+    # A slower link (the in-step store rate) lengthens the copy by the ratio.
+    (slow,) = schedule.read_windows(STREAMS, HW, link_rates={"d2h": 26e9}).copies
+    assert slow.copy_s == pytest.approx(HW.link.latency_s + MB2 / 26e9)
+
+
+def test_streams_are_dealt_round_robin_in_post_order():
+    # The root lists the matmul first: post-order reaches the slice copy before the store,
+    # the schedule lists the store first.
+    text = STREAMS.replace("tuple(%std, %d2)", "tuple(%d2, %std)")
+    text = text.replace(
+        "-> (bf16[4,1024,1024], bf16[1024,1024]) {\n  %h",
+        "-> (bf16[1024,1024], bf16[4,1024,1024]) {\n  %h",
+    ).replace(
+        "ROOT %t = (bf16[4,1024,1024]{2,1,0:S(5)}, bf16[1024,1024]{1,0})",
+        "ROOT %t = (bf16[1024,1024]{1,0}, bf16[4,1024,1024]{2,1,0:S(5)})",
+    )
+    from planner._src import hlo
+
+    body = hlo.parse(text).computations()["main"]
+    assert schedule.stream_of(body, 4, "post") == {"sl": 0, "st": 1}
+    assert schedule.stream_of(body, 4, "schedule") == {"st": 0, "sl": 1}
+    assert schedule.stream_of(body, 1, "post") == {"sl": 0, "st": 0}
+    assert schedule.stream_of(body, 0) == {}
+    names = schedule.post_order(body)
+    assert names.index("d1") < names.index("sl") < names.index("d2") < names.index("st")
+    assert names[-1] == "t"
+    with pytest.raises(ValueError, match="stream_order"):
+        schedule.read_windows(text, HW, stream_order="name")
+
+
+def test_the_verify_stages_figure_takes_the_schedules_reloads():
+    """verify.schedule_exposure_of: per direction the schedule's exposure beside the model's
+    (summed over the regions' trips), and the model's step with the schedule's reloads; no
+    recompile outside a deviceless target."""
+    called = []
+    cost = SimpleNamespace(hardware=HW, regions=(SimpleNamespace(multiplicity=8),))
+    pred = SimpleNamespace(
+        step_s=1.0, regions=(SimpleNamespace(exposed_fwd_s=1e-3, exposed_bwd_s=2e-3),)
+    )
+    got = schedule_exposure_of(
+        SimpleNamespace(as_text=lambda: FIXTURE),
+        cost,
+        pred,
+        "XLA:GPU test",
+        recompile=lambda o: called.append(o),
+    )
+    w = schedule.read_windows(FIXTURE, HW, pricing="kernels")
+    assert not called and got.source == "the verify compile"
+    assert (got.model_d2h_exposed_s, got.model_h2d_exposed_s) == (8e-3, 16e-3)
+    assert got.h2d_exposed_s == pytest.approx(w.exposed_s("h2d")) and got.h2d_exposed_s > 0
+    assert got.h2d_copy_s == pytest.approx(w.copy_s("h2d"))
+    assert got.d2h_copy_s == got.d2h_exposed_s == 0.0
+    assert got.step_s == pytest.approx(1.0 - 16e-3 + got.h2d_exposed_s)
+    assert (got.copies, got.compiler) == (2, "XLA:GPU test")
+
+
 # ---------------------------------------------------------------- a deviceless compile
 
 L, B, S, D = 4, 4, 512, 512
@@ -116,13 +241,20 @@ def _step(params, x):
     return jax.grad(loss)(params)
 
 
+def _skip(reason: str) -> None:
+    # CI sets this where it installed the plugin: a skip there would hide a broken install.
+    if os.environ.get("PLANNER_REQUIRE_DEVICELESS") == "1":
+        pytest.fail(f"PLANNER_REQUIRE_DEVICELESS=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 @functools.cache
 def _compiled_text() -> str:
     if T.cuda_plugin() is None:
-        pytest.skip("the CUDA PJRT plugin is not installed: no deviceless GPU compile here")
+        _skip("the CUDA PJRT plugin is not installed: no deviceless GPU compile here")
     tgt = T.resolve("h200")
     if tgt.kind != "deviceless":
-        pytest.skip(f"no deviceless H200 target here: {tgt.how_to_get_exact}")
+        _skip(f"no deviceless H200 target here: {tgt.how_to_get_exact}")
     bf = jnp.bfloat16
     args = (
         {
