@@ -248,23 +248,30 @@ def _skip(reason: str) -> None:
     pytest.skip(reason)
 
 
-@functools.cache
-def _compiled_text() -> str:
+def _h200():
     if T.cuda_plugin() is None:
         _skip("the CUDA PJRT plugin is not installed: no deviceless GPU compile here")
     tgt = T.resolve("h200")
     if tgt.kind != "deviceless":
         _skip(f"no deviceless H200 target here: {tgt.how_to_get_exact}")
+    return tgt
+
+
+def _args():
     bf = jnp.bfloat16
-    args = (
+    return (
         {
             "up": jax.ShapeDtypeStruct((L, D, 4 * D), bf),
             "down": jax.ShapeDtypeStruct((L, 4 * D, D), bf),
         },
         jax.ShapeDtypeStruct((B, S, D), bf),
     )
-    prog = T.compile_traced(tgt, _step, T.args_for(tgt, args))
-    return prog.compiled.as_text()
+
+
+@functools.cache
+def _compiled_text() -> str:
+    tgt = _h200()
+    return T.compile_traced(tgt, _step, T.args_for(tgt, _args())).compiled.as_text()
 
 
 def test_windows_of_a_deviceless_h200_compile():
@@ -279,8 +286,16 @@ def test_windows_of_a_deviceless_h200_compile():
         (c,) = copies
         assert c.done  # waited for in the same trip
         assert c.copy_s == pytest.approx(cm.transfer_seconds(layer_input, HW, d))
-        # Alone on its link: exposed = what the compute between start and done leaves.
-        assert c.exposed_s == pytest.approx(max(0.0, c.copy_s - c.window_s))
+        # Alone on its link and without streams: exposed = what the compute between start
+        # and done leaves. With the copy streams, a loop-slice copy dealt onto its stream can
+        # only add waits, never more than the copy itself.
+        (bare,) = [
+            x
+            for x in schedule.read_windows(_compiled_text(), "h200", streams=0).copies
+            if x.direction == d
+        ]
+        assert bare.exposed_s == pytest.approx(max(0.0, bare.copy_s - bare.window_s))
+        assert bare.exposed_s - 1e-9 <= c.exposed_s <= c.copy_s + 1e-9
         assert c.window_s >= 0 and math.isfinite(c.window_s)
         assert w.exposed_s(d) == pytest.approx(L * c.exposed_s)
         assert w.copy_s(d) == pytest.approx(L * c.copy_s)
@@ -289,3 +304,40 @@ def test_windows_of_a_deviceless_h200_compile():
     (reload,) = [c for c in w.copies if c.direction == "h2d"]
     assert store.computation != reload.computation
     assert schedule.total_compute_s(_compiled_text(), "h200") > 0
+
+
+def test_the_verify_figure_recompiles_with_triton_gemms_on_a_deviceless_target():
+    """On a deviceless target the verify stage's figure comes from a second compile with
+    Triton GEMMs on (the plan's own options kept): its schedule's copies are found, both
+    directions, L trips each."""
+    tgt = _h200()
+    text = _compiled_text()
+    seen = []
+
+    def recompile(options):
+        seen.append(dict(options))
+        return T.compile_traced(tgt, _step, T.args_for(tgt, _args()), dict(options)).compiled
+
+    cost = SimpleNamespace(hardware=HW, regions=(SimpleNamespace(multiplicity=L),))
+    pred = SimpleNamespace(
+        step_s=1.0, regions=(SimpleNamespace(exposed_fwd_s=0.0, exposed_bwd_s=0.0),)
+    )
+    with T.target_scope(tgt):
+        got = schedule_exposure_of(
+            SimpleNamespace(as_text=lambda: text),
+            cost,
+            pred,
+            tgt.description,
+            recompile=recompile,
+            compiler_options=(("xla_gpu_enable_latency_hiding_scheduler", True),),
+        )
+    assert seen == [
+        {"xla_gpu_enable_latency_hiding_scheduler": True, "xla_gpu_enable_triton_gemm": True}
+    ]
+    assert "Triton GEMMs on" in got.source and got.compiler == tgt.description
+    layer_input = B * S * D * 2
+    assert got.copies == 2
+    assert got.d2h_copy_s == pytest.approx(L * cm.transfer_seconds(layer_input, HW, "d2h"))
+    assert got.h2d_copy_s == pytest.approx(L * cm.transfer_seconds(layer_input, HW, "h2d"))
+    assert 0 <= got.d2h_exposed_s <= got.d2h_copy_s and 0 <= got.h2d_exposed_s <= got.h2d_copy_s
+    assert got.step_s == pytest.approx(1.0 + got.h2d_exposed_s)
