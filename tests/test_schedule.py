@@ -341,3 +341,58 @@ def test_the_verify_figure_recompiles_with_triton_gemms_on_a_deviceless_target()
     assert got.h2d_copy_s == pytest.approx(L * cm.transfer_seconds(layer_input, HW, "h2d"))
     assert 0 <= got.d2h_exposed_s <= got.d2h_copy_s and 0 <= got.h2d_exposed_s <= got.h2d_copy_s
     assert got.step_s == pytest.approx(1.0 + got.h2d_exposed_s)
+
+
+def test_verify_carries_the_schedule_figure_for_an_offloading_plan():
+    """verify() on the deviceless H200 target, the plan offloading the layer input: the
+    verification carries the schedule's figure (both directions, the plan's own region
+    trips), and not when asked not to."""
+    import planner
+    from planner._src.cost import build_cost_model, evaluate
+    from planner._src.emit import emit
+    from planner._src.types import Assignment
+    from planner._src.verify import verify
+
+    tgt = _h200()
+
+    def step(params, x):
+        def loss(p):
+            layer = jax.checkpoint(_layer)
+            y, _ = jax.lax.scan(lambda c, w: (layer(c, w), None), x, p)
+            return jnp.mean(y.astype(jnp.float32) ** 2)
+
+        return jax.grad(loss)(params)
+
+    session = planner.Planner(step, *_args(), hardware="h200", allow_offload=True)
+    tr, graph = session.trace, session.graph
+    (cls,) = [c for c in graph.classes if c.name == "layer_input"]
+    a = Assignment.of({cls.key: "offload"})
+    cost = build_cost_model(tr, graph, session.hardware, allow_offload=True)
+    pred = evaluate(cost, graph, a)
+    em = emit(a, {c.key: c.name for c in graph.classes}, session.hardware)
+    got = {}
+    for flag in (True, False):
+        with T.target_scope(tgt):
+            got[flag], _ = verify(
+                step,
+                T.args_for(tgt, _args()),
+                tr,
+                graph,
+                cost,
+                a,
+                em.policy,
+                pred,
+                10**10,
+                policies=em.policies,
+                compiler_options=em.compiler_options,
+                backend="cuda",
+                compiler=tgt.description,
+                schedule_exposure=flag,
+            )
+    assert got[False].schedule is None
+    x = got[True].schedule
+    assert x is not None and x.copies == 2 and x.compiler == tgt.description
+    layer_input = B * S * D * 2
+    assert x.d2h_copy_s == pytest.approx(L * cm.transfer_seconds(layer_input, HW, "d2h"))
+    assert x.model_d2h_exposed_s > 0 and x.model_h2d_exposed_s > 0  # (the model offloads too)
+    assert x.step_s == pytest.approx(pred.step_s - x.model_h2d_exposed_s + x.h2d_exposed_s)
