@@ -249,7 +249,9 @@ def main(argv=None) -> int:
             cells.append(f"{_ms(r[x])}{_mark(r[x], r['measured'])}")
             hits[x][part] += _within(r[x], r["measured"])
         table.append(
-            f"| {r['program']} | {r['direction']} | {_ms(r['measured'])} | " + " | ".join(cells)
+            f"| {r['program']} | {r['direction']} | {_ms(r['measured'])} | "
+            + " | ".join(cells)
+            + " |"
         )
     n_plans = sum(1 for r in rows if not r["program"].startswith("sweep"))
     n_sweep = len(rows) - n_plans
