@@ -82,7 +82,7 @@ def main(argv=None) -> int:
         m = meas[name]
         for variant, extra in VARIANTS.items():
             text = compile_plan(Path(a.plans) / f"{name}.json", extra)
-            w = schedule.read_windows(text, "h200")
+            w = schedule.read_windows(text, "h200", streams=0)  # (its 2026-12-04 replay)
             priced = 1e3 * schedule.total_compute_s(text, "h200")
             cells, ok = [], []
             for d in ("d2h", "h2d"):

@@ -1,15 +1,20 @@
 """planner/_src/schedule.py: host-copy windows read from a compiled (scheduled) module.
 
 A handwritten scheduled module checks the window contents and the replay's arithmetic (one
-link per direction: a second reload queues behind the first); a deviceless XLA:GPU compile of a
-small scanned step that offloads its layer input checks that the windows of a real compiled
-schedule are found in the loop bodies, once per trip, with the arithmetic of the replay.
+link per direction: a second reload queues behind the first); another checks the copy
+streams (a loop-slice copy dealt onto a store's stream waits for the store, and the compute
+waits for it: the store's exposure on the H200, schedule-exposure-2026-12-05.md) and the
+dealing order; a deviceless XLA:GPU compile of a small scanned step that offloads its layer
+input checks that the windows of a real compiled schedule are found in the loop bodies, once
+per trip, with the arithmetic of the replay, and the verify stage's figure built on them.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import os
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +24,7 @@ from jax.ad_checkpoint import checkpoint_name
 import cost_models as cm
 from planner._src import schedule
 from planner._src import target as T
+from planner._src.verify import schedule_exposure_of
 
 HW = cm.load_profile("h200")
 
@@ -89,6 +95,125 @@ def test_a_copy_in_a_while_body_counts_once_per_trip():
     assert w.exposed_s("h2d") == pytest.approx(6 * once.exposed_s("h2d"))
 
 
+# A store (device -> host, an async dynamic-update-slice into a host buffer) and a loop-slice
+# copy (device -> device) started together; the slice's done comes after one matmul, the
+# store's after two. 2 MiB each way.
+STREAMS = """\
+HloModule m, is_scheduled=true
+
+%wrapped_dus (p0: bf16[4,1024,1024], p1: bf16[1,1024,1024], p2: s32[]) -> bf16[4,1024,1024] {
+  %p0 = bf16[4,1024,1024]{2,1,0:S(5)} parameter(0)
+  %p1 = bf16[1,1024,1024]{2,1,0} parameter(1)
+  %p2 = s32[] parameter(2)
+  %z = s32[] constant(0)
+  ROOT %dus = bf16[4,1024,1024]{2,1,0:S(5)} dynamic-update-slice(%p0, %p1, %p2, %z, %z)
+}
+
+%slice (q0: bf16[4,1024,1024], q1: s32[]) -> bf16[1,1024,1024] {
+  %q0 = bf16[4,1024,1024]{2,1,0} parameter(0)
+  %q1 = s32[] parameter(1)
+  %zz = s32[] constant(0)
+  ROOT %ds = bf16[1,1024,1024]{2,1,0} dynamic-slice(%q0, %q1, %zz, %zz), dynamic_slice_sizes={1,1024,1024}
+}
+
+ENTRY %main (h: bf16[4,1024,1024], x: bf16[1,1024,1024], w: bf16[4,1024,1024], i: s32[], a: bf16[1024,1024]) -> (bf16[4,1024,1024], bf16[1024,1024]) {
+  %h = bf16[4,1024,1024]{2,1,0:S(5)} parameter(0)
+  %x = bf16[1,1024,1024]{2,1,0} parameter(1)
+  %w = bf16[4,1024,1024]{2,1,0} parameter(2)
+  %i = s32[] parameter(3)
+  %a = bf16[1024,1024]{1,0} parameter(4)
+  %st = ((bf16[4,1024,1024]{2,1,0:S(5)}, bf16[1,1024,1024]{2,1,0}, s32[]), bf16[4,1024,1024]{2,1,0:S(5)}, u32[]) fusion-start(%h, %x, %i), kind=kLoop, calls=%wrapped_dus
+  %sl = ((bf16[4,1024,1024]{2,1,0}, s32[]), bf16[1,1024,1024]{2,1,0}, u32[]) fusion-start(%w, %i), kind=kLoop, calls=%slice
+  %d1 = bf16[1024,1024]{1,0} dot(%a, %a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %sd = bf16[1,1024,1024]{2,1,0} fusion-done(%sl)
+  %b = bf16[1024,1024]{1,0} bitcast(%sd)
+  %d2 = bf16[1024,1024]{1,0} dot(%d1, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %std = bf16[4,1024,1024]{2,1,0:S(5)} fusion-done(%st)
+  ROOT %t = (bf16[4,1024,1024]{2,1,0:S(5)}, bf16[1024,1024]{1,0}) tuple(%std, %d2)
+}
+"""
+
+
+def test_a_slice_copy_on_a_stores_stream_waits_for_the_store():
+    copy = cm.transfer_seconds(MB2, HW, "d2h")
+    # Own streams (4 streams, 2 starts): the store hides behind both matmuls.
+    (alone,) = schedule.read_windows(STREAMS, HW).copies
+    assert (alone.direction, alone.nbytes, alone.window) == ("d2h", MB2, ("d1", "d2"))
+    assert copy > alone.window_s  # (the case checked: the copy outlasts the compute)
+    assert alone.stream >= 0 and alone.queued_s == 0.0
+    assert alone.exposed_s == pytest.approx(copy - alone.window_s)
+    # One stream: the slice copy queues behind the store, the compute waits at the slice's
+    # done after the first matmul: the store hides only that matmul, and the whole wait is
+    # charged to the store (the trace's reading: copy time with no kernel running).
+    (shared,) = schedule.read_windows(STREAMS, HW, streams=1).copies
+    t_d1 = alone.window_s / 2  # (the two matmuls have the same shapes)
+    assert shared.exposed_s == pytest.approx(copy - t_d1)
+    assert shared.queued_s == pytest.approx(shared.exposed_s)
+    # Without streams (the earlier replay) the slice copy is free: as with its own stream.
+    (free,) = schedule.read_windows(STREAMS, HW, streams=0).copies
+    assert free.exposed_s == pytest.approx(alone.exposed_s) and free.stream == -1
+    # Dealt round-robin, two starts never share one of 4 streams, whatever the order: the
+    # averaged deals give the own-stream figure; over 1 stream, the shared one.
+    (mean,) = schedule.read_windows(STREAMS, HW, stream_order="mean").copies
+    assert mean.exposed_s == pytest.approx(alone.exposed_s)
+    (mean1,) = schedule.read_windows(STREAMS, HW, streams=1, stream_order="mean").copies
+    assert mean1.exposed_s == pytest.approx(shared.exposed_s)
+    # A slower link (the in-step store rate) lengthens the copy by the ratio.
+    (slow,) = schedule.read_windows(STREAMS, HW, link_rates={"d2h": 26e9}).copies
+    assert slow.copy_s == pytest.approx(HW.link.latency_s + MB2 / 26e9)
+
+
+def test_streams_are_dealt_round_robin_in_post_order():
+    # The root lists the matmul first: post-order reaches the slice copy before the store,
+    # the schedule lists the store first.
+    text = STREAMS.replace("tuple(%std, %d2)", "tuple(%d2, %std)")
+    text = text.replace(
+        "-> (bf16[4,1024,1024], bf16[1024,1024]) {\n  %h",
+        "-> (bf16[1024,1024], bf16[4,1024,1024]) {\n  %h",
+    ).replace(
+        "ROOT %t = (bf16[4,1024,1024]{2,1,0:S(5)}, bf16[1024,1024]{1,0})",
+        "ROOT %t = (bf16[1024,1024]{1,0}, bf16[4,1024,1024]{2,1,0:S(5)})",
+    )
+    from planner._src import hlo
+
+    body = hlo.parse(text).computations()["main"]
+    assert schedule.stream_of(body, 4, "post") == {"sl": 0, "st": 1}
+    assert schedule.stream_of(body, 4, "schedule") == {"st": 0, "sl": 1}
+    assert schedule.stream_of(body, 1, "post") == {"sl": 0, "st": 0}
+    assert schedule.stream_of(body, 0) == {}
+    names = schedule.post_order(body)
+    assert names.index("d1") < names.index("sl") < names.index("d2") < names.index("st")
+    assert names[-1] == "t"
+    with pytest.raises(ValueError, match="stream_order"):
+        schedule.read_windows(text, HW, stream_order="name")
+
+
+def test_the_verify_stages_figure_takes_the_schedules_reloads():
+    """verify.schedule_exposure_of: per direction the schedule's exposure beside the model's
+    (summed over the regions' trips), and the model's step with the schedule's reloads; no
+    recompile outside a deviceless target."""
+    called = []
+    cost = SimpleNamespace(hardware=HW, regions=(SimpleNamespace(multiplicity=8),))
+    pred = SimpleNamespace(
+        step_s=1.0, regions=(SimpleNamespace(exposed_fwd_s=1e-3, exposed_bwd_s=2e-3),)
+    )
+    got = schedule_exposure_of(
+        SimpleNamespace(as_text=lambda: FIXTURE),
+        cost,
+        pred,
+        "XLA:GPU test",
+        recompile=lambda o: called.append(o),
+    )
+    w = schedule.read_windows(FIXTURE, HW, pricing="kernels")
+    assert not called and got.source == "the verify compile"
+    assert (got.model_d2h_exposed_s, got.model_h2d_exposed_s) == (8e-3, 16e-3)
+    assert got.h2d_exposed_s == pytest.approx(w.exposed_s("h2d")) and got.h2d_exposed_s > 0
+    assert got.h2d_copy_s == pytest.approx(w.copy_s("h2d"))
+    assert got.d2h_copy_s == got.d2h_exposed_s == 0.0
+    assert got.step_s == pytest.approx(1.0 - 16e-3 + got.h2d_exposed_s)
+    assert (got.copies, got.compiler) == (2, "XLA:GPU test")
+
+
 # ---------------------------------------------------------------- a deviceless compile
 
 L, B, S, D = 4, 4, 512, 512
@@ -116,23 +241,37 @@ def _step(params, x):
     return jax.grad(loss)(params)
 
 
-@functools.cache
-def _compiled_text() -> str:
+def _skip(reason: str) -> None:
+    # CI sets this where it installed the plugin: a skip there would hide a broken install.
+    if os.environ.get("PLANNER_REQUIRE_DEVICELESS") == "1":
+        pytest.fail(f"PLANNER_REQUIRE_DEVICELESS=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _h200():
     if T.cuda_plugin() is None:
-        pytest.skip("the CUDA PJRT plugin is not installed: no deviceless GPU compile here")
+        _skip("the CUDA PJRT plugin is not installed: no deviceless GPU compile here")
     tgt = T.resolve("h200")
     if tgt.kind != "deviceless":
-        pytest.skip(f"no deviceless H200 target here: {tgt.how_to_get_exact}")
+        _skip(f"no deviceless H200 target here: {tgt.how_to_get_exact}")
+    return tgt
+
+
+def _args():
     bf = jnp.bfloat16
-    args = (
+    return (
         {
             "up": jax.ShapeDtypeStruct((L, D, 4 * D), bf),
             "down": jax.ShapeDtypeStruct((L, 4 * D, D), bf),
         },
         jax.ShapeDtypeStruct((B, S, D), bf),
     )
-    prog = T.compile_traced(tgt, _step, T.args_for(tgt, args))
-    return prog.compiled.as_text()
+
+
+@functools.cache
+def _compiled_text() -> str:
+    tgt = _h200()
+    return T.compile_traced(tgt, _step, T.args_for(tgt, _args())).compiled.as_text()
 
 
 def test_windows_of_a_deviceless_h200_compile():
@@ -147,8 +286,16 @@ def test_windows_of_a_deviceless_h200_compile():
         (c,) = copies
         assert c.done  # waited for in the same trip
         assert c.copy_s == pytest.approx(cm.transfer_seconds(layer_input, HW, d))
-        # Alone on its link: exposed = what the compute between start and done leaves.
-        assert c.exposed_s == pytest.approx(max(0.0, c.copy_s - c.window_s))
+        # Alone on its link and without streams: exposed = what the compute between start
+        # and done leaves. With the copy streams, a loop-slice copy dealt onto its stream can
+        # only add waits, never more than the copy itself.
+        (bare,) = [
+            x
+            for x in schedule.read_windows(_compiled_text(), "h200", streams=0).copies
+            if x.direction == d
+        ]
+        assert bare.exposed_s == pytest.approx(max(0.0, bare.copy_s - bare.window_s))
+        assert bare.exposed_s - 1e-9 <= c.exposed_s <= c.copy_s + 1e-9
         assert c.window_s >= 0 and math.isfinite(c.window_s)
         assert w.exposed_s(d) == pytest.approx(L * c.exposed_s)
         assert w.copy_s(d) == pytest.approx(L * c.copy_s)
@@ -157,3 +304,95 @@ def test_windows_of_a_deviceless_h200_compile():
     (reload,) = [c for c in w.copies if c.direction == "h2d"]
     assert store.computation != reload.computation
     assert schedule.total_compute_s(_compiled_text(), "h200") > 0
+
+
+def test_the_verify_figure_recompiles_with_triton_gemms_on_a_deviceless_target():
+    """On a deviceless target the verify stage's figure comes from a second compile with
+    Triton GEMMs on (the plan's own options kept): its schedule's copies are found, both
+    directions, L trips each."""
+    tgt = _h200()
+    text = _compiled_text()
+    seen = []
+
+    def recompile(options):
+        seen.append(dict(options))
+        return T.compile_traced(tgt, _step, T.args_for(tgt, _args()), dict(options)).compiled
+
+    cost = SimpleNamespace(hardware=HW, regions=(SimpleNamespace(multiplicity=L),))
+    pred = SimpleNamespace(
+        step_s=1.0, regions=(SimpleNamespace(exposed_fwd_s=0.0, exposed_bwd_s=0.0),)
+    )
+    with T.target_scope(tgt):
+        got = schedule_exposure_of(
+            SimpleNamespace(as_text=lambda: text),
+            cost,
+            pred,
+            tgt.description,
+            recompile=recompile,
+            compiler_options=(("xla_gpu_enable_latency_hiding_scheduler", True),),
+        )
+    assert seen == [
+        {"xla_gpu_enable_latency_hiding_scheduler": True, "xla_gpu_enable_triton_gemm": True}
+    ]
+    assert "Triton GEMMs on" in got.source and got.compiler == tgt.description
+    layer_input = B * S * D * 2
+    assert got.copies == 2
+    assert got.d2h_copy_s == pytest.approx(L * cm.transfer_seconds(layer_input, HW, "d2h"))
+    assert got.h2d_copy_s == pytest.approx(L * cm.transfer_seconds(layer_input, HW, "h2d"))
+    assert 0 <= got.d2h_exposed_s <= got.d2h_copy_s and 0 <= got.h2d_exposed_s <= got.h2d_copy_s
+    assert got.step_s == pytest.approx(1.0 + got.h2d_exposed_s)
+
+
+def test_verify_carries_the_schedule_figure_for_an_offloading_plan():
+    """verify() on the deviceless H200 target, the plan offloading the layer input: the
+    verification carries the schedule's figure (both directions, the plan's own region
+    trips), and not when asked not to."""
+    import planner
+    from planner._src.cost import build_cost_model, evaluate
+    from planner._src.emit import emit
+    from planner._src.types import Assignment
+    from planner._src.verify import verify
+
+    tgt = _h200()
+
+    def step(params, x):
+        def loss(p):
+            layer = jax.checkpoint(_layer)
+            y, _ = jax.lax.scan(lambda c, w: (layer(c, w), None), x, p)
+            return jnp.mean(y.astype(jnp.float32) ** 2)
+
+        return jax.grad(loss)(params)
+
+    session = planner.Planner(step, *_args(), hardware="h200", allow_offload=True)
+    tr, graph = session.trace, session.graph
+    (cls,) = [c for c in graph.classes if c.name == "layer_input"]
+    a = Assignment.of({cls.key: "offload"})
+    cost = build_cost_model(tr, graph, session.hardware, allow_offload=True)
+    pred = evaluate(cost, graph, a)
+    em = emit(a, {c.key: c.name for c in graph.classes}, session.hardware)
+    got = {}
+    for flag in (True, False):
+        with T.target_scope(tgt):
+            got[flag], _ = verify(
+                step,
+                T.args_for(tgt, _args()),
+                tr,
+                graph,
+                cost,
+                a,
+                em.policy,
+                pred,
+                10**10,
+                policies=em.policies,
+                compiler_options=em.compiler_options,
+                backend="cuda",
+                compiler=tgt.description,
+                schedule_exposure=flag,
+            )
+    assert got[False].schedule is None
+    x = got[True].schedule
+    assert x is not None and x.copies == 2 and x.compiler == tgt.description
+    layer_input = B * S * D * 2
+    assert x.d2h_copy_s == pytest.approx(L * cm.transfer_seconds(layer_input, HW, "d2h"))
+    assert x.model_d2h_exposed_s > 0 and x.model_h2d_exposed_s > 0  # (the model offloads too)
+    assert x.step_s == pytest.approx(pred.step_s - x.model_h2d_exposed_s + x.h2d_exposed_s)

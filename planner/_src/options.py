@@ -77,6 +77,11 @@ class PlanOptions:
       stream_params: with ``params_argnum``, the step streams its stacked layer parameters
         into the checkpointed layers (``plan.state.stream_layer_params``), so the plan may
         put them in pinned host memory too, their gradients with them (planner/_src/state.py).
+      schedule_exposure: on an XLA:GPU target, for a plan that offloads, read the exposed
+        copy time per direction from the compiled schedule after the verify compile
+        (``plan.verification.schedule``; the report shows it beside the model's). On a
+        deviceless target this compiles the plan once more, with Triton GEMMs on (the
+        device's GEMM emitter: the verify compile keeps them off for its memory figures).
     """
 
     allow_offload: bool | None = None
@@ -96,6 +101,7 @@ class PlanOptions:
     opt_state_argnum: int | None = None
     params_argnum: int | None = None
     stream_params: bool = False
+    schedule_exposure: bool = True
 
     def __post_init__(self):
         for name in ("opt_state_argnum", "params_argnum"):

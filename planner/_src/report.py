@@ -116,6 +116,9 @@ class Report:
     # the train-state leaves in pinned host memory (state.StateLeaf.key: "params" + path for
     # a parameter)
     state_host_leaves: tuple[str, ...] = ()
+    # On an XLA:GPU target, for a plan that offloads: the exposed copy time per direction the
+    # compiled schedule predicts (dataclasses.asdict of types.ScheduleExposure); None elsewhere
+    schedule_exposure: dict | None = None
 
 
 def _reason(d: str, rec_ms: float, exposed: float, nbytes: int, plan, room: int) -> str:
@@ -562,6 +565,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
         if plan.state is None
         else tuple(dataclasses.asdict(x) for x in plan.state.parts),
         state_host_leaves=() if plan.state is None else plan.state.host_paths(),
+        schedule_exposure=None if ver.schedule is None else dataclasses.asdict(ver.schedule),
     )
 
 
@@ -680,6 +684,7 @@ def _md(r: Report) -> str:
         f"Predicted step **{r.step_ms:.2f} ms** = base {r.base_ms:.2f} + recompute "
         f"{r.recompute_ms:.2f} + saving writes {r.saving_ms:.2f} + exposed copies "
         f"{r.exposed_ms:.2f} (of {r.transfer_ms:.2f}).",
+        *([_schedule_line(r) + "."] if r.schedule_exposure else []),
         f"Solver: {r.solver}.",
         "",
     ]
@@ -800,6 +805,8 @@ def _text(r: Report) -> str:
         f"{r.exposed_ms:.2f} (of {r.transfer_ms:.2f})",
         highlight=False,
     )
+    if r.schedule_exposure:
+        con.print(_schedule_line(r), highlight=False)
     con.print(f"solver: {r.solver}", highlight=False)
     if r.budget_split:
         con.print("budget split (per device):", highlight=False)
@@ -947,6 +954,20 @@ def _regions(ids) -> str:
         return f"Region {ids[0]} is"
     span = ids == list(range(ids[0], ids[-1] + 1))
     return f"Regions {ids[0]}-{ids[-1]} are" if span else f"Regions {', '.join(map(str, ids))} are"
+
+
+def _schedule_line(r: Report) -> str:
+    """The exposed copy time the compiled schedule predicts, beside the model's."""
+    x = r.schedule_exposure
+    return (
+        f"Exposed copies from the compiled schedule ({x['compiler'] or r.backend}, "
+        f"{x['source']}): stores {x['d2h_exposed_s'] * 1e3:.2f} ms (model "
+        f"{x['model_d2h_exposed_s'] * 1e3:.2f}) of {x['d2h_copy_s'] * 1e3:.2f}, reloads "
+        f"{x['h2d_exposed_s'] * 1e3:.2f} ms (model {x['model_h2d_exposed_s'] * 1e3:.2f}) of "
+        f"{x['h2d_copy_s'] * 1e3:.2f}; step with the schedule's reloads "
+        f"{x['step_s'] * 1e3:.2f} ms (the stores keep the model's figure: the schedule's were "
+        "not closer to the H200, benchmarks/results/schedule-exposure-2026-12-05.md)"
+    )
 
 
 def _compiler(r: Report) -> str:

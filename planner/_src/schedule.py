@@ -21,6 +21,25 @@ from replaying the schedule: the compute stream advances by each instruction's t
 starts when its start is reached and its direction's link is free (copies of one direction
 queue on one link), and a done waits for its copy's end. A computation run by a ``while`` counts
 once per trip (``known_trip_count``). Nothing here touches JAX: the input is the HLO text.
+
+The copy streams (``streams=4``, the default). On the H200 (traces of
+benchmarks/results/h200-2026-12-04-exposure-b/, read in schedule-exposure-2026-12-05.md) XLA:GPU
+runs every asynchronous copy -- the host copies *and* the device-to-device loop-slice copies
+(``fusion-start`` of a fusion that only slices or updates a scan's stacked operand) -- on four
+copy streams, each async start on one stream for the whole run (XLA's
+``ExecutionStreamAssignment``: round-robin over the async starts of a computation in the order
+of its instruction list). A stream runs its copies in issue order, so a 0.01 ms weight slice
+issued behind a 5.5 ms store on the same stream waits for the store, and the compute waits at
+the slice's done: that, not the store's own done, is where a store is exposed. Copies of one
+direction over the host link never overlapped in those traces (48-55 GB/s each, one at a
+time): one link per direction. The replay therefore gives every async start a stream
+(round-robin over the computation's async starts in ``stream_order``: ``"post"``, the
+post-order of its instructions, the order XLA's instruction list follows after the passes that
+create the starts; or ``"schedule"``), starts a copy when its stream, and for a host copy its
+link, are free, runs the loop body trip after trip with the streams' and links' state carried
+over, and counts a host copy's exposed time as the compute stream's waits while that copy is
+in flight -- the trace's own definition (copy time with no kernel running). ``streams=0``: the
+earlier replay (loop-slice copies free, no streams).
 """
 
 from __future__ import annotations
@@ -28,11 +47,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import random
 import re
 
 import cost_models as cm
 from cost_models._transfer import DIRECTIONS
-from planner._src import hlo
+from planner._src import hlo, kernels
 
 # Async pairs whose start and done bracket work on another stream. Their own time is not the
 # compute stream's: only host copies (S(5)) are modelled as copies; the rest (the device-side
@@ -60,7 +80,9 @@ class HostCopy:
     copy_s: float  # bytes at the profile's link rate for its direction
     window: tuple[str, ...]  # instructions the schedule runs between start and done, priced > 0
     window_s: float  # their compute time
-    exposed_s: float  # the compute stream's wait at the done, from the schedule's replay
+    exposed_s: float  # the compute stream's waits while it is in flight, per trip (replay)
+    stream: int = -1  # its copy stream (index in the round-robin), -1 without streams
+    queued_s: float = 0.0  # part of exposed_s waited at dones of other copies on its stream
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -69,6 +91,9 @@ class ScheduleWindows:
 
     copies: tuple[HostCopy, ...]
     compiler: str = ""  # who scheduled the module (target.CompilerTarget.description)
+    streams: int = 0  # copy streams modelled (0: loop-slice copies free, no stream queues)
+    stream_order: str = ""  # how the streams were dealt ("post" | "schedule" | "mean")
+    pricing: str = "profile"  # "profile" (_Pricer) | "kernels" (kernels.kernel_times)
 
     def copy_s(self, direction: str) -> float:
         return sum(c.trips * c.copy_s for c in self.copies if c.direction == direction)
@@ -179,6 +204,7 @@ class _Pricer:
         self.shapes = {i.name: i.shape for i in module.instructions}
         self.bodies = module.computations()
         self.memo: dict[str, float] = {}
+        self.leaf: dict[str, float] | None = None  # per-instruction seconds (pricing="kernels")
 
     def computation(self, name: str) -> float:
         if name not in self.memo:
@@ -198,6 +224,10 @@ class _Pricer:
 
     def instruction(self, ins: hlo.Instruction) -> float:
         op = ins.opcode
+        if self.leaf is not None and op not in ("while", "call", "conditional"):
+            if op in _FREE or op in _ASYNC_DONE or op.endswith(("-start", "-done", "-update")):
+                return 0.0
+            return self.leaf.get(ins.name, 0.0)
         if op in _FREE or op in _ASYNC_DONE or op.endswith(("-start", "-done", "-update")):
             return 0.0
         if op == "while":
@@ -238,99 +268,257 @@ class _Pricer:
 # ------------------------------------------------------------------------------ windows
 
 
-def read_windows(text_or_module, hardware, *, compiler: str = "") -> ScheduleWindows:
+def read_windows(
+    text_or_module,
+    hardware,
+    *,
+    compiler: str = "",
+    streams: int = 4,
+    stream_order: str = "post",
+    pricing: str = "profile",
+    link_rates: dict[str, float] | None = None,
+) -> ScheduleWindows:
     """The host copies of a compiled module with their schedule windows (module docstring).
 
     ``hardware``: a cost_models profile or its name (link rates, matmul / attention / HBM
-    rates, kernel launch time). ``compiler``: who scheduled it, for the report.
+    rates, kernel launch time, loop-copy rate). ``compiler``: who scheduled it, for the
+    report. ``streams``: copy streams the async copies are dealt over (0: the replay without
+    streams, loop-slice copies free). ``stream_order``: ``"post"`` or ``"schedule"``.
+    ``pricing``: ``"profile"`` (this module's pricer) or ``"kernels"`` (planner/_src/kernels.py,
+    the per-kernel pricing checked against H200 kernels in hlo-kernel-time-2026-12-05.md).
+    ``link_rates``: bytes/s per direction in place of the profile's link rates (e.g. the
+    in-step store rate measured on the H200, which is below the profile's device_put rate).
     """
+    if stream_order not in ("post", "schedule", "mean"):
+        raise ValueError(f"stream_order must be 'post', 'schedule' or 'mean', got {stream_order!r}")
+    if pricing not in ("profile", "kernels"):
+        raise ValueError(f"pricing must be 'profile' or 'kernels', got {pricing!r}")
     module = hlo.parse(text_or_module) if isinstance(text_or_module, str) else text_or_module
     hw = cm.load_profile(hardware)
     directions = hlo.host_transfer_ops(module)
     pricer = _Pricer(module, hw)
+    if pricing == "kernels":
+        pricer.leaf = {k.name: k.seconds for k in kernels.kernel_times(module, hw)}
     trips = hlo.while_trips(module)
     copies: list[HostCopy] = []
     for comp, body in module.computations().items():
-        starts = [
-            i for i in body if i.opcode.endswith("-start") and directions.get(i.name) in DIRECTIONS
-        ]
-        if not starts:
+        if not any(
+            i.opcode.endswith("-start") and directions.get(i.name) in DIRECTIONS for i in body
+        ):
             continue
-        copies.extend(_replay(body, starts, directions, pricer, hw, trips.get(comp, 1)))
-    return ScheduleWindows(copies=tuple(copies), compiler=compiler)
+        copies.extend(
+            _replay(
+                body,
+                directions,
+                pricer,
+                hw,
+                trips.get(comp, 1),
+                streams,
+                stream_order,
+                dict(link_rates or {}),
+            )
+        )
+    return ScheduleWindows(
+        copies=tuple(copies),
+        compiler=compiler,
+        streams=streams,
+        stream_order=stream_order if streams else "",
+        pricing=pricing,
+    )
+
+
+# Async starts that run on a copy stream: host copies and XLA:GPU's loop-slice copies.
+# (Collectives' starts go to communication streams and are not modelled here.)
+_COPY_STARTS = frozenset({"copy-start", "fusion-start", "async-start"})
 
 
 def _copy_bytes(ins: hlo.Instruction, direction: str) -> int:
-    """Bytes a host copy moves: a reload its output (the slice read back), a store the slice
-    written (a dynamic-update-slice's update operand, else its output)."""
+    """Bytes an async copy moves: a reload its output (the slice read back), a store or an
+    in-place device update the slice written (a dynamic-update-slice's update operand: its
+    operand 0 has the output's shape), else its output."""
     if not ins.shape.startswith("("):
         return _bytes(ins.shape)
     elems = hlo.split_top(ins.shape[1:-1])  # ((operands...), output, context)
+    out = _bytes(elems[1]) if len(elems) > 1 else 0
     if direction == "h2d":
-        return _bytes(elems[1]) if len(elems) > 1 else 0
+        return out
     operands = hlo.split_top(elems[0][1:-1]) if elems[0].startswith("(") else [elems[0]]
-    if "S(5)" in operands[0] and len(operands) > 1:  # an update into a host buffer
-        return _bytes(operands[1])
-    return _bytes(elems[1]) if len(elems) > 1 else 0
-
-
-def _replay(body, starts, directions, pricer, hw, trips) -> list[HostCopy]:
-    """One run of ``body`` on a compute stream and one link per direction (module docstring)."""
-    start_names = {s.name for s in starts}
-    done_of: dict[str, str] = {}
-    for ins in body:
-        if ins.opcode in _ASYNC_DONE and ins.operands and ins.operands[0] in start_names:
-            done_of[ins.operands[0]] = ins.name
-    clock = 0.0
-    link_free = {d: 0.0 for d in DIRECTIONS}
-    running: dict[str, dict] = {}  # start name -> its copy in flight
-    out: list[HostCopy] = []
-    for ins in body:
-        if ins.name in start_names:
-            d = directions[ins.name]
-            n = _copy_bytes(ins, d)
-            copy_s = cm.transfer_seconds(n, hw, d) if n else 0.0
-            begin = max(clock, link_free[d])
-            link_free[d] = begin + copy_s
-            running[ins.name] = {
-                "d": d,
-                "n": n,
-                "copy_s": copy_s,
-                "end": begin + copy_s,
-                "window": [],
-                "window_s": 0.0,
-            }
-            continue
-        if ins.opcode in _ASYNC_DONE and ins.operands and ins.operands[0] in running:
-            c = running.pop(ins.operands[0])
-            wait = max(0.0, c["end"] - clock)
-            clock += wait
-            out.append(_copy(ins.operands[0], ins.name, body, c, wait, trips))
-            continue
-        t = pricer.instruction(ins)
-        clock += t
-        for c in running.values():
-            if t > 0:
-                c["window"].append(ins.name)
-                c["window_s"] += t
-    for name, c in running.items():  # never waited for in this computation
-        out.append(_copy(name, "", body, c, 0.0, trips))
+    if len(operands) > 1 and len(elems) > 1:
+        same = [a for a, _ in hlo.array_shapes(operands[0])] == [
+            a for a, _ in hlo.array_shapes(elems[1])
+        ] and _bytes(operands[0]) == out
+        if same:  # an update in place (into a host buffer: a store)
+            return _bytes(operands[1])
     return out
 
 
-def _copy(start, done, body, c, wait, trips) -> HostCopy:
-    return HostCopy(
-        start=start,
-        done=done,
-        computation=body[0].computation if body else "",
-        direction=c["d"],
-        nbytes=c["n"],
-        trips=trips,
-        copy_s=c["copy_s"],
-        window=tuple(c["window"]),
-        window_s=c["window_s"],
-        exposed_s=wait,
-    )
+def post_order(body: list[hlo.Instruction]) -> list[str]:
+    """Names of ``body`` in post-order from its root (operands, then control predecessors,
+    first), then whatever the root does not reach, in text order."""
+    by = {i.name: i for i in body}
+    seen: set[str] = set()
+    out: list[str] = []
+    for first in [i.name for i in body if i.root] + [i.name for i in body]:
+        stack = [(first, False)]
+        while stack:
+            name, expanded = stack.pop()
+            if expanded:
+                out.append(name)
+                continue
+            if name in seen or name not in by:
+                continue
+            seen.add(name)
+            stack.append((name, True))
+            ins = by[name]
+            preds = re.search(r"control-predecessors=\{([^}]*)\}", ins.attrs)
+            after = [p.strip().lstrip("%") for p in preds.group(1).split(",")] if preds else []
+            stack.extend((o, False) for o in reversed(list(ins.operands) + after))
+    return out
+
+
+def stream_of(body: list[hlo.Instruction], streams: int, order: str = "post") -> dict[str, int]:
+    """Async copy start -> its copy stream (0 .. streams-1): round-robin over the
+    computation's async copy starts in ``order`` (module docstring). Only which starts share
+    a stream matters, so the round-robin starts at 0 in every computation."""
+    starts = {i.name for i in body if i.opcode in _COPY_STARTS}
+    names = post_order(body) if order == "post" else [i.name for i in body]
+    dealt = [n for n in names if n in starts]
+    return {n: k % streams for k, n in enumerate(dealt)} if streams else {}
+
+
+def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
+    return max(0.0, min(a1, b1) - max(a0, b0))
+
+
+# Random deals averaged for stream_order="mean" (seeded: the figure is reproducible).
+MEAN_DEALS = 64
+
+
+def _replay(body, directions, pricer, hw, trips, streams, order, rates) -> list[HostCopy]:
+    """``body`` run ``trips`` times on a compute stream, copy streams and one link per
+    direction (module docstring). ``order="mean"``: the exposure averaged over
+    ``MEAN_DEALS`` random deals of the starts over the streams (each a round-robin over a
+    random order), for when the instruction-list order XLA deals in is not known."""
+    done_of: dict[str, str] = {}
+    for ins in body:
+        if ins.opcode in _ASYNC_DONE and ins.operands:
+            done_of[ins.operands[0]] = ins.name
+    host = [
+        i.name for i in body if i.opcode.endswith("-start") and directions.get(i.name) in DIRECTIONS
+    ]
+    if order == "mean" and streams:
+        dealt = [i.name for i in body if i.opcode in _COPY_STARTS]
+        rng = random.Random(0)
+        deals = []
+        for _ in range(MEAN_DEALS):
+            rng.shuffle(dealt)
+            deals.append({n: k % streams for k, n in enumerate(dealt)})
+    else:
+        deals = [stream_of(body, streams, order)]
+    price = {i.name: pricer.instruction(i) for i in body}
+    size = {
+        i.name: _copy_bytes(i, directions.get(i.name, "d2d"))
+        for i in body
+        if i.opcode in _COPY_STARTS or i.name in host
+    }
+    sums = {n: [0.0, 0.0] for n in host}
+    for stream in deals:
+        info, got = _simulate(
+            body, host, stream, streams, directions, price, size, hw, trips, rates
+        )
+        for n in host:
+            sums[n][0] += got[n][0] / len(deals)
+            sums[n][1] += got[n][1] / len(deals)
+    out = []
+    for name in host:
+        c = info[name]
+        out.append(
+            HostCopy(
+                start=name,
+                done=done_of.get(name, ""),
+                computation=body[0].computation if body else "",
+                direction=c["d"],
+                nbytes=c["n"],
+                trips=trips,
+                copy_s=c["copy_s"],
+                window=tuple(c["window"]),
+                window_s=c["window_s"],
+                exposed_s=sums[name][0],
+                stream=deals[0].get(name, -1) if streams and len(deals) == 1 else -1,
+                queued_s=sums[name][1],
+            )
+        )
+    return out
+
+
+def _simulate(body, host, stream, streams, directions, price, size, hw, trips, rates):
+    """One deal of the streams: per host copy ``(exposed, queued)`` seconds per trip, and
+    its first trip's window (module docstring)."""
+    hosts = set(host)
+    clock = 0.0
+    link_free = {d: 0.0 for d in DIRECTIONS}
+    stream_free = [0.0] * max(streams, 1)
+    stream_host = [""] * max(streams, 1)  # the host copy last queued on each stream
+    waits: list[tuple[float, float, str]] = []  # compute-stream waits: (from, to, blocker)
+    spans: dict[str, list[tuple[float, float]]] = {n: [] for n in host}
+    info: dict[str, dict] = {}
+    runs = max(1, min(trips, 64))  # trips simulated (the state carries from trip to trip)
+    for trip in range(runs):
+        running: dict[str, tuple[float, str]] = {}  # start -> (end, host copy it queued behind)
+        for ins in body:
+            name = ins.name
+            if name in hosts:
+                d = directions[name]
+                n = size[name]
+                copy_s = (
+                    (hw.link.latency_s + n / rates[d])
+                    if d in rates and n
+                    else (cm.transfer_seconds(n, hw, d) if n else 0.0)
+                )
+                s = stream.get(name, 0)
+                begin = max(clock, link_free[d], stream_free[s] if streams else 0.0)
+                end = begin + copy_s
+                link_free[d] = end
+                if streams:
+                    stream_free[s], stream_host[s] = end, name
+                spans[name].append((begin, end))
+                running[name] = (end, "")  # (a wait at its own done is not a queue's)
+                if trip == 0:
+                    info[name] = {"d": d, "n": n, "copy_s": copy_s, "window": [], "window_s": 0.0}
+                continue
+            if name in stream:
+                s = stream[name]
+                behind = stream_host[s] if stream_free[s] > clock else ""
+                begin = max(clock, stream_free[s])
+                end = begin + size[name] / hw.loop_copy_rate()
+                stream_free[s] = end
+                if not behind:
+                    stream_host[s] = ""
+                running[name] = (end, behind)
+                continue
+            if ins.opcode in _ASYNC_DONE and ins.operands and ins.operands[0] in running:
+                end, behind = running.pop(ins.operands[0])
+                if end > clock:
+                    waits.append((clock, end, behind))
+                    clock = end
+                continue
+            t = price[name]
+            clock += t
+            if trip == 0 and t > 0:
+                for c in running:
+                    if c in info:
+                        info[c]["window"].append(name)
+                        info[c]["window_s"] += t
+    got = {}
+    for name in host:
+        exposed = queued = 0.0
+        for a, b in spans[name]:
+            for w0, w1, who in waits:
+                o = _overlap(a, b, w0, w1)
+                exposed += o
+                queued += o if who == name else 0.0
+        got[name] = (exposed / runs, queued / runs)
+    return info, got
 
 
 def total_compute_s(text_or_module, hardware) -> float:

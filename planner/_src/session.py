@@ -883,6 +883,7 @@ class Planner:
                 backend=self._backend,
                 compiler=self.compiler.description,
                 compiled_out=compiled,
+                schedule_exposure=self.options.schedule_exposure,
             )
         self._last_timings.append((f"verify ({label or 'plan'})", time.perf_counter() - t))
         return _Attempt(assignment, pred, emitted, ver, not_kept, compiled[0] if compiled else None)

@@ -441,6 +441,32 @@ class Check:
 
 
 @_frozen
+class ScheduleExposure:
+    """Exposed host-copy time per step, per direction, read from a compiled XLA:GPU schedule
+    (planner/_src/schedule.py: the copies' starts and dones in the scheduled loop bodies, the
+    kernels between them priced by planner/_src/kernels.py, the copy streams and one link per
+    direction replayed), beside the cost model's figure for the same plan.
+
+    Checked on the H200 (benchmarks/results/schedule-exposure-2026-12-05.md): reloads
+    (h2d) within 20% of the trace for 12 of 13 programs from a schedule with Triton GEMMs on
+    (the cost model: 5 of 13), stores (d2h) for 3-5 of 13 (the model: 6 of 13, 9 of them
+    in-sample): which copies share a copy stream decides the stores, and XLA deals the
+    streams in an order a deviceless compile does not reproduce. Hence ``step_s`` takes the
+    schedule's reloads and the model's stores."""
+
+    d2h_copy_s: float
+    d2h_exposed_s: float
+    h2d_copy_s: float
+    h2d_exposed_s: float
+    model_d2h_exposed_s: float  # the cost model's, for the same plan
+    model_h2d_exposed_s: float
+    step_s: float  # the model's step with the schedule's reload exposure in place of its own
+    copies: int  # host copies found in the schedule (per trip of their loop)
+    compiler: str  # who scheduled the module
+    source: str  # which compile's schedule ("the verify compile", "a Triton-GEMM compile")
+
+
+@_frozen
 class Verification:
     status: str
     compiled: CompiledFigures | None
@@ -454,6 +480,9 @@ class Verification:
     # device memory: the traced program's host bytes were subtracted).
     exact: bool = True
     compiler: str = ""  # which compiler made the figures (target.CompilerTarget.description)
+    # On an XLA:GPU target, for a plan that offloads: the exposed copy time the compiled
+    # schedule predicts (None elsewhere: XLA:CPU has no asynchronous host copies)
+    schedule: ScheduleExposure | None = None
 
     @property
     def ok(self) -> bool:

@@ -23,6 +23,8 @@ from typing import Any
 import jax
 
 from planner._src import jax_adapter as adapter
+from planner._src import schedule as sched
+from planner._src import target as targets
 from planner._src.cost import evaluate
 from planner._src.graph import LivenessGraph, class_key
 from planner._src.trace import compile_with, compiled_figures
@@ -31,6 +33,7 @@ from planner._src.types import (
     Check,
     CompiledFigures,
     Prediction,
+    ScheduleExposure,
     Trace,
     Verification,
 )
@@ -40,6 +43,15 @@ from planner._src.units import fmt_bytes
 # memory_analysis (host_temp_size_in_bytes). On the CPU backend both kinds are the same
 # RAM and the compiler counts host-placed arrays in temp_size_in_bytes.
 _SEPARATE_HOST_MEMORY = ("gpu", "cuda", "rocm", "tpu")
+# Backends whose compiled schedule schedule.py reads: XLA:GPU's async host copies and copy
+# streams (XLA:CPU has no asynchronous host copies; a TPU's copies are not XLA:GPU's streams).
+_GPU_SCHEDULE = ("gpu", "cuda")
+# The GEMM emitter of the device's own compile: a deviceless compile keeps Triton GEMMs off
+# for its memory figures (target.DEVICELESS_COMPILE_OPTIONS), but with them off XLA folds the
+# loop slices into cuBLAS calls and schedules the reloads differently: their exposure was
+# within 20% of the H200 for 12 of 13 programs with them on, 7 of 13 off
+# (benchmarks/results/schedule-exposure-2026-12-05.md).
+_SCHEDULE_OPTIONS = {"xla_gpu_enable_triton_gemm": True}
 
 STATUS_OK = "compiled, within budget"
 STATUS_OVER = "compiled, over budget"
@@ -197,6 +209,7 @@ def verify(
     backend: str | None = None,
     compiler: str = "",
     compiled_out: list | None = None,
+    schedule_exposure: bool = True,
 ) -> tuple[Verification, tuple[str, ...]]:
     """Check a plan at the three levels of the module docstring.
 
@@ -209,6 +222,9 @@ def verify(
     52.97 GB usable) and ran out of memory at their budgets.
 
     ``compiled_out``, when given, receives the compiled program (the numerics check runs it).
+    ``schedule_exposure``: on an XLA:GPU backend, for a plan whose compile has async host
+    copies, also read the exposed copy time from the compiled schedule
+    (:func:`schedule_exposure_of`; ``Verification.schedule``).
 
     Returns the verification and the classes the plan keeps that JAX does not (level 1:
     the plan is wrong about them; empty when the policy does what the plan says)."""
@@ -355,6 +371,22 @@ def verify(
                 "shows as 0 here",
             )
         )
+    timed = None
+    if schedule_exposure and backend in _GPU_SCHEDULE and figs.async_host_copies_in_hlo:
+        timed = schedule_exposure_of(
+            compiled,
+            cost,
+            prediction,
+            compiler,
+            recompile=lambda options: compile_with(
+                step_fn,
+                args,
+                make,
+                options,
+                which="the verify stage's compile for the schedule (Triton GEMMs on)",
+            )[1],
+            compiler_options=compiler_options,
+        )
     return Verification(
         status=status,
         compiled=figs,
@@ -366,7 +398,52 @@ def verify(
         note=note,
         exact=not estimated,
         compiler=compiler,
+        schedule=timed,
     ), not_kept
+
+
+def schedule_exposure_of(
+    compiled,
+    cost,
+    prediction: Prediction,
+    compiler: str,
+    *,
+    recompile: Callable[[tuple], Any] | None = None,
+    compiler_options: Sequence[tuple[str, Any]] = (),
+) -> ScheduleExposure:
+    """The exposed host-copy time the compiled schedule predicts, per direction
+    (planner/_src/schedule.py), beside the cost model's for the same plan.
+
+    On a live GPU the verify compile is the device's own program: its schedule is read. On
+    a deviceless target ``recompile(options)`` compiles the plan again with Triton GEMMs on
+    (``_SCHEDULE_OPTIONS``), the emitter the device's compile uses, and that schedule is
+    read. ``step_s``: the model's step with the schedule's reload (h2d) exposure in place of
+    the model's; the stores keep the model's figure (``ScheduleExposure``'s docstring says
+    why)."""
+    target = targets.active_target()
+    deviceless = target is not None and target.kind == "deviceless"
+    source = "the verify compile"
+    if deviceless and recompile is not None:
+        options = {**dict(compiler_options), **_SCHEDULE_OPTIONS}
+        compiled = recompile(tuple(options.items()))
+        source = "a second compile with Triton GEMMs on (the device's GEMM emitter)"
+    w = sched.read_windows(compiled.as_text(), cost.hardware, compiler=compiler, pricing="kernels")
+    by = w.by_direction()
+    regions = list(zip(cost.regions, prediction.regions))
+    model_d2h = sum(rc.multiplicity * p.exposed_fwd_s for rc, p in regions)
+    model_h2d = sum(rc.multiplicity * p.exposed_bwd_s for rc, p in regions)
+    return ScheduleExposure(
+        d2h_copy_s=by["d2h"][0],
+        d2h_exposed_s=by["d2h"][2],
+        h2d_copy_s=by["h2d"][0],
+        h2d_exposed_s=by["h2d"][2],
+        model_d2h_exposed_s=model_d2h,
+        model_h2d_exposed_s=model_h2d,
+        step_s=prediction.step_s - model_h2d + by["h2d"][2],
+        copies=len(w.copies),
+        compiler=compiler,
+        source=source,
+    )
 
 
 def applied_step_verification(
