@@ -50,6 +50,7 @@ import math
 import re
 from collections import defaultdict
 
+from cost_models._rules import CAUSAL_FRACTION
 from planner._src import hlo
 
 # Instructions that launch nothing (they route, alias, wrap or wait).
@@ -400,7 +401,12 @@ def _gemm_custom_call(ins: hlo.Instruction, shapes: dict[str, str]) -> tuple[flo
 
 def _attention_custom_call(ins: hlo.Instruction, shapes: dict[str, str]) -> tuple[float, str]:
     """(flops, direction) of a cuDNN fused attention call: 4 b h s_q s_k d forward (the
-    two matmuls), 2.5x that backward (cost_models/_rules.py's formulas)."""
+    two matmuls), 2.5x that backward, over the scores the mask keeps: x CAUSAL_FRACTION for
+    a causal mask (``"mask_type":"CAUSAL"`` in its backend config), min(window, s_k) / s_k
+    for a sliding window. These are cost_models/_rules.py's formulas, the FLOPs by which the
+    profile's attention rates were measured (cost_models/_calibrate.py): counting a causal
+    call's masked half priced it at twice the library's time (the Llama examples' recompute
+    of their attention, 2026-12-05)."""
     q = hlo.array_shapes(shapes.get(ins.operands[0], "")) if ins.operands else ()
     k = hlo.array_shapes(shapes.get(ins.operands[1], "")) if len(ins.operands) > 1 else ()
     if not q or not k or len(q[0][1]) != 4:
@@ -408,7 +414,14 @@ def _attention_custom_call(ins: hlo.Instruction, shapes: dict[str, str]) -> tupl
     b, sq, h, d = q[0][1]  # (cuDNN's BTNH layout; the product is what matters)
     sk = k[0][1][1]
     backward = "backward" in ins.line.lower() or "bwd" in ins.line.lower()
-    f = 4.0 * b * h * sq * sk * d
+    window = re.search(r'"sliding_window_length":"?(\d+)', ins.line)
+    if window and int(window.group(1)) > 0:
+        kept = min(int(window.group(1)), sk) / sk
+    elif re.search(r'"mask_type":"[A-Z_]*CAUSAL|"is_causal_mask":true', ins.line):
+        kept = CAUSAL_FRACTION
+    else:
+        kept = 1.0
+    f = 4.0 * b * h * sq * sk * d * kept
     return (2.5 * f if backward else f), ("bwd" if backward else "fwd")
 
 

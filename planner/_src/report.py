@@ -116,6 +116,9 @@ class Report:
     # the train-state leaves in pinned host memory (state.StateLeaf.key: "params" + path for
     # a parameter)
     state_host_leaves: tuple[str, ...] = ()
+    # Where the cost model's recompute seconds came from (CostModel.recompute_priced_from):
+    # the library's roofline, or the compiled HLO of the full-remat anchor (cost.py).
+    recompute_priced_from: str = ""
 
 
 def _reason(d: str, rec_ms: float, exposed: float, nbytes: int, plan, room: int) -> str:
@@ -526,6 +529,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
         base_ms=pred.base_step_s * 1e3,
         recompute_ms=pred.recompute_s * 1e3,
         saving_ms=pred.materialize_s * 1e3,
+        recompute_priced_from=getattr(plan.cost, "recompute_priced_from", ""),
         transfer_ms=pred.transfer_s * 1e3,
         exposed_ms=pred.exposed_transfer_s * 1e3,
         fixed_gb=pred.fixed_bytes / GB,
@@ -680,6 +684,10 @@ def _md(r: Report) -> str:
         f"Predicted step **{r.step_ms:.2f} ms** = base {r.base_ms:.2f} + recompute "
         f"{r.recompute_ms:.2f} + saving writes {r.saving_ms:.2f} + exposed copies "
         f"{r.exposed_ms:.2f} (of {r.transfer_ms:.2f}).",
+    ]
+    if r.recompute_priced_from:
+        out.append(f"Recompute priced from {r.recompute_priced_from}.")
+    out += [
         f"Solver: {r.solver}.",
         "",
     ]
@@ -800,6 +808,8 @@ def _text(r: Report) -> str:
         f"{r.exposed_ms:.2f} (of {r.transfer_ms:.2f})",
         highlight=False,
     )
+    if r.recompute_priced_from:
+        con.print(f"recompute priced from {r.recompute_priced_from}", highlight=False)
     con.print(f"solver: {r.solver}", highlight=False)
     if r.budget_split:
         con.print("budget split (per device):", highlight=False)
