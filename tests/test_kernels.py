@@ -270,6 +270,19 @@ def test_shares_go_to_the_candidates_of_their_equation():
     assert left == pytest.approx(5e-4)
 
 
+def test_shares_match_the_source_lines_as_the_trace_writes_them():
+    """trace.py's sources carry a column and the function ("/p/llama.py:131:24 (attn)"):
+    the HLO's (file, line) picks the candidate of that line among equal-sized ones (two
+    projections of one shape, 2026-12-05: split evenly before)."""
+    shares = [K.RecomputeShare("dot_general", "bf16[8,4096,4096]", 3e-3, ("llama.py", 131))]
+    cands = [
+        _cand(0, "dot_general", (8, 4096, 4096), "bfloat16", "/w/examples/llama.py:131:24 (attn)"),
+        _cand(1, "dot_general", (8, 4096, 4096), "bfloat16", "/w/examples/llama.py:139:31 (attn)"),
+    ]
+    got, left = K.match_shares(shares, cands)
+    assert got == {0: pytest.approx(3e-3)} and left == 0
+
+
 def test_region_recompute_seconds_prices_the_backward_loop_of_the_region():
     """The matmul of a full-remat backward loop of 8 trips, marked as a recompute, goes to
     the candidate of that matmul; a loop of another trip count is another region's."""

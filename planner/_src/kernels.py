@@ -739,7 +739,7 @@ def match_shares(shares: list[RecomputeShare], candidates) -> tuple[dict[int, fl
             and int(math.prod(c.shape)) == s.elements
         ]
         if s.where:
-            here = [c for c in same if str(c.source).endswith(f"{s.where[0]}:{s.where[1]}")]
+            here = [c for c in same if _file_line(str(c.source)) == s.where]
             same = here or same
         if not same:
             left += s.seconds
@@ -747,6 +747,14 @@ def match_shares(shares: list[RecomputeShare], candidates) -> tuple[dict[int, fl
         for c in same:
             out[c.index] += s.seconds / len(same)
     return dict(out), left
+
+
+def _file_line(source: str) -> tuple[str, int] | None:
+    """``(file basename, line)`` of a candidate's source, ``"/p/llama.py:131:24 (fn)"`` or
+    ``"model.py:11"`` (trace.py writes the first: with the column and function, which a
+    plain suffix test against the HLO's file and line never matched)."""
+    m = re.match(r"\s*(\S+?):(\d+)(?::\d+)?(?:\s|$)", source)
+    return (m.group(1).rsplit("/", 1)[-1], int(m.group(2))) if m else None
 
 
 def region_recompute_seconds(

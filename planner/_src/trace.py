@@ -1095,6 +1095,16 @@ def trace_step(
 _HLO_PRICED_BACKENDS = frozenset({"cuda", "gpu"})
 
 
+def _recomputed_in_full_remat(cands: Sequence[Candidate]) -> set[int]:
+    """The candidates full remat recomputes: those the backward pass reads and, transitively,
+    the candidates they read (inputs come earlier in the forward order)."""
+    out = {c.index for c in cands if c.needed}
+    for c in reversed(cands):
+        if c.index in out:
+            out.update(c.inputs)
+    return out
+
+
 def _prices_hlo(hardware, backend: str | None) -> bool:
     return (
         hardware is not None
@@ -1129,7 +1139,14 @@ def hlo_recompute_prices(
         if loops[n] > 1 and len({x.body for x in same}) > 1:
             out.append(None)
             continue
-        got, _left = kernels.region_recompute_seconds(module, hardware, n, r.candidates)
+        # Only what full remat recomputes can take a share: what the backward pass reads and
+        # what that is computed from (graph.py's possibly_needed). Another candidate of the
+        # same primitive and size (a layer's last matmul, which no backward reads) took a
+        # third of the Llama example's attention projections' shares before.
+        recomputed = _recomputed_in_full_remat(r.candidates)
+        got, _left = kernels.region_recompute_seconds(
+            module, hardware, n, [c for c in r.candidates if c.index in recomputed]
+        )
         k = loops[n]
         out.append(tuple(got[c.index] / k if c.index in got else None for c in r.candidates))
     return out
