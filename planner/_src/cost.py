@@ -15,7 +15,20 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   recompute ``C_r = sum t_v [need_v and a(v) = remat]`` with ``t_v`` the roofline time of
   ``v``'s equation (cost_models), where a *fusible* equation (elementwise, casts, layout,
   reductions: ``cost_models.FUSIBLE``) costs only its arithmetic, because XLA recomputes it
-  inside the backward fusion that reads it; saving or offloading such a value instead forces
+  inside the backward fusion that reads it. On an XLA:GPU target, a region under
+  ``lax.scan`` whose recompute the trace stage priced from the full-remat anchor's compiled
+  HLO (``Region.hlo_recompute_s``: kernels.region_recompute_seconds on the anchor compiled
+  with Triton GEMMs on, the device's kernels) takes ``t_v`` from there: the share of the
+  backward loop's kernels that recomputes ``v`` (a recomputed row reduction costs the passes
+  over its rows it adds to the fusion it runs in: the dense attention's row max, 6 ms a
+  trip of the MoE example where the roofline had 0.07), plus ``v``'s collectives; a fusible
+  ``v`` no share went to costs 0 (it is recomputed inside another candidate's kernel,
+  priced there), a non-fusible one keeps the roofline (its own kernel, not matched: never
+  free). ``T0`` then moves by ``C_lib - C_hlo`` under full remat, so full remat predicts
+  what the roofline's prices predict and only the differences between policies take the
+  HLO's prices (the level from HLO kernels alone was 5-9% short of the H200's walls:
+  benchmarks/results/hlo-kernel-time-2026-12-05.md; the plans re-predicted:
+  hlo-recompute-prices-2026-12-05.md). Saving or offloading a fusible value instead forces
   the forward pass to write it, ``M_r = sum w_v / HBM bandwidth [need_v and a(v) in
   {save, offload}]`` over fusible, per-trip ``v``, where ``w_v`` is what the forward writes
   only because ``v`` is kept: the fused forward's bytes with ``v`` kept less its bytes with
