@@ -175,3 +175,29 @@ def test_merged_call_sites_average_their_prices_by_trips():
     assert m.hlo_recompute_s[2:] == (None, None)  # a price only where both sites have one
     (alone,) = merge_regions([a, dataclasses.replace(b, hlo_recompute_s=None)])
     assert alone.hlo_recompute_s is None
+
+
+@pytest.mark.parametrize("profile", ["cpu", "h200"])
+def test_an_xla_cpu_compile_prices_nothing_and_compiles_nothing_more(monkeypatch, profile):
+    """On XLA:CPU (a CPU profile, or a GPU profile planned on this machine's backend) the
+    trace stage makes no pricing compile: the two anchors only, and no HLO prices."""
+    import jax
+
+    from examples import llama
+    from planner._src import target as targets
+    from planner._src.trace import trace_step
+
+    if jax.default_backend() != "cpu":
+        pytest.skip("an XLA:CPU test")
+    compiles = []
+    real = targets.compile_lowered
+
+    def counted(lowered, options=None):
+        compiles.append(options)
+        return real(lowered, options)
+
+    monkeypatch.setattr(targets, "compile_lowered", counted)
+    step, args = llama.make_train_step(llama.LlamaConfig(n_layers=2))
+    tr = trace_step(step, args, hardware=cm.load_profile(profile))
+    assert len(compiles) == 2, compiles  # full remat and save-everything
+    assert tr.hlo_priced_with == "" and all(r.hlo_recompute_s is None for r in tr.regions)
