@@ -30,7 +30,8 @@ times its runs per step (``hlo.while_trips``: nested loops multiply), where
 * bitcasts, tuples, get-tuple-element, parameters, constants, ``*-done`` move nothing;
 * cuBLAS GEMMs (``__cublas$gemm``, ``__cublas$lt$matmul``) and Triton GEMM fusions count
   ``2 x batch x M x N x K`` at the operands' matmul rate (f32 at DEFAULT precision: TF32);
-  cuDNN fused attention counts ``4 b h s_q s_k d`` (forward; backward 2.5x) at the profile's
+  cuDNN fused attention counts ``4 b h s_q s_k d`` (forward; backward 2.5x) times the share
+  of scores its mask keeps (causal: 1/2, as cost_models counts it) at the profile's
   attention rate.
 
 Asynchronous ``fusion-start`` of a fusion that only slices or updates a slice (a scan's
