@@ -300,3 +300,29 @@ def test_region_recompute_seconds_prices_the_backward_loop_of_the_region():
     got, left = K.region_recompute_seconds(remat, HW, 8, cands)
     assert got == {5: pytest.approx(mm.seconds)} and left == 0
     assert K.region_recompute_seconds(remat, HW, 4, cands) == ({}, 0.0)
+
+
+ATTENTION = """
+HloModule m, is_scheduled=true
+
+ENTRY %main (q: bf16[8,4096,32,128], k: bf16[8,4096,8,128], v: bf16[8,4096,8,128]) -> bf16[8,32,4096,128] {
+  %q = bf16[8,4096,32,128]{3,2,1,0} parameter(0)
+  %k = bf16[8,4096,8,128]{3,2,1,0} parameter(1)
+  %v = bf16[8,4096,8,128]{3,2,1,0} parameter(2)
+  %fmha = (bf16[8,32,4096,128]{3,1,2,0}, f32[8,32,4096]{2,1,0}, u8[256]{0}) custom-call(%q, %k, %v), custom_call_target="__cudnn$fmhaSoftmax", backend_config={"cudnn_fmha_backend_config":{"is_flash_attention":true,"mask_type":"MASK","sliding_window_length":0}}
+  ROOT %o = bf16[8,32,4096,128]{3,1,2,0} get-tuple-element(%fmha), index=0
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("mask", "kept"), [("NO_MASK", 1.0), ("CAUSAL", 0.5), ("PADDING_CAUSAL", 0.5)]
+)
+def test_cudnn_attention_counts_the_scores_its_mask_keeps(mask, kept):
+    """The profile's attention rates are FLOPs over the kept scores (cost_models' causal
+    half): a causal call (the Llama examples', "mask_type":"CAUSAL" in the HLO) counts half
+    the 4 b h s s d of an unmasked one, as the library prices the same equation."""
+    k = _only(ATTENTION.replace('"MASK"', f'"{mask}"'))
+    full = 4.0 * 8 * 32 * 4096 * 4096 * 128
+    assert k.kind == "attention" and k.matmul_flops == pytest.approx(kept * full)
+    assert k.seconds == pytest.approx(kept * full / HW.attention_rate("fwd", 4096))
