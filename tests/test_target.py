@@ -737,3 +737,33 @@ def test_the_scanned_recompute_is_priced_from_the_anchors_compiled_hlo(h200):
         cost.evaluate(plan.cost, graph, plan.solution.assignment).step_s, rel=1e-3
     )
     assert "recompute priced from the compiled HLO" in " ".join(plan.report().split())
+
+
+def test_a_partitioned_step_is_not_priced_from_its_hlo(monkeypatch):
+    """The same decoder over 2 H200s (model-parallel weights): the partitioned program's
+    shapes are per device and the candidates' global, so no share could match by size; the
+    trace makes no pricing compile and the cost stage keeps the library's prices."""
+    import cost_models as cm
+    from planner._src.trace import trace_step
+
+    target = T.resolve(GPU, num_devices=2)
+    mesh = Mesh(np.array(jax.devices()[:2]), ("model",))
+    specs = {n: P(None, None, "model") for n in ("q", "k", "v", "up")}
+    specs.update(o=P(None, "model", None), down=P(None, "model", None), x=P())
+    placed = T.args_for(target, decoder_args(sharding=lambda n: NamedSharding(mesh, specs[n])))
+    compiles = []
+    real = T.compile_lowered
+
+    def counted(lowered, options=None):
+        compiles.append(options)
+        return real(lowered, options)
+
+    monkeypatch.setattr(T, "compile_lowered", counted)
+    with T.target_scope(target):
+        tr = trace_step(
+            decoder_step, placed, backend="cuda", compiler=target.description,
+            hardware=cm.load_profile(GPU),
+        )  # fmt: skip
+    assert tr.num_partitions == 2
+    assert len(compiles) == 2, compiles  # the two anchors only
+    assert tr.hlo_priced_with == "" and all(r.hlo_recompute_s is None for r in tr.regions)

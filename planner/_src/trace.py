@@ -1051,7 +1051,13 @@ def trace_step(
             )
         )
     priced_with = priced_from = ""
-    if _prices_hlo(hardware, backend) and any(r.in_scan for r in sites):
+    # (Single device only: a partitioned program's HLO shapes are per device, the
+    # candidates' global, so its shares would match nothing by size.)
+    if (
+        _prices_hlo(hardware, backend)
+        and index.num_partitions == 1
+        and any(r.in_scan for r in sites)
+    ):
         options = targets.pricing_compile_options()
         # A live GPU's anchor is the device's program; deviceless, the anchor above was
         # compiled for the memory figures (Triton GEMMs off): compile it once more.
