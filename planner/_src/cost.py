@@ -15,7 +15,7 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   recompute ``C_r = sum t_v [need_v and a(v) = remat]`` with ``t_v`` the roofline time of
   ``v``'s equation (cost_models), where a *fusible* equation (elementwise, casts, layout,
   reductions: ``cost_models.FUSIBLE``) costs only its arithmetic, because XLA recomputes it
-  inside the backward fusion that reads it. On an XLA:GPU target, a region under
+  inside the backward fusion that reads it. On an XLA:GPU target (one device), a region under
   ``lax.scan`` whose recompute the trace stage priced from the full-remat anchor's compiled
   HLO (``Region.hlo_recompute_s``: kernels.region_recompute_seconds on the anchor compiled
   with Triton GEMMs on, the device's kernels) takes ``t_v`` from there: the share of the
