@@ -270,6 +270,19 @@ def test_shares_go_to_the_candidates_of_their_equation():
     assert left == pytest.approx(5e-4)
 
 
+def test_shares_match_the_source_lines_as_the_trace_writes_them():
+    """trace.py's sources carry a column and the function ("/p/llama.py:131:24 (attn)"):
+    the HLO's (file, line) picks the candidate of that line among equal-sized ones (two
+    projections of one shape, 2026-12-05: split evenly before)."""
+    shares = [K.RecomputeShare("dot_general", "bf16[8,4096,4096]", 3e-3, ("llama.py", 131))]
+    cands = [
+        _cand(0, "dot_general", (8, 4096, 4096), "bfloat16", "/w/examples/llama.py:131:24 (attn)"),
+        _cand(1, "dot_general", (8, 4096, 4096), "bfloat16", "/w/examples/llama.py:139:31 (attn)"),
+    ]
+    got, left = K.match_shares(shares, cands)
+    assert got == {0: pytest.approx(3e-3)} and left == 0
+
+
 def test_region_recompute_seconds_prices_the_backward_loop_of_the_region():
     """The matmul of a full-remat backward loop of 8 trips, marked as a recompute, goes to
     the candidate of that matmul; a loop of another trip count is another region's."""
@@ -287,3 +300,29 @@ def test_region_recompute_seconds_prices_the_backward_loop_of_the_region():
     got, left = K.region_recompute_seconds(remat, HW, 8, cands)
     assert got == {5: pytest.approx(mm.seconds)} and left == 0
     assert K.region_recompute_seconds(remat, HW, 4, cands) == ({}, 0.0)
+
+
+ATTENTION = """
+HloModule m, is_scheduled=true
+
+ENTRY %main (q: bf16[8,4096,32,128], k: bf16[8,4096,8,128], v: bf16[8,4096,8,128]) -> bf16[8,32,4096,128] {
+  %q = bf16[8,4096,32,128]{3,2,1,0} parameter(0)
+  %k = bf16[8,4096,8,128]{3,2,1,0} parameter(1)
+  %v = bf16[8,4096,8,128]{3,2,1,0} parameter(2)
+  %fmha = (bf16[8,32,4096,128]{3,1,2,0}, f32[8,32,4096]{2,1,0}, u8[256]{0}) custom-call(%q, %k, %v), custom_call_target="__cudnn$fmhaSoftmax", backend_config={"cudnn_fmha_backend_config":{"is_flash_attention":true,"mask_type":"MASK","sliding_window_length":0}}
+  ROOT %o = bf16[8,32,4096,128]{3,1,2,0} get-tuple-element(%fmha), index=0
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("mask", "kept"), [("NO_MASK", 1.0), ("CAUSAL", 0.5), ("PADDING_CAUSAL", 0.5)]
+)
+def test_cudnn_attention_counts_the_scores_its_mask_keeps(mask, kept):
+    """The profile's attention rates are FLOPs over the kept scores (cost_models' causal
+    half): a causal call (the Llama examples', "mask_type":"CAUSAL" in the HLO) counts half
+    the 4 b h s s d of an unmasked one, as the library prices the same equation."""
+    k = _only(ATTENTION.replace('"MASK"', f'"{mask}"'))
+    full = 4.0 * 8 * 32 * 4096 * 4096 * 128
+    assert k.kind == "attention" and k.matmul_flops == pytest.approx(kept * full)
+    assert k.seconds == pytest.approx(kept * full / HW.attention_rate("fwd", 4096))

@@ -695,3 +695,75 @@ def test_values_only_fusions_read_back_take_no_buffer_on_the_target(h200):
     old = cost.build_cost_model(tr, graph_all, session.hardware, allow_offload=session.offload)
     low = cost.evaluate(old, graph_all, every).peak_bytes / tr.anchor_saved.device_bytes - 1
     assert low < -0.10, low
+
+
+# ------------------------------------- the recompute priced from the anchor's HLO (issue 18)
+
+
+def test_the_scanned_recompute_is_priced_from_the_anchors_compiled_hlo(h200):
+    """On the H200's compiler the trace prices the scanned layer's recompute from the
+    full-remat anchor compiled with Triton GEMMs on (kernels.py): the matmuls and the
+    softmax row max get shares; the row max, which adds passes over the scores to the
+    backward fusion that recomputes it, is priced well above its library roofline (only its
+    arithmetic); full remat predicts what the library's prices predict (T0 moved), and the
+    plan's solve and report use the HLO's prices."""
+    import planner
+    from planner._src import cost
+    from planner._src.types import Assignment
+
+    session = planner.Planner(decoder_step, *decoder_args(), hardware=GPU)
+    tr, graph = session.trace, session.graph
+    (r,) = tr.regions
+    assert tr.hlo_priced_with == GPU and "Triton GEMMs on" in tr.hlo_priced_from
+    assert r.hlo_recompute_s is not None
+    priced = {c.primitive for c, h in zip(r.candidates, r.hlo_recompute_s) if h is not None}
+    assert {"dot_general", "reduce_max"} <= priced, priced
+    hw, off = session.hardware, session.offload
+    model = cost.build_cost_model(tr, graph, hw, allow_offload=off)
+    lib = cost.build_cost_model(
+        dataclasses.replace(tr, hlo_priced_with=""), graph, hw, allow_offload=off
+    )
+    (i,) = [c.index for c in r.candidates if c.primitive == "reduce_max"]
+    got, roof = model.regions[0].recompute_s[i], lib.regions[0].recompute_s[i]
+    assert got == r.hlo_recompute_s[i] and got > 3 * roof, (got, roof)
+    remat = Assignment.of({})
+    assert cost.evaluate(model, graph, remat).step_s == pytest.approx(
+        cost.evaluate(lib, graph, remat).step_s, rel=1e-9
+    )
+    assert "compiled HLO" in model.recompute_priced_from
+    plan = session.plan((tr.anchor.device_bytes + tr.anchor_saved.device_bytes) / 2 / 1e9)
+    assert plan.cost.regions[0].recompute_s == model.regions[0].recompute_s
+    assert plan.solution.objective_s == pytest.approx(
+        cost.evaluate(plan.cost, graph, plan.solution.assignment).step_s, rel=1e-3
+    )
+    assert "recompute priced from the compiled HLO" in " ".join(plan.report().split())
+
+
+def test_a_partitioned_step_is_not_priced_from_its_hlo(monkeypatch):
+    """The same decoder over 2 H200s (model-parallel weights): the partitioned program's
+    shapes are per device and the candidates' global, so no share could match by size; the
+    trace makes no pricing compile and the cost stage keeps the library's prices."""
+    import cost_models as cm
+    from planner._src.trace import trace_step
+
+    target = T.resolve(GPU, num_devices=2)
+    mesh = Mesh(np.array(jax.devices()[:2]), ("model",))
+    specs = {n: P(None, None, "model") for n in ("q", "k", "v", "up")}
+    specs.update(o=P(None, "model", None), down=P(None, "model", None), x=P())
+    placed = T.args_for(target, decoder_args(sharding=lambda n: NamedSharding(mesh, specs[n])))
+    compiles = []
+    real = T.compile_lowered
+
+    def counted(lowered, options=None):
+        compiles.append(options)
+        return real(lowered, options)
+
+    monkeypatch.setattr(T, "compile_lowered", counted)
+    with T.target_scope(target):
+        tr = trace_step(
+            decoder_step, placed, backend="cuda", compiler=target.description,
+            hardware=cm.load_profile(GPU),
+        )  # fmt: skip
+    assert tr.num_partitions == 2
+    assert len(compiles) == 2, compiles  # the two anchors only
+    assert tr.hlo_priced_with == "" and all(r.hlo_recompute_s is None for r in tr.regions)

@@ -30,7 +30,8 @@ times its runs per step (``hlo.while_trips``: nested loops multiply), where
 * bitcasts, tuples, get-tuple-element, parameters, constants, ``*-done`` move nothing;
 * cuBLAS GEMMs (``__cublas$gemm``, ``__cublas$lt$matmul``) and Triton GEMM fusions count
   ``2 x batch x M x N x K`` at the operands' matmul rate (f32 at DEFAULT precision: TF32);
-  cuDNN fused attention counts ``4 b h s_q s_k d`` (forward; backward 2.5x) at the profile's
+  cuDNN fused attention counts ``4 b h s_q s_k d`` (forward; backward 2.5x) times the share
+  of scores its mask keeps (causal: 1/2, as cost_models counts it) at the profile's
   attention rate.
 
 Asynchronous ``fusion-start`` of a fusion that only slices or updates a slice (a scan's
@@ -50,6 +51,7 @@ import math
 import re
 from collections import defaultdict
 
+from cost_models._rules import CAUSAL_FRACTION
 from planner._src import hlo
 
 # Instructions that launch nothing (they route, alias, wrap or wait).
@@ -400,7 +402,12 @@ def _gemm_custom_call(ins: hlo.Instruction, shapes: dict[str, str]) -> tuple[flo
 
 def _attention_custom_call(ins: hlo.Instruction, shapes: dict[str, str]) -> tuple[float, str]:
     """(flops, direction) of a cuDNN fused attention call: 4 b h s_q s_k d forward (the
-    two matmuls), 2.5x that backward (cost_models/_rules.py's formulas)."""
+    two matmuls), 2.5x that backward, over the scores the mask keeps: x CAUSAL_FRACTION for
+    a causal mask (``"mask_type":"CAUSAL"`` in its backend config), min(window, s_k) / s_k
+    for a sliding window. These are cost_models/_rules.py's formulas, the FLOPs by which the
+    profile's attention rates were measured (cost_models/_calibrate.py): counting a causal
+    call's masked half priced it at twice the library's time (the Llama examples' recompute
+    of their attention, 2026-12-05)."""
     q = hlo.array_shapes(shapes.get(ins.operands[0], "")) if ins.operands else ()
     k = hlo.array_shapes(shapes.get(ins.operands[1], "")) if len(ins.operands) > 1 else ()
     if not q or not k or len(q[0][1]) != 4:
@@ -408,7 +415,14 @@ def _attention_custom_call(ins: hlo.Instruction, shapes: dict[str, str]) -> tupl
     b, sq, h, d = q[0][1]  # (cuDNN's BTNH layout; the product is what matters)
     sk = k[0][1][1]
     backward = "backward" in ins.line.lower() or "bwd" in ins.line.lower()
-    f = 4.0 * b * h * sq * sk * d
+    window = re.search(r'"sliding_window_length":"?(\d+)', ins.line)
+    if window and int(window.group(1)) > 0:
+        kept = min(int(window.group(1)), sk) / sk
+    elif re.search(r'"mask_type":"[A-Z_]*CAUSAL|"is_causal_mask":true', ins.line):
+        kept = CAUSAL_FRACTION
+    else:
+        kept = 1.0
+    f = 4.0 * b * h * sq * sk * d * kept
     return (2.5 * f if backward else f), ("bwd" if backward else "fwd")
 
 
@@ -726,7 +740,7 @@ def match_shares(shares: list[RecomputeShare], candidates) -> tuple[dict[int, fl
             and int(math.prod(c.shape)) == s.elements
         ]
         if s.where:
-            here = [c for c in same if str(c.source).endswith(f"{s.where[0]}:{s.where[1]}")]
+            here = [c for c in same if _file_line(str(c.source)) == s.where]
             same = here or same
         if not same:
             left += s.seconds
@@ -734,6 +748,14 @@ def match_shares(shares: list[RecomputeShare], candidates) -> tuple[dict[int, fl
         for c in same:
             out[c.index] += s.seconds / len(same)
     return dict(out), left
+
+
+def _file_line(source: str) -> tuple[str, int] | None:
+    """``(file basename, line)`` of a candidate's source, ``"/p/llama.py:131:24 (fn)"`` or
+    ``"model.py:11"`` (trace.py writes the first: with the column and function, which a
+    plain suffix test against the HLO's file and line never matched)."""
+    m = re.match(r"\s*(\S+?):(\d+)(?::\d+)?(?:\s|$)", source)
+    return (m.group(1).rsplit("/", 1)[-1], int(m.group(2))) if m else None
 
 
 def region_recompute_seconds(

@@ -119,6 +119,9 @@ class Report:
     # On an XLA:GPU target, for a plan that offloads: the exposed copy time per direction the
     # compiled schedule predicts (dataclasses.asdict of types.ScheduleExposure); None elsewhere
     schedule_exposure: dict | None = None
+    # Where the cost model's recompute seconds came from (CostModel.recompute_priced_from):
+    # the library's roofline, or the compiled HLO of the full-remat anchor (cost.py).
+    recompute_priced_from: str = ""
 
 
 def _reason(d: str, rec_ms: float, exposed: float, nbytes: int, plan, room: int) -> str:
@@ -529,6 +532,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
         base_ms=pred.base_step_s * 1e3,
         recompute_ms=pred.recompute_s * 1e3,
         saving_ms=pred.materialize_s * 1e3,
+        recompute_priced_from=plan.cost.recompute_priced_from,
         transfer_ms=pred.transfer_s * 1e3,
         exposed_ms=pred.exposed_transfer_s * 1e3,
         fixed_gb=pred.fixed_bytes / GB,
@@ -685,6 +689,10 @@ def _md(r: Report) -> str:
         f"{r.recompute_ms:.2f} + saving writes {r.saving_ms:.2f} + exposed copies "
         f"{r.exposed_ms:.2f} (of {r.transfer_ms:.2f}).",
         *([_schedule_line(r) + "."] if r.schedule_exposure else []),
+    ]
+    if r.recompute_priced_from:
+        out.append(f"Recompute priced from {r.recompute_priced_from}.")
+    out += [
         f"Solver: {r.solver}.",
         "",
     ]
@@ -807,6 +815,8 @@ def _text(r: Report) -> str:
     )
     if r.schedule_exposure:
         con.print(_schedule_line(r), highlight=False)
+    if r.recompute_priced_from:
+        con.print(f"recompute priced from {r.recompute_priced_from}", highlight=False)
     con.print(f"solver: {r.solver}", highlight=False)
     if r.budget_split:
         con.print("budget split (per device):", highlight=False)

@@ -585,6 +585,7 @@ class Planner:
                 split_call_sites=True,
                 backend=self._backend,
                 compiler=self.compiler.description,
+                hardware=self.hardware,
             )
         self.trace = merge_call_sites(self.sites)
         self.timings.append(("trace + anchor compiles", time.perf_counter() - t))

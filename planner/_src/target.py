@@ -1014,6 +1014,21 @@ AUTOTUNE_OFF = {"xla_gpu_autotune_level": 0}
 # 0.925-1.065x the default deviceless bytes and 0.940-1.023x the cuBLAS-only ones. So the
 # deviceless compile measures with every matmul as a cuBLAS call.
 DEVICELESS_COMPILE_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
+# ... but the *kernels* of that program are not the device's: with Triton GEMMs off XLA splits
+# the masked score matmul from its epilogue and runs a saved matmul twice to write it into a
+# scan's stacked residual. With them on, the deviceless program's fusions are the device's
+# kernels (instruction names and per-kind device time within 1.5 ms a step of the H200's own
+# compile of the MoE example: benchmarks/results/hlo-kernel-time-2026-12-05.md, section 3).
+# So the compile whose HLO prices the recompute kernel by kernel (trace.py,
+# kernels.region_recompute_seconds) keeps XLA:GPU's default.
+PRICING_COMPILE_OPTIONS = {"xla_gpu_enable_triton_gemm": True}
+
+
+def pricing_compile_options() -> dict[str, Any] | None:
+    """The options of the compile whose HLO prices kernels, where that is not the compile
+    already made: a deviceless target in scope -> :data:`PRICING_COMPILE_OPTIONS` (one more
+    compile); a live GPU (no target in scope) -> None: its own compile is the device's program."""
+    return dict(PRICING_COMPILE_OPTIONS) if _active.get() is not None else None
 
 
 def compile_lowered(lowered, compiler_options: dict[str, Any] | None = None):

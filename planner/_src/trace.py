@@ -847,6 +847,7 @@ def merge_regions(sites: Sequence[Region]) -> tuple[Region, ...]:
             m = merged[key]
             merged[key] = dataclasses.replace(
                 m,
+                hlo_recompute_s=_merged_prices(m, r),
                 multiplicity=m.multiplicity + r.multiplicity,
                 scan_unroll=max(m.scan_unroll, r.scan_unroll),
                 call_sites=m.call_sites + r.call_sites,
@@ -855,6 +856,19 @@ def merge_regions(sites: Sequence[Region]) -> tuple[Region, ...]:
         else:
             merged[key] = dataclasses.replace(r, id=len(merged), group=None)
     return tuple(merged.values())
+
+
+def _merged_prices(m: Region, r: Region) -> tuple[float | None, ...] | None:
+    """HLO recompute prices of two merged call sites (one body, per trip): their mean
+    weighted by trips; None unless both were priced (the cost stage then uses the library's
+    for the merged region: one price for all its trips)."""
+    a, b = m.hlo_recompute_s, r.hlo_recompute_s
+    if a is None or b is None or len(a) != len(b):
+        return None
+    wa, wb = m.multiplicity, r.multiplicity
+    return tuple(
+        None if x is None or y is None else (wa * x + wb * y) / (wa + wb) for x, y in zip(a, b)
+    )
 
 
 def merge_call_sites(trace: Trace) -> Trace:
@@ -880,12 +894,20 @@ def trace_step(
     split_call_sites: bool = False,
     backend: str | None = None,
     compiler: str = "",
+    hardware=None,
 ) -> Trace:
     """Trace ``step_fn(*args)`` and list the candidates of every checkpointed region.
 
     By default identical regions at several call sites are merged into one region (one
     decision per class for all). With ``split_call_sites=True`` every call site stays its own
     region with its own ``group`` (layer groups: per-group decisions, one policy per call site).
+
+    ``hardware`` (a cost_models profile of a GPU), on an XLA:GPU backend (deviceless or this
+    GPU): the scanned regions' recompute is priced kernel by kernel from the full-remat
+    anchor's compiled HLO (``Region.hlo_recompute_s``, :func:`hlo_recompute_prices`); on a
+    deviceless target that is one more compile of the anchor, with XLA:GPU's default Triton
+    GEMMs (target.PRICING_COMPILE_OPTIONS). None, or any other backend: no such pricing and
+    no extra compile.
     """
     try:
         traced, bound = adapter.trace_step_with(
@@ -959,11 +981,13 @@ def trace_step(
     # so the anchor trace's ids match this trace's.
     from jax.ad_checkpoint import checkpoint_policies as cp
 
+    anchor_lowered: list = []
     anchor_jaxpr, compiled = compile_with(
         step_fn,
         args,
         lambda rid, r: cp.nothing_saveable,
         which="the second trace (the full-remat anchor, after a first trace that worked)",
+        lowered_out=anchor_lowered,
     )
     anchor_text = compiled.as_text() or ""
     anchor = compiled_figures(
@@ -1026,6 +1050,29 @@ def trace_step(
                 body=hashlib.sha256(repr(key).encode()).hexdigest()[:16],
             )
         )
+    priced_with = priced_from = ""
+    # (Single device only: a partitioned program's HLO shapes are per device, the
+    # candidates' global, so its shares would match nothing by size.)
+    if (
+        _prices_hlo(hardware, backend)
+        and index.num_partitions == 1
+        and any(r.in_scan for r in sites)
+    ):
+        options = targets.pricing_compile_options()
+        # A live GPU's anchor is the device's program; deviceless, the anchor above was
+        # compiled for the memory figures (Triton GEMMs off): compile it once more.
+        text = (
+            anchor_text
+            if options is None
+            else (targets.compile_lowered(anchor_lowered[0], options).as_text() or "")
+        )
+        prices = hlo_recompute_prices(text, hardware, sites)
+        if any(p is not None for p in prices):
+            sites = [dataclasses.replace(r, hlo_recompute_s=p) for r, p in zip(sites, prices)]
+            priced_with = hardware.name
+            priced_from = (compiler or backend or "XLA:GPU") + (
+                ", Triton GEMMs on" if options else ""
+            )
     regions = tuple(sites) if split_call_sites else merge_regions(sites)
     arg_bytes = sum(_shard_nbytes(x) for x in jax.tree.leaves(args))
     outside = any(not r.in_scan for r in regions)
@@ -1045,7 +1092,70 @@ def trace_step(
         float_dtypes=adapter.float_dtypes(step_jaxpr),
         holds_rereads_twice=twice,
         hoists_recompute=hoists,
+        hlo_priced_with=priced_with,
+        hlo_priced_from=priced_from,
     )
+
+
+# Backends whose compiled HLO kernels.py prices: XLA:GPU (CUDA), deviceless ("cuda") or live.
+_HLO_PRICED_BACKENDS = frozenset({"cuda", "gpu"})
+
+
+def _recomputed_in_full_remat(cands: Sequence[Candidate]) -> set[int]:
+    """The candidates full remat recomputes: those the backward pass reads and, transitively,
+    the candidates they read (inputs come earlier in the forward order)."""
+    out = {c.index for c in cands if c.needed}
+    for c in reversed(cands):
+        if c.index in out:
+            out.update(c.inputs)
+    return out
+
+
+def _prices_hlo(hardware, backend: str | None) -> bool:
+    return (
+        hardware is not None
+        and getattr(hardware, "platform", "") == "gpu"
+        and (backend or jax.default_backend()) in _HLO_PRICED_BACKENDS
+    )
+
+
+def hlo_recompute_prices(
+    text: str, hardware, sites: Sequence[Region]
+) -> list[tuple[float | None, ...] | None]:
+    """Per call-site region, its candidates' recompute seconds per trip from the full-remat
+    anchor's compiled HLO ``text`` (kernels.region_recompute_seconds), None per candidate no
+    share went to; None for a region that cannot be priced so:
+
+    * outside lax.scan, or under a scan with unroll > 1: no loop body that is one trip of it;
+    * a backward loop of its trip count is not in the HLO, or several are and the regions of
+      that trip count are not one body (which loop is whose is not known): the shares of k
+      loops of one body are divided by k (each site gets one loop's worth per trip).
+    """
+    from planner._src import kernels
+
+    module = hlo.parse(text)
+    loops = Counter(lp.trips for lp in kernels.loop_times(module, hardware) if lp.backward)
+    out: list[tuple[float | None, ...] | None] = []
+    for r in sites:
+        n = r.multiplicity
+        same = [x for x in sites if x.in_scan and x.multiplicity == n]
+        if not r.in_scan or r.scan_unroll != 1 or not loops[n]:
+            out.append(None)
+            continue
+        if loops[n] > 1 and len({x.body for x in same}) > 1:
+            out.append(None)
+            continue
+        # Only what full remat recomputes can take a share: what the backward pass reads and
+        # what that is computed from (graph.py's possibly_needed). Another candidate of the
+        # same primitive and size (a layer's last matmul, which no backward reads) took a
+        # third of the Llama example's attention projections' shares before.
+        recomputed = _recomputed_in_full_remat(r.candidates)
+        got, _left = kernels.region_recompute_seconds(
+            module, hardware, n, [c for c in r.candidates if c.index in recomputed]
+        )
+        k = loops[n]
+        out.append(tuple(got[c.index] / k if c.index in got else None for c in r.candidates))
+    return out
 
 
 _TWICE: dict[tuple[str, str], bool] = {}
@@ -1286,6 +1396,7 @@ def compile_with(
     compiler_options: Sequence[tuple[str, Any]] = (),
     *,
     bound_out: list | None = None,
+    lowered_out: list | None = None,
     which: str = "a later trace (a compile under the plan's or a stock policy)",
 ):
     """Trace and compile the step with ``make_policy(rid, region)`` in every region.
@@ -1294,8 +1405,9 @@ def compile_with(
     the same names as XLA_FLAGS without ``--``), e.g. a plan's flags: the latency-hiding
     scheduler changes the schedule and with it the peak. Returns ``(step_jaxpr, compiled)``;
     ``bound_out``, when given, receives the regions the trace bound (the verify stage replays
-    JAX's residual choice on them). ``which`` names this trace in the TraceError of a step
-    that raises here after tracing once.
+    JAX's residual choice on them); ``lowered_out`` the lowered program (to compile it again
+    with other options). ``which`` names this trace in the TraceError of a step that raises
+    here after tracing once.
     """
 
     def wrap(rid, r):
@@ -1310,7 +1422,10 @@ def compile_with(
         raise again_error(e, which) from e
     if bound_out is not None:
         bound_out.extend(bound)
-    compiled = targets.compile_lowered(targets.lower(traced), dict(compiler_options))
+    lowered = targets.lower(traced)
+    if lowered_out is not None:
+        lowered_out.append(lowered)
+    compiled = targets.compile_lowered(lowered, dict(compiler_options))
     return traced.jaxpr, compiled
 
 

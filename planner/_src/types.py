@@ -147,6 +147,12 @@ class Region:
     traced_candidates: tuple[Candidate, ...] | None = dataclasses.field(
         default=None, repr=False, compare=False
     )
+    # Per candidate, seconds per trip of its recompute as the full-remat anchor's compiled
+    # XLA:GPU HLO prices it (kernels.region_recompute_seconds: the share of the backward
+    # loop's kernels that recomputes it), None where no kernel share went to it; the whole
+    # field None where the region was not priced from HLO (XLA:CPU, outside lax.scan, a loop
+    # the anchor's HLO does not identify). Priced with the profile ``Trace.hlo_priced_with``.
+    hlo_recompute_s: tuple[float | None, ...] | None = None
 
 
 @_frozen
@@ -204,6 +210,11 @@ class Trace:
     # holds its outputs until the backward pass (a probe compile, trace.hoists_recompute;
     # cost.py, E_r).
     hoists_recompute: bool = False
+    # The profile (its name) and the compile the regions' ``hlo_recompute_s`` were priced
+    # with, e.g. "h200" and "XLA:GPU deviceless for the H200 ..., Triton GEMMs on"; "" where
+    # no region was priced from HLO (cost.py then prices every recompute from the library).
+    hlo_priced_with: str = ""
+    hlo_priced_from: str = ""
 
 
 # ------------------------------------------------------------------------------ stage 2: graph
@@ -290,6 +301,9 @@ class CostModel:
     fixed_bytes: int  # bytes no plan changes (measured, see cost.py)
     correction_bytes: int  # verify's measured error: compiled - predicted (either sign)
     working_set_scale: float = 1.0  # measured, see cost.build_cost_model
+    # Where the per-candidate recompute seconds came from, in words (the report says it):
+    # the cost library's roofline, or the compiled HLO for some regions (cost.py).
+    recompute_priced_from: str = ""
     # Share of a scanned region's saved per-trip residuals its backward trip copies out of
     # the stacked buffers (K_r, measured from the anchors' HLO, see cost.build_cost_model)
     slice_copy_share: float = 0.0
