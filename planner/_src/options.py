@@ -82,6 +82,10 @@ class PlanOptions:
         (``plan.verification.schedule``; the report shows it beside the model's). On a
         deviceless target this compiles the plan once more, with Triton GEMMs on (the
         device's GEMM emitter: the verify compile keeps them off for its memory figures).
+      parallel_compiles: how many of the stock policies' verify compiles run at once (traced
+        one after another, compiled on threads). None (default): a quarter of the machine's
+        cores, at most 4 (4 on a 16-core GPU host, none on a 2-core machine); 0 or 1: one
+        at a time.
     """
 
     allow_offload: bool | None = None
@@ -102,8 +106,15 @@ class PlanOptions:
     params_argnum: int | None = None
     stream_params: bool = False
     schedule_exposure: bool = True
+    parallel_compiles: int | None = None
 
     def __post_init__(self):
+        n = self.parallel_compiles
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+            raise InvalidArgumentError(
+                f"parallel_compiles must be None or an int >= 0, got {n!r}.\n"
+                "Fix: PlanOptions(parallel_compiles=4) on a many-core machine, or leave it None."
+            )
         for name in ("opt_state_argnum", "params_argnum"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -79,7 +80,9 @@ from planner._src.verify import (
     STATUS_OK,
     STATUS_OVER,
     STATUS_UNVERIFIED,
+    Precompiled,
     policy_maker,
+    precompile,
     verify,
 )
 
@@ -604,6 +607,8 @@ class Planner:
         # the anchors are two of them already.
         self._stock_ver: dict[str, Verification] = {}
         self._stock_compiled: dict[str, Any] = {}  # name -> its verify compile (live)
+        # name -> its verify program, compiled ahead with others at once (_prefetch_stock)
+        self._stock_pre: dict[str, Precompiled] = {}
         self._stock_bytes: dict[str, int] = {"nothing_saveable": self.trace.anchor.device_bytes}
         if self.trace.anchor_saved is not None:
             self._stock_bytes["everything_saveable"] = self.trace.anchor_saved.device_bytes
@@ -885,6 +890,7 @@ class Planner:
                 compiler=self.compiler.description,
                 compiled_out=compiled,
                 schedule_exposure=self.options.schedule_exposure,
+                precompiled=self._stock_pre.pop(stock, None) if stock else None,
             )
         self._last_timings.append((f"verify ({label or 'plan'})", time.perf_counter() - t))
         return _Attempt(assignment, pred, emitted, ver, not_kept, compiled[0] if compiled else None)
@@ -1035,18 +1041,13 @@ class Planner:
             return self._stock_bytes[name]
         if not self.options.verify_compile:
             return None
-        a = _normalize(graph, cost, stock_assignment(graph, name))
-        for other, got in list(self._stock_bytes.items()):
-            if (
-                got is not None
-                and STOCK[other].offloads == STOCK[name].offloads
-                and _normalize(graph, cost, stock_assignment(graph, other)) == a
-            ):
-                self._stock_bytes[name] = got  # the same program
-                if other in self._stock_ver:
-                    self._stock_ver[name] = self._stock_ver[other]
-                    self._stock_compiled[name] = self._stock_compiled.get(other)
-                return got
+        other = self._same_program(name, graph, cost, self._stock_bytes)
+        if other is not None:
+            got = self._stock_bytes[name] = self._stock_bytes[other]  # the same program
+            if other in self._stock_ver:
+                self._stock_ver[name] = self._stock_ver[other]
+                self._stock_compiled[name] = self._stock_compiled.get(other)
+            return got
         att = self._attempt(
             tr, graph, cost, stock_assignment(graph, name), 0, stock=name, label=f"stock {name}"
         )
@@ -1054,6 +1055,58 @@ class Planner:
         self._stock_compiled[name] = att.compiled  # the numerics check runs it, if chosen
         self._stock_bytes[name] = att.verification.compiled_device_bytes
         return self._stock_bytes[name]
+
+    @staticmethod
+    def _same_program(name: str, graph, cost, compiled) -> str | None:
+        """A stock policy among ``compiled`` (names with a figure) that decides every class
+        as ``name`` does, offloading alike: the same program, compiled once."""
+        a = _normalize(graph, cost, stock_assignment(graph, name))
+        for other, got in compiled.items():
+            if (
+                got is not None
+                and other != name
+                and STOCK[other].offloads == STOCK[name].offloads
+                and _normalize(graph, cost, stock_assignment(graph, other)) == a
+            ):
+                return other
+        return None
+
+    def compile_workers(self) -> int:
+        """How many verify compiles run at once (``PlanOptions.parallel_compiles``; by default
+        a quarter of this machine's cores, at most 4: 4 on the H200's 16-core host, none on
+        a 2-core CI machine, where concurrent compiles only contend)."""
+        n = self.options.parallel_compiles
+        return min(4, (os.cpu_count() or 1) // 4) if n is None else n
+
+    def _prefetch_stock(self, names, graph, cost) -> None:
+        """Compile the verify programs of the stock policies ``names`` (those not compiled yet,
+        one per distinct program) at once, before the loop that verifies them in turn takes
+        each from ``_stock_pre``. Where fewer than two workers or programs: nothing."""
+        workers = self.compile_workers()
+        if workers < 2 or not self.options.verify_compile:
+            return
+        todo: list[str] = []
+        for name in names:
+            if name in self._stock_bytes or name in self._stock_pre or name in todo:
+                continue
+            known = {**self._stock_bytes, **dict.fromkeys(todo, 1)}
+            if self._same_program(name, graph, cost, known) is None:
+                todo.append(name)
+        if len(todo) < 2:
+            return
+        t = time.perf_counter()
+        class_names = {c.key: c.name for c in graph.classes}
+        programs = []
+        for name in todo:
+            e = emit(stock_assignment(graph, name), class_names, self.hardware, stock=name)
+            programs.append((e.policy, e.policies, e.compiler_options))
+        self._say(f"compiling {len(todo)} stock policies, {workers} at once")
+        with self._scope():
+            done = precompile(self._step, self._args, graph, programs, workers)
+        self._stock_pre.update(zip(todo, done, strict=True))
+        self._last_timings.append(
+            (f"compile {len(todo)} stock policies ({workers} at once)", time.perf_counter() - t)
+        )
 
     def _stock_exact(self, name: str) -> bool:
         """Whether stock policy ``name``'s compiled figure is exact (not an estimate with host
@@ -1072,10 +1125,21 @@ class Planner:
                 plan_att.prediction.step_s,
                 plan_att.verification.compiled_device_bytes,
             )
-        for b in sorted(
+        ranked = sorted(
             (b for b in baselines if b.applicable and b.name in STOCK),
             key=lambda b: b.prediction.step_s,
-        ):
+        )
+        self._prefetch_stock(
+            [
+                b.name
+                for b in ranked
+                if (found is None or b.prediction.step_s < found[1])
+                and not (STOCK[b.name].offloads and self.hardware.platform == "cpu")
+            ],
+            graph,
+            cost,
+        )
+        for b in ranked:
             if found is not None and b.prediction.step_s >= found[1]:
                 break
             if STOCK[b.name].offloads and self.hardware.platform == "cpu":
@@ -1254,6 +1318,7 @@ class Planner:
                 key=lambda b: b.prediction.step_s,
             )
             pick, why = None, ""
+            self._prefetch_stock([b.name for b in faster], graph, cost)
             for b in faster:
                 got = self._stock_fit_bytes(b.name, tr, graph, cost)
                 if got is not None and got <= budget:

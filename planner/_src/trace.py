@@ -1410,6 +1410,26 @@ def compile_with(
     here after tracing once.
     """
 
+    step_jaxpr, lowered, bound = lower_with(step_fn, args, make_policy, which=which)
+    if bound_out is not None:
+        bound_out.extend(bound)
+    if lowered_out is not None:
+        lowered_out.append(lowered)
+    compiled = targets.compile_lowered(lowered, dict(compiler_options))
+    return step_jaxpr, compiled
+
+
+def lower_with(
+    step_fn: Callable,
+    args: Sequence[Any],
+    make_policy,
+    *,
+    which: str = "a later trace (a compile under the plan's or a stock policy)",
+):
+    """The first half of :func:`compile_with`: ``(step_jaxpr, lowered, bound regions)``,
+    traced and lowered on this thread (the planner's policies are bound per thread); the
+    compile of ``lowered`` may then run on another (verify.precompile)."""
+
     def wrap(rid, r):
         pol = make_policy(rid, r)
         return lambda prim, *a, **p: _as_enum(pol(prim, *a, **p))
@@ -1420,13 +1440,7 @@ def compile_with(
         raise
     except Exception as e:  # noqa: BLE001  (the user's step traced before: it changed)
         raise again_error(e, which) from e
-    if bound_out is not None:
-        bound_out.extend(bound)
-    lowered = targets.lower(traced)
-    if lowered_out is not None:
-        lowered_out.append(lowered)
-    compiled = targets.compile_lowered(lowered, dict(compiler_options))
-    return traced.jaxpr, compiled
+    return traced.jaxpr, targets.lower(traced), bound
 
 
 def _as_enum(decision):

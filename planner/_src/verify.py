@@ -27,7 +27,7 @@ from planner._src import schedule as sched
 from planner._src import target as targets
 from planner._src.cost import evaluate
 from planner._src.graph import LivenessGraph, class_key
-from planner._src.trace import compile_with, compiled_figures
+from planner._src.trace import compile_with, compiled_figures, lower_with
 from planner._src.types import (
     Assignment,
     Check,
@@ -210,6 +210,7 @@ def verify(
     compiler: str = "",
     compiled_out: list | None = None,
     schedule_exposure: bool = True,
+    precompiled: Precompiled | None = None,
 ) -> tuple[Verification, tuple[str, ...]]:
     """Check a plan at the three levels of the module docstring.
 
@@ -222,6 +223,8 @@ def verify(
     52.97 GB usable) and ran out of memory at their budgets.
 
     ``compiled_out``, when given, receives the compiled program (the numerics check runs it).
+    ``precompiled``: the program :func:`precompile` already compiled for this policy and
+    these flags (compiled concurrently with others); it is used instead of compiling again.
     ``schedule_exposure``: on an XLA:GPU backend, for a plan whose compile has async host
     copies, also read the exposed copy time from the compiled schedule
     (:func:`schedule_exposure_of`; ``Verification.schedule``).
@@ -232,7 +235,12 @@ def verify(
     make = policy_maker(graph, policy, policies)
     fallback = policy if policy is not None else policies[0]
     bound: list = []
-    if compile:
+    if compile and precompiled is not None:
+        step_jaxpr, compiled = precompiled.step_jaxpr, precompiled.compiled
+        bound = list(precompiled.bound)
+        if compiled_out is not None:
+            compiled_out.append(compiled)
+    elif compile:
         step_jaxpr, compiled = compile_with(step_fn, args, make, compiler_options, bound_out=bound)
         if compiled_out is not None:
             compiled_out.append(compiled)
@@ -400,6 +408,50 @@ def verify(
         compiler=compiler,
         schedule=timed,
     ), not_kept
+
+
+@dataclasses.dataclass(frozen=True)
+class Precompiled:
+    """One program :func:`precompile` compiled: the traced step's jaxpr, the compiled
+    executable (live) and the regions its trace bound (the level-1 checks replay them)."""
+
+    step_jaxpr: Any
+    compiled: Any
+    bound: tuple
+
+
+def precompile(
+    step_fn: Callable,
+    args: Sequence[Any],
+    graph: LivenessGraph,
+    programs: Sequence[tuple[Any, tuple, Sequence[tuple[str, Any]]]],
+    workers: int,
+) -> list[Precompiled]:
+    """Compile several policies' programs of the step at once: ``programs`` are ``(policy,
+    policies, compiler_options)`` as :func:`verify` takes them. Each is traced and lowered
+    on this thread (the planner's policies are bound per thread, and the user's step is
+    traced only here), then the compiles run on ``workers`` threads (XLA compiles without
+    the GIL; on the H200 the four stock-policy verify compiles of a budget were 12.7 of its
+    22.1 s, sequentially: benchmarks/results/h200-2026-12-05-zoo.md). The caller's context
+    (a deviceless target's scope) is copied into each compile."""
+    import concurrent.futures
+    import contextvars
+
+    lowered = []
+    for policy, policies, options in programs:
+        make = policy_maker(graph, policy, policies)
+        step_jaxpr, low, bound = lower_with(step_fn, args, make)
+        lowered.append((step_jaxpr, low, tuple(bound), dict(options)))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = [
+            pool.submit(contextvars.copy_context().run, targets.compile_lowered, low, options)
+            for _, low, _, options in lowered
+        ]
+        compiled = [f.result() for f in futures]
+    return [
+        Precompiled(step_jaxpr=j, compiled=c, bound=b)
+        for (j, _, b, _), c in zip(lowered, compiled, strict=True)
+    ]
 
 
 def schedule_exposure_of(
