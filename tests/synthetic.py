@@ -283,6 +283,30 @@ def _primitive(k: int, fusion: bool) -> str:
     return f"p{k}"
 
 
+_ITEMSIZE = {"float32": 4, "int32": 4, "bfloat16": 2, "float16": 2, "bool": 1}
+
+
+def candidate(index: int, primitive: str, shape: tuple, dtype: str = "float32", **fields):
+    """A hand-built Candidate with what most tests want: read by the backward pass, not
+    effectful, not loop-invariant, no inputs, its bytes from ``shape`` and ``dtype``;
+    ``fields`` override any of them (``source``, ``inputs``, ``work``, ``read_by_kernel``...)."""
+    base = dict(
+        index=index,
+        signature=f"{primitive}#{index}",
+        primitive=primitive,
+        name=None,
+        shape=shape,
+        dtype=dtype,
+        nbytes=_ITEMSIZE[dtype] * math.prod(shape),
+        source="synthetic",
+        inputs=(),
+        needed=True,
+        effectful=False,
+        loop_invariant=False,
+    )
+    return Candidate(**{**base, **fields})
+
+
 def one_tensor_layer(
     *, nbytes: int, recompute_s: float, copy_s: float, after_s: float, before_s: float, trips=8
 ):

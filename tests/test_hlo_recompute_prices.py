@@ -13,28 +13,21 @@ import cost_models as cm
 from planner._src.cost import build_cost_model, evaluate
 from planner._src.graph import build_graph
 from planner._src.solve import solve_assignment
-from planner._src.types import Assignment, Candidate, Region, Trace
-from tests.synthetic import graph_anchor
+from planner._src.types import Assignment, Region, Trace
+from tests.synthetic import candidate, graph_anchor
 
 TRIPS = 8
 N = 1024
 
 
 def _cand(i, prim, shape, dtype, inputs, work):
-    nbytes = (2 if dtype == "bfloat16" else 4) * int(__import__("math").prod(shape))
-    return Candidate(
-        index=i,
-        signature=f"{prim}#{i}",
-        primitive=prim,
-        name=None,
-        shape=shape,
-        dtype=dtype,
-        nbytes=nbytes,
+    return candidate(
+        i,
+        prim,
+        shape,
+        dtype,
         source=f"layer.py:{10 + i}",
         inputs=inputs,
-        needed=True,
-        effectful=False,
-        loop_invariant=False,
         read_by_kernel=prim == "dot_general",
         read_by_fusion=prim != "dot_general",
         work=cm.Work(kernels=(("bfloat16", work),)),

@@ -8,6 +8,8 @@ benchmarks/hlo_kernel_time.py (benchmarks/results/hlo-kernel-time-2026-12-05.md)
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 import cost_models as cm
@@ -228,21 +230,16 @@ def test_parses_a_real_compiled_module():
 
 
 def _cand(index, primitive, shape, dtype="float32", source="model.py:10"):
-    from planner._src.types import Candidate
+    from tests.synthetic import candidate
 
-    return Candidate(
-        index=index,
+    return candidate(
+        index,
+        primitive,
+        shape,
+        dtype,
         signature=f"{primitive}{shape}",
-        primitive=primitive,
-        name=None,
-        shape=shape,
-        dtype=dtype,
-        nbytes=4 * int(__import__("math").prod(shape)),
+        nbytes=4 * math.prod(shape),
         source=source,
-        inputs=(),
-        needed=True,
-        effectful=False,
-        loop_invariant=False,
     )
 
 

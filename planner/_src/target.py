@@ -1022,6 +1022,9 @@ DEVICELESS_COMPILE_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
 # So the compile whose HLO prices the recompute kernel by kernel (trace.py,
 # kernels.region_recompute_seconds) keeps XLA:GPU's default.
 PRICING_COMPILE_OPTIONS = {"xla_gpu_enable_triton_gemm": True}
+# The JAX backends whose compiled programs are XLA:GPU's (CUDA), deviceless ("cuda") or live:
+# what kernels.py prices and schedule.py replays.
+XLA_GPU_BACKENDS = frozenset({"cuda", "gpu"})
 
 
 def pricing_compile_options() -> dict[str, Any] | None:

@@ -1097,10 +1097,6 @@ def trace_step(
     )
 
 
-# Backends whose compiled HLO kernels.py prices: XLA:GPU (CUDA), deviceless ("cuda") or live.
-_HLO_PRICED_BACKENDS = frozenset({"cuda", "gpu"})
-
-
 def _recomputed_in_full_remat(cands: Sequence[Candidate]) -> set[int]:
     """The candidates full remat recomputes: those the backward pass reads and, transitively,
     the candidates they read (inputs come earlier in the forward order)."""
@@ -1115,7 +1111,7 @@ def _prices_hlo(hardware, backend: str | None) -> bool:
     return (
         hardware is not None
         and getattr(hardware, "platform", "") == "gpu"
-        and (backend or jax.default_backend()) in _HLO_PRICED_BACKENDS
+        and (backend or jax.default_backend()) in targets.XLA_GPU_BACKENDS
     )
 
 

@@ -43,15 +43,6 @@ from planner._src.units import fmt_bytes
 # memory_analysis (host_temp_size_in_bytes). On the CPU backend both kinds are the same
 # RAM and the compiler counts host-placed arrays in temp_size_in_bytes.
 _SEPARATE_HOST_MEMORY = ("gpu", "cuda", "rocm", "tpu")
-# Backends whose compiled schedule schedule.py reads: XLA:GPU's async host copies and copy
-# streams (XLA:CPU has no asynchronous host copies; a TPU's copies are not XLA:GPU's streams).
-_GPU_SCHEDULE = ("gpu", "cuda")
-# The GEMM emitter of the device's own compile: a deviceless compile keeps Triton GEMMs off
-# for its memory figures (target.DEVICELESS_COMPILE_OPTIONS), but with them off XLA folds the
-# loop slices into cuBLAS calls and schedules the reloads differently: their exposure was
-# within 20% of the H200 for 12 of 13 programs with them on, 7 of 13 off
-# (benchmarks/results/schedule-exposure-2026-12-05.md).
-_SCHEDULE_OPTIONS = {"xla_gpu_enable_triton_gemm": True}
 
 STATUS_OK = "compiled, within budget"
 STATUS_OVER = "compiled, over budget"
@@ -235,13 +226,17 @@ def verify(
     make = policy_maker(graph, policy, policies)
     fallback = policy if policy is not None else policies[0]
     bound: list = []
+    lowered: list = []  # the verify compile's lowered program (the schedule compiles it again)
     if compile and precompiled is not None:
         step_jaxpr, compiled = precompiled.step_jaxpr, precompiled.compiled
         bound = list(precompiled.bound)
+        lowered.append(precompiled.lowered)
         if compiled_out is not None:
             compiled_out.append(compiled)
     elif compile:
-        step_jaxpr, compiled = compile_with(step_fn, args, make, compiler_options, bound_out=bound)
+        step_jaxpr, compiled = compile_with(
+            step_fn, args, make, compiler_options, bound_out=bound, lowered_out=lowered
+        )
         if compiled_out is not None:
             compiled_out.append(compiled)
     else:
@@ -380,19 +375,16 @@ def verify(
             )
         )
     timed = None
-    if schedule_exposure and backend in _GPU_SCHEDULE and figs.async_host_copies_in_hlo:
+    # schedule.py reads XLA:GPU's async host copies and copy streams (XLA:CPU has none; a
+    # TPU's copies are not XLA:GPU's streams)
+    if schedule_exposure and backend in targets.XLA_GPU_BACKENDS and figs.async_host_copies_in_hlo:
         timed = schedule_exposure_of(
             compiled,
             cost,
             prediction,
             compiler,
-            recompile=lambda options: compile_with(
-                step_fn,
-                args,
-                make,
-                options,
-                which="the verify stage's compile for the schedule (Triton GEMMs on)",
-            )[1],
+            # the same lowered program, compiled under other options: no second trace
+            recompile=lambda options: targets.compile_lowered(lowered[0], dict(options)),
             compiler_options=compiler_options,
         )
     return Verification(
@@ -412,10 +404,12 @@ def verify(
 
 @dataclasses.dataclass(frozen=True)
 class Precompiled:
-    """One program :func:`precompile` compiled: the traced step's jaxpr, the compiled
-    executable (live) and the regions its trace bound (the level-1 checks replay them)."""
+    """One program :func:`precompile` compiled: the traced step's jaxpr, its lowered program
+    and compiled executable (live), and the regions its trace bound (the level-1 checks
+    replay them)."""
 
     step_jaxpr: Any
+    lowered: Any
     compiled: Any
     bound: tuple
 
@@ -449,8 +443,8 @@ def precompile(
         ]
         compiled = [f.result() for f in futures]
     return [
-        Precompiled(step_jaxpr=j, compiled=c, bound=b)
-        for (j, _, b, _), c in zip(lowered, compiled, strict=True)
+        Precompiled(step_jaxpr=j, lowered=low, compiled=c, bound=b)
+        for (j, low, b, _), c in zip(lowered, compiled, strict=True)
     ]
 
 
@@ -468,15 +462,17 @@ def schedule_exposure_of(
 
     On a live GPU the verify compile is the device's own program: its schedule is read. On
     a deviceless target ``recompile(options)`` compiles the plan again with Triton GEMMs on
-    (``_SCHEDULE_OPTIONS``), the emitter the device's compile uses, and that schedule is
-    read. ``step_s``: the model's step with the schedule's reload (h2d) exposure in place of
+    (``target.pricing_compile_options``: the device's kernels, as the recompute pricing
+    compiles the anchor; with them off XLA folds the loop slices into cuBLAS calls and
+    schedules the reloads otherwise: 12 of 13 programs' reload exposure within 20% of the
+    H200 with them on, 7 of 13 off, benchmarks/results/schedule-exposure-2026-12-05.md),
+    and that schedule is read. ``step_s``: the model's step with the schedule's reload (h2d) exposure in place of
     the model's; the stores keep the model's figure (``ScheduleExposure``'s docstring says
     why)."""
-    target = targets.active_target()
-    deviceless = target is not None and target.kind == "deviceless"
+    pricing = targets.pricing_compile_options()  # None on a live GPU: its compile is the device's
     source = "the verify compile"
-    if deviceless and recompile is not None:
-        options = {**dict(compiler_options), **_SCHEDULE_OPTIONS}
+    if pricing is not None and recompile is not None:
+        options = {**dict(compiler_options), **pricing}
         compiled = recompile(tuple(options.items()))
         source = "a second compile with Triton GEMMs on (the device's GEMM emitter)"
     w = sched.read_windows(compiled.as_text(), cost.hardware, compiler=compiler, pricing="kernels")
