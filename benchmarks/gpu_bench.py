@@ -322,7 +322,13 @@ def run_plan_worker(job: dict) -> dict:
     step = jax.jit(step, donate_argnums=(0,))
     t = time.perf_counter()
     auto = job["budgets"] == "auto"
-    session = planner.Planner(step, *ex, hardware=job["hardware"], solver_time_limit_s=20)
+    session = planner.Planner(
+        step,
+        *ex,
+        hardware=job["hardware"],
+        solver_time_limit_s=20,
+        parallel_compiles=job.get("parallel_compiles"),
+    )
     trace_s = time.perf_counter() - t
     plans, plan_s = [], []
     if job["budgets"] == "anchors":  # 4 budgets from just above full remat's compiled size to
@@ -449,6 +455,8 @@ def run_plan_worker(job: dict) -> dict:
         "stock_assignments": same,
         "wall_s": time.perf_counter() - t,
         "trace_s": trace_s,
+        "trace_timings": list(session.trace.timings),
+        "compile_workers": session.compile_workers(),
         "plan_s": plan_s,
         "stock_compiled": {k: v for k, v in session._stock_bytes.items()},
         "unknown_primitives": list(first.cost.unknown_primitives) if first else [],
@@ -753,7 +761,13 @@ def plan_here(args):
     )
     t = time.perf_counter()
     res = run_plan_worker(
-        {"config": bench, "model": args.model, "budgets": budgets, "hardware": args.hardware}
+        {
+            "config": bench,
+            "model": args.model,
+            "budgets": budgets,
+            "hardware": args.hardware,
+            "parallel_compiles": args.parallel_compiles,
+        }
     )
     res["config"], res["model"], res["planned_on"] = bench, args.model, _machine()
     res["plan_wall_s"] = time.perf_counter() - t
@@ -938,6 +952,13 @@ def main():
     h.add_argument("--hardware", default="h200")
     h.add_argument("--model", choices=("llama", "moe"), default="llama")
     h.add_argument("--config", default="")
+    h.add_argument(
+        "--parallel-compiles",
+        type=int,
+        default=None,
+        help="PlanOptions.parallel_compiles (default: the planner's, a quarter of the cores, "
+        "at most 4; 0: one compile at a time)",
+    )
     r = sub.add_parser("replay", help="run saved plans capped and the stock policies")
     r.add_argument("--plans", required=True)
     r.add_argument("--out", required=True)

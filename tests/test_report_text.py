@@ -95,3 +95,61 @@ def test_stock_table_says_what_each_fits_rests_on(plan):
     old = report_from_dict(d)
     assert {p.fits_text for p in old.stock_policies} <= {"yes", "no", "n/a"}
     assert {p.compiled_text for p in old.stock_policies} == {"not recorded"}
+
+
+def test_report_says_where_the_planning_time_went(plan):
+    """Issue 14 (requirement 6): the report sums the plan's timings per stage, to the total
+    the session spent, and lists the trace stage's own parts (the anchors' compiles, the
+    compiler probes of a Python-loop step)."""
+    r = build_report(plan)
+    total = sum(s for _, s in plan.timings)
+    top = [x for x in r.planning_time if not x[0].startswith("  ")]
+    assert sum(s for _, s, _ in top) == pytest.approx(total)
+    assert top[0][0] == "trace stage (once per session)"
+    parts = {w.strip(): s for w, s, _ in r.planning_time if w.startswith("  ")}
+    for want in (
+        "trace the step",
+        "compile the full-remat anchor",
+        "compile the save-everything anchor",
+        "compiler probe: hoisted recompute",
+    ):
+        assert want in parts, parts
+    assert sum(parts.values()) <= top[0][1] * 1.01 + 0.05  # parts of the stage, not more
+    text = _text(r)
+    assert f"planning time {total:.1f} s: trace stage (once per session)" in text
+    assert "trace stage: trace the step" in text
+    assert report_from_dict(json_round_trip(r)).planning_time == r.planning_time
+
+
+def json_round_trip(r):
+    import json
+
+    return json.loads(json.dumps(dataclasses.asdict(r)))
+
+
+def test_planning_time_sums_each_stage():
+    from planner._src.report import planning_time
+
+    got = planning_time(
+        [
+            ("trace + anchor compiles", 10.0),
+            ("graph", 0.01),
+            ("solve (round 1)", 1.0),
+            ("lower 2 stock policies; compiled in the background, 4 at once", 0.5),
+            ("verify (plan)", 2.0),
+            ("solve (fill round 1)", 0.5),
+            ("verify (a faster plan (fill round 1))", 2.5),
+            ("verify (stock dots_saveable)", 3.0),
+        ],
+        [("trace the step", 1.0), ("compile the full-remat anchor", 8.0)],
+    )
+    assert got == (
+        ("trace stage (once per session)", 10.0, 1),
+        ("  trace the step", 1.0, 1),
+        ("  compile the full-remat anchor", 8.0, 1),
+        ("graph", 0.01, 1),
+        ("CP-SAT solves", 1.5, 2),
+        ("stock policies traced and lowered (compiled beside the plan)", 0.5, 1),
+        ("the plan's verify compiles", 4.5, 2),
+        ("stock policies' verify compiles (waiting for those compiled beside)", 3.0, 1),
+    )

@@ -122,6 +122,9 @@ class Report:
     # Where the cost model's recompute seconds came from (CostModel.recompute_priced_from):
     # the library's roofline, or the compiled HLO of the full-remat anchor (cost.py).
     recompute_priced_from: str = ""
+    # Where the planning time went (planning_time): (what, seconds, how many) per stage of
+    # this plan, in order; the trace stage's parts follow it, their names indented.
+    planning_time: tuple[tuple[str, float, int], ...] = ()
 
 
 def _reason(d: str, rec_ms: float, exposed: float, nbytes: int, plan, room: int) -> str:
@@ -259,6 +262,60 @@ def budget_use(plan) -> str:
         why = plan.fill_why or "no fill rounds: the plan was not verified within budget"
     rounds = f"; {fills} fill round{'s' if fills != 1 else ''} compiled" if fills else ""
     return f"{text}: {why}{rounds}"
+
+
+# How plan.timings' labels (session.py) group into the report's stages.
+_TIME_STAGES = (
+    ("trace + anchor compiles", "trace stage (once per session)"),
+    ("graph", "graph"),
+    ("cost (", "cost model"),
+    ("solve (", "CP-SAT solves"),
+    ("verify (stock ", "stock policies' verify compiles (waiting for those compiled beside)"),
+    ("verify (", "the plan's verify compiles"),
+    ("lower ", "stock policies traced and lowered (compiled beside the plan)"),
+    ("compile ", "stock policies compiled at once"),
+    ("numerics check", "numerics check"),
+)
+
+
+def planning_time(timings, trace_timings=()) -> tuple[tuple[str, float, int], ...]:
+    """Where the time of a plan went: ``timings`` (Plan.timings: (label, wall s) of the
+    session's stages in order, none overlapping) summed per stage of ``_TIME_STAGES``,
+    first-seen order, with how many timings each sums; the trace stage's own parts
+    (Trace.timings) after it, their names indented by two spaces. Compiles run beside the
+    planning thread count where it waits for them."""
+    out: dict[str, list] = {}
+    for label, s in timings:
+        stage = next((name for pre, name in _TIME_STAGES if label.startswith(pre)), label)
+        got = out.setdefault(stage, [0.0, 0])
+        got[0] += s
+        got[1] += 1
+    rows = []
+    for stage, (s, n) in out.items():
+        rows.append((stage, s, n))
+        if stage == _TIME_STAGES[0][1]:
+            rows += [("  " + what, t, 1) for what, t in trace_timings]
+    return tuple(rows)
+
+
+def _planning_time_lines(r: Report) -> list[str]:
+    """The report's planning-time lines: the total and each stage, the trace stage's parts
+    on a line of their own."""
+    if not r.planning_time:
+        return []
+    top = [x for x in r.planning_time if not x[0].startswith("  ")]
+    parts = [x for x in r.planning_time if x[0].startswith("  ")]
+
+    def item(what, s, n):
+        return f"{what.strip()} {s:.1f} s" + (f" ({n})" if n > 1 else "")
+
+    lines = [
+        f"Planning time {sum(s for _, s, _ in top):.1f} s: "
+        + "; ".join(item(*x) for x in top if x[1] >= 0.05)
+    ]
+    if parts:
+        lines.append("Trace stage: " + "; ".join(item(*x) for x in parts))
+    return lines
 
 
 def _round_dict(n: int, r, usable: int) -> dict:
@@ -570,6 +627,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
         else tuple(dataclasses.asdict(x) for x in plan.state.parts),
         state_host_leaves=() if plan.state is None else plan.state.host_paths(),
         schedule_exposure=None if ver.schedule is None else dataclasses.asdict(ver.schedule),
+        planning_time=planning_time(plan.timings, plan.trace.timings),
     )
 
 
@@ -657,6 +715,7 @@ def report_from_dict(d: dict) -> Report:
     d.setdefault("snippets", {})
     d["budget_split"] = tuple(dict(x) for x in d.get("budget_split", ()))
     d["state_host_leaves"] = tuple(d.get("state_host_leaves", ()))
+    d["planning_time"] = tuple(tuple(x) for x in d.get("planning_time", ()))
     d["rows"] = tuple(Row(**r) for r in d["rows"])
     if "policies" in d:  # plan files written before the rename
         d["stock_policies"] = d.pop("policies")
@@ -694,6 +753,7 @@ def _md(r: Report) -> str:
         out.append(f"Recompute priced from {r.recompute_priced_from}.")
     out += [
         f"Solver: {r.solver}.",
+        *[x + "." for x in _planning_time_lines(r)],
         "",
     ]
     if r.budget_split:
@@ -818,6 +878,8 @@ def _text(r: Report) -> str:
     if r.recompute_priced_from:
         con.print(f"recompute priced from {r.recompute_priced_from}", highlight=False)
     con.print(f"solver: {r.solver}", highlight=False)
+    for line in _planning_time_lines(r):
+        con.print(line[0].lower() + line[1:], highlight=False)
     if r.budget_split:
         con.print("budget split (per device):", highlight=False)
         for line in _split_lines(r):

@@ -80,7 +80,6 @@ from planner._src.verify import (
     STATUS_OK,
     STATUS_OVER,
     STATUS_UNVERIFIED,
-    Precompiled,
     policy_maker,
     precompile,
     verify,
@@ -589,6 +588,7 @@ class Planner:
                 backend=self._backend,
                 compiler=self.compiler.description,
                 hardware=self.hardware,
+                workers=self.compile_workers(),
             )
         self.trace = merge_call_sites(self.sites)
         self.timings.append(("trace + anchor compiles", time.perf_counter() - t))
@@ -607,8 +607,10 @@ class Planner:
         # the anchors are two of them already.
         self._stock_ver: dict[str, Verification] = {}
         self._stock_compiled: dict[str, Any] = {}  # name -> its verify compile (live)
-        # name -> its verify program, compiled ahead with others at once (_prefetch_stock)
-        self._stock_pre: dict[str, Precompiled] = {}
+        # name -> its verify program (a Future of a Precompiled), compiled ahead on the
+        # session's compile threads (_prefetch_stock) while the planning thread goes on
+        self._stock_pre: dict[str, Any] = {}
+        self._pool = None  # those threads, started at the first _prefetch_stock
         self._stock_bytes: dict[str, int] = {"nothing_saveable": self.trace.anchor.device_bytes}
         if self.trace.anchor_saved is not None:
             self._stock_bytes["everything_saveable"] = self.trace.anchor_saved.device_bytes
@@ -1041,6 +1043,9 @@ class Planner:
             return self._stock_bytes[name]
         if not self.options.verify_compile:
             return None
+        pending = self._same_program(name, graph, cost, dict.fromkeys(self._stock_pre, 1))
+        if pending is not None and name not in self._stock_pre:  # started in the background
+            self._stock_fit_bytes(pending, tr, graph, cost)
         other = self._same_program(name, graph, cost, self._stock_bytes)
         if other is not None:
             got = self._stock_bytes[name] = self._stock_bytes[other]  # the same program
@@ -1079,9 +1084,13 @@ class Planner:
         return min(4, (os.cpu_count() or 1) // 4) if n is None else n
 
     def _prefetch_stock(self, names, graph, cost) -> None:
-        """Compile the verify programs of the stock policies ``names`` (those not compiled yet,
-        one per distinct program) at once, before the loop that verifies them in turn takes
-        each from ``_stock_pre``. Where fewer than two workers or programs: nothing."""
+        """Start the verify compiles of the stock policies ``names`` (those not compiled or
+        started yet, one per distinct program) on the session's compile threads, and return:
+        each is traced and lowered here, compiled there, and taken from ``_stock_pre`` by the
+        verify that needs it (which waits for it). The planning thread meanwhile solves and
+        verifies the plan (``_plan_one`` starts the stock policies predicted faster than its
+        first solution before that solution's verify compile). Where fewer than two workers
+        or programs: nothing (each is compiled when verified)."""
         workers = self.compile_workers()
         if workers < 2 or not self.options.verify_compile:
             return
@@ -1089,23 +1098,34 @@ class Planner:
         for name in names:
             if name in self._stock_bytes or name in self._stock_pre or name in todo:
                 continue
-            known = {**self._stock_bytes, **dict.fromkeys(todo, 1)}
+            known = {**self._stock_bytes, **dict.fromkeys([*self._stock_pre, *todo], 1)}
             if self._same_program(name, graph, cost, known) is None:
                 todo.append(name)
-        if len(todo) < 2:
+        if not todo:
             return
         t = time.perf_counter()
+        if self._pool is None:
+            import concurrent.futures
+            import weakref
+
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=workers, thread_name_prefix="planner-compile"
+            )
+            weakref.finalize(self, self._pool.shutdown, wait=False)
         class_names = {c.key: c.name for c in graph.classes}
         programs = []
         for name in todo:
             e = emit(stock_assignment(graph, name), class_names, self.hardware, stock=name)
             programs.append((e.policy, e.policies, e.compiler_options))
-        self._say(f"compiling {len(todo)} stock policies, {workers} at once")
+        self._say(f"compiling {len(todo)} stock policies in the background, {workers} at once")
         with self._scope():
-            done = precompile(self._step, self._args, graph, programs, workers)
-        self._stock_pre.update(zip(todo, done, strict=True))
+            started = precompile(self._step, self._args, graph, programs, self._pool)
+        self._stock_pre.update(zip(todo, started, strict=True))
         self._last_timings.append(
-            (f"compile {len(todo)} stock policies ({workers} at once)", time.perf_counter() - t)
+            (
+                f"lower {len(todo)} stock policies; compiled in the background, {workers} at once",
+                time.perf_counter() - t,
+            )
         )
 
     def _stock_exact(self, name: str) -> bool:
@@ -1255,6 +1275,22 @@ class Planner:
                     candidate, _ = min_peak_assignment(g, cost, opts.solver)
                 sol = None
             timings.append((f"solve (round {round_no + 1})", time.perf_counter() - t))
+            if round_no == 0 and opts.compare_stock and opts.verify_compile:
+                # The stock policies predicted faster than this first plan are compared with
+                # the answer at the end: their compiles start now, beside the plan's.
+                step = evaluate(cost, g, _normalize(g, cost, candidate)).step_s
+                self._prefetch_stock(
+                    [
+                        b.name
+                        for b in evaluate_baselines(g, cost, budget)
+                        if b.applicable
+                        and b.name in STOCK
+                        and b.prediction.step_s < step
+                        and not (STOCK[b.name].offloads and self.hardware.platform == "cpu")
+                    ],
+                    g,
+                    cost,
+                )
             att = self._attempt(tr, g, cost, candidate, budget)
             rounds.append(_round(att, correction, budget, "fit", not_kept))
             graph_used = g

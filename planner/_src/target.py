@@ -985,6 +985,27 @@ def lower(traced):
             raise
 
 
+def at_once(calls: Sequence[Callable[[], Any]], workers: int) -> list[tuple[Any, float]]:
+    """Run ``calls`` (compiles: XLA compiles without holding the GIL) on ``workers`` threads,
+    each in a copy of the caller's context (a deviceless target's scope, a ``ContextVar``,
+    travels with it), and return each call's result with its own wall seconds, in order.
+    Fewer than two workers or calls: one after the other on this thread. A call that raises
+    raises here, after the others have finished."""
+    import concurrent.futures
+    import time
+
+    def timed(call):
+        t = time.perf_counter()
+        return call(), time.perf_counter() - t
+
+    if workers < 2 or len(calls) < 2:
+        return [timed(c) for c in calls]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(contextvars.copy_context().run, timed, c) for c in calls]
+        concurrent.futures.wait(futures)
+    return [f.result() for f in futures]
+
+
 def _foreign_device_error(target: CompilerTarget, e: Exception) -> TargetError:
     return TargetError(
         f"The step names devices of this machine where {target.description} needs its own: "

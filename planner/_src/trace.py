@@ -37,6 +37,7 @@ import dataclasses
 import hashlib
 import math
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -895,6 +896,7 @@ def trace_step(
     backend: str | None = None,
     compiler: str = "",
     hardware=None,
+    workers: int = 1,
 ) -> Trace:
     """Trace ``step_fn(*args)`` and list the candidates of every checkpointed region.
 
@@ -908,7 +910,13 @@ def trace_step(
     deviceless target that is one more compile of the anchor, with XLA:GPU's default Triton
     GEMMs (target.PRICING_COMPILE_OPTIONS). None, or any other backend: no such pricing and
     no extra compile.
+
+    ``workers``: how many of the stage's compiles (the two anchors, the pricing compile, the
+    compiler probes) run at once (target.at_once; 1: one after the other). ``Trace.timings``
+    says where the stage's time went.
     """
+    t_start = time.perf_counter()
+    timings: list[tuple[str, float]] = []
     try:
         traced, bound = adapter.trace_step_with(
             step_fn, args, lambda rid, r: adapter.everything_saveable
@@ -977,24 +985,70 @@ def trace_step(
             "the stacked layer parameters the scan runs over)."
         )
 
+    timings.append(("trace the step", time.perf_counter() - t_start))
+
     # The anchor: every region fully rematerialized, compiled. Region ids follow bind order,
-    # so the anchor trace's ids match this trace's.
+    # so the anchor trace's ids match this trace's. The second anchor is the
+    # everything-saveable program traced above: compiled as is. Both are lowered here (the
+    # planner's policies are bound per thread) and compiled at once with the compiles that
+    # do not need them (target.at_once).
     from jax.ad_checkpoint import checkpoint_policies as cp
 
-    anchor_lowered: list = []
-    anchor_jaxpr, compiled = compile_with(
+    t = time.perf_counter()
+    anchor_jaxpr, anchor_lowered, _ = lower_with(
         step_fn,
         args,
         lambda rid, r: cp.nothing_saveable,
         which="the second trace (the full-remat anchor, after a first trace that worked)",
-        lowered_out=anchor_lowered,
     )
+    saved_lowered = targets.lower(traced)
+    timings.append(("lower the two anchors", time.perf_counter() - t))
+    in_scan = {
+        br.region_id: (_scan_context(step_jaxpr, br.region_id) or (False, 1))[0]
+        for br in bound
+        if br.region_id in mult
+    }
+    # Deviceless, the scanned regions' recompute is priced from a second compile of the
+    # full-remat anchor with Triton GEMMs on (a live GPU's anchor is the device's program).
+    pricing = (
+        targets.pricing_compile_options()
+        if _prices_hlo(hardware, backend) and any(in_scan.values())
+        else None
+    )
+    # Regions outside lax.scan: two facts of the compiler, probed once per compiler and JAX.
+    outside = not all(in_scan.values())
+    name = compiler or backend or ""
+
+    def full_remat():
+        c = targets.compile_lowered(anchor_lowered)
+        # Again in the same job, not at once: two compiles of one lowered program at once
+        # would share its MLIR module between threads.
+        return c, (None if pricing is None else targets.compile_lowered(anchor_lowered, pricing))
+
+    full = "compile the full-remat anchor" + (
+        "" if pricing is None else " (twice: then with Triton GEMMs on, for recompute prices)"
+    )
+    saved = "compile the save-everything anchor"
+    jobs: dict[str, Callable[[], Any]] = {
+        full: full_remat,
+        saved: lambda: targets.compile_lowered(saved_lowered),
+    }
+    if outside:
+        jobs["compiler probe: twice-held re-reads"] = lambda: holds_rereads_twice(name)
+        jobs["compiler probe: hoisted recompute"] = lambda: hoists_recompute(name)
+    t = time.perf_counter()
+    done = dict(zip(jobs, targets.at_once(list(jobs.values()), workers), strict=True))
+    wall = time.perf_counter() - t
+    timings += [(what, s) for what, (_, s) in done.items()]
+    if workers > 1 and len(jobs) > 1:
+        timings.append((f"the {len(jobs)} jobs above, {min(workers, len(jobs))} at once", wall))
+    t = time.perf_counter()
+    compiled, compiled_pricing = done[full][0]
     anchor_text = compiled.as_text() or ""
     anchor = compiled_figures(
         compiled, anchor_jaxpr, anchor_text, backend=backend, compiler=compiler
     )
-    # The second anchor is the everything-saveable program traced above: compile it as is.
-    compiled_saved = targets.compile_lowered(targets.lower(traced))
+    compiled_saved = done[saved][0]
     saved_text = compiled_saved.as_text() or ""
     anchor_saved = compiled_figures(
         compiled_saved, step_jaxpr, saved_text, backend=backend, compiler=compiler
@@ -1058,26 +1112,19 @@ def trace_step(
         and index.num_partitions == 1
         and any(r.in_scan for r in sites)
     ):
-        options = targets.pricing_compile_options()
-        # A live GPU's anchor is the device's program; deviceless, the anchor above was
-        # compiled for the memory figures (Triton GEMMs off): compile it once more.
-        text = (
-            anchor_text
-            if options is None
-            else (targets.compile_lowered(anchor_lowered[0], options).as_text() or "")
-        )
+        text = anchor_text if compiled_pricing is None else (compiled_pricing.as_text() or "")
         prices = hlo_recompute_prices(text, hardware, sites)
         if any(p is not None for p in prices):
             sites = [dataclasses.replace(r, hlo_recompute_s=p) for r, p in zip(sites, prices)]
             priced_with = hardware.name
             priced_from = (compiler or backend or "XLA:GPU") + (
-                ", Triton GEMMs on" if options else ""
+                "" if compiled_pricing is None else ", Triton GEMMs on"
             )
     regions = tuple(sites) if split_call_sites else merge_regions(sites)
     arg_bytes = sum(_shard_nbytes(x) for x in jax.tree.leaves(args))
-    outside = any(not r.in_scan for r in regions)
-    twice = outside and holds_rereads_twice(compiler or backend or "")
-    hoists = outside and hoists_recompute(compiler or backend or "")
+    twice = bool(outside and done["compiler probe: twice-held re-reads"][0])
+    hoists = bool(outside and done["compiler probe: hoisted recompute"][0])
+    timings.append(("candidates, HLO matching and prices", time.perf_counter() - t))
     return Trace(
         regions=regions,
         anchor=anchor,
@@ -1094,6 +1141,7 @@ def trace_step(
         hoists_recompute=hoists,
         hlo_priced_with=priced_with,
         hlo_priced_from=priced_from,
+        timings=tuple(timings),
     )
 
 

@@ -215,6 +215,10 @@ class Trace:
     # no region was priced from HLO (cost.py then prices every recompute from the library).
     hlo_priced_with: str = ""
     hlo_priced_from: str = ""
+    # Where the stage's time went: (what, wall seconds) in order; compiles run at once
+    # (trace_step's ``workers``) each give their own seconds, then one line with the wall
+    # time of all of them together.
+    timings: tuple[tuple[str, float], ...] = ()
 
 
 # ------------------------------------------------------------------------------ stage 2: graph

@@ -201,7 +201,7 @@ def verify(
     compiler: str = "",
     compiled_out: list | None = None,
     schedule_exposure: bool = True,
-    precompiled: Precompiled | None = None,
+    precompiled: Any = None,
 ) -> tuple[Verification, tuple[str, ...]]:
     """Check a plan at the three levels of the module docstring.
 
@@ -214,8 +214,9 @@ def verify(
     52.97 GB usable) and ran out of memory at their budgets.
 
     ``compiled_out``, when given, receives the compiled program (the numerics check runs it).
-    ``precompiled``: the program :func:`precompile` already compiled for this policy and
-    these flags (compiled concurrently with others); it is used instead of compiling again.
+    ``precompiled``: the program :func:`precompile` compiled for this policy and these
+    flags (a :class:`Precompiled`, or the ``Future`` of one, waited for here); it is used
+    instead of compiling again.
     ``schedule_exposure``: on an XLA:GPU backend, for a plan whose compile has async host
     copies, also read the exposed copy time from the compiled schedule
     (:func:`schedule_exposure_of`; ``Verification.schedule``).
@@ -228,6 +229,8 @@ def verify(
     bound: list = []
     lowered: list = []  # the verify compile's lowered program (the schedule compiles it again)
     if compile and precompiled is not None:
+        if not isinstance(precompiled, Precompiled):  # a Future of precompile's
+            precompiled = precompiled.result()
         step_jaxpr, compiled = precompiled.step_jaxpr, precompiled.compiled
         bound = list(precompiled.bound)
         lowered.append(precompiled.lowered)
@@ -419,33 +422,38 @@ def precompile(
     args: Sequence[Any],
     graph: LivenessGraph,
     programs: Sequence[tuple[Any, tuple, Sequence[tuple[str, Any]]]],
-    workers: int,
-) -> list[Precompiled]:
-    """Compile several policies' programs of the step at once: ``programs`` are ``(policy,
-    policies, compiler_options)`` as :func:`verify` takes them. Each is traced and lowered
-    on this thread (the planner's policies are bound per thread, and the user's step is
-    traced only here), then the compiles run on ``workers`` threads (XLA compiles without
-    the GIL; on the H200 the four stock-policy verify compiles of a budget were 12.7 of its
-    22.1 s, sequentially: benchmarks/results/h200-2026-12-05-zoo.md). The caller's context
-    (a deviceless target's scope) is copied into each compile."""
-    import concurrent.futures
+    pool,
+) -> list:
+    """Compile several policies' programs of the step on the threads of ``pool`` (a
+    ``concurrent.futures.Executor``): ``programs`` are ``(policy, policies,
+    compiler_options)`` as :func:`verify` takes them. Each is traced and lowered on this
+    thread (the planner's policies are bound per thread, and the user's step is traced only
+    here); the compiles are submitted, each in a copy of the caller's context (a deviceless
+    target's scope), and this returns at once: one ``Future`` of a :class:`Precompiled` per
+    program, in order (XLA compiles without the GIL; on the H200 the four stock-policy verify
+    compiles of a budget were 12.7 of its 22.1 s, one after the other:
+    benchmarks/results/h200-2026-12-05-zoo.md)."""
     import contextvars
 
-    lowered = []
+    def compile_one(step_jaxpr, low, bound, options):
+        compiled = targets.compile_lowered(low, options)
+        return Precompiled(step_jaxpr=step_jaxpr, lowered=low, compiled=compiled, bound=bound)
+
+    futures = []
     for policy, policies, options in programs:
         make = policy_maker(graph, policy, policies)
         step_jaxpr, low, bound = lower_with(step_fn, args, make)
-        lowered.append((step_jaxpr, low, tuple(bound), dict(options)))
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = [
-            pool.submit(contextvars.copy_context().run, targets.compile_lowered, low, options)
-            for _, low, _, options in lowered
-        ]
-        compiled = [f.result() for f in futures]
-    return [
-        Precompiled(step_jaxpr=j, lowered=low, compiled=c, bound=b)
-        for (j, low, b, _), c in zip(lowered, compiled, strict=True)
-    ]
+        futures.append(
+            pool.submit(
+                contextvars.copy_context().run,
+                compile_one,
+                step_jaxpr,
+                low,
+                tuple(bound),
+                dict(options),
+            )
+        )
+    return futures
 
 
 def schedule_exposure_of(
