@@ -213,13 +213,20 @@ def _frame_table(lines: list[str]) -> dict[int, tuple[str, int]]:
     return out
 
 
+def num_partitions(text: str) -> int:
+    """``num_partitions=N`` of a compiled module's text (its header's; 1 where absent)."""
+    text = text or ""
+    head = next((ln for ln in text.splitlines() if ln.startswith("HloModule")), "")
+    m = re.search(r"num_partitions=(\d+)", head) or re.search(r"num_partitions=(\d+)", text)
+    return int(m.group(1)) if m else 1
+
+
 def parse(text: str) -> Module:
     """Parse ``compiled.as_text()`` (see the module docstring for what is read)."""
     text = text or ""
     lines = text.splitlines()
     head = next((ln for ln in lines if ln.startswith("HloModule")), "")
-    m = re.search(r"num_partitions=(\d+)", head) or re.search(r"num_partitions=(\d+)", text)
-    parts = int(m.group(1)) if m else 1
+    parts = num_partitions(text)
     frames = _frame_table(lines)
     out: list[Instruction] = []
     computation, entry = "", ""

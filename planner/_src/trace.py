@@ -1022,8 +1022,12 @@ def trace_step(
     def full_remat():
         c = targets.compile_lowered(anchor_lowered)
         # Again in the same job, not at once: two compiles of one lowered program at once
-        # would share its MLIR module between threads.
-        return c, (None if pricing is None else targets.compile_lowered(anchor_lowered, pricing))
+        # would share its MLIR module between threads. Single device only: a partitioned
+        # program's HLO shapes are per device, the candidates' global, so its prices would
+        # match nothing by size.
+        if pricing is None or hlo.num_partitions(c.as_text() or "") != 1:
+            return c, None
+        return c, targets.compile_lowered(anchor_lowered, pricing)
 
     full = "compile the full-remat anchor" + (
         "" if pricing is None else " (twice: then with Triton GEMMs on, for recompute prices)"
