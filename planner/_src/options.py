@@ -82,10 +82,13 @@ class PlanOptions:
         (``plan.verification.schedule``; the report shows it beside the model's). On a
         deviceless target this compiles the plan once more, with Triton GEMMs on (the
         device's GEMM emitter: the verify compile keeps them off for its memory figures).
-      parallel_compiles: how many of the stock policies' verify compiles run at once (traced
-        one after another, compiled on threads). None (default): a quarter of the machine's
-        cores, at most 4 (4 on a 16-core GPU host, none on a 2-core machine); 0 or 1: one
-        at a time.
+      parallel_compiles: how many compiles run at once on the session's compile threads:
+        the trace stage's two anchors and compiler probes, and the stock policies' verify
+        compiles, which start after the first solve (those predicted faster than it) and
+        run beside the plan's own verify compiles (each traced on the planning thread,
+        compiled on a thread). None (default): a quarter of the machine's cores, at most 4
+        (4 on a 16-core GPU host, none on a 2-core machine); 0 or 1: one at a time, each
+        when it is needed.
     """
 
     allow_offload: bool | None = None
