@@ -328,6 +328,7 @@ def run_plan_worker(job: dict) -> dict:
         hardware=job["hardware"],
         solver_time_limit_s=20,
         parallel_compiles=job.get("parallel_compiles"),
+        autotune_cache_dir=job.get("autotune_cache_dir"),
     )
     trace_s = time.perf_counter() - t
     plans, plan_s = [], []
@@ -767,6 +768,7 @@ def plan_here(args):
             "budgets": budgets,
             "hardware": args.hardware,
             "parallel_compiles": args.parallel_compiles,
+            "autotune_cache_dir": args.autotune_cache,
         }
     )
     res["config"], res["model"], res["planned_on"] = bench, args.model, _machine()
@@ -958,6 +960,12 @@ def main():
         default=None,
         help="PlanOptions.parallel_compiles (default: the planner's, a quarter of the cores, "
         "at most 4; 0: one compile at a time)",
+    )
+    h.add_argument(
+        "--autotune-cache",
+        default=None,
+        help="PlanOptions.autotune_cache_dir: XLA's autotune results kept in this directory "
+        "for later processes",
     )
     r = sub.add_parser("replay", help="run saved plans capped and the stock policies")
     r.add_argument("--plans", required=True)

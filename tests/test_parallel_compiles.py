@@ -84,3 +84,84 @@ def test_concurrent_compiles_run_in_the_deviceless_target_scope():
         assert (len(s._stock_pre) == 2) == (workers == 2)
         got[workers] = [s._stock_fit_bytes(n, s.trace, s.graph, cost) for n in names]
     assert got[2] == got[0] and all(b and b > s.trace.anchor.device_bytes for b in got[0]), got
+
+
+class _Lowered:
+    """Stands for a jax ``Lowered``: records the compiler options of each compile."""
+
+    def __init__(self):
+        self.options = []
+
+    def compile(self, compiler_options=None):
+        self.options.append(compiler_options)
+        return object()
+
+
+def test_autotune_cache_dir_reaches_live_gpu_compiles_on_every_thread(monkeypatch, tmp_path):
+    """Within target.autotune_cache, a compile for a live GPU (this machine's backend is
+    "gpu") gets XLA's per-fusion autotune cache directory, created, on the calling thread
+    and on the threads of at_once; a flag the caller passes wins; outside it, and for this
+    CPU's own compiles, nothing is added."""
+    import jax
+
+    from planner._src import target as T
+
+    low = _Lowered()
+    d = tmp_path / "xla-autotune"
+    T.compile_lowered(low)
+    with T.autotune_cache(str(d)):
+        T.compile_lowered(low)  # this CPU: no autotuner, nothing added
+        monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+        T.compile_lowered(low, {"xla_gpu_autotune_level": 4})
+        T.at_once([lambda: T.compile_lowered(low), lambda: T.compile_lowered(low)], 2)
+        T.compile_lowered(low, {T.AUTOTUNE_CACHE_FLAG: "/elsewhere"})
+    T.compile_lowered(low)
+    flag = T.AUTOTUNE_CACHE_FLAG
+    assert low.options == [
+        None,
+        None,
+        {"xla_gpu_autotune_level": 4, flag: str(d)},
+        {flag: str(d)},
+        {flag: str(d)},
+        {flag: "/elsewhere"},
+        None,
+    ]
+    assert d.is_dir()
+
+
+def test_the_session_compiles_inside_its_autotune_cache(monkeypatch, tmp_path):
+    """Every compile of a session with ``autotune_cache_dir`` (the anchors, the plan's verify
+    compiles, the stock policies' on the compile threads) runs where the directory is in
+    force."""
+    from planner._src import target as T
+
+    seen = []
+    real = T.compile_lowered
+
+    def spy(lowered, options=None):
+        seen.append(T._autotune_cache.get())
+        return real(lowered, options)
+
+    monkeypatch.setattr(T, "compile_lowered", spy)
+    step, args = llama.make_train_step(llama.LlamaConfig(n_layers=2))
+    d = str(tmp_path / "at")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", planner.PlanWarning)
+        s = planner.Planner(
+            step,
+            *args,
+            hardware="cpu",
+            parallel_compiles=2,
+            check_numerics=False,
+            autotune_cache_dir=d,
+        )
+        lo, hi = s.trace.anchor.device_bytes, s.trace.anchor_saved.device_bytes
+        plan = s.plan((lo + 0.1 * (hi - lo)) / 1e9)
+    assert any(n.endswith("in the background, 2 at once") for n, _ in plan.timings)
+    assert len(seen) >= 5 and set(seen) == {d}, seen
+
+
+@pytest.mark.parametrize("bad", [3, True, ["/tmp"]])
+def test_autotune_cache_dir_is_validated(bad):
+    with pytest.raises(planner.InvalidArgumentError, match="autotune_cache_dir"):
+        planner.PlanOptions(autotune_cache_dir=bad)

@@ -635,10 +635,11 @@ class Planner:
         }
 
     def _scope(self):
-        """Where traces and compiles run: the target's scope for a deviceless compile."""
+        """Where traces and compiles run: the target's scope for a deviceless compile; on
+        this machine's compiler, XLA's autotune cache directory where one is given."""
         if self.compiler.kind == "deviceless":
             return targets.target_scope(self.compiler)
-        return contextlib.nullcontext()
+        return targets.autotune_cache(self.options.autotune_cache_dir)
 
     # ------------------------------------- for stages that plan with a session (state_plan.py)
 

@@ -1055,17 +1055,50 @@ def pricing_compile_options() -> dict[str, Any] | None:
     return dict(PRICING_COMPILE_OPTIONS) if _active.get() is not None else None
 
 
+# XLA:GPU's per-fusion autotune cache on disk (PlanOptions.autotune_cache_dir): the first
+# compile of a step on a live GPU spends most of its time in the autotuner (H200, the 8-layer
+# loop Llama: 29.1 s, 4.6 s with Triton GEMMs off), which XLA keeps for the process only.
+# With this directory a later process reads the results: the same first compile took 2.3 s,
+# its memory figures equal (benchmarks/results/planning-time-2026-12-05.md).
+AUTOTUNE_CACHE_FLAG = "xla_gpu_per_fusion_autotune_cache_dir"
+_autotune_cache: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "planner_autotune_cache", default=None
+)
+
+
+@contextlib.contextmanager
+def autotune_cache(path: str | None) -> Iterator[None]:
+    """Within this context (and the compile threads started from it: ``at_once`` and the
+    session's pool copy the context), live-GPU compiles of :func:`compile_lowered` read and
+    write XLA's autotune results in ``path`` (created at the first such compile). None:
+    nothing changes. (JAX's persistent compilation cache, where enabled, already points XLA
+    at ``<its directory>/xla_gpu_per_fusion_autotune_cache_dir``:
+    ``jax_persistent_cache_enable_xla_caches``.)"""
+    if path is None:
+        yield
+        return
+    token = _autotune_cache.set(str(Path(path).expanduser()))
+    try:
+        yield
+    finally:
+        _autotune_cache.reset(token)
+
+
 def compile_lowered(lowered, compiler_options: dict[str, Any] | None = None):
     """``lowered.compile(compiler_options)``; for a deviceless target in scope, an XLA:GPU
     compile that calls the CUDA runtime (which needs a GPU) raises :class:`TargetError`
     saying so, instead of XLA's raw ``cudaErrorInvalidDevice``. On a live GPU, a compile
     whose autotuner ran out of device memory (the program does not fit the free HBM) is
     compiled again without autotuning, with a warning: its bytes are the compiler's, its
-    kernels XLA's defaults (as in a deviceless compile)."""
+    kernels XLA's defaults (as in a deviceless compile). Within :func:`autotune_cache`, a
+    live-GPU compile keeps its autotune results in that directory."""
     scope = _active.get()
     options = dict(compiler_options or {})
     if scope is not None:  # deviceless: see DEVICELESS_COMPILE_OPTIONS (the caller's win)
         options = {**DEVICELESS_COMPILE_OPTIONS, **options}
+    elif _autotune_cache.get() is not None and jax.default_backend() == "gpu":
+        Path(_autotune_cache.get()).mkdir(parents=True, exist_ok=True)
+        options.setdefault(AUTOTUNE_CACHE_FLAG, _autotune_cache.get())
     try:
         return lowered.compile(compiler_options=options or None)
     except RuntimeError as e:  # jax.errors.JaxRuntimeError is one
