@@ -35,7 +35,6 @@ What a session guarantees, by construction (the compiler is the judge):
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
