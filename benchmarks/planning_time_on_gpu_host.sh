@@ -41,5 +41,5 @@ for mode in $modes; do
     --hardware h200 --budgets 18.54 --config "$cfg" "${extra[@]}" > "$out/run$n-$mode.log" 2>&1
   rc=$?
   t1=$(date +%s.%N)
-  echo "run $n mode $mode rc $rc process_s $(echo "$t1 - $t0" | bc)" | tee -a "$out/runs.txt"
+  echo "run $n mode $mode rc $rc process_s $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}")" | tee -a "$out/runs.txt"
 done

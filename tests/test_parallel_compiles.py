@@ -21,7 +21,17 @@ def _session(workers):
         )
 
 
-def test_concurrent_stock_compiles_give_the_same_answer():
+def test_concurrent_stock_compiles_give_the_same_answer(monkeypatch):
+    from planner._src import session as S
+
+    batches = []  # the programs of each precompile call, in order
+
+    def spy(step, args, graph, programs, pool):
+        batches.append(len(programs))
+        return real(step, args, graph, programs, pool)
+
+    real = S.precompile
+    monkeypatch.setattr(S, "precompile", spy)
     one, many = _session(0), _session(3)
     assert one.compile_workers() == 0 and many.compile_workers() == 3
     lo, hi = one.trace.anchor.device_bytes, one.trace.anchor_saved.device_bytes
@@ -39,6 +49,9 @@ def test_concurrent_stock_compiles_give_the_same_answer():
     assert started and started[0] < names.index("verify (plan)"), names
     assert sum(n.startswith("verify (stock ") for n in names) >= 2, names
     assert not any("at once" in n for n, _ in a.timings)
+    # The plan's first verify compile started before the stock policies were lowered: one
+    # program, then the stock batch (the one-at-a-time session started none).
+    assert batches[:1] == [1] and len(batches) >= 2 and batches[1] >= 2, batches
     # The trace stage compiled both anchors at once (and says so), one after the other in a.
     parts = [n for n, _ in many.trace.timings]
     assert "compile the full-remat anchor" in parts and "the 2 jobs above, 2 at once" in parts
@@ -165,3 +178,30 @@ def test_the_session_compiles_inside_its_autotune_cache(monkeypatch, tmp_path):
 def test_autotune_cache_dir_is_validated(bad):
     with pytest.raises(planner.InvalidArgumentError, match="autotune_cache_dir"):
         planner.PlanOptions(autotune_cache_dir=bad)
+
+
+def test_compiler_probes_compile_without_autotuning_on_a_live_gpu(monkeypatch):
+    """The compiler probes (trace.holds_rereads_twice, trace.hoists_recompute) compare
+    temporary bytes that differ by one tensor: on a live GPU they compile with the autotuner
+    off and cuBLAS matmuls (target.PROBE_COMPILE_OPTIONS: no timing decides their kernels,
+    so no timing decides the answer); this CPU's and a deviceless target's compiles get
+    nothing more (a deviceless target adds its own options)."""
+    import jax
+
+    from planner._src import target as T
+    from planner._src import trace as TR
+
+    seen = []
+
+    def record(lowered, options=None):
+        seen.append(dict(options or {}))
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(T, "compile_lowered", record)
+    with pytest.raises(RuntimeError, match="stop here"):
+        TR._probe_temp_bytes(TR._nothing_saveable, layers=2)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    with pytest.raises(RuntimeError, match="stop here"):
+        TR._probe_temp_bytes(TR._nothing_saveable, layers=2)
+    assert seen == [{}, {"xla_gpu_autotune_level": 0, "xla_gpu_enable_triton_gemm": False}]
+    assert T.PROBE_COMPILE_OPTIONS == {**T.AUTOTUNE_OFF, **T.DEVICELESS_COMPILE_OPTIONS}

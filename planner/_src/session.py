@@ -867,9 +867,19 @@ class Planner:
     # -------------------------------------------------------------------- one budget
 
     def _attempt(
-        self, tr, graph, cost, assignment, budget, *, stock: str | None = None, label: str = ""
+        self,
+        tr,
+        graph,
+        cost,
+        assignment,
+        budget,
+        *,
+        stock: str | None = None,
+        label: str = "",
+        precompiled=None,
     ) -> _Attempt:
-        """Emit ``assignment`` (or the stock policy ``stock``) and verify it."""
+        """Emit ``assignment`` (or the stock policy ``stock``) and verify it (``precompiled``:
+        its compile, started by :meth:`_start_plan_compile`)."""
         if stock is None:
             assignment = _normalize(graph, cost, assignment)
         pred = evaluate(cost, graph, assignment)
@@ -897,7 +907,7 @@ class Planner:
                 compiler=self.compiler.description,
                 compiled_out=compiled,
                 schedule_exposure=self.options.schedule_exposure,
-                precompiled=self._stock_pre.pop(stock, None) if stock else None,
+                precompiled=self._stock_pre.pop(stock, None) if stock else precompiled,
             )
         self._last_timings.append((f"verify ({label or 'plan'})", time.perf_counter() - t))
         return _Attempt(assignment, pred, emitted, ver, not_kept, compiled[0] if compiled else None)
@@ -1088,6 +1098,40 @@ class Planner:
         n = self.options.parallel_compiles
         return min(4, (os.cpu_count() or 1) // 4) if n is None else n
 
+    def _compile_pool(self, workers: int):
+        """The session's compile threads (``workers`` of them), started at first use."""
+        if self._pool is None:
+            import concurrent.futures
+            import weakref
+
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=workers, thread_name_prefix="planner-compile"
+            )
+            weakref.finalize(self, self._pool.shutdown, wait=False)
+        return self._pool
+
+    def _start_plan_compile(self, graph, cost, assignment):
+        """Start the verify compile of the plan ``assignment`` on the compile threads and
+        return its ``Future`` (None with fewer than two workers): the planning thread lowers
+        the stock policies meanwhile. On the H200 (2026-12-05, the 8-layer loop Llama) that
+        lowering took 2.6-5.4 s on the planning thread before the plan's verify compile
+        started (benchmarks/results/planning-time-2026-12-05b.md)."""
+        workers = self.compile_workers()
+        if workers < 2 or not self.options.verify_compile:
+            return None
+        assignment = _normalize(graph, cost, assignment)
+        class_names = {c.key: c.name for c in graph.classes}
+        e = emit(assignment, class_names, self.hardware)
+        with self._scope():
+            (started,) = precompile(
+                self._step,
+                self._args,
+                graph,
+                [(e.policy, e.policies, e.compiler_options)],
+                self._compile_pool(workers),
+            )
+        return started
+
     def _prefetch_stock(self, names, graph, cost) -> None:
         """Start the verify compiles of the stock policies ``names`` (those not compiled or
         started yet, one per distinct program) on the session's compile threads, and return:
@@ -1109,14 +1153,7 @@ class Planner:
         if not todo:
             return
         t = time.perf_counter()
-        if self._pool is None:
-            import concurrent.futures
-            import weakref
-
-            self._pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=workers, thread_name_prefix="planner-compile"
-            )
-            weakref.finalize(self, self._pool.shutdown, wait=False)
+        pool = self._compile_pool(workers)
         class_names = {c.key: c.name for c in graph.classes}
         programs = []
         for name in todo:
@@ -1124,7 +1161,7 @@ class Planner:
             programs.append((e.policy, e.policies, e.compiler_options))
         self._say(f"compiling {len(todo)} stock policies in the background, {workers} at once")
         with self._scope():
-            started = precompile(self._step, self._args, graph, programs, self._pool)
+            started = precompile(self._step, self._args, graph, programs, pool)
         self._stock_pre.update(zip(todo, started, strict=True))
         self._last_timings.append(
             (
@@ -1280,7 +1317,9 @@ class Planner:
                     candidate, _ = min_peak_assignment(g, cost, opts.solver)
                 sol = None
             timings.append((f"solve (round {round_no + 1})", time.perf_counter() - t))
+            plan_pre = None
             if round_no == 0 and opts.compare_stock and opts.verify_compile:
+                plan_pre = self._start_plan_compile(g, cost, candidate)
                 # The stock policies predicted faster than this first plan are compared with
                 # the answer at the end: their compiles start now, beside the plan's. Within
                 # PREFETCH_MARGIN of it too: a correction of the fit rounds makes the later
@@ -1303,7 +1342,7 @@ class Planner:
                     g,
                     cost,
                 )
-            att = self._attempt(tr, g, cost, candidate, budget)
+            att = self._attempt(tr, g, cost, candidate, budget, precompiled=plan_pre)
             rounds.append(_round(att, correction, budget, "fit", not_kept))
             graph_used = g
             if att.not_kept and not set(att.not_kept) <= not_kept:

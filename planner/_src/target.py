@@ -1084,6 +1084,27 @@ def autotune_cache(path: str | None) -> Iterator[None]:
         _autotune_cache.reset(token)
 
 
+# The compiler probes (trace.holds_rereads_twice, trace.hoists_recompute) read the structure of
+# XLA's buffer assignment from the temporary bytes of a few small programs, differences of one
+# 16.8 MB tensor. On a live GPU the autotuner picks each matmul's kernel by timing it, and a
+# Triton GEMM fusion can take the tanh into its epilogue where cuBLAS cannot: the bytes, and so
+# the answer, can then depend on timing noise (the probes compile beside the anchors, four at
+# once on one GPU). On the H200 (2026-12-05, planning-time-2026-12-05b.md) one of four runs of
+# the same step gave a memory model that put full remat at 52.0 GB (compiled: 17.06 GB) and
+# returned full remat; the other three 17.85 GB. The probes compile as a deviceless target
+# does: no autotuning, cuBLAS matmuls (deterministic kernels; also no waiting for the GPU
+# the anchors' autotuning holds).
+PROBE_COMPILE_OPTIONS = {**AUTOTUNE_OFF, **DEVICELESS_COMPILE_OPTIONS}
+
+
+def probe_compile_options() -> dict[str, Any]:
+    """XLA options for a compiler probe's compile: :data:`PROBE_COMPILE_OPTIONS` on a live
+    GPU, none elsewhere (a deviceless target adds its own; XLA:CPU does not autotune)."""
+    if _active.get() is None and jax.default_backend() == "gpu":
+        return dict(PROBE_COMPILE_OPTIONS)
+    return {}
+
+
 def compile_lowered(lowered, compiler_options: dict[str, Any] | None = None):
     """``lowered.compile(compiler_options)``; for a deviceless target in scope, an XLA:GPU
     compile that calls the CUDA runtime (which needs a GPU) raises :class:`TargetError`

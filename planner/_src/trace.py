@@ -1282,8 +1282,8 @@ def _probe_temp_bytes(policy, layers: int = 4) -> int:
     if target is not None:  # a deviceless compile: the arguments on the target's device
         args = targets.args_for(target, args)
     traced = jax.jit(jax.grad(loss)).trace(*args)
-    m = targets.compile_lowered(targets.lower(traced)).memory_analysis()
-    return int(m.temp_size_in_bytes)
+    compiled = targets.compile_lowered(targets.lower(traced), targets.probe_compile_options())
+    return int(compiled.memory_analysis().temp_size_in_bytes)
 
 
 def _nothing_saveable(*_, **__) -> bool:
