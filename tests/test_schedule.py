@@ -478,3 +478,54 @@ def test_verify_carries_the_schedule_figure_for_an_offloading_plan():
     assert x.d2h_copy_s == pytest.approx(L * cm.transfer_seconds(layer_input, HW, "d2h"))
     assert x.model_d2h_exposed_s > 0 and x.model_h2d_exposed_s > 0  # (the model offloads too)
     assert x.step_s == pytest.approx(pred.step_s - x.model_h2d_exposed_s + x.h2d_exposed_s)
+
+
+def test_the_predicted_streams_are_xlas_in_a_deviceless_h200_compile(tmp_path):
+    """The stream of every async start, predicted from the compiled text, equals the one XLA
+    wrote in its thunk sequence (``xla_dump_to``): the forward loop's store and the backward
+    loop's reload and weight-slice copies, one round-robin over both loops (jaxlib 0.11) or
+    with the host copies on their dedicated streams (0.12)."""
+    tgt = _h200()
+    compiled = T.compile_traced(
+        tgt, _step, T.args_for(tgt, _args()), {"xla_dump_to": str(tmp_path)}
+    ).compiled
+    dumped = streams.read_module(tmp_path, "_step").assignment(4)
+    module = hlo.parse(compiled.as_text())
+    mode = schedule.host_streams_of(T._jaxlib_version())
+    predicted = schedule.stream_assignment(module, 4, host_streams=mode)
+    assert len(dumped) >= 3  # the store, the reload and at least one weight slice
+    assert predicted == dumped
+    # Read from the dump, the replay takes it as its deal: the same windows.
+    a = schedule.read_windows(module, HW, host_streams=mode)
+    b = schedule.read_windows(module, HW, assignment=dumped)
+    assert [c.exposed_s for c in a.copies] == [c.exposed_s for c in b.copies]
+
+
+def test_streams_read_from_a_dumps_thunk_sequence(tmp_path):
+    """planner/_src/streams.py joins the thunk sequence's stream labels with the metadata's
+    instruction names (lines as XLA:GPU of jaxlib 0.11.2 / 0.12.0.1 writes them)."""
+    (tmp_path / "module_0001.jit_f.thunk_sequence.txt").write_text(
+        "004: kWhile        [prev=003 (1) | next=016 (1)]\n"
+        "  body:\n"
+        "    006: kAsyncStart   [source | next=013 (4)] stream=memcpy_d2h_stream, async_id=6\n"
+        "    022: kAsyncStart   [source | next=034 (6)] stream=computation_stream[2], async_id=22\n"
+        "    032: kAsyncDone    [source | sink] async_id=22\n"
+    )
+    (tmp_path / "module_0001.jit_f.thunk_metadata.txt").write_text(
+        'thunk_metadata {\n  thunk_info {\n    profile_annotation: "dynamic-update-slice-start.1"\n'
+        '    thunk_id: 6\n  }\n  thunk_kind: "kAsyncStart"\n}\n'
+        'thunk_metadata {\n  thunk_info {\n    profile_annotation: "fusion-start"\n'
+        '    thunk_id: 22\n  }\n  thunk_kind: "kAsyncStart"\n}\n'
+    )
+    (got,) = streams.read_dump(tmp_path)
+    assert got.module == "module_0001.jit_f"
+    assert got.labels() == {
+        "dynamic-update-slice-start.1": "memcpy_d2h_stream",
+        "fusion-start": "computation_stream[2]",
+    }
+    assert got.assignment(4) == {"dynamic-update-slice-start.1": 4, "fusion-start": 2}
+    assert streams.read_module(tmp_path) == got
+    with pytest.raises(ValueError, match="unknown stream label"):
+        streams.stream_index("memcpy_d2d_stream")
+    with pytest.raises(FileNotFoundError, match="xla_dump_to"):
+        streams.read_dump(tmp_path / "none")
