@@ -26,16 +26,26 @@ The copy streams (``streams=4``, the default). On the H200 (traces of
 benchmarks/results/h200-2026-12-04-exposure-b/, read in schedule-exposure-2026-12-05.md) XLA:GPU
 runs every asynchronous copy -- the host copies *and* the device-to-device loop-slice copies
 (``fusion-start`` of a fusion that only slices or updates a scan's stacked operand) -- on four
-copy streams, each async start on one stream for the whole run (XLA's
-``ExecutionStreamAssignment``: round-robin over the async starts of a computation in the order
-of its instruction list). A stream runs its copies in issue order, so a 0.01 ms weight slice
-issued behind a 5.5 ms store on the same stream waits for the store, and the compute waits at
-the slice's done: that, not the store's own done, is where a store is exposed. Copies of one
-direction over the host link never overlapped in those traces (48-55 GB/s each, one at a
-time): one link per direction. The replay therefore gives every async start a stream
-(round-robin over the computation's async starts in ``stream_order``: ``"post"``, the
-post-order of its instructions, the order XLA's instruction list follows after the passes that
-create the starts; or ``"schedule"``), starts a copy when its stream, and for a host copy its
+copy streams, each async start on one stream for the whole run. A stream runs its copies in
+issue order, so a 0.01 ms weight slice issued behind a 5.5 ms store on the same stream waits
+for the store, and the compute waits at the slice's done: that, not the store's own done, is
+where a store is exposed. Copies of one direction over the host link never overlapped in those
+traces (48-55 GB/s each, one at a time): one link per direction.
+
+Which start gets which stream is XLA's ``ExecutionStreamAssignment``
+(execution_stream_assignment.cc), reproduced by :func:`stream_assignment`: the computations
+breadth-first from ENTRY, each in ``MakeInstructionPostOrder`` order (:func:`post_order`:
+control predecessors before operands), every async start the next compute stream, round-robin
+with *one counter for the module*. It matched the streams XLA dumps (``xla_dump_to``'s thunk
+sequence, read by planner/_src/streams.py) in 52 of 52 loop bodies of the H200 programs, where
+the deal before 2026-12-05 (operands first, the counter restarted per computation) put the
+same starts together in 16 (schedule-streams-2026-12-05.md). From jaxlib 0.12 XLA runs the
+host copies on one dedicated stream per direction instead (``host_streams="memcpy"``;
+:func:`host_streams_of`).
+
+The replay therefore gives every async start its stream (``stream_order="post"``: XLA's deal;
+``"schedule"``: the same deal in the text's order; ``"mean"``: averaged over random deals; or
+an ``assignment`` read from a dump), starts a copy when its stream, and for a host copy its
 link, are free, runs the loop body trip after trip with the streams' and links' state carried
 over, and counts a host copy's exposed time as the compute stream's waits while that copy is
 in flight -- the trace's own definition (copy time with no kernel running). ``streams=0``: the
