@@ -7,6 +7,9 @@ waits for it: the store's exposure on the H200, schedule-exposure-2026-12-05.md)
 dealing order; a deviceless XLA:GPU compile of a small scanned step that offloads its layer
 input checks that the windows of a real compiled schedule are found in the loop bodies, once
 per trip, with the arithmetic of the replay, and the verify stage's figure built on them.
+The stream deal: XLA's post-order (control predecessors first) and one round-robin for the
+module on handwritten modules, and the deal of a deviceless compile against the thunk sequence
+XLA dumps for it (planner/_src/streams.py).
 """
 
 from __future__ import annotations
