@@ -7,6 +7,9 @@ waits for it: the store's exposure on the H200, schedule-exposure-2026-12-05.md)
 dealing order; a deviceless XLA:GPU compile of a small scanned step that offloads its layer
 input checks that the windows of a real compiled schedule are found in the loop bodies, once
 per trip, with the arithmetic of the replay, and the verify stage's figure built on them.
+The stream deal: XLA's post-order (control predecessors first) and one round-robin for the
+module on handwritten modules, and the deal of a deviceless compile against the thunk sequence
+XLA dumps for it (planner/_src/streams.py).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import pytest
 from jax.ad_checkpoint import checkpoint_name
 
 import cost_models as cm
-from planner._src import schedule
+from planner._src import hlo, schedule, streams
 from planner._src import target as T
 from planner._src.verify import schedule_exposure_of
 
@@ -174,18 +177,100 @@ def test_streams_are_dealt_round_robin_in_post_order():
         "ROOT %t = (bf16[4,1024,1024]{2,1,0:S(5)}, bf16[1024,1024]{1,0})",
         "ROOT %t = (bf16[1024,1024]{1,0}, bf16[4,1024,1024]{2,1,0:S(5)})",
     )
-    from planner._src import hlo
-
-    body = hlo.parse(text).computations()["main"]
-    assert schedule.stream_of(body, 4, "post") == {"sl": 0, "st": 1}
-    assert schedule.stream_of(body, 4, "schedule") == {"st": 0, "sl": 1}
-    assert schedule.stream_of(body, 1, "post") == {"sl": 0, "st": 0}
-    assert schedule.stream_of(body, 0) == {}
-    names = schedule.post_order(body)
+    module = hlo.parse(text)
+    assert schedule.stream_assignment(module, 4) == {"sl": 0, "st": 1}
+    assert schedule.stream_assignment(module, 4, order="schedule") == {"st": 0, "sl": 1}
+    assert schedule.stream_assignment(module, 1) == {"sl": 0, "st": 0}
+    assert schedule.stream_assignment(module, 0) == {}
+    # jaxlib 0.12's XLA: the store on the dedicated d2h stream (4), the counter not advanced.
+    assert schedule.stream_assignment(module, 4, host_streams="memcpy") == {"sl": 0, "st": 4}
+    names = schedule.post_order(module.computations()["main"])
     assert names.index("d1") < names.index("sl") < names.index("d2") < names.index("st")
     assert names[-1] == "t"
     with pytest.raises(ValueError, match="stream_order"):
         schedule.read_windows(text, HW, stream_order="name")
+    with pytest.raises(ValueError, match="host_streams"):
+        schedule.stream_assignment(module, 4, host_streams="dedicated")
+
+
+# Control predecessors, as XLA's scheduler adds them to a loop body: %c must run after %b.
+CONTROL = """\
+HloModule m, is_scheduled=true
+
+ENTRY %main (p0: f32[8], p1: f32[8]) -> (f32[8], f32[8], f32[8]) {
+  %p0 = f32[8]{0} parameter(0)
+  %p1 = f32[8]{0} parameter(1)
+  %a = f32[8]{0} negate(%p0)
+  %b = f32[8]{0} exponential(%p1)
+  %e = f32[8]{0} sine(%p1)
+  %c = f32[8]{0} add(%a, %p1), control-predecessors={%e, %b}
+  ROOT %t = (f32[8]{0}, f32[8]{0}, f32[8]{0}) tuple(%c, %b, %e)
+}
+"""
+
+
+def test_post_order_walks_control_predecessors_before_operands():
+    """XLA's MakeInstructionPostOrder (hlo_computation.cc): below an instruction its control
+    predecessors first, the last listed first, then its operands in order. (Before
+    2026-12-05 this walked them after the operands: p0, a, p1, e, b, c, t.)"""
+    body = hlo.parse(CONTROL).computations()["main"]
+    assert schedule.post_order(body) == ["p1", "b", "e", "p0", "a", "c", "t"]
+    # Instructions nothing reads start a walk each, in list order, the root among them: an
+    # instruction only a control predecessor, or a dead one, listed before the root, first.
+    alone = CONTROL.replace("tuple(%c, %b, %e)", "tuple(%c, %b, %b)")
+    body = hlo.parse(alone).computations()["main"]
+    assert schedule.post_order(body) == ["p1", "e", "b", "p0", "a", "c", "t"]
+    dead = CONTROL.replace("  ROOT %t", "  %d = f32[8]{0} cosine(%p0)\n  ROOT %t")
+    body = hlo.parse(dead).computations()["main"]
+    assert schedule.post_order(body)[:2] == ["p0", "d"]
+
+
+# ENTRY runs a copy-start, then a loop whose body has two: one round-robin for the module.
+CARRIED = """\
+HloModule m, is_scheduled=true
+
+%body (bp: (s32[], f32[8], f32[8])) -> (s32[], f32[8], f32[8]) {
+  %bp = (s32[], f32[8]{0}, f32[8]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%bp), index=0
+  %x = f32[8]{0} get-tuple-element(%bp), index=1
+  %y = f32[8]{0} get-tuple-element(%bp), index=2
+  %cy = (f32[8]{0}, f32[8]{0}, u32[]) copy-start(%y)
+  %cx = (f32[8]{0}, f32[8]{0}, u32[]) copy-start(%x)
+  %dx = f32[8]{0} copy-done(%cx)
+  %dy = f32[8]{0} copy-done(%cy), control-predecessors={%dx}
+  %one = s32[] constant(1)
+  %j = s32[] add(%i, %one)
+  ROOT %out = (s32[], f32[8]{0}, f32[8]{0}) tuple(%j, %dy, %dx)
+}
+
+%cond (cp: (s32[], f32[8], f32[8])) -> pred[] {
+  %cp = (s32[], f32[8]{0}, f32[8]{0}) parameter(0)
+  %ci = s32[] get-tuple-element(%cp), index=0
+  %n = s32[] constant(4)
+  ROOT %lt = pred[] compare(%ci, %n), direction=LT
+}
+
+ENTRY %main (p: f32[8]) -> (s32[], f32[8], f32[8]) {
+  %p = f32[8]{0} parameter(0)
+  %cs = (f32[8]{0}, f32[8]{0}, u32[]) copy-start(%p)
+  %cd = f32[8]{0} copy-done(%cs)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[8]{0}, f32[8]{0}) tuple(%zero, %cd, %p)
+  ROOT %w = (s32[], f32[8]{0}, f32[8]{0}) while(%init), condition=%cond, body=%body
+}
+"""
+
+
+def test_streams_carry_the_round_robin_across_computations():
+    """XLA's ExecutionStreamAssignment: computations breadth-first from ENTRY, one counter
+    for the module. ENTRY's copy takes stream 0, the loop body's copies 1 and 2 (restarted
+    per computation, as before 2026-12-05: 0 and 1); in the body the control edge puts
+    %dx's walk, and so %cx, first."""
+    module = hlo.parse(CARRIED)
+    assert schedule.stream_assignment(module, 4) == {"cs": 0, "cx": 1, "cy": 2}
+    assert schedule.stream_assignment(module, 2) == {"cs": 0, "cx": 1, "cy": 0}
+    assert schedule.host_streams_of("0.11.2") == "compute"
+    assert schedule.host_streams_of("0.12.0.1") == "memcpy"
 
 
 def test_the_verify_stages_figure_takes_the_schedules_reloads():
@@ -396,3 +481,54 @@ def test_verify_carries_the_schedule_figure_for_an_offloading_plan():
     assert x.d2h_copy_s == pytest.approx(L * cm.transfer_seconds(layer_input, HW, "d2h"))
     assert x.model_d2h_exposed_s > 0 and x.model_h2d_exposed_s > 0  # (the model offloads too)
     assert x.step_s == pytest.approx(pred.step_s - x.model_h2d_exposed_s + x.h2d_exposed_s)
+
+
+def test_the_predicted_streams_are_xlas_in_a_deviceless_h200_compile(tmp_path):
+    """The stream of every async start, predicted from the compiled text, equals the one XLA
+    wrote in its thunk sequence (``xla_dump_to``): the forward loop's store and the backward
+    loop's reload and weight-slice copies, one round-robin over both loops (jaxlib 0.11) or
+    with the host copies on their dedicated streams (0.12)."""
+    tgt = _h200()
+    compiled = T.compile_traced(
+        tgt, _step, T.args_for(tgt, _args()), {"xla_dump_to": str(tmp_path)}
+    ).compiled
+    dumped = streams.read_module(tmp_path, "_step").assignment(4)
+    module = hlo.parse(compiled.as_text())
+    mode = schedule.host_streams_of(T._jaxlib_version())
+    predicted = schedule.stream_assignment(module, 4, host_streams=mode)
+    assert len(dumped) >= 3  # the store, the reload and at least one weight slice
+    assert predicted == dumped
+    # Read from the dump, the replay takes it as its deal: the same windows.
+    a = schedule.read_windows(module, HW, host_streams=mode)
+    b = schedule.read_windows(module, HW, assignment=dumped)
+    assert [c.exposed_s for c in a.copies] == [c.exposed_s for c in b.copies]
+
+
+def test_streams_read_from_a_dumps_thunk_sequence(tmp_path):
+    """planner/_src/streams.py joins the thunk sequence's stream labels with the metadata's
+    instruction names (lines as XLA:GPU of jaxlib 0.11.2 / 0.12.0.1 writes them)."""
+    (tmp_path / "module_0001.jit_f.thunk_sequence.txt").write_text(
+        "004: kWhile        [prev=003 (1) | next=016 (1)]\n"
+        "  body:\n"
+        "    006: kAsyncStart   [source | next=013 (4)] stream=memcpy_d2h_stream, async_id=6\n"
+        "    022: kAsyncStart   [source | next=034 (6)] stream=computation_stream[2], async_id=22\n"
+        "    032: kAsyncDone    [source | sink] async_id=22\n"
+    )
+    (tmp_path / "module_0001.jit_f.thunk_metadata.txt").write_text(
+        'thunk_metadata {\n  thunk_info {\n    profile_annotation: "dynamic-update-slice-start.1"\n'
+        '    thunk_id: 6\n  }\n  thunk_kind: "kAsyncStart"\n}\n'
+        'thunk_metadata {\n  thunk_info {\n    profile_annotation: "fusion-start"\n'
+        '    thunk_id: 22\n  }\n  thunk_kind: "kAsyncStart"\n}\n'
+    )
+    (got,) = streams.read_dump(tmp_path)
+    assert got.module == "module_0001.jit_f"
+    assert got.labels() == {
+        "dynamic-update-slice-start.1": "memcpy_d2h_stream",
+        "fusion-start": "computation_stream[2]",
+    }
+    assert got.assignment(4) == {"dynamic-update-slice-start.1": 4, "fusion-start": 2}
+    assert streams.read_module(tmp_path) == got
+    with pytest.raises(ValueError, match="unknown stream label"):
+        streams.stream_index("memcpy_d2d_stream")
+    with pytest.raises(FileNotFoundError, match="xla_dump_to"):
+        streams.read_dump(tmp_path / "none")

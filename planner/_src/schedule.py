@@ -26,16 +26,26 @@ The copy streams (``streams=4``, the default). On the H200 (traces of
 benchmarks/results/h200-2026-12-04-exposure-b/, read in schedule-exposure-2026-12-05.md) XLA:GPU
 runs every asynchronous copy -- the host copies *and* the device-to-device loop-slice copies
 (``fusion-start`` of a fusion that only slices or updates a scan's stacked operand) -- on four
-copy streams, each async start on one stream for the whole run (XLA's
-``ExecutionStreamAssignment``: round-robin over the async starts of a computation in the order
-of its instruction list). A stream runs its copies in issue order, so a 0.01 ms weight slice
-issued behind a 5.5 ms store on the same stream waits for the store, and the compute waits at
-the slice's done: that, not the store's own done, is where a store is exposed. Copies of one
-direction over the host link never overlapped in those traces (48-55 GB/s each, one at a
-time): one link per direction. The replay therefore gives every async start a stream
-(round-robin over the computation's async starts in ``stream_order``: ``"post"``, the
-post-order of its instructions, the order XLA's instruction list follows after the passes that
-create the starts; or ``"schedule"``), starts a copy when its stream, and for a host copy its
+copy streams, each async start on one stream for the whole run. A stream runs its copies in
+issue order, so a 0.01 ms weight slice issued behind a 5.5 ms store on the same stream waits
+for the store, and the compute waits at the slice's done: that, not the store's own done, is
+where a store is exposed. Copies of one direction over the host link never overlapped in those
+traces (48-55 GB/s each, one at a time): one link per direction.
+
+Which start gets which stream is XLA's ``ExecutionStreamAssignment``
+(execution_stream_assignment.cc), reproduced by :func:`stream_assignment`: the computations
+breadth-first from ENTRY, each in ``MakeInstructionPostOrder`` order (:func:`post_order`:
+control predecessors before operands), every async start the next compute stream, round-robin
+with *one counter for the module*. It matched the streams XLA dumps (``xla_dump_to``'s thunk
+sequence, read by planner/_src/streams.py) in 52 of 52 loop bodies of the H200 programs, where
+the deal before 2026-12-05 (operands first, the counter restarted per computation) put the
+same starts together in 16 (schedule-streams-2026-12-05.md). From jaxlib 0.12 XLA runs the
+host copies on one dedicated stream per direction instead (``host_streams="memcpy"``;
+:func:`host_streams_of`).
+
+The replay therefore gives every async start its stream (``stream_order="post"``: XLA's deal;
+``"schedule"``: the same deal in the text's order; ``"mean"``: averaged over random deals; or
+an ``assignment`` read from a dump), starts a copy when its stream, and for a host copy its
 link, are free, runs the loop body trip after trip with the streams' and links' state carried
 over, and counts a host copy's exposed time as the compute stream's waits while that copy is
 in flight -- the trace's own definition (copy time with no kernel running). ``streams=0``: the
@@ -44,11 +54,13 @@ earlier replay (loop-slice copies free, no streams).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
 import random
 import re
+from collections.abc import Mapping
 
 import cost_models as cm
 from cost_models._transfer import DIRECTIONS
@@ -94,6 +106,7 @@ class ScheduleWindows:
     streams: int = 0  # copy streams modelled (0: loop-slice copies free, no stream queues)
     stream_order: str = ""  # how the streams were dealt ("post" | "schedule" | "mean")
     pricing: str = "profile"  # "profile" (_Pricer) | "kernels" (kernels.kernel_times)
+    host_streams: str = ""  # where the host copies ran ("compute" | "memcpy"), "" without streams
 
     def copy_s(self, direction: str) -> float:
         return sum(c.trips * c.copy_s for c in self.copies if c.direction == direction)
@@ -277,6 +290,8 @@ def read_windows(
     stream_order: str = "post",
     pricing: str = "profile",
     link_rates: dict[str, float] | None = None,
+    host_streams: str = "compute",
+    assignment: Mapping[str, int] | None = None,
 ) -> ScheduleWindows:
     """The host copies of a compiled module with their schedule windows (module docstring).
 
@@ -288,6 +303,11 @@ def read_windows(
     the per-kernel pricing checked against H200 kernels in hlo-kernel-time-2026-12-05.md).
     ``link_rates``: bytes/s per direction in place of the profile's link rates (e.g. the
     in-step store rate measured on the H200, which is below the profile's device_put rate).
+    ``host_streams``: ``"compute"`` or ``"memcpy"``, where XLA puts the host copies
+    (:func:`stream_assignment`; :func:`host_streams_of` gives it for a jaxlib version).
+    ``assignment``: the stream of each async start in place of :func:`stream_assignment`'s
+    (e.g. read from an XLA dump by planner/_src/streams.py; dedicated host streams numbered
+    ``streams`` and ``streams + 1``).
     """
     if stream_order not in ("post", "schedule", "mean"):
         raise ValueError(f"stream_order must be 'post', 'schedule' or 'mean', got {stream_order!r}")
@@ -300,6 +320,10 @@ def read_windows(
     if pricing == "kernels":
         pricer.leaf = {k.name: k.seconds for k in kernels.kernel_times(module, hw)}
     trips = hlo.while_trips(module)
+    starts = copy_starts(module)
+    if assignment is None:
+        deal_order = "schedule" if stream_order == "schedule" else "post"
+        assignment = stream_assignment(module, streams, order=deal_order, host_streams=host_streams)
     copies: list[HostCopy] = []
     for comp, body in module.computations().items():
         if not any(
@@ -316,6 +340,8 @@ def read_windows(
                 streams,
                 stream_order,
                 dict(link_rates or {}),
+                starts,
+                assignment,
             )
         )
     return ScheduleWindows(
@@ -324,12 +350,8 @@ def read_windows(
         streams=streams,
         stream_order=stream_order if streams else "",
         pricing=pricing,
+        host_streams=host_streams if streams else "",
     )
-
-
-# Async starts that run on a copy stream: host copies and XLA:GPU's loop-slice copies.
-# (Collectives' starts go to communication streams and are not modelled here.)
-_COPY_STARTS = frozenset({"copy-start", "fusion-start", "async-start"})
 
 
 def _copy_bytes(ins: hlo.Instruction, direction: str) -> int:
@@ -353,12 +375,22 @@ def _copy_bytes(ins: hlo.Instruction, direction: str) -> int:
 
 
 def post_order(body: list[hlo.Instruction]) -> list[str]:
-    """Names of ``body`` in post-order from its root (operands, then control predecessors,
-    first), then whatever the root does not reach, in text order."""
+    """Names of ``body`` in XLA's ``HloComputation::MakeInstructionPostOrder`` order.
+
+    As XLA does it (hlo_computation.cc, ``ForEachInstructionPostOrderImpl``): a depth-first
+    walk from every instruction no other instruction of the computation reads (the root among
+    them), in list order; below an instruction its *control predecessors first*, the last
+    listed first, then its operands in order. The order matters because XLA deals the async
+    starts over the streams in it (:func:`stream_assignment`): with the control predecessors
+    walked after the operands, as this function did before 2026-12-05, the deal matched
+    XLA's dump in 0 of 26 loop bodies, with them first in 26 of 26
+    (schedule-streams-2026-12-05.md). The list order is the text's, which for a scheduled
+    module is the schedule's."""
     by = {i.name: i for i in body}
+    read = {o for i in body for o in i.operands if o != i.name}
     seen: set[str] = set()
     out: list[str] = []
-    for first in [i.name for i in body if i.root] + [i.name for i in body]:
+    for first in [i.name for i in body if i.name not in read] + [i.name for i in body]:
         stack = [(first, False)]
         while stack:
             name, expanded = stack.pop()
@@ -370,20 +402,145 @@ def post_order(body: list[hlo.Instruction]) -> list[str]:
             seen.add(name)
             stack.append((name, True))
             ins = by[name]
-            preds = re.search(r"control-predecessors=\{([^}]*)\}", ins.attrs)
-            after = [p.strip().lstrip("%") for p in preds.group(1).split(",")] if preds else []
-            stack.extend((o, False) for o in reversed(list(ins.operands) + after))
+            # XLA pushes the operands last-first, then the control predecessors in order, and
+            # pops from the top: the last control predecessor is walked first.
+            stack.extend((o, False) for o in reversed(ins.operands))
+            stack.extend((p, False) for p in control_predecessors(ins))
     return out
 
 
-def stream_of(body: list[hlo.Instruction], streams: int, order: str = "post") -> dict[str, int]:
-    """Async copy start -> its copy stream (0 .. streams-1): round-robin over the
-    computation's async copy starts in ``order`` (module docstring). Only which starts share
-    a stream matters, so the round-robin starts at 0 in every computation."""
-    starts = {i.name for i in body if i.opcode in _COPY_STARTS}
-    names = post_order(body) if order == "post" else [i.name for i in body]
-    dealt = [n for n in names if n in starts]
-    return {n: k % streams for k, n in enumerate(dealt)} if streams else {}
+def control_predecessors(ins: hlo.Instruction) -> list[str]:
+    """The names in ``control-predecessors={...}``, in the order listed."""
+    m = re.search(r"control-predecessors=\{([^}]*)\}", ins.attrs)
+    return [p.strip().lstrip("%") for p in m.group(1).split(",") if p.strip()] if m else []
+
+
+# Async starts of collectives run on XLA's communication streams, with a counter of their
+# own: they take no compute stream and do not advance the compute streams' round-robin.
+_COLLECTIVES = frozenset(
+    {
+        "all-gather",
+        "all-reduce",
+        "all-to-all",
+        "collective-broadcast",
+        "collective-permute",
+        "ragged-all-to-all",
+        "reduce-scatter",
+    }
+)
+HOST_STREAMS = ("compute", "memcpy")
+
+
+def copy_starts(module: hlo.Module) -> set[str]:
+    """Names of the async starts XLA:GPU runs on a compute stream of its own: ``copy-start``
+    and every ``*-start`` (``fusion-start``, ``async-start``, ...) that does not wrap a
+    collective."""
+    comps = module.computations()
+    out = set()
+    for ins in module.instructions:
+        op = ins.opcode
+        if not op.endswith("-start") or op.removesuffix("-start") in _COLLECTIVES:
+            continue
+        if op == "async-start":  # the generic form: what it wraps is its computation's root
+            called = re.search(r"calls=%?([\w.\-]+)", ins.attrs)
+            root = [i for i in comps.get(called.group(1), ()) if i.root] if called else []
+            if root and root[0].opcode.removesuffix("-start") in _COLLECTIVES:
+                continue
+        out.add(ins.name)
+    return out
+
+
+def _called_in_order(ins: hlo.Instruction) -> list[str]:
+    """Computations a ``while`` / ``call`` / ``conditional`` runs, in XLA's
+    ``called_computations()`` order (a while: body, then condition)."""
+    a = ins.attrs
+    if ins.opcode == "while":
+        keys = ("body", "condition")
+    elif ins.opcode == "call":
+        keys = ("to_apply",)
+    else:
+        branches = re.search(r"branch_computations=\{([^}]*)\}", a)
+        if branches:
+            return [b.strip().lstrip("%") for b in branches.group(1).split(",") if b.strip()]
+        keys = ("true_computation", "false_computation")
+    out = []
+    for k in keys:
+        m = re.search(rf"\b{k}=%?([\w.\-]+)", a)
+        if m:
+            out.append(m.group(1))
+    return out
+
+
+def host_streams_of(jaxlib_version: str) -> str:
+    """Where the XLA of a jaxlib version runs the host copies: ``"memcpy"`` (one dedicated
+    stream per direction) from 0.12 on, ``"compute"`` (dealt over the compute streams with
+    every other async start) before. Read in the thunk sequences XLA dumps: jaxlib 0.12.0.1
+    names ``memcpy_d2h_stream`` / ``memcpy_h2d_stream`` for them, 0.11.2
+    ``computation_stream[k]`` (schedule-streams-2026-12-05.md)."""
+    parts = [int(x) for x in re.findall(r"\d+", jaxlib_version)[:2]]
+    return "memcpy" if parts and tuple(parts) >= (0, 12) else "compute"
+
+
+def stream_assignment(
+    module: hlo.Module,
+    streams: int = 4,
+    *,
+    order: str = "post",
+    host_streams: str = "compute",
+) -> dict[str, int]:
+    """Async start -> its stream, over the whole module, as XLA:GPU's
+    ``ExecutionStreamAssignment`` deals them (execution_stream_assignment.cc).
+
+    XLA visits the computations breadth-first from ENTRY (a ``while``, ``call`` or
+    ``conditional`` queues the computations it runs when the walk reaches it), each in
+    :func:`post_order` (``order="post"``; ``"schedule"``: the text's order), and gives each
+    async start the next of ``streams`` compute streams, round-robin, 0 first. The counter is
+    one for the module, *not* restarted per computation: which starts of a loop body share a
+    stream depends on how many starts came before it. ``host_streams``: where the host
+    copies go. ``"compute"`` (XLA of jaxlib 0.11 and before, the H200 runs): dealt like any
+    start. ``"memcpy"`` (jaxlib 0.12): on one dedicated stream per direction, numbered
+    ``streams`` (d2h) and ``streams + 1`` (h2d), without advancing the counter."""
+    if order not in ("post", "schedule"):
+        raise ValueError(f"order must be 'post' or 'schedule', got {order!r}")
+    if host_streams not in HOST_STREAMS:
+        raise ValueError(f"host_streams must be one of {HOST_STREAMS}, got {host_streams!r}")
+    if not streams:
+        return {}
+    comps = module.computations()
+    starts = copy_starts(module)
+    directions = hlo.host_transfer_ops(module) if host_streams == "memcpy" else {}
+    out: dict[str, int] = {}
+    k = 0
+
+    def walk(queue: collections.deque) -> None:
+        nonlocal k
+        walked = 0
+        while queue and walked < 100 * len(comps):  # (recursive HLO is malformed: stop)
+            body = comps.get(queue.popleft(), [])
+            walked += 1
+            by = {i.name: i for i in body}
+            for name in post_order(body) if order == "post" else list(by):
+                ins = by[name]
+                if name in starts:
+                    d = directions.get(name)
+                    if d in DIRECTIONS:
+                        out.setdefault(name, streams + DIRECTIONS.index(d))
+                    else:
+                        # (a computation run from two places is walked twice, as XLA does:
+                        # the counter advances again, the first stream stays)
+                        out.setdefault(name, k)
+                        k = (k + 1) % streams
+                if ins.opcode in ("while", "call", "conditional"):
+                    queue.extend(_called_in_order(ins))
+
+    walk(collections.deque([module.entry] if module.entry in comps else []))
+    # Computations the walk from ENTRY does not reach (a handwritten module without ENTRY)
+    # follow in text order.
+    unreached = [
+        c for c, body in comps.items() if any(i.name in starts and i.name not in out for i in body)
+    ]
+    walk(collections.deque(unreached))
+    return out
 
 
 def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
@@ -394,11 +551,13 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
 MEAN_DEALS = 64
 
 
-def _replay(body, directions, pricer, hw, trips, streams, order, rates) -> list[HostCopy]:
+def _replay(
+    body, directions, pricer, hw, trips, streams, order, rates, starts, assignment
+) -> list[HostCopy]:
     """``body`` run ``trips`` times on a compute stream, copy streams and one link per
-    direction (module docstring). ``order="mean"``: the exposure averaged over
-    ``MEAN_DEALS`` random deals of the starts over the streams (each a round-robin over a
-    random order), for when the instruction-list order XLA deals in is not known."""
+    direction (module docstring), each async start on its stream of ``assignment`` (the
+    module's deal). ``order="mean"``: the exposure averaged over ``MEAN_DEALS`` random deals
+    of the body's starts over the streams (each a round-robin over a random order)."""
     done_of: dict[str, str] = {}
     for ins in body:
         if ins.opcode in _ASYNC_DONE and ins.operands:
@@ -407,19 +566,23 @@ def _replay(body, directions, pricer, hw, trips, streams, order, rates) -> list[
         i.name for i in body if i.opcode.endswith("-start") and directions.get(i.name) in DIRECTIONS
     ]
     if order == "mean" and streams:
-        dealt = [i.name for i in body if i.opcode in _COPY_STARTS]
+        names = {i.name for i in body}
+        # (host copies on XLA's dedicated streams stay there: only the compute streams' deal
+        # is unknown)
+        fixed = {n: s for n, s in assignment.items() if s >= streams and n in names}
+        dealt = [i.name for i in body if i.name in starts and i.name not in fixed]
         rng = random.Random(0)
         deals = []
         for _ in range(MEAN_DEALS):
             rng.shuffle(dealt)
-            deals.append({n: k % streams for k, n in enumerate(dealt)})
+            deals.append({**fixed, **{n: k % streams for k, n in enumerate(dealt)}})
     else:
-        deals = [stream_of(body, streams, order)]
+        deals = [{i.name: assignment[i.name] for i in body if i.name in assignment}]
     price = {i.name: pricer.instruction(i) for i in body}
     size = {
         i.name: _copy_bytes(i, directions.get(i.name, "d2d"))
         for i in body
-        if i.opcode in _COPY_STARTS or i.name in host
+        if i.name in starts or i.name in host
     }
     sums = {n: [0.0, 0.0] for n in host}
     for stream in deals:
@@ -457,8 +620,11 @@ def _simulate(body, host, stream, streams, directions, price, size, hw, trips, r
     hosts = set(host)
     clock = 0.0
     link_free = {d: 0.0 for d in DIRECTIONS}
-    stream_free = [0.0] * max(streams, 1)
-    stream_host = [""] * max(streams, 1)  # the host copy last queued on each stream
+    # (+2: XLA's dedicated d2h and h2d streams, host_streams="memcpy"; an assignment read
+    # from a dump may number streams past that: room for whatever it names)
+    n_streams = max([streams + 2, *(s + 1 for s in stream.values())])
+    stream_free = [0.0] * n_streams
+    stream_host = [""] * n_streams  # the host copy last queued on each stream
     waits: list[tuple[float, float, str]] = []  # compute-stream waits: (from, to, blocker)
     spans: dict[str, list[tuple[float, float]]] = {n: [] for n in host}
     info: dict[str, dict] = {}

@@ -483,7 +483,14 @@ def schedule_exposure_of(
         options = {**dict(compiler_options), **pricing}
         compiled = recompile(tuple(options.items()))
         source = "a second compile with Triton GEMMs on (the device's GEMM emitter)"
-    w = sched.read_windows(compiled.as_text(), cost.hardware, compiler=compiler, pricing="kernels")
+    w = sched.read_windows(
+        compiled.as_text(),
+        cost.hardware,
+        compiler=compiler,
+        pricing="kernels",
+        # (the module was compiled by this process's XLA: its streams are this jaxlib's)
+        host_streams=sched.host_streams_of(targets._jaxlib_version()),
+    )
     by = w.by_direction()
     regions = list(zip(cost.regions, prediction.regions))
     model_d2h = sum(rc.multiplicity * p.exposed_fwd_s for rc, p in regions)
