@@ -65,7 +65,11 @@ VARIANTS = {
     # A lead from the schedule replay (2026-12-05): with offset verification on, XLA keeps
     # the loop's dynamic-slice copies out of the asynchronous dynamic-slice fusion path, and
     # the replay of the deviceless schedule finds no store exposed for the long-context plans.
-    "verify_offsets": (("--xla_gpu_experimental_dynamic_slice_fusion_verify_offsets=true",), (), {}),
+    "verify_offsets": (
+        ("--xla_gpu_experimental_dynamic_slice_fusion_verify_offsets=true",),
+        (),
+        {},
+    ),
 }
 
 
