@@ -39,12 +39,6 @@ def one(mode: str) -> dict:
     if mode == "autotuned":
         targets.probe_compile_options = lambda: {}
 
-    def only_tanh(prim, *_, **__):
-        return prim.name == "tanh"
-
-    def all_but_dots(prim, *_, **__):
-        return prim.name != "dot_general"
-
     def load():
         def f(a, b, c):
             x = a
@@ -62,8 +56,8 @@ def one(mode: str) -> dict:
         return time.perf_counter() - t0
 
     programs = {
-        "A (tanh kept), 4 layers": lambda: T._probe_temp_bytes(only_tanh, 4),
-        "C (all but dots), 4 layers": lambda: T._probe_temp_bytes(all_but_dots, 4),
+        "A (tanh kept), 4 layers": lambda: T._probe_temp_bytes(T._probe_only_tanh, 4),
+        "C (all but dots), 4 layers": lambda: T._probe_temp_bytes(T._probe_all_but_dots, 4),
         "N (nothing), 4 layers": lambda: T._probe_temp_bytes(T._nothing_saveable, 4),
         "N (nothing), 2 layers": lambda: T._probe_temp_bytes(T._nothing_saveable, 2),
     }
@@ -73,7 +67,10 @@ def one(mode: str) -> dict:
     secs = {name: s for name, (_, s) in zip(programs, done[1:])}
     a, c = got["A (tanh kept), 4 layers"], got["C (all but dots), 4 layers"]
     n4, n2 = got["N (nothing), 4 layers"], got["N (nothing), 2 layers"]
-    tensor = T._PROBE_TENSOR
+    try:
+        twice = T.rereads_twice_rule(a, c, n4)
+    except ValueError:  # no reading: the trace stage answers False with a PlanWarning
+        twice = None
     return {
         "mode": mode,
         "jax": jax.__version__,
@@ -81,8 +78,8 @@ def one(mode: str) -> dict:
         "temp_bytes": got,
         "compile_s": secs,
         "load_compile_s": done[0][0],
-        "holds_rereads_twice": (a - n4 > (c - n4) / 2) if c - n4 >= tensor else None,
-        "hoists_recompute": n4 - n2 > tensor + 2 * T._PROBE_N * T._PROBE_D * 4,
+        "holds_rereads_twice": twice,
+        "hoists_recompute": T.hoists_rule(n2, n4),
     }
 
 

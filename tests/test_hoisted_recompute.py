@@ -106,3 +106,19 @@ def test_the_model_on_the_probes_answer_predicts_the_compiled_policies(gpt2):
     other = _errors(build_cost_model(flipped, graph, "cpu", allow_offload=False), graph)
     worst, worst_other = max(map(abs, err.values())), max(map(abs, other.values()))
     assert worst_other > 0.20 and worst_other > worst, (err, other)
+
+
+def test_the_probes_rules_on_the_recorded_readings():
+    """The probes' yes/no rules (trace.rereads_twice_rule, trace.hoists_rule; also used by
+    benchmarks/probe_stability.py) on the temporary bytes recorded in their docstrings, in
+    MB: each compiler's answer, and no reading where keeping everything adds under a tensor."""
+    from planner._src import trace as T
+
+    mb = 1e6
+    assert T.rereads_twice_rule(167.8 * mb, 167.8 * mb, 100.7 * mb)  # 0.10.2 XLA:CPU
+    assert not T.rereads_twice_rule(104.9 * mb, 167.8 * mb, 83.9 * mb)  # 0.12.0.1 XLA:CPU
+    assert not T.rereads_twice_rule(117.4 * mb, 167.8 * mb, 83.9 * mb)  # H200, deviceless
+    with pytest.raises(ValueError, match="no reading"):
+        T.rereads_twice_rule(90 * mb, 90 * mb, 83.9 * mb)
+    assert T.hoists_rule(58.7 * mb, 100.7 * mb)  # 0.10.2 XLA:CPU: hoists
+    assert not T.hoists_rule(41.9 * mb, 50.3 * mb)  # 0.12.0.1 XLA:CPU: does not

@@ -1290,22 +1290,38 @@ def _nothing_saveable(*_, **__) -> bool:
     return False
 
 
-def _probe_rereads_twice() -> bool:
-    """The probe of :func:`holds_rereads_twice`, on the compiler in scope."""
+def _probe_only_tanh(prim, *_, **__) -> bool:
+    """The probe's policy A: tanh's output kept, its derivative recomputed from it."""
+    return prim.name == "tanh"
 
-    def only_tanh(prim, *_, **__):
-        return prim.name == "tanh"
 
-    def all_but_dots(prim, *_, **__):
-        return prim.name != "dot_general"
+def _probe_all_but_dots(prim, *_, **__) -> bool:
+    """The probe's policy C: every value kept but the matmuls' outputs."""
+    return prim.name != "dot_general"
 
-    compiled_bytes = _probe_temp_bytes
-    a, c = compiled_bytes(only_tanh), compiled_bytes(all_but_dots)
-    nothing = compiled_bytes(_nothing_saveable)
-    tensor = _PROBE_TENSOR
-    if c - nothing < tensor:
+
+def rereads_twice_rule(a: int, c: int, nothing: int) -> bool:
+    """:func:`holds_rereads_twice`'s answer from the probe's temporary bytes under policies
+    A, C and N (raises ValueError when C does not exceed N by one tensor: no reading)."""
+    if c - nothing < _PROBE_TENSOR:
         raise ValueError(f"no reading: keeping every value added {c - nothing} bytes")
     return a - nothing > (c - nothing) / 2
+
+
+def hoists_rule(two: int, four: int) -> bool:
+    """:func:`hoists_recompute`'s answer from the probe's temporary bytes with 2 and 4 layers
+    under full remat: two more layers hold two more layer inputs in any case ([4096, 256]: a
+    quarter of an activation each), and two more activations when the compiler hoists."""
+    return four - two > _PROBE_TENSOR + 2 * _PROBE_N * _PROBE_D * 4
+
+
+def _probe_rereads_twice() -> bool:
+    """The probe of :func:`holds_rereads_twice`, on the compiler in scope."""
+    return rereads_twice_rule(
+        _probe_temp_bytes(_probe_only_tanh),
+        _probe_temp_bytes(_probe_all_but_dots),
+        _probe_temp_bytes(_nothing_saveable),
+    )
 
 
 _HOISTS: dict[tuple[str, str], bool] = {}
@@ -1336,9 +1352,7 @@ def hoists_recompute(compiler: str) -> bool:
     try:
         two = _probe_temp_bytes(_nothing_saveable, layers=2)
         four = _probe_temp_bytes(_nothing_saveable, layers=4)
-        # Two more layers hold two more layer inputs in any case ([4096, 256]: a quarter
-        # of an activation each), and two more activations when the compiler hoists.
-        _HOISTS[key] = four - two > _PROBE_TENSOR + 2 * _PROBE_N * _PROBE_D * 4
+        _HOISTS[key] = hoists_rule(two, four)
     except Exception as e:  # noqa: BLE001  (an optional refinement of the model)
         import warnings
 
