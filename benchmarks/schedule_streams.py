@@ -172,7 +172,14 @@ def main(argv=None) -> int:
     meas = measured_ms(Path(a.measured))
     body_rows, bodies = [], {"old": 0, "new": 0, "new, exact": 0, "all": 0}
     rows = []
-    deals = ("old", "new", "dump")
+    # (column, deal, link order): the link in issue order is the replay before 2026-12-06
+    cols = (
+        ("old", "old", "ready"),
+        ("new", "new", "ready"),
+        ("dump", "dump", "ready"),
+        ("new, issue order", "new", "issue"),
+        ("new, ties smallest", "new", "smallest"),
+    )
     for v in ("on", "off"):
         for name in programs():
             key = f"{name}-triton-{v}"
@@ -202,11 +209,16 @@ def main(argv=None) -> int:
                 continue
             for rates_label, rates in (("profile", {}), ("in-step d2h", {"d2h": IN_STEP_D2H})):
                 fig = {}
-                for d in deals:
+                for col, d, link in cols:
                     w = schedule.read_windows(
-                        module, "h200", pricing="kernels", link_rates=rates, assignment=got[d]
+                        module,
+                        "h200",
+                        pricing="kernels",
+                        link_rates=rates,
+                        assignment=got[d],
+                        link_order=link,
                     )
-                    fig[d] = {x: 1e3 * w.exposed_s(x) for x in ("d2h", "h2d")}
+                    fig[col] = {x: 1e3 * w.exposed_s(x) for x in ("d2h", "h2d")}
                 for x in ("d2h", "h2d"):
                     label = (
                         name
@@ -222,24 +234,26 @@ def main(argv=None) -> int:
     for rates_label in ("profile", "in-step d2h"):
         sel = [r for r in rows if r[0] == rates_label]
         lines = [
-            "| program | dir | measured | old deal | new deal | dump's deal |",
-            "|---|---|---|---|---|---|",
+            "| program | dir | measured | old deal | new deal | dump's deal "
+            "| new deal, link in issue order | new deal, ties smallest first |",
+            "|---|---|---|---|---|---|---|---|",
         ]
-        hits = {(d, x): 0 for d in deals for x in ("d2h", "h2d")}
+        names = [c[0] for c in cols]
+        hits = {(d, x): 0 for d in names for x in ("d2h", "h2d")}
         for _, label, x, m, fig in sel:
             lines.append(
                 f"| {label} | {x} | {m:,.1f} | "
-                + " | ".join(cell(fig[d][x], m) for d in deals)
+                + " | ".join(cell(fig[d][x], m) for d in names)
                 + " |"
             )
-            for d in deals:
+            for d in names:
                 hits[(d, x)] += _within(fig[d][x], m)
         n = len(sel) // 2
         tables.append((rates_label, "\n".join(lines)))
         for x in ("d2h", "h2d"):
             summary.append(
                 f"| {rates_label} | {x} | "
-                + " | ".join(f"{hits[(d, x)]} of {n}" for d in deals)
+                + " | ".join(f"{hits[(d, x)]} of {n}" for d in names)
                 + " |"
             )
     text = (
@@ -262,8 +276,11 @@ together as XLA's dump; "exact": the new deal's stream indices equal the dump's.
 
 ✓: within 20% of measured. Within 20%, per direction (13 programs):
 
-| link rates | dir | old deal | new deal | dump's deal |
-|---|---|---|---|---|
+Link order (schedule.LINK_ORDERS): "ready" (the default since 2026-12-06) in the first three
+columns; "issue" (the replay before) and "smallest" (ties smallest first) on the new deal.
+
+| link rates | dir | old deal | new deal | dump's deal | new deal, link in issue order | new deal, ties smallest first |
+|---|---|---|---|---|---|---|
 {chr(10).join(summary)}
 
 """

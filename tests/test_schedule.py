@@ -532,3 +532,72 @@ def test_streams_read_from_a_dumps_thunk_sequence(tmp_path):
         streams.stream_index("memcpy_d2d_stream")
     with pytest.raises(FileNotFoundError, match="xla_dump_to"):
         streams.read_dump(tmp_path / "none")
+
+
+# Two stores issued back to back: the first on the stream of a loop-slice copy issued just
+# before it (not ready until the slice is copied), the second on a stream of its own (ready
+# at once). The second's done comes after one matmul, the first's after two.
+RACE = (
+    STREAMS.replace(
+        "(h: bf16[4,1024,1024], x:",
+        "(h: bf16[4,1024,1024], g: bf16[4,1024,1024], x:",
+    )
+    .replace(
+        "  %x = bf16[1,1024,1024]{2,1,0} parameter(1)",
+        "  %g = bf16[4,1024,1024]{2,1,0:S(5)} parameter(5)\n"
+        "  %x = bf16[1,1024,1024]{2,1,0} parameter(1)",
+    )
+    .replace(
+        "  %st = ((bf16[4,1024,1024]{2,1,0:S(5)}, bf16[1,1024,1024]{2,1,0}, s32[]), "
+        "bf16[4,1024,1024]{2,1,0:S(5)}, u32[]) fusion-start(%h, %x, %i), kind=kLoop, "
+        "calls=%wrapped_dus\n"
+        "  %sl = ((bf16[4,1024,1024]{2,1,0}, s32[]), bf16[1,1024,1024]{2,1,0}, u32[]) "
+        "fusion-start(%w, %i), kind=kLoop, calls=%slice\n",
+        "  %sl = ((bf16[4,1024,1024]{2,1,0}, s32[]), bf16[1,1024,1024]{2,1,0}, u32[]) "
+        "fusion-start(%w, %i), kind=kLoop, calls=%slice\n"
+        "  %st = ((bf16[4,1024,1024]{2,1,0:S(5)}, bf16[1,1024,1024]{2,1,0}, s32[]), "
+        "bf16[4,1024,1024]{2,1,0:S(5)}, u32[]) fusion-start(%h, %x, %i), kind=kLoop, "
+        "calls=%wrapped_dus\n"
+        "  %st2 = ((bf16[4,1024,1024]{2,1,0:S(5)}, bf16[1,1024,1024]{2,1,0}, s32[]), "
+        "bf16[4,1024,1024]{2,1,0:S(5)}, u32[]) fusion-start(%g, %x, %i), kind=kLoop, "
+        "calls=%wrapped_dus\n",
+    )
+    .replace(
+        "  %b = bf16[1024,1024]{1,0} bitcast(%sd)\n",
+        "  %b = bf16[1024,1024]{1,0} bitcast(%sd)\n"
+        "  %st2d = bf16[4,1024,1024]{2,1,0:S(5)} fusion-done(%st2)\n",
+    )
+)
+
+
+def test_a_ready_store_takes_the_link_before_an_earlier_store_that_is_not_ready():
+    # On the H200 the host link goes to the copy ready first, not to the one issued first
+    # (lc16k_dots: 5 stores took the link up to 26 ms before a store issued ahead of them and
+    # still queued on its stream; schedule-race-2026-12-06.md). Before 2026-12-06 the replay
+    # gave the link in issue order: the first store held it from its issue while its stream
+    # was still copying the slice, and the second store, ready at once, waited behind it.
+    deal = {"sl": 0, "st": 0, "st2": 1}
+    copy = cm.transfer_seconds(MB2, HW, "d2h")
+    got = {
+        order: {
+            c.start: c
+            for c in schedule.read_windows(RACE, HW, assignment=deal, link_order=order).copies
+        }
+        for order in ("ready", "issue")
+    }
+    ready, issue = got["ready"], got["issue"]
+    assert ready["st2"].window == ("d1",) and ready["st"].window == ("d1", "d2")
+    t_d1 = ready["st2"].window_s
+    assert copy > 2 * t_d1  # (the case checked: each copy outlasts both matmuls)
+    # Ready order: the second store runs first, hidden by the first matmul; the first store
+    # runs after it, hidden by the second matmul.
+    assert ready["st2"].exposed_s == pytest.approx(copy - t_d1)
+    assert ready["st"].exposed_s == pytest.approx(copy - t_d1)
+    # Issue order (the old replay): the second store waits the whole first store, and all
+    # of it is exposed.
+    assert issue["st2"].exposed_s == pytest.approx(copy)
+    assert schedule.read_windows(RACE, HW, assignment=deal).copies == tuple(
+        ready[c.start] for c in schedule.read_windows(RACE, HW, assignment=deal).copies
+    )
+    with pytest.raises(ValueError, match="link_order"):
+        schedule.read_windows(RACE, HW, link_order="size")

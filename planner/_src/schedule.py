@@ -30,7 +30,22 @@ copy streams, each async start on one stream for the whole run. A stream runs it
 issue order, so a 0.01 ms weight slice issued behind a 5.5 ms store on the same stream waits
 for the store, and the compute waits at the slice's done: that, not the store's own done, is
 where a store is exposed. Copies of one direction over the host link never overlapped in those
-traces (48-55 GB/s each, one at a time): one link per direction.
+traces (48-55 GB/s each, one at a time, a copy as long when it waited as when it did not): one
+link per direction, no sharing of its bandwidth.
+
+Which waiting copy takes a freed link (``link_order``, schedule-race-2026-12-06.md, from the
+host launch and device times of the same traces): not the one issued first. A copy holds
+nothing while its stream keeps it from starting; the link goes to the copy ready first
+(issued and at the head of its stream): ``"ready"``, the default. In lc16k_dots, of the 137
+times the link freed with two or more copies waiting, the first ready took it 97 times, the
+first issued 56; 5 stores took it up to 26 ms before a store issued ahead of them. Copies
+ready at the same instant (two stores issued after one kernel) race: the H200 ran the
+later-issued 4 MiB statistics store before the 256 MiB output store in 27 of 32 attention
+trips, but in lc16k_dots' ties the larger won about as often as the smaller (d2h 44 vs 36
+pairs, h2d 16 vs 16): in the trips read the pick follows a fixed cyclic order of the physical
+copy streams, which are permuted between steps and are not in the HLO. The replay breaks such
+ties in issue order (``"smallest"``: smallest first, for comparison); it does not model the
+race.
 
 Which start gets which stream is XLA's ``ExecutionStreamAssignment``
 (execution_stream_assignment.cc), reproduced by :func:`stream_assignment`: the computations
@@ -292,6 +307,7 @@ def read_windows(
     link_rates: dict[str, float] | None = None,
     host_streams: str = "compute",
     assignment: Mapping[str, int] | None = None,
+    link_order: str = "ready",
 ) -> ScheduleWindows:
     """The host copies of a compiled module with their schedule windows (module docstring).
 
@@ -307,12 +323,15 @@ def read_windows(
     (:func:`stream_assignment`; :func:`host_streams_of` gives it for a jaxlib version).
     ``assignment``: the stream of each async start in place of :func:`stream_assignment`'s
     (e.g. read from an XLA dump by planner/_src/streams.py; dedicated host streams numbered
-    ``streams`` and ``streams + 1``).
+    ``streams`` and ``streams + 1``). ``link_order``: which waiting host copy takes a freed
+    link (:data:`LINK_ORDERS`; ``"ready"``, the default, as the H200 traces show).
     """
     if stream_order not in ("post", "schedule", "mean"):
         raise ValueError(f"stream_order must be 'post', 'schedule' or 'mean', got {stream_order!r}")
     if pricing not in ("profile", "kernels"):
         raise ValueError(f"pricing must be 'profile' or 'kernels', got {pricing!r}")
+    if link_order not in LINK_ORDERS:
+        raise ValueError(f"link_order must be one of {LINK_ORDERS}, got {link_order!r}")
     module = hlo.parse(text_or_module) if isinstance(text_or_module, str) else text_or_module
     hw = cm.load_profile(hardware)
     directions = hlo.host_transfer_ops(module)
@@ -342,6 +361,7 @@ def read_windows(
                 dict(link_rates or {}),
                 starts,
                 assignment,
+                link_order,
             )
         )
     return ScheduleWindows(
@@ -547,12 +567,20 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
     return max(0.0, min(a1, b1) - max(a0, b0))
 
 
+# Which of the host copies waiting for their direction's link goes next (read_windows'
+# ``link_order``). "ready": the one that became ready first (issued, at the head of its
+# stream), copies ready at the same instant in issue order; "issue": in issue order, a copy
+# holding the link from its issue even while its stream keeps it from starting (the replay
+# before 2026-12-06); "smallest": as "ready", copies ready at the same instant smallest first
+# (the outcome of most H200 races between two stores, not of all: schedule-race-2026-12-06.md).
+LINK_ORDERS = ("ready", "issue", "smallest")
+
 # Random deals averaged for stream_order="mean" (seeded: the figure is reproducible).
 MEAN_DEALS = 64
 
 
 def _replay(
-    body, directions, pricer, hw, trips, streams, order, rates, starts, assignment
+    body, directions, pricer, hw, trips, streams, order, rates, starts, assignment, link_order
 ) -> list[HostCopy]:
     """``body`` run ``trips`` times on a compute stream, copy streams and one link per
     direction (module docstring), each async start on its stream of ``assignment`` (the
@@ -587,7 +615,7 @@ def _replay(
     sums = {n: [0.0, 0.0] for n in host}
     for stream in deals:
         info, got = _simulate(
-            body, host, stream, streams, directions, price, size, hw, trips, rates
+            body, host, stream, streams, directions, price, size, hw, trips, rates, link_order
         )
         for n in host:
             sums[n][0] += got[n][0] / len(deals)
@@ -614,56 +642,106 @@ def _replay(
     return out
 
 
-def _simulate(body, host, stream, streams, directions, price, size, hw, trips, rates):
+def _simulate(body, host, stream, streams, directions, price, size, hw, trips, rates, link_order):
     """One deal of the streams: per host copy ``(exposed, queued)`` seconds per trip, and
-    its first trip's window (module docstring)."""
+    its first trip's window (module docstring).
+
+    Event-driven: a start puts its copy at the back of its stream's queue; a copy is *ready*
+    when it is at the head of its queue and issued; a loop-slice copy starts when ready, a
+    host copy when ready and its direction's link is free. When several host copies of one
+    direction wait for the link, ``link_order`` picks which goes next (:data:`LINK_ORDERS`).
+    Copies are started lazily, in time order, as far as a done needs (a start the compute
+    has not reached yet cannot change a start before the compute's clock)."""
     hosts = set(host)
     clock = 0.0
     link_free = {d: 0.0 for d in DIRECTIONS}
+    unstarted: dict[str, list[int]] = {d: [] for d in DIRECTIONS}  # host copies, issue order
     # (+2: XLA's dedicated d2h and h2d streams, host_streams="memcpy"; an assignment read
     # from a dump may number streams past that: room for whatever it names)
     n_streams = max([streams + 2, *(s + 1 for s in stream.values())])
     stream_free = [0.0] * n_streams
     stream_host = [""] * n_streams  # the host copy last queued on each stream
+    queues: list[collections.deque] = [collections.deque() for _ in range(n_streams)]
     waits: list[tuple[float, float, str]] = []  # compute-stream waits: (from, to, blocker)
     spans: dict[str, list[tuple[float, float]]] = {n: [] for n in host}
     info: dict[str, dict] = {}
+    started: dict[int, tuple[float, str]] = {}  # copy id -> (end, host copy it queued behind)
+    seq = 0
+
+    def start_next() -> float | None:
+        """Start the copy that starts first; its start time (None: nothing queued)."""
+        best = None  # (begin, rank, stream)
+        for s, q in enumerate(queues):
+            if not q:
+                continue
+            cid, name, issued, d, dur = q[0]
+            ready = max(issued, stream_free[s])
+            begin = max(ready, link_free[d]) if d in DIRECTIONS else ready
+            if d not in DIRECTIONS:
+                rank = (0, cid)
+            elif link_order == "issue":  # (the replay before 2026-12-06)
+                if unstarted[d][0] != cid:
+                    continue  # (an earlier copy of its direction holds the link)
+                rank = (1, cid)
+            elif link_order == "ready":
+                rank = (1, ready, cid)
+            else:  # "smallest"
+                rank = (1, ready, size[name], cid)
+            key = (begin, rank, s)
+            if best is None or key < best:
+                best = key
+        if best is None:
+            return None
+        begin, _, s = best
+        cid, name, issued, d, dur = queues[s].popleft()
+        behind = ""
+        if d in DIRECTIONS:
+            link_free[d] = begin + dur
+            unstarted[d].remove(cid)
+            stream_host[s] = name
+            spans[name].append((begin, begin + dur))
+        else:
+            behind = stream_host[s] if stream_free[s] > issued else ""
+            if not behind:
+                stream_host[s] = ""
+        stream_free[s] = begin + dur
+        started[cid] = (begin + dur, behind)
+        return begin
+
     runs = max(1, min(trips, 64))  # trips simulated (the state carries from trip to trip)
     for trip in range(runs):
-        running: dict[str, tuple[float, str]] = {}  # start -> (end, host copy it queued behind)
+        running: dict[str, int] = {}  # start name -> copy id, until its done
         for ins in body:
             name = ins.name
-            if name in hosts:
-                d = directions[name]
-                n = size[name]
-                copy_s = (
-                    (hw.link.latency_s + n / rates[d])
-                    if d in rates and n
-                    else (cm.transfer_seconds(n, hw, d) if n else 0.0)
-                )
-                s = stream.get(name, 0)
-                begin = max(clock, link_free[d], stream_free[s] if streams else 0.0)
-                end = begin + copy_s
-                link_free[d] = end
-                if streams:
-                    stream_free[s], stream_host[s] = end, name
-                spans[name].append((begin, end))
-                running[name] = (end, "")  # (a wait at its own done is not a queue's)
-                if trip == 0:
-                    info[name] = {"d": d, "n": n, "copy_s": copy_s, "window": [], "window_s": 0.0}
-                continue
-            if name in stream:
-                s = stream[name]
-                behind = stream_host[s] if stream_free[s] > clock else ""
-                begin = max(clock, stream_free[s])
-                end = begin + size[name] / hw.loop_copy_rate()
-                stream_free[s] = end
-                if not behind:
-                    stream_host[s] = ""
-                running[name] = (end, behind)
+            if name in hosts or name in stream:
+                d = directions[name] if name in hosts else "d2d"
+                if name in hosts:
+                    n = size[name]
+                    dur = (
+                        (hw.link.latency_s + n / rates[d])
+                        if d in rates and n
+                        else (cm.transfer_seconds(n, hw, d) if n else 0.0)
+                    )
+                    if trip == 0:
+                        info[name] = {"d": d, "n": n, "copy_s": dur, "window": [], "window_s": 0.0}
+                else:
+                    dur = size[name] / hw.loop_copy_rate()
+                # (no streams: one queue per direction, the loop-slice copies free)
+                s = stream.get(name, 0) if streams else DIRECTIONS.index(d)
+                queues[s].append((seq, name, clock, d, dur))
+                if d in DIRECTIONS:
+                    unstarted[d].append(seq)
+                running[name] = seq
+                seq += 1
                 continue
             if ins.opcode in _ASYNC_DONE and ins.operands and ins.operands[0] in running:
-                end, behind = running.pop(ins.operands[0])
+                cid = running.pop(ins.operands[0])
+                while cid not in started:
+                    if start_next() is None:  # (cannot happen: queues are in issue order)
+                        raise RuntimeError(f"copy of {ins.operands[0]} never starts")
+                end, behind = started.pop(cid)
+                if ins.operands[0] in hosts:
+                    behind = ""  # (a wait at its own done is not a queue's)
                 if end > clock:
                     waits.append((clock, end, behind))
                     clock = end
@@ -675,6 +753,8 @@ def _simulate(body, host, stream, streams, directions, price, size, hw, trips, r
                     if c in info:
                         info[c]["window"].append(name)
                         info[c]["window_s"] += t
+    while start_next() is not None:  # (copies the last trip left without a done)
+        pass
     got = {}
     for name in host:
         exposed = queued = 0.0
