@@ -389,3 +389,16 @@ def test_cli_pareto_checks_its_output_paths_before_solving(capsys, tmp_path):
     code, out, err = run(capsys, "pareto", FACTORY, "--hbm-gb", "0.05", "--png", str(bad))
     assert code == 2 and f"Cannot write the curve {bad}: its folder" in err
     assert "[planner]" not in err
+
+
+def test_the_budget_a_refusal_names_admits_the_plan_and_tells_small_ones_apart():
+    """units.gb_at_least, the figure of InfeasibleBudgetError's "Fix: pass hbm_gb >= X":
+    rounded up (never below the bytes it names) to four significant digits (2026-12-06: three
+    decimals of a GB named 0.008 for a 7.080 MB plan)."""
+    from planner._src.units import gb_at_least
+
+    assert gb_at_least(7.080e6) == "0.007080" and gb_at_least(4.3761e6) == "0.004377"
+    assert gb_at_least(18.54e9) == "18.54" and gb_at_least(186.21e9) == "186.3"
+    for n in (1.0, 7.0801e6, 4.376e6, 999.9e6, 1e9, 21.64e9, 141e9 + 1):
+        assert float(gb_at_least(n)) * 1e9 >= n
+        assert float(gb_at_least(n)) * 1e9 <= n * 1.001 + 1

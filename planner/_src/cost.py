@@ -405,6 +405,7 @@ def build_cost_model(
             RegionCost(
                 region_id=r.id,
                 multiplicity=r.multiplicity,
+                live_multiplicity=max(1, r.multiplicity // max(1, r.in_trip)),
                 recompute_s=tuple(rec),
                 materialize_s=tuple(mat),
                 stack_copy_s=tuple(stack),
@@ -851,7 +852,7 @@ def evaluate(
     # the residuals of regions 1..k are still held and those after k are already freed;
     # region k's trip has freed its own trip-freed sources (Q_k) by its peak.
     kept = [
-        rc.multiplicity
+        rc.live
         * (
             p.device_residual_bytes
             + p.input_residual_bytes
@@ -875,7 +876,7 @@ def evaluate(
     if residual > peak_var:  # the end of the forward pass: every residual, no trip yet (Q_r)
         peak_var, ws, slices = residual, 0, 0
     host = sum(
-        rc.multiplicity * p.host_residual_bytes + p.invariant_host_bytes
+        rc.live * p.host_residual_bytes + p.invariant_host_bytes
         for rc, p in zip(model.regions, preds)
     )
     recompute = sum(rc.multiplicity * p.recompute_s for rc, p in zip(model.regions, preds))

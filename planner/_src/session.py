@@ -73,7 +73,7 @@ from planner._src.types import (
     Trace,
     Verification,
 )
-from planner._src.units import GB, fmt_bytes
+from planner._src.units import GB, fmt_bytes, gb_at_least
 from planner._src.verify import (
     STATUS_NUMERICS,
     STATUS_OK,
@@ -1733,7 +1733,7 @@ class Planner:
             f"Why: {fmt_bytes(cost.fixed_bytes)} do not depend on the plan (parameters, "
             "optimizer state, batch, outputs, activations outside checkpoint regions, compiler "
             "buffers), and the backward pass of a layer needs its working set.\n"
-            f"Fix: pass hbm_gb >= {math.ceil(need_req / 1e6) / 1000:.3f}, or shrink what is "
+            f"Fix: pass hbm_gb >= {gb_at_least(need_req)}, or shrink what is "
             "fixed (smaller batch per device, sharded parameters and optimizer state, donated "
             "state)." + note,
             budget_bytes=requested,

@@ -293,7 +293,12 @@ def simulate(
                 for i, d in kept.items()
                 if d == "save" and not cands[i].loop_invariant
             )
-        for _ in range(rc.multiplicity):
+        # Every execution runs (time); the residuals of ``rc.live`` of them are held at once
+        # (a region whose forward and backward share a loop trip frees them each trip).
+        for j in range(rc.multiplicity):
+            if j >= rc.live:
+                time_s += exposure
+                continue
             alloc(dev_b)
             host += host_b
             host_peak = max(host_peak, host)
@@ -385,18 +390,19 @@ def simulate(
         own_b = 0
         if rc.frees_sources_in_trip and not rc.hoists_recompute:
             own_b = _kept_for_recompute_only(rg, kept)
-        for _ in range(rc.multiplicity):
-            device -= own_b
+        for j in range(rc.multiplicity):
+            held = j < rc.live  # the executions whose residuals were held (see above)
+            device -= own_b if held else 0
             alloc(ws)
             recomputed += len(order)
             time_s += rec_s + stall
             device -= ws
-            host -= host_b
+            host -= host_b if held else 0
             events += 1
         # The region's residuals die with its backward trips, when the program order is known
         # (one place per region); merged regions may interleave, so theirs wait to the end.
         freed = (
-            rc.multiplicity * (dev_b - own_b)
+            rc.live * (dev_b - own_b)
             + sum(
                 cands[i].nbytes for i, d in kept.items() if d == "save" and cands[i].loop_invariant
             )

@@ -37,6 +37,7 @@ from planner._src.errors import InfeasibleBudgetError, SolverError
 from planner._src.graph import VIEWS, LivenessGraph, class_key
 from planner._src.state import add_to_model
 from planner._src.types import Assignment, Solution, SolverOptions
+from planner._src.units import gb_at_least
 
 __all__ = [
     "Solution",
@@ -119,7 +120,8 @@ class _Model:
         tie_terms = []  # phase 4: residual bytes, weighted by forward position (see there)
         for rg, rc in zip(graph.regions, cost.regions):
             cands = rg.region.candidates
-            trips = rc.multiplicity
+            trips = rc.multiplicity  # executions per step: the time terms
+            live = rc.live  # executions whose residuals are held at once: the memory terms
             # Which candidates can ever be needed: the needed ones and their ancestors.
             possible = rg.possibly_needed
 
@@ -269,8 +271,8 @@ class _Model:
                         if not traced:
                             twice = _any_both(m, twice, rereads)
                     per_trip_kib.append(kib * twice)
-                    tie_terms.append(trips * kib * (len(cands) + i) * twice)
-                tie_terms.append((1 if c.loop_invariant else trips) * kib * (len(cands) + i) * s)
+                    tie_terms.append(live * kib * (len(cands) + i) * twice)
+                tie_terms.append((1 if c.loop_invariant else live) * kib * (len(cands) + i) * s)
                 if not c.loop_invariant and rc.materialize_s[i]:
                     # Saving or offloading a fusible value costs the forward write of it.
                     extra_ns.append(_ns(rc.materialize_s[i]) * s)
@@ -289,7 +291,7 @@ class _Model:
                         hoisted = r - free
                         (invariant_kib if c.loop_invariant else per_trip_kib).append(kib * hoisted)
                         tie_terms.append(
-                            (1 if c.loop_invariant else trips) * kib * (len(cands) + i) * hoisted
+                            (1 if c.loop_invariant else live) * kib * (len(cands) + i) * hoisted
                         )
                 elif c.needed and not (rc.fused_away and rc.fused_away[i]):
                     working_of(i).append(w_kib * (r - free))
@@ -304,7 +306,7 @@ class _Model:
                 if "offload" in decisions:
                     working_kib.append(w_kib * o)
                     # Loop-invariant residuals are hoisted: one host copy, not one per trip.
-                    host_terms.append((1 if c.loop_invariant else trips) * kib * o)
+                    host_terms.append((1 if c.loop_invariant else live) * kib * o)
                     if not isinstance(o, int) or o:
                         offloads.append((i, o))
             # Exposed copy time of one trip, per direction (cost.py X^fwd, X^bwd): each
@@ -362,7 +364,7 @@ class _Model:
                     m.Add(largest >= sum(terms))
                 working_kib.append(largest)
             ws_terms.append(sum(working_kib) + transient + sum(slice_kib) - sum(trip_freed_kib))
-            residual_terms.append(trips * sum(per_trip_kib) + sum(invariant_kib))
+            residual_terms.append(live * sum(per_trip_kib) + sum(invariant_kib))
             time_terms.append(trips * (sum(extra_ns) + exposed_fwd + exposed_bwd))
 
         # Peak HBM: fixed bytes + the residuals still held while region k runs backward (its
@@ -512,7 +514,7 @@ def solve_assignment(
             f"Why: {cost.fixed_bytes / 1e9:.3f} GB do not depend on the plan (parameters, "
             "optimizer state, batch, outputs, activations outside checkpoint regions, "
             "compiler buffers), and the backward pass of one layer needs its working set.\n"
-            f"Fix: pass hbm_gb >= {math.ceil(need / 1e6) / 1000:.3f}, or shrink what is fixed "
+            f"Fix: pass hbm_gb >= {gb_at_least(need)}, or shrink what is fixed "
             "(smaller batch per device, shard parameters and optimizer state, donate the "
             "train state with donate_argnums).",
             budget_bytes=budget_bytes,

@@ -167,6 +167,36 @@ def _scan_context(jaxpr, rid: int) -> tuple[bool, int] | None:
     return None
 
 
+def _in_trip(jaxpr, rid: int) -> int:
+    """Trips of the loops whose one trip runs both region ``rid``'s forward and backward pass
+    (types.Region.in_trip), else 1. ``jax.grad`` inside ``lax.scan`` (gradient accumulation
+    over microbatches) puts the region's forward equations and its backward remat equation in
+    the same scan body: the remat's residual operands are made inside that body, where a
+    layer scan's backward body receives them as loop inputs (the forward scan's stacks).
+    Only the innermost scan is read: a layer scan nested in an accumulation scan counts its
+    residuals once per outer trip (the memory terms over-count them; verify measures it)."""
+    for site in adapter.walk(jaxpr):
+        pol = site.eqn.params.get("policy") if adapter.is_differentiated_remat(site.eqn) else None
+        if not (isinstance(pol, adapter.RegionPolicy) and pol.region_id == rid):
+            continue
+        if not site.scans:
+            return 1
+        body = adapter.open_jaxpr(site.scans[-1][0].params["jaxpr"])
+        inputs = set(body.invars)
+        made_inside = any(adapter.is_var(v) and v not in inputs for v in site.eqn.invars)
+        return site.mult if made_inside else 1
+    return 1
+
+
+def _loop_form(jaxpr, rid: int) -> tuple[bool, int, int]:
+    """(in a layer scan, the largest ``unroll`` of the scans around it, Region.in_trip) for
+    region ``rid``: a region whose forward and backward share a loop trip is not in a layer
+    scan (nothing is stacked across trips: its residuals live within the trip)."""
+    in_scan, unroll = _scan_context(jaxpr, rid) or (False, 1)
+    trips = _in_trip(jaxpr, rid)
+    return (in_scan and trips == 1), unroll, trips
+
+
 def _region_source(jaxpr, br) -> str:
     """The user's line for region ``br``: where its ``jax.checkpoint`` was bound, else (a
     bind below library frames only: Flax's ``nn.scan`` traces the remat'd body inside the
@@ -851,6 +881,7 @@ def merge_regions(sites: Sequence[Region]) -> tuple[Region, ...]:
                 hlo_recompute_s=_merged_prices(m, r),
                 multiplicity=m.multiplicity + r.multiplicity,
                 scan_unroll=max(m.scan_unroll, r.scan_unroll),
+                in_trip=min(m.in_trip, r.in_trip),  # fewer trips: more held at once
                 call_sites=m.call_sites + r.call_sites,
                 bind_ids=m.bind_ids + r.bind_ids,
             )
@@ -1004,7 +1035,7 @@ def trace_step(
     saved_lowered = targets.lower(traced)
     timings.append(("lower the two anchors", time.perf_counter() - t))
     in_scan = {
-        br.region_id: (_scan_context(step_jaxpr, br.region_id) or (False, 1))[0]
+        br.region_id: _loop_form(step_jaxpr, br.region_id)[0]
         for br in bound
         if br.region_id in mult
     }
@@ -1072,7 +1103,7 @@ def trace_step(
     for br in bound:
         if br.region_id not in mult:
             continue
-        in_scan, unroll = _scan_context(step_jaxpr, br.region_id) or (False, 1)
+        in_scan, unroll, in_trip = _loop_form(step_jaxpr, br.region_id)
         # Only a scan with one layer per loop trip stacks [trips, ...] residuals that can be
         # matched (scan(unroll=u) stacks [trips/u, u, ...]).
         trip_stacks = (
@@ -1098,6 +1129,7 @@ def trace_step(
                 prevent_cse=bool(br.prevent_cse) if isinstance(br.prevent_cse, bool) else True,
                 in_scan=in_scan,
                 scan_unroll=unroll,
+                in_trip=in_trip,
                 backward_work=a.backward_work,
                 traced_candidates=a.traced,
                 inputs=a.inputs,

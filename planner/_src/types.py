@@ -127,6 +127,12 @@ class Region:
     # The largest lax.scan unroll around it; above 1 the planner does not offload there (XLA's
     # host offloader cannot compile compute on host data between the offload and its store).
     scan_unroll: int = 1
+    # Trips of the loops whose ONE trip runs both the region's forward and its backward pass
+    # (gradient accumulation: ``jax.grad`` inside ``lax.scan`` over microbatches); 1 where
+    # the backward pass runs after the whole forward pass. Its residuals die within a trip,
+    # so only ``multiplicity // in_trip`` executions' residuals are live at once
+    # (``live_multiplicity``); the time terms still count every execution.
+    in_trip: int = 1
     inputs: tuple[RegionInput, ...] = ()
     backward_work: cm.Work = cm.Work()  # one backward trip without recompute (global avals)
     # Layer groups: a region of one call site decided on its own has group = its call-site
@@ -268,7 +274,9 @@ class Assignment:
 @_frozen
 class RegionCost:
     region_id: int
-    multiplicity: int
+    multiplicity: int  # executions per step: the time terms
+    # executions whose residuals are live at once: the memory terms (Region.in_trip)
+    live_multiplicity: int = 0  # 0: multiplicity
     recompute_s: tuple[float, ...]  # per candidate: its recompute in the backward pass
     materialize_s: tuple[float, ...]  # per candidate: the forward write saving it forces
     # per candidate: the copy into the scan's stacked residual that saving it (not offloading
@@ -295,6 +303,11 @@ class RegionCost:
     bwd_before_s: tuple[float, ...]  # backward compute before its first use
     fwd_s: float  # one forward trip of the region
     bwd_s: float  # one backward trip (without recompute)
+
+    @property
+    def live(self) -> int:
+        """Executions whose residuals are held at once (the memory terms' multiplier)."""
+        return self.live_multiplicity or self.multiplicity
 
 
 @_frozen

@@ -23,3 +23,16 @@ def fmt_bytes(nbytes: float) -> str:
 def fmt_gb(gb: float) -> str:
     """``fmt_bytes`` of a figure held in GB."""
     return fmt_bytes(gb * GB)
+
+
+def gb_at_least(nbytes: float) -> str:
+    """``nbytes`` as an ``hbm_gb`` value to pass, rounded UP to four significant digits, so
+    the figure always admits ``nbytes`` and still tells small budgets apart (7.080 MB is
+    "0.00708", where three decimals of a GB gave "0.008", 13% more than needed)."""
+    import math
+
+    gb = max(float(nbytes), 1.0) / GB
+    exp = math.floor(math.log10(gb))
+    step = 10.0 ** (exp - 3)
+    value = math.ceil(gb / step - 1e-9) * step
+    return f"{value:.{max(0, 3 - exp)}f}"
