@@ -167,34 +167,42 @@ def _scan_context(jaxpr, rid: int) -> tuple[bool, int] | None:
     return None
 
 
-def _in_trip(jaxpr, rid: int) -> int:
-    """Trips of the loops whose one trip runs both region ``rid``'s forward and backward pass
-    (types.Region.in_trip), else 1. ``jax.grad`` inside ``lax.scan`` (gradient accumulation
-    over microbatches) puts the region's forward equations and its backward remat equation in
-    the same scan body: the remat's residual operands are made inside that body, where a
-    layer scan's backward body receives them as loop inputs (the forward scan's stacks).
-    Only the innermost scan is read: a layer scan nested in an accumulation scan counts its
-    residuals once per outer trip (the memory terms over-count them; verify measures it)."""
+def _in_trip(jaxpr, rid: int) -> tuple[int, bool]:
+    """(Region.in_trip, whether at the innermost scan) for region ``rid``: the trips of the
+    loops whose one trip runs both the region's forward and backward pass, else (1, False).
+
+    ``jax.grad`` inside ``lax.scan`` (gradient accumulation over microbatches) puts the
+    region's forward equations and its backward remat equation in one scan body: the remat's
+    residual operands are made inside that body, where a layer scan's backward body receives
+    them as loop inputs (the forward scan's stacks). Followed outwards: a layer scan nested in
+    an accumulation scan receives them as inputs of its backward scan, and those are made
+    inside the accumulation scan's body (its forward layer scan's stacks): the residuals of
+    one microbatch are held within that outer trip."""
     for site in adapter.walk(jaxpr):
         pol = site.eqn.params.get("policy") if adapter.is_differentiated_remat(site.eqn) else None
         if not (isinstance(pol, adapter.RegionPolicy) and pol.region_id == rid):
             continue
-        if not site.scans:
-            return 1
-        body = adapter.open_jaxpr(site.scans[-1][0].params["jaxpr"])
-        inputs = set(body.invars)
-        made_inside = any(adapter.is_var(v) and v not in inputs for v in site.eqn.invars)
-        return site.mult if made_inside else 1
-    return 1
+        outer = [v for v in site.eqn.invars if adapter.is_var(v)]
+        for level in reversed(range(len(site.scans))):
+            scan = site.scans[level][0]
+            body = adapter.open_jaxpr(scan.params["jaxpr"])
+            pos = {v: i for i, v in enumerate(body.invars)}
+            if any(v not in pos for v in outer):
+                trips = math.prod(int(e.params["length"]) for e, _ in site.scans[: level + 1])
+                return trips, level == len(site.scans) - 1
+            # All loop inputs of this scan: follow them to the jaxpr that holds it.
+            outer = [scan.invars[pos[v]] for v in outer if adapter.is_var(scan.invars[pos[v]])]
+        return 1, False
+    return 1, False
 
 
 def _loop_form(jaxpr, rid: int) -> tuple[bool, int, int]:
     """(in a layer scan, the largest ``unroll`` of the scans around it, Region.in_trip) for
-    region ``rid``: a region whose forward and backward share a loop trip is not in a layer
-    scan (nothing is stacked across trips: its residuals live within the trip)."""
+    region ``rid``: a region whose forward and backward share a trip of its innermost scan is
+    not in a layer scan (nothing is stacked across trips: its residuals live within it)."""
     in_scan, unroll = _scan_context(jaxpr, rid) or (False, 1)
-    trips = _in_trip(jaxpr, rid)
-    return (in_scan and trips == 1), unroll, trips
+    trips, innermost = _in_trip(jaxpr, rid)
+    return (in_scan and not innermost), unroll, trips
 
 
 def _region_source(jaxpr, br) -> str:

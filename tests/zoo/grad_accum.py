@@ -17,7 +17,9 @@ import optax
 
 from tests.zoo import gpt2_loop
 
-DEFAULTS = dict(gpt2_loop.DEFAULTS, microbatches=4)
+# layer_loop: "python" (a Python loop over the layers) or "scan" (the layers stacked, under a
+# lax.scan nested in the accumulation scan).
+DEFAULTS = dict(gpt2_loop.DEFAULTS, microbatches=4, layer_loop="python")
 
 
 def make(policy=None, **overrides):
@@ -25,6 +27,9 @@ def make(policy=None, **overrides):
     cfg = {**DEFAULTS, **overrides}
     n = cfg["microbatches"]
     params = gpt2_loop.init_params(jax.random.key(0), cfg)
+    scanned = cfg["layer_loop"] == "scan"
+    if scanned:
+        params["layers"] = jax.tree.map(lambda *a: jnp.stack(a), *params["layers"])
     opt = optax.adamw(cfg["lr"])
     opt_state = opt.init(params)
     layer = jax.checkpoint(gpt2_loop.make_layer(cfg["n_heads"]), policy=policy)
@@ -32,8 +37,11 @@ def make(policy=None, **overrides):
     def loss_fn(params, tokens):
         t = tokens.shape[1] - 1
         x = params["wte"][tokens[:, :-1]] + params["wpe"][:t]
-        for p in params["layers"]:
-            x = layer(p, x)
+        if scanned:
+            x, _ = jax.lax.scan(lambda x, p: (layer(p, x), None), x, params["layers"])
+        else:
+            for p in params["layers"]:
+                x = layer(p, x)
         x = gpt2_loop.layer_norm(x, params["lnf_g"], params["lnf_b"])
         logits = x @ params["wte"].T
         return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
