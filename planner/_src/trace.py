@@ -184,14 +184,29 @@ def _in_trip(jaxpr, rid: int) -> tuple[int, bool]:
             continue
         outer = [v for v in site.eqn.invars if adapter.is_var(v)]
         for level in reversed(range(len(site.scans))):
-            scan = site.scans[level][0]
+            scan, parent = site.scans[level]
             body = adapter.open_jaxpr(scan.params["jaxpr"])
             pos = {v: i for i, v in enumerate(body.invars)}
-            if any(v not in pos for v in outer):
+            # A layer scan's backward scan reads what its forward scan stacked: outputs of
+            # another scan beside it. Inside it, values made in the body are recomputed
+            # there (k layers per trip: the first sub-layer's forward for the second's
+            # backward; weight slices), not a forward pass of the same trip.
+            siblings = {
+                v
+                for e in parent.eqns
+                if e is not scan and e.primitive.name == "scan"
+                for v in e.outvars
+            }
+            backward = any(adapter.is_var(v) and v in siblings for v in scan.invars)
+            if not backward and any(v not in pos for v in outer):
                 trips = math.prod(int(e.params["length"]) for e, _ in site.scans[: level + 1])
                 return trips, level == len(site.scans) - 1
-            # All loop inputs of this scan: follow them to the jaxpr that holds it.
-            outer = [scan.invars[pos[v]] for v in outer if adapter.is_var(scan.invars[pos[v]])]
+            # Follow the loop inputs among them to the jaxpr that holds this scan.
+            outer = [
+                scan.invars[pos[v]]
+                for v in outer
+                if v in pos and adapter.is_var(scan.invars[pos[v]])
+            ]
         return 1, False
     return 1, False
 
