@@ -402,3 +402,17 @@ def test_the_budget_a_refusal_names_admits_the_plan_and_tells_small_ones_apart()
     for n in (1.0, 7.0801e6, 4.376e6, 999.9e6, 1e9, 21.64e9, 141e9 + 1):
         assert float(gb_at_least(n)) * 1e9 >= n
         assert float(gb_at_least(n)) * 1e9 <= n * 1.001 + 1
+
+
+def test_the_refusal_never_calls_less_than_the_arguments_parameters_and_state():
+    """session._fixed_why: the memory model's plan-independent term is fitted; below the
+    step's own arguments and outputs it is not "parameters, optimizer state, ..." (a ViT on
+    XLA:CPU of JAX 0.10.2, 2026-12-06: "0.187 MB do not depend on the plan" for 2.70 MB of
+    arguments and outputs)."""
+    from planner._src.session import _fixed_why
+
+    above = _fixed_why(3_259_000, 2_700_000)
+    assert above.startswith("3.259 MB do not depend on the plan (parameters")
+    below = _fixed_why(187_000, 2_700_000)
+    assert "arguments and outputs take 2.700 MB" in below and "0.187 MB" in below
+    assert "do not depend" not in below
