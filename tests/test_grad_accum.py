@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 
-import jax
 import pytest
 
 from planner._src.baselines import stock_assignment
@@ -16,20 +15,15 @@ from planner._src.cost import build_cost_model, evaluate
 from planner._src.graph import build_graph
 from planner._src.trace import trace_step
 from tests.zoo import grad_accum
+from tests.zoo._util import compile_step, device_bytes, stock_policy
 
 POLICIES = ("nothing_saveable", "dots_saveable", "everything_saveable")
 
 
 @functools.cache
 def _compiled(policy: str, layer_loop: str = "python") -> int:
-    step, args = grad_accum.make(getattr(jax.checkpoint_policies, policy), layer_loop=layer_loop)
-    m = jax.jit(step).lower(*args).compile().memory_analysis()
-    return (
-        m.argument_size_in_bytes
-        + m.output_size_in_bytes
-        - m.alias_size_in_bytes
-        + m.temp_size_in_bytes
-    )
+    step, args = grad_accum.make(stock_policy(policy), layer_loop=layer_loop)
+    return device_bytes(compile_step(step, args)[0])
 
 
 @pytest.fixture(scope="module")
