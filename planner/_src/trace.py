@@ -139,15 +139,27 @@ def residuals_xla_drops(avals: Sequence[Any], stacks: Counter) -> set[int]:
     return dropped
 
 
-def _find_differentiated(jaxpr) -> dict[int, int]:
-    """Per region id, the executions per step of its backward remat equation (the trip
-    counts of the scans around it multiplied, summed over its places)."""
-    out: dict[int, int] = {}
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Backward:
+    """Where a region's backward remat equation sits in one traced program."""
+
+    site: adapter.Site  # its first place, in walk order
+    executions: int  # per step: the trip counts of the scans around it multiplied, summed
+    # over its places
+
+
+def _backward_sites(jaxpr) -> dict[int, _Backward]:
+    """Per region id, its backward remat equation in ``jaxpr`` (one walk of the program; the
+    stages below read a region's loop structure from its site)."""
+    out: dict[int, _Backward] = {}
     for site in adapter.walk(jaxpr):
         if adapter.is_differentiated_remat(site.eqn):
             pol = site.eqn.params["policy"]
             if isinstance(pol, adapter.RegionPolicy):
-                out[pol.region_id] = out.get(pol.region_id, 0) + site.mult
+                rid = pol.region_id
+                first = out[rid].site if rid in out else site
+                before = out[rid].executions if rid in out else 0
+                out[rid] = _Backward(first, before + site.mult)
     return out
 
 
@@ -157,19 +169,10 @@ def _region_structure_key(jaxpr) -> str:
     return str(jaxpr)
 
 
-def _scan_context(jaxpr, rid: int) -> tuple[bool, int] | None:
-    """(under a lax.scan, the largest ``unroll`` of the scans around it) for region ``rid``."""
-    for site in adapter.walk(jaxpr):
-        pol = site.eqn.params.get("policy") if adapter.is_differentiated_remat(site.eqn) else None
-        if isinstance(pol, adapter.RegionPolicy) and pol.region_id == rid:
-            unroll = max((int(e.params.get("unroll", 1) or 1) for e, _ in site.scans), default=1)
-            return bool(site.scans), unroll
-    return None
-
-
-def _in_trip(jaxpr, rid: int) -> tuple[int, bool]:
-    """(Region.in_trip, whether at the innermost scan) for region ``rid``: the trips of the
-    loops whose one trip runs both the region's forward and backward pass, else (1, False).
+def _in_trip(site: adapter.Site) -> tuple[int, bool]:
+    """(Region.in_trip, whether at the innermost scan) for the region whose backward remat
+    equation is at ``site``: the trips of the loops whose one trip runs both the region's
+    forward and backward pass, else (1, False).
 
     ``jax.grad`` inside ``lax.scan`` (gradient accumulation over microbatches) puts the
     region's forward equations and its backward remat equation in one scan body: the remat's
@@ -178,102 +181,89 @@ def _in_trip(jaxpr, rid: int) -> tuple[int, bool]:
     an accumulation scan receives them as inputs of its backward scan, and those are made
     inside the accumulation scan's body (its forward layer scan's stacks): the residuals of
     one microbatch are held within that outer trip."""
-    for site in adapter.walk(jaxpr):
-        pol = site.eqn.params.get("policy") if adapter.is_differentiated_remat(site.eqn) else None
-        if not (isinstance(pol, adapter.RegionPolicy) and pol.region_id == rid):
-            continue
-        outer = [v for v in site.eqn.invars if adapter.is_var(v)]
-        for level in reversed(range(len(site.scans))):
-            scan, parent = site.scans[level]
-            body = adapter.open_jaxpr(scan.params["jaxpr"])
-            pos = {v: i for i, v in enumerate(body.invars)}
-            # A layer scan's backward scan reads what its forward scan stacked: outputs of
-            # another scan beside it. Inside it, values made in the body are recomputed
-            # there (k layers per trip: the first sub-layer's forward for the second's
-            # backward; weight slices), not a forward pass of the same trip.
-            siblings = {
-                v
-                for e in parent.eqns
-                if e is not scan and e.primitive.name == "scan"
-                for v in e.outvars
-            }
-            backward = any(adapter.is_var(v) and v in siblings for v in scan.invars)
-            if not backward and any(v not in pos for v in outer):
-                trips = math.prod(int(e.params["length"]) for e, _ in site.scans[: level + 1])
-                return trips, level == len(site.scans) - 1
-            # Follow the loop inputs among them to the jaxpr that holds this scan.
-            outer = [
-                scan.invars[pos[v]]
-                for v in outer
-                if v in pos and adapter.is_var(scan.invars[pos[v]])
-            ]
-        return 1, False
+    outer = [v for v in site.eqn.invars if adapter.is_var(v)]
+    for level in reversed(range(len(site.scans))):
+        scan, parent = site.scans[level]
+        body = adapter.open_jaxpr(scan.params["jaxpr"])
+        pos = {v: i for i, v in enumerate(body.invars)}
+        # A layer scan's backward scan reads what its forward scan stacked: outputs of
+        # another scan beside it. Inside it, values made in the body are recomputed
+        # there (k layers per trip: the first sub-layer's forward for the second's
+        # backward; weight slices), not a forward pass of the same trip.
+        siblings = {
+            v
+            for e in parent.eqns
+            if e is not scan and e.primitive.name == "scan"
+            for v in e.outvars
+        }
+        backward = any(adapter.is_var(v) and v in siblings for v in scan.invars)
+        if not backward and any(v not in pos for v in outer):
+            trips = math.prod(int(e.params["length"]) for e, _ in site.scans[: level + 1])
+            return trips, level == len(site.scans) - 1
+        # Follow the loop inputs among them to the jaxpr that holds this scan.
+        outer = [
+            scan.invars[pos[v]] for v in outer if v in pos and adapter.is_var(scan.invars[pos[v]])
+        ]
     return 1, False
 
 
-def _loop_form(jaxpr, rid: int) -> tuple[bool, int, int]:
+def _loop_form(site: adapter.Site) -> tuple[bool, int, int]:
     """(in a layer scan, the largest ``unroll`` of the scans around it, Region.in_trip) for
-    region ``rid``: a region whose forward and backward share a trip of its innermost scan is
-    not in a layer scan (nothing is stacked across trips: its residuals live within it)."""
-    in_scan, unroll = _scan_context(jaxpr, rid) or (False, 1)
-    trips, innermost = _in_trip(jaxpr, rid)
-    return (in_scan and not innermost), unroll, trips
+    the region whose backward remat equation is at ``site``: a region whose forward and
+    backward share a trip of its innermost scan is not in a layer scan (nothing is stacked
+    across trips: its residuals live within it)."""
+    unroll = max((int(e.params.get("unroll", 1) or 1) for e, _ in site.scans), default=1)
+    trips, innermost = _in_trip(site)
+    return (bool(site.scans) and not innermost), unroll, trips
 
 
-def _region_source(jaxpr, br) -> str:
-    """The user's line for region ``br``: where its ``jax.checkpoint`` was bound, else (a
-    bind below library frames only: Flax's ``nn.scan`` traces the remat'd body inside the
-    loop it builds, with no frame of the user's on the stack) the line of the innermost
-    scan around it, else the body's first line of the user's; "" if none."""
+def _region_source(site: adapter.Site | None, br) -> str:
+    """The user's line for region ``br`` (backward remat equation at ``site``): where its
+    ``jax.checkpoint`` was bound, else (a bind below library frames only: Flax's ``nn.scan``
+    traces the remat'd body inside the loop it builds, with no frame of the user's on the
+    stack) the line of the innermost scan around it, else the body's first line of the
+    user's; "" if none."""
     if br.source:
         return br.source
-    for site in adapter.walk(jaxpr):
-        pol = site.eqn.params.get("policy") if adapter.is_differentiated_remat(site.eqn) else None
-        if isinstance(pol, adapter.RegionPolicy) and pol.region_id == br.region_id:
-            for scan, _ in reversed(site.scans):
-                if where := adapter.eqn_source(scan):
-                    return where
-            break
+    for scan, _ in reversed(site.scans if site is not None else ()):
+        if where := adapter.eqn_source(scan):
+            return where
     return next((w for e in br.jaxpr.eqns if (w := adapter.eqn_source(e))), "")
 
 
-def _observe_residual_sources(step_jaxpr, rid: int, n_res: int | None = None) -> list[str] | None:
-    """Where the traced step keeps each residual of region ``rid``: per residual, one of
-    ``const`` (a loop constant of the backward scan: hoisted out of the loop, stored once),
-    ``stacked`` (an array a forward scan stacks, one slice per trip), ``forwarded`` (an array
-    the program had anyway, such as the scanned weights), or ``unscanned`` (no scan around).
+def _observe_residual_sources(site: adapter.Site | None, n_res: int | None = None) -> list[str]:
+    """Where the traced program keeps each residual of the region whose backward remat
+    equation is at ``site``: per residual, one of ``const`` (a loop constant of the backward
+    scan: hoisted out of the loop, stored once), ``stacked`` (an array a forward scan stacks,
+    one slice per trip), ``forwarded`` (an array the program had anyway, such as the scanned
+    weights), or ``unscanned`` (no scan around); [] without a site.
 
     JAX's scan partial evaluation hoists loop-invariant residuals and forwards residuals that
     are loop inputs (``_scan_partial_eval`` in jax/_src/lax/control_flow/loops.py); the
     backward remat equation's first ``n_res`` operands are the residuals, in replay order.
     """
-    for site in adapter.walk(step_jaxpr):
-        e = site.eqn
-        pol = e.params.get("policy") if adapter.is_differentiated_remat(e) else None
-        if not (isinstance(pol, adapter.RegionPolicy) and pol.region_id == rid):
-            continue
-        operands = e.invars if n_res is None else e.invars[:n_res]
-        if not site.scans:
-            return ["unscanned"] * len(operands)
-        scan, parent = site.scans[-1]
-        body = adapter.open_jaxpr(scan.params["jaxpr"])
-        pos = {v: i for i, v in enumerate(body.invars)}
-        nc = adapter.scan_layout(scan)[0]
-        scan_outs = {v for pe in parent.eqns if pe.primitive.name == "scan" for v in pe.outvars}
-        out = []
-        for v in operands:
-            i = pos.get(v) if adapter.is_var(v) else None
-            if i is None:
-                out.append("stacked")  # made inside the loop body: per trip
-            elif i < nc:
-                out.append("const")
-            else:
-                outer = scan.invars[i]
-                out.append(
-                    "stacked" if adapter.is_var(outer) and outer in scan_outs else "forwarded"
-                )
-        return out
-    return None
+    if site is None:
+        return []
+    e = site.eqn
+    operands = e.invars if n_res is None else e.invars[:n_res]
+    if not site.scans:
+        return ["unscanned"] * len(operands)
+    scan, parent = site.scans[-1]
+    body = adapter.open_jaxpr(scan.params["jaxpr"])
+    pos = {v: i for i, v in enumerate(body.invars)}
+    nc = adapter.scan_layout(scan)[0]
+    scan_outs = {v for pe in parent.eqns if pe.primitive.name == "scan" for v in pe.outvars}
+    out = []
+    for v in operands:
+        i = pos.get(v) if adapter.is_var(v) else None
+        if i is None:
+            out.append("stacked")  # made inside the loop body: per trip
+        elif i < nc:
+            out.append("const")
+        else:
+            outer = scan.invars[i]
+            out.append("stacked" if adapter.is_var(outer) and outer in scan_outs else "forwarded")
+    return out
 
 
 def _constraint_divisor(eqn) -> int | None:
@@ -605,13 +595,14 @@ class _Analysed:
 
 def _candidates(
     region: adapter.BoundRegion,
-    step_jaxpr,
-    anchor_jaxpr,
-    anchor_region: int,
+    step_site: adapter.Site | None,
+    anchor_site: adapter.Site | None,
     index: shard.HloIndex | None = None,
     loop_stacks: Counter | None = None,
 ) -> _Analysed:
-    """The candidates of one region (module docstring). ``loop_stacks``: for a region in a
+    """The candidates of one region (module docstring), whose backward remat equation is at
+    ``step_site`` in the traced step and at ``anchor_site`` in the full-remat anchor's trace.
+    ``loop_stacks``: for a region in a
     scan of a single-device step, what the compiled everything-saveable program's loops
     stack (compiled_loop_stacks): a per-trip residual XLA drops there is not counted as read
     by the backward pass (residuals_xla_drops)."""
@@ -623,7 +614,7 @@ def _candidates(
     # spread backwards (what an invariant value reads is invariant) and forwards (what
     # reads only invariant values is invariant).
     real_res = [v for v in replay.residuals if v not in hoisted]
-    observed = _observe_residual_sources(step_jaxpr, region.region_id, len(real_res)) or []
+    observed = _observe_residual_sources(step_site, len(real_res))
     invariant = {v for v, src in zip(real_res, observed) if src == "const"} | hoisted
     eqns = list(replay.known_eqns)
     for eqn in reversed(eqns):
@@ -735,7 +726,7 @@ def _candidates(
     # activation) and which it had anyway (weights, loop constants).
     # The backward remat equation reads [*residuals, *inputs it uses] (remat_partial_eval).
     full = adapter.replay_partial_eval(jvp, n_primal, lambda *_, **__: adapter.Recompute)
-    src = _observe_residual_sources(anchor_jaxpr, anchor_region) or []
+    src = _observe_residual_sources(anchor_site)
     n_real_res = sum(1 for v in full.residuals if v not in hoisted)
     used_idx = [k for k, u in enumerate(full.staged_inputs_used) if u and k >= n_hoisted]
     in_src = dict(zip(used_idx, src[n_real_res:]))
@@ -988,11 +979,12 @@ def trace_step(
         ) from e
 
     _refuse_nested(bound)
-    differentiated = _find_differentiated(step_jaxpr)
+    backward = _backward_sites(step_jaxpr)
+    differentiated = {rid: b.executions for rid, b in backward.items()}
     # What XLA runs: a backward pass the step's outputs do not need is deleted whole (a step
     # that forgets `return` compiled to 0 bytes and was planned as if it ran), and a region
     # under a scan of length 0 never runs (its working set made the fixed bytes negative).
-    live = _find_differentiated(adapter.live_jaxpr(step_jaxpr)) if differentiated else {}
+    live = _backward_sites(adapter.live_jaxpr(step_jaxpr)) if differentiated else {}
     mult = {rid: n for rid, n in differentiated.items() if n > 0}
     if not bound or not differentiated:
         why = (
@@ -1058,7 +1050,7 @@ def trace_step(
     saved_lowered = targets.lower(traced)
     timings.append(("lower the two anchors", time.perf_counter() - t))
     in_scan = {
-        br.region_id: _loop_form(step_jaxpr, br.region_id)[0]
+        br.region_id: _loop_form(backward[br.region_id].site)[0]
         for br in bound
         if br.region_id in mult
     }
@@ -1121,12 +1113,13 @@ def trace_step(
     # What the compiled everything-saveable program's loops really stack (single device:
     # a partitioned program's shapes are per device, the jaxpr's global).
     stacks = compiled_loop_stacks(saved_text) if index.num_partitions == 1 else None
+    anchor_sites = _backward_sites(anchor_jaxpr)
     sites: list[Region] = []
     analysed: dict[tuple, _Analysed] = {}
     for br in bound:
         if br.region_id not in mult:
             continue
-        in_scan, unroll, in_trip = _loop_form(step_jaxpr, br.region_id)
+        in_scan, unroll, in_trip = _loop_form(backward[br.region_id].site)
         # Only a scan with one layer per loop trip stacks [trips, ...] residuals that can be
         # matched (scan(unroll=u) stacks [trips/u, u, ...]).
         trip_stacks = (
@@ -1138,13 +1131,17 @@ def trace_step(
         cache_key = key + (id(br.user_policy),)  # the user's own decisions are per policy
         if cache_key not in analysed:
             analysed[cache_key] = _candidates(
-                br, step_jaxpr, anchor_jaxpr, br.region_id, index, trip_stacks
+                br,
+                backward[br.region_id].site,
+                anchor_sites[br.region_id].site if br.region_id in anchor_sites else None,
+                index,
+                trip_stacks,
             )
         a = analysed[cache_key]
         sites.append(
             Region(
                 id=len(sites),
-                source=_region_source(step_jaxpr, br),
+                source=_region_source(backward[br.region_id].site, br),
                 multiplicity=mult[br.region_id],
                 call_sites=1,
                 candidates=a.candidates,
