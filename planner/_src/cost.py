@@ -405,7 +405,7 @@ def build_cost_model(
             RegionCost(
                 region_id=r.id,
                 multiplicity=r.multiplicity,
-                live_multiplicity=max(1, r.multiplicity // max(1, r.in_trip)),
+                live_multiplicity=r.live,
                 recompute_s=tuple(rec),
                 materialize_s=tuple(mat),
                 stack_copy_s=tuple(stack),

@@ -90,7 +90,7 @@ def _per_trip(p) -> int:
 
 
 def _multiplicities(plan) -> tuple[int, ...]:
-    return tuple(rc.multiplicity for rc in plan.cost.regions)
+    return tuple(rc.live for rc in plan.cost.regions)
 
 
 def _predictions(plan) -> dict:

@@ -19,7 +19,7 @@ from planner._src.units import GB, MB, fmt_bytes, fmt_gb
 class Row:
     label: str
     decision: str  # save / remat / offload
-    nbytes_per_step: int  # all members, all trips, that the backward pass reads
+    nbytes_per_step: int  # all members, the trips held at once, that the backward pass reads
     members: int
     recompute_ms: float  # per step, if rematerialized
     transfer_ms: float  # per step, both directions, if offloaded
@@ -378,7 +378,8 @@ def build_report(plan, plan_file: str | None = None) -> Report:
                 continue
             c = rg.region.candidates[i]
             L = rc.multiplicity
-            nbytes += L * c.nbytes
+            # bytes held at once (RegionCost.live); time over every execution
+            nbytes += rc.live * c.nbytes
             rec += L * rc.recompute_s[i]
             xfer += L * (rc.d2h_s[i] + rc.h2d_s[i])
             exposed += L * (
@@ -565,7 +566,14 @@ def build_report(plan, plan_file: str | None = None) -> Report:
         ("" if rg.region.group is None else f"layer group {rg.region.group}: ")
         + f"region {rg.region.id} at {_source_or(rg.region.source)}: "
         f"{rg.region.multiplicity} trips"
-        f"{' under lax.scan' if rg.region.in_scan else ''}, {len(rg.region.candidates)} "
+        f"{' under lax.scan' if rg.region.in_scan else ''}"
+        + (
+            f" ({rg.region.live} held at once: its forward and backward pass run in one "
+            f"trip of a loop of {rg.region.in_trip} around it)"
+            if rg.region.in_trip > 1
+            else ""
+        )
+        + f", {len(rg.region.candidates)} "
         f"forward equations, user policy {rg.region.user_policy}"
         for rg in graph.regions
     )

@@ -160,6 +160,12 @@ class Region:
     # the anchor's HLO does not identify). Priced with the profile ``Trace.hlo_priced_with``.
     hlo_recompute_s: tuple[float | None, ...] | None = None
 
+    @property
+    def live(self) -> int:
+        """Executions whose residuals are held at once: ``multiplicity // in_trip`` (the
+        memory terms' multiplier; the time terms count every execution)."""
+        return max(1, self.multiplicity // max(1, self.in_trip))
+
 
 @_frozen
 class CompiledFigures:

@@ -284,8 +284,11 @@ def verify(
                 if rg.region.in_scan
             ]
         full = {p.region_id: p for p in evaluate(cost, g, Assignment.of({})).regions}
+        # Per step of the loops around it, a region stacks the residuals of the executions
+        # held at once (Region.live: one trip's where forward and backward share an outer
+        # loop's trip, e.g. several train steps or microbatches under one lax.scan).
         want_dev = sum(
-            rg.region.multiplicity
+            rg.region.live
             * (
                 rp.device_residual_bytes
                 + rp.input_residual_bytes
@@ -294,7 +297,7 @@ def verify(
             for rg, rp in scanned
         )
         # Stacked host arrays: per-trip offloads (loop-invariant ones are hoisted, not stacked).
-        want_host = sum(rg.region.multiplicity * rp.host_residual_bytes for rg, rp in scanned)
+        want_host = sum(rg.region.live * rp.host_residual_bytes for rg, rp in scanned)
         grown = figs.stacked_device_bytes - trace.anchor.stacked_device_bytes
         checks.append(
             Check(
