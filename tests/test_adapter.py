@@ -21,6 +21,13 @@ def test_every_jax_internal_the_adapter_uses_is_there():
     assert len(adapter.INTERNALS) >= 20
 
 
+def test_float64_computes_in_64_bits_inside_the_block_only():
+    with adapter.float64():
+        inside = jax.jit(lambda x: x * 2)(jnp.ones(3, jnp.float64))
+    assert inside.dtype == jnp.float64
+    assert jnp.ones(3).dtype == jnp.float32  # the user's default is back
+
+
 def _step():
     def layer(w, x):
         return jnp.sin(jnp.tanh(x @ w) @ w)

@@ -347,6 +347,14 @@ def isolated_traces() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def float64() -> Iterator[None]:
+    """64-bit floats inside the block (``jax.enable_x64(True)``, a config context on JAX
+    0.10-0.12; tests/test_adapter.py guards it)."""
+    with jax.enable_x64(True):
+        yield
+
+
 def live_jaxpr(j):
     """The open jaxpr of ``j`` with the equations its outputs do not need removed (JAX's own
     dead-code elimination, which keeps effectful equations): what XLA will run."""
@@ -1045,6 +1053,7 @@ INTERNALS = (
     ("jax._src.interpreters.partial_eval", "Offloadable"),
     ("jax._src.interpreters.partial_eval", "SaveableType"),
     ("jax._src.interpreters.partial_eval", "RecomputeType"),
+    ("jax", "enable_x64"),  # float64(): a public config context, checked as the others
 )
 
 
