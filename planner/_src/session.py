@@ -474,6 +474,9 @@ CPU_OFFLOAD_WHY = "offload off: the target is a CPU; host memory is the same mem
 # How much slower than the first solution a stock policy may be predicted and still have its
 # verify compile started beside the plan's (Planner._prefetch_stock).
 PREFETCH_MARGIN = 0.05
+# Before refusing a budget, the model's plans at these fractions of the way from its smallest
+# plan's predicted peak to save-everything's are compiled too (Planner._probe_frontier).
+PROBE_FRACTIONS = (0.25, 0.5, 0.75)
 
 
 def _offload_choice(allow_offload, host_ok: bool, platform: str) -> tuple[bool, str]:
@@ -1410,6 +1413,13 @@ class Planner:
             correction += max(1, ver.compiled_device_bytes - att.prediction.peak_bytes)
         if cost is None:
             raise AssertionError("max_rounds >= 1 is validated")
+        if infeasible is not None and opts.verify_compile:
+            found, probed = self._probe_frontier(tr, graph, not_kept, cost, budget, rounds)
+            if found is not None:
+                best, sol, graph_used = found
+                infeasible = None
+        else:
+            probed = None
         fill_why = ""
         if best is not None and sol is not None and infeasible is None and opts.verify_compile:
             best, sol, cost, graph_used, fill_why = self._fill(
@@ -1527,7 +1537,7 @@ class Planner:
                     baselines,
                 )
         if infeasible is not None or best is None or sol is None:
-            raise self._infeasible(requested, budget, headroom, best, infeasible, cost)
+            raise self._infeasible(requested, budget, headroom, best, infeasible, cost, probed)
         sol = dataclasses.replace(sol, assignment=best.assignment)
         plan = Plan(
             budget_bytes=requested,
@@ -1719,9 +1729,60 @@ class Planner:
             return f"the model's smallest plan needs {infeasible.min_feasible_bytes / GB:.3f} GB"
         return "not compiled"
 
-    def _infeasible(self, requested, budget, headroom, best, error, cost) -> InfeasibleBudgetError:
+    def _probe_frontier(self, tr, graph, not_kept, cost, budget, rounds):
+        """Before a budget is refused: the model's plans for larger budgets, compiled. Where a
+        compiler holds some saved values in less memory than their recompute (JAX 0.10.2's
+        XLA:CPU), a plan that saves a little can compile under full remat, which the model,
+        fitted at full remat and save-everything, does not see (new-user trial 2026-12-06b
+        F3: a Flax linen step with optax.MultiSteps compiled to 43.440 MB fully
+        rematerialized and 43.442 MB saving everything, its 41.0 MB budget refused, while the
+        plan the model predicted at 43.425 MB compiled to 40.556 MB). At most
+        ``len(PROBE_FRACTIONS)`` compiles, only on the way to a refusal; the fastest plan that
+        compiles within the budget (an exact figure) is returned as ``((attempt, solution,
+        graph) or None, the smallest exact figure the probes compiled to or None)``."""
+        if budget < io_bytes(tr):  # below the step's own arguments and outputs: no plan
+            return None, None
+        g = _with_forced(graph, not_kept, NOT_KEPT_WHY)
+        try:
+            _, lo = min_peak_assignment(g, cost, self.options.solver)
+        except InfeasibleBudgetError:
+            return None, None
+        everything = Assignment.of({c.key: "save" for c in g.classes})
+        hi = evaluate(cost, g, _normalize(g, cost, everything)).peak_bytes
+        seen: set = set()
+        fits = []
+        smallest = None
+        for f in PROBE_FRACTIONS:
+            at = int(lo + f * (hi - lo))
+            if at <= lo:
+                continue
+            try:
+                sol = self._solves(g, cost, at, self.options.solver)
+            except InfeasibleBudgetError:
+                continue
+            if sol.assignment.decisions in seen:
+                continue
+            seen.add(sol.assignment.decisions)
+            self._say(f"probing the model's plan for {at / GB:g} GB: does it compile smaller?")
+            att = self._attempt(tr, g, cost, sol.assignment, budget)
+            rounds.append(_round(att, 0, budget, "probe", not_kept))
+            v = att.verification
+            if att.not_kept or v.compiled_device_bytes is None or not v.exact:
+                continue
+            smallest = min(smallest or v.compiled_device_bytes, v.compiled_device_bytes)
+            if overrules_model(v, budget):
+                fits.append((att.prediction.step_s, len(fits), att, sol))
+        if not fits:
+            return None, smallest
+        _, _, att, sol = min(fits)
+        return (att, dataclasses.replace(sol, budget_bytes=budget), g), smallest
+
+    def _infeasible(
+        self, requested, budget, headroom, best, error, cost, probed=None
+    ) -> InfeasibleBudgetError:
         """The teaching error when nothing fits: the smallest figure any plan or stock policy
-        compiled to, as the budget that works."""
+        compiled to, as the budget that works (``probed``: the smallest exact figure of the
+        plans _probe_frontier compiled)."""
         hw = self.hardware
         # Without verify_compile the model is the judge; with it, the compiler's figures.
         tried = (
@@ -1746,6 +1807,8 @@ class Planner:
             and best.verification.exact
         ):
             figures["the planner's smallest plan"] = best.verification.compiled_device_bytes
+        if probed is not None and probed < figures.get("the planner's smallest plan", probed + 1):
+            figures["the planner's smallest plan"] = probed
         if figures:
             name, need = min(figures.items(), key=lambda kv: kv[1])
             what = f"the smallest of the plans tried compiles to {fmt_bytes(need)} ({name})"
@@ -1762,9 +1825,12 @@ class Planner:
         return InfeasibleBudgetError(
             f"No plan fits {fmt_bytes(budget)}: {what}"
             + (
-                f" (the model's lower bound for any plan: {fmt_bytes(error.min_feasible_bytes)})"
-                if error is not None
-                else ""
+                ""
+                if error is None
+                else f" (the model's lower bound for any plan: {fmt_bytes(error.min_feasible_bytes)})"
+                if error.min_feasible_bytes <= need
+                else f" (the memory model put every plan at {fmt_bytes(error.min_feasible_bytes)} "
+                "or more; the compiled figures overrule it)"
             )
             + ".\n"
             f"Why: {_fixed_why(cost.fixed_bytes, io_bytes(self.trace))}, and the backward pass "

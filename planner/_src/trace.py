@@ -997,9 +997,10 @@ def trace_step(
             f"The train step has nothing to plan: {why}.\n"
             "Why: the planner chooses what the backward pass keeps from inside "
             "jax.checkpoint regions; other activations are kept by JAX's autodiff as they are.\n"
-            "Fix: wrap each repeated layer in jax.checkpoint (or flax.linen.remat / nnx.remat), "
-            "e.g. `layer = jax.checkpoint(layer)` before `jax.lax.scan`, and take the gradient "
-            "inside the step (jax.grad / jax.value_and_grad)."
+            "Fix: wrap each repeated layer in jax.checkpoint (or flax.linen.remat / nnx.remat "
+            "/ eqx.filter_checkpoint), e.g. `layer = jax.checkpoint(layer)` before "
+            "`jax.lax.scan`, and take the gradient inside the step (jax.grad / "
+            "jax.value_and_grad)."
         )
     if not live:
         n_out = len(adapter.open_jaxpr(step_jaxpr).outvars)

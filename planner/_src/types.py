@@ -554,7 +554,8 @@ class Round:
     ``purpose``: "fit" (the first solve, and each one after a compile exceeded the budget or
     JAX did not keep a planned tensor), "fill" (session.Planner._fill: the compile left the
     budget well unused and a faster plan was tried with the model corrected by the measured
-    over-prediction), "stock" (a stock policy's compile). The model was held to
+    over-prediction), "stock" (a stock policy's compile), "probe" (before a refusal, the
+    model's plan for a larger budget, compiled: session.Planner._probe_frontier). The model was held to
     ``budget - correction_bytes`` before its correction. ``outcome`` says what became of
     the round's plan ("kept", "over budget", "not kept by JAX", ...; "" before fill rounds
     existed)."""
