@@ -188,7 +188,9 @@ def test_a_model_corrected_past_full_remat_still_returns_full_remat_where_it_fit
     fits: the planner then tries full remat, not the model's smallest plan, and returns it
     (2026-12-04: tests/test_apply.py's loop raised InfeasibleBudgetError at 11.22 MB usable
     with full remat compiled at 9.96 MB). Stock policies are not compared, so no other path
-    can rescue the plan."""
+    can rescue the plan. The model, proved wrong, then has its plans for larger budgets
+    compiled too (probe rounds, new-user trial 2026-12-06b F4): one that compiles within the
+    budget and is predicted faster than full remat is returned instead."""
     real = session_mod.build_cost_model
     anchor = llama_session.trace.anchor.device_bytes
 
@@ -198,6 +200,12 @@ def test_a_model_corrected_past_full_remat_still_returns_full_remat_where_it_fit
 
     monkeypatch.setattr(session_mod, "build_cost_model", inflated)
     p = _plan(llama_session, 0.05, compare_stock=False, fill_rounds=0)
-    assert set(p.assignment.as_dict().values()) <= {"remat"}
-    assert p.verification.compiled_device_bytes == anchor <= _usable(p)
+    # full remat was tried first, and fits
+    assert p.rounds[0].compiled_device_bytes == anchor <= _usable(p)
+    assert p.verification.compiled_device_bytes <= _usable(p)
     assert p.verification.status == STATUS_OK
+    if set(p.assignment.as_dict().values()) <= {"remat"}:
+        assert all(r.purpose != "probe" or r.outcome != "within budget" for r in p.rounds)
+    else:  # a probe's plan: compiled within the budget, predicted faster than full remat
+        probe = [r for r in p.rounds if r.purpose == "probe" and r.outcome == "within budget"]
+        assert probe and p.prediction.step_s < p.rounds[0].predicted_step_s
