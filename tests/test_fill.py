@@ -204,6 +204,7 @@ def test_a_model_corrected_past_full_remat_still_returns_full_remat_where_it_fit
     assert p.rounds[0].compiled_device_bytes == anchor <= _usable(p)
     assert p.verification.compiled_device_bytes <= _usable(p)
     assert p.verification.status == STATUS_OK
+    assert any(r.purpose == "probe" for r in p.rounds)  # the model was proved wrong: probes
     if set(p.assignment.as_dict().values()) <= {"remat"}:
         assert all(r.purpose != "probe" or r.outcome != "within budget" for r in p.rounds)
     else:  # a probe's plan: compiled within the budget, predicted faster than full remat

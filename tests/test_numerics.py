@@ -225,6 +225,35 @@ def test_adam_on_gradients_near_zero_is_judged_against_the_step_in_float64():
     assert not caught[0].ok and caught[0].against == ""
     res = numerics.judge(planned, reference, eps, decisions={}, ran_on="here", float64=wide)
     assert res.ok and "computed in float64" in res.detail
+    # A 0.1% error in a well-conditioned entry is farther from the float64 answer than twice
+    # the reference's worst: still caught.
+    subtle = (w_new.at[:, 40].multiply(1.001), loss)
+    assert not numerics.compare(subtle, reference, eps, float64=wide)[0].ok
+    # Never where a value is not finite, nor where the float64 run is another computation
+    # (its exact leaves differ from the reference's).
+    inf = (w_new.at[:, 0].set(jnp.inf), loss)
+    assert not numerics.compare(inf, reference, eps, float64=wide)[0].ok
+    other = (wide[0], jnp.asarray(1))  # an integer leaf that differs
+    assert not numerics.compare(
+        (planned[0], jnp.asarray(0)), (reference[0], jnp.asarray(0)), eps, float64=other
+    )[0].ok
+
+
+def test_a_step_that_draws_random_bits_is_never_judged_against_float64():
+    """With 64-bit floats on, jax.random draws other bits for a float64 uniform: dropout
+    masks differ, and the float64 run is another computation (review of 2026-12-06)."""
+
+    def step(w, key):
+        keep = jax.random.bernoulli(key, 0.5, w.shape)
+        return w * keep, jnp.sum(w)
+
+    args = (jnp.ones((4, 16)), jax.random.key(0))
+    assert numerics.adapter.draws_random(jax.make_jaxpr(step)(*args))
+    assert not numerics.adapter.draws_random(jax.make_jaxpr(lambda w: w * 2)(args[0]))
+    assert numerics.run_float64(step, args, draws_random=True) is None
+    with numerics.adapter.float64():
+        wide_mask = jax.random.bernoulli(args[1], 0.5, (4, 16))
+    assert not np.array_equal(np.asarray(wide_mask), np.asarray(step(*args)[0] > 0))
 
 
 # ------------------------------------------------------------------ the check in solve

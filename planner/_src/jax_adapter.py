@@ -734,6 +734,17 @@ def walk(jaxpr, mult: int = 1, scans: tuple = ()) -> Iterator[Site]:
             yield from walk(sub, mult * trips, inner)
 
 
+# Primitives whose float results change with 64-bit floats on: random bits drawn for a
+# float64 uniform are 64 bits wide, so dropout masks and noise differ (raw uint32 keys draw
+# and split through threefry2x32).
+RANDOM_DRAWS = frozenset({"random_bits", "threefry2x32"})
+
+
+def draws_random(jaxpr) -> bool:
+    """Whether ``jaxpr`` (nested jaxprs included) draws random bits (:data:`RANDOM_DRAWS`)."""
+    return any(site.eqn.primitive.name in RANDOM_DRAWS for site in walk(jaxpr))
+
+
 def float_dtypes(jaxpr) -> tuple[str, ...]:
     """The floating dtypes of every value ``jaxpr`` computes (nested jaxprs included), by
     name, sorted: what the numerics check's tolerance is set from."""

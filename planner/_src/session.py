@@ -56,6 +56,7 @@ from planner._src.errors import (
     InfeasibleBudgetError,
     InvalidArgumentError,
     PlannerError,
+    SolverError,
     UnsupportedError,
 )
 from planner._src.graph import NAMES_ONLY_WHY, LivenessGraph, build_graph, class_key
@@ -477,6 +478,7 @@ PREFETCH_MARGIN = 0.05
 # Before refusing a budget, the model's plans at these fractions of the way from its smallest
 # plan's predicted peak to save-everything's are compiled too (Planner._probe_frontier).
 PROBE_FRACTIONS = (0.25, 0.5, 0.75)
+PROBE_BELOW = 0.85  # no probes below this share of the smallest figure compiled so far
 
 
 def _offload_choice(allow_offload, host_ok: bool, platform: str) -> tuple[bool, str]:
@@ -728,7 +730,9 @@ class Planner:
             return result
         self._float64_tried = True
         t = time.perf_counter()
-        self._float64 = numerics.run_float64(self._step, self._args)
+        self._float64 = numerics.run_float64(
+            self._step, self._args, draws_random=plan.trace.draws_random
+        )
         self._last_timings.append(("numerics: the step in float64", time.perf_counter() - t))
         return result if self._float64 is None else judged()
 
@@ -1422,7 +1426,7 @@ class Planner:
             # trial 2026-12-06b F4: a larger budget got full remat, 8.24 ms, where a smaller
             # one got the 7.62 ms min-peak plan, which fits both).
             found, probed = self._probe_frontier(
-                tr, graph, not_kept, cost, budget, rounds, tried=best
+                tr, graph, not_kept, cost, budget, rounds, tried=best, correction=correction
             )
             if found is not None and (
                 infeasible is not None or found[0].prediction.step_s < best.prediction.step_s
@@ -1738,7 +1742,7 @@ class Planner:
             return f"the model's smallest plan needs {infeasible.min_feasible_bytes / GB:.3f} GB"
         return "not compiled"
 
-    def _probe_frontier(self, tr, graph, not_kept, cost, budget, rounds, tried=None):
+    def _probe_frontier(self, tr, graph, not_kept, cost, budget, rounds, tried=None, correction=0):
         """Before a budget is refused: the model's plans for larger budgets, compiled. Where a
         compiler holds some saved values in less memory than their recompute (JAX 0.10.2's
         XLA:CPU), a plan that saves a little can compile under full remat, which the model,
@@ -1752,13 +1756,21 @@ class Planner:
         fastest plan that compiles within the budget (an exact figure) is returned as
         ``((attempt, solution, graph) or None, the smallest exact figure the probes compiled
         to or None)``."""
-        if budget < io_bytes(tr):  # below the step's own arguments and outputs: no plan
+        # Far below every figure compiled so far no plan fits: the largest undercut of full
+        # remat seen is 7% (F3), so below PROBE_BELOW of the smallest no compile is spent.
+        known = [tr.anchor.device_bytes] + [b for b in self._stock_bytes.values() if b]
+        if tr.anchor_saved is not None:
+            known.append(tr.anchor_saved.device_bytes)
+        if tried is not None and tried.verification.compiled_device_bytes:
+            known.append(tried.verification.compiled_device_bytes)
+        if budget < io_bytes(tr) or budget < PROBE_BELOW * min(known):
             return None, None
         g = _with_forced(graph, not_kept, NOT_KEPT_WHY)
         try:
-            smallest_plan, lo = min_peak_assignment(g, cost, self.options.solver)
-        except InfeasibleBudgetError:
+            smallest_plan, _ = min_peak_assignment(g, cost, self.options.solver)
+        except (InfeasibleBudgetError, SolverError):
             return None, None
+        lo = evaluate(cost, g, _normalize(g, cost, smallest_plan)).peak_bytes
         everything = Assignment.of({c.key: "save" for c in g.classes})
         hi = evaluate(cost, g, _normalize(g, cost, everything)).peak_bytes
 
@@ -1790,7 +1802,7 @@ class Planner:
                     continue
                 try:
                     yield at, self._solves(g, cost, at, self.options.solver)
-                except InfeasibleBudgetError:
+                except (InfeasibleBudgetError, SolverError):  # a probe that finds nothing
                     continue
 
         for at, sol in solutions():
@@ -1799,12 +1811,12 @@ class Planner:
             seen.add(key(sol.assignment))
             self._say(f"probing the model's plan for {at / GB:g} GB: does it compile smaller?")
             att = self._attempt(tr, g, cost, sol.assignment, budget)
-            rounds.append(_round(att, 0, budget, "probe", not_kept))
+            rounds.append(_round(att, correction, budget, "probe", not_kept))
             v = att.verification
             if att.not_kept or v.compiled_device_bytes is None or not v.exact:
                 continue
             smallest = min(smallest or v.compiled_device_bytes, v.compiled_device_bytes)
-            if overrules_model(v, budget):
+            if overrules_model(v, budget) and v.ok:  # every check passed, not only the bytes
                 fits.append((att.prediction.step_s, len(fits), att, sol))
         if not fits:
             return None, smallest

@@ -1194,6 +1194,7 @@ def trace_step(
         step_work=cm.work_of(step_jaxpr),
         jax_version=jax.__version__,
         float_dtypes=adapter.float_dtypes(step_jaxpr),
+        draws_random=adapter.draws_random(step_jaxpr),
         holds_rereads_twice=twice,
         hoists_recompute=hoists,
         hlo_priced_with=priced_with,

@@ -215,6 +215,9 @@ class Trace:
     # every floating dtype the step computes in (its equations' outputs, nested jaxprs
     # included): the numerics check's tolerance follows the coarsest (numerics.py)
     float_dtypes: tuple[str, ...] = ()
+    # the step draws random bits (dropout, noise): its float64 run draws others, so the
+    # numerics check never judges it against that run (numerics.run_float64)
+    draws_random: bool = False
     # The compiler holds a kept value twice outside lax.scan when the backward pass reads it
     # with a kernel and a fusion (a probe compile, trace.holds_rereads_twice; cost.py, D_r).
     holds_rereads_twice: bool = False
