@@ -641,22 +641,19 @@ def check_numerics(plan, step_fn: Callable, *args) -> NumericsResult:
     reference, sensitivity = reference_runs(step_fn, args, _computed_dtypes(plan))
     planned = run_planned(step_fn, args, make)
     eps = coarsest_eps(args, reference, computed=_computed_dtypes(plan))
-    result = judge(
-        planned,
-        reference,
-        eps,
-        decisions=plan.decisions(),
-        ran_on=backend_note(),
-        sensitivity=sensitivity,
-    )
+
+    def judged(float64=None):
+        return judge(
+            planned,
+            reference,
+            eps,
+            decisions=plan.decisions(),
+            ran_on=backend_note(),
+            sensitivity=sensitivity,
+            float64=float64,
+        )
+
+    result = judged()
     if result.ok or (wide := run_float64(step_fn, args, draws_random=_draws_random(plan))) is None:
         return result
-    return judge(  # again with the step's own float32 error measured (run_float64)
-        planned,
-        reference,
-        eps,
-        decisions=plan.decisions(),
-        ran_on=backend_note(),
-        sensitivity=sensitivity,
-        float64=wide,
-    )
+    return judged(wide)  # again with the step's own float32 error measured (run_float64)

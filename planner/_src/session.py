@@ -435,6 +435,23 @@ def overrules_model(ver: Verification, budget: int) -> bool:
     return ver.exact and _fits(ver, budget)
 
 
+def _unsolved(assignment, status: str, step_s: float, graph, budget: int) -> Solution:
+    """The Solution record of an assignment the solver did not produce (a stock policy, the
+    model's smallest plan, a compile that overruled the model): its predicted step as both
+    objective and bound."""
+    return Solution(
+        assignment=assignment,
+        status=status,
+        objective_s=step_s,
+        bound_s=step_s,
+        gap=0.0,
+        wall_s=0.0,
+        num_classes=len(graph.classes),
+        num_variables=0,
+        budget_bytes=budget,
+    )
+
+
 def _round(att, correction: int, budget: int, purpose: str, not_kept=frozenset()) -> Round:
     """The record of one compiled round (report: JSON "rounds")."""
     v = att.verification
@@ -1274,17 +1291,7 @@ class Planner:
             )
         else:
             att = self._attempt(tr, graph, cost, a, budget, stock=name, label=f"stock {name}")
-        sol = Solution(
-            assignment=a,
-            status="STOCK",
-            objective_s=att.prediction.step_s,
-            bound_s=att.prediction.step_s,
-            gap=0.0,
-            wall_s=0.0,
-            num_classes=len(graph.classes),
-            num_variables=0,
-            budget_bytes=budget,
-        )
+        sol = _unsolved(a, "STOCK", att.prediction.step_s, graph, budget)
         rounds.append(_round(att, cost.correction_bytes, budget, "stock"))
         plan = Plan(
             budget_bytes=requested,
@@ -1397,17 +1404,7 @@ class Planner:
             best = att
             if sol is None:  # the smallest plan: fits or not, nothing smaller to try
                 if overrules_model(att.verification, budget):
-                    sol = Solution(
-                        assignment=att.assignment,
-                        status="FEASIBLE",
-                        objective_s=att.prediction.step_s,
-                        bound_s=att.prediction.step_s,
-                        gap=0.0,
-                        wall_s=0.0,
-                        num_classes=len(g.classes),
-                        num_variables=0,
-                        budget_bytes=budget,
-                    )
+                    sol = _unsolved(att.assignment, "FEASIBLE", att.prediction.step_s, g, budget)
                     infeasible = None
                     model_overruled = True
                 break
@@ -1782,20 +1779,8 @@ class Planner:
         smallest = None
 
         def solutions():
-            yield (
-                lo,
-                Solution(
-                    assignment=smallest_plan,
-                    status="FEASIBLE",
-                    objective_s=evaluate(cost, g, _normalize(g, cost, smallest_plan)).step_s,
-                    bound_s=0.0,
-                    gap=0.0,
-                    wall_s=0.0,
-                    num_classes=len(g.classes),
-                    num_variables=0,
-                    budget_bytes=budget,
-                ),
-            )
+            step_s = evaluate(cost, g, _normalize(g, cost, smallest_plan)).step_s
+            yield lo, _unsolved(smallest_plan, "FEASIBLE", step_s, g, budget)
             for f in PROBE_FRACTIONS:
                 at = int(lo + f * (hi - lo))
                 if at <= lo:
