@@ -56,7 +56,7 @@ def check(seed: int) -> str | None:
                 return f"seed {seed}: named {e.min_feasible_bytes} but {lowest} is reachable"
         return None
     pred = evaluate(cost, graph, sol.assignment)
-    sim = simulate(graph, cost, sol.assignment, budget_bytes=budget)
+    sim = simulate(graph, cost, sol.assignment, usable_bytes=budget)
     if sim.peak_bytes != pred.peak_bytes or abs(sim.step_s - pred.step_s) > 1e-9 * pred.step_s:
         return f"seed {seed}: simulator {sim} disagrees with model {pred.peak_bytes} {pred.step_s}"
     if pred.peak_bytes > budget:

@@ -58,7 +58,7 @@ from jax.ad_checkpoint import checkpoint_name  # noqa: E402
 import planner  # noqa: E402
 from planner._src.policies import STOCK  # noqa: E402
 from planner._src.session import io_bytes, requested_for, usable_bytes  # noqa: E402
-from planner._src.verify import STATUS_OK, STATUS_UNVERIFIED  # noqa: E402
+from planner._src.types import Status  # noqa: E402
 
 cp = jax.checkpoint_policies
 JAX_STOCK = (
@@ -573,7 +573,7 @@ def _classify(s, session, requested: int, ref, rec: dict) -> None:
         else:
             again = session.plan(math.ceil(e.min_feasible_bytes) / 1e9)  # raises -> failure
             v = again.verification
-            if v.status not in (STATUS_OK, STATUS_UNVERIFIED):
+            if v.status not in (Status.OK, Status.UNVERIFIED):
                 rec.update(outcome="failure", detail=f"at the named minimum the plan is {v.status}")
             else:
                 rec.update(outcome="infeasible", detail=str(e).splitlines()[0][:300])
@@ -588,7 +588,7 @@ def _classify(s, session, requested: int, ref, rec: dict) -> None:
     )
     problems = []
     limit = plan.budget_bytes - plan.headroom_bytes
-    if v.status not in (STATUS_OK, STATUS_UNVERIFIED):
+    if v.status not in (Status.OK, Status.UNVERIFIED):
         stock = _stock_fits(s, usable)
         fit = {n: b for n, b in stock.items() if b <= usable}
         problems.append(f"plan status {v.status!r} ({v.compiled_device_bytes} > {limit})")
@@ -628,9 +628,9 @@ def _classify(s, session, requested: int, ref, rec: dict) -> None:
     mine = device_bytes(compiled)
     host = v.compiled.jaxpr_host_bytes if v.compiled is not None else 0
     rec["independent"] = mine
-    if v.status == STATUS_OK and mine > limit:
+    if v.status == Status.OK and mine > limit:
         problems.append(f"emitted policy compiles here to {mine} > {limit}")
-    if v.status == STATUS_UNVERIFIED and mine - host > limit:
+    if v.status == Status.UNVERIFIED and mine - host > limit:
         problems.append(f"emitted policy compiles here to {mine} - {host} host > {limit}")
     bad = mismatch(ref, got, numerics_dtype(s))
     if bad:  # held to no closer agreement than JAX's own presets reach on this program

@@ -334,7 +334,7 @@ def run_plan_worker(job: dict) -> dict:
     plans, plan_s = [], []
     if job["budgets"] == "anchors":  # 4 budgets from just above full remat's compiled size to
         # save-everything's (requested so that what a plan may use spans them)
-        from planner._src.session import io_bytes, requested_for
+        from planner._src.budget import io_bytes, requested_for
 
         lo = session.trace.anchor.device_bytes
         hi = session.trace.anchor_saved.device_bytes

@@ -73,8 +73,8 @@ def probe(over: dict) -> dict:
 def plan(over: dict, hbm_gb: float, margin: float | None) -> dict:
     import planner
     from planner._src import state as st
+    from planner._src.budget import io_bytes, usable_bytes
     from planner._src.cost import build_cost_model, evaluate
-    from planner._src.session import io_bytes, usable_bytes
     from planner._src.solve import solve_assignment
 
     h, cfg, args, s, trace_s = _session(over)
@@ -109,7 +109,7 @@ def plan(over: dict, hbm_gb: float, margin: float | None) -> dict:
             "predicted_step_s": sp.prediction.step_s,
             "predicted_tokens_per_s": tokens / sp.prediction.step_s,
             "exposed_s": sp.prediction.exposed_transfer_s,
-            "budget_bytes": sp.budget_bytes,
+            "usable_bytes": sp.usable_bytes,
             "compiled_device_bytes": sp.compiled.device_bytes if sp.compiled else None,
             "host_bytes": sp.placement.host_bytes(),
         },

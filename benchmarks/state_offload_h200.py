@@ -262,7 +262,10 @@ def run(out: Path, only: str = "") -> None:
     plans, pred = _load_plans()
     b0 = CONFIG["batch"]
     budget = int(plans[0]["hbm_gb"] * 1e9)  # the cap of every run
-    usable = int(plans[0]["mixed"]["budget_bytes"])  # usable_bytes(budget), margin 0
+    mixed = plans[0]["mixed"]
+    usable = int(
+        mixed.get("usable_bytes", mixed.get("budget_bytes"))
+    )  # usable_bytes(budget), margin 0
     full = {"kind": "stock", "name": "nothing_saveable"}
     rows = []  # (name, record, predicted tokens/s)
     # 1. the mixed plans: the first that the device's compile puts within the usable bytes

@@ -29,6 +29,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ._hiding import fit_hiding
 from ._profiles import HardwareProfile, load_profile
 
 
@@ -140,8 +141,6 @@ def hiding_from_sweep(
     the profile and ``{"d2h": HidingFit, "h2d": HidingFit}``.
     """
     import dataclasses
-
-    from ._hiding import fit_hiding
 
     hw = load_profile(hw)
     d2h, h2d = list(d2h), list(h2d)

@@ -14,7 +14,7 @@ Everything below is the public API; the modules under ``planner._src`` are priva
 
 import importlib
 
-__version__ = "0.2.0"
+from planner._version import __version__ as __version__
 
 # Public name -> (module, attribute). Imported on first use (PEP 562), so that
 # ``python -m planner --help`` and ``--version`` answer without importing JAX.
@@ -45,7 +45,7 @@ _PUBLIC = {
     "PlanOptions": ("planner._src.options", "PlanOptions"),
     "paste_snippets": ("planner._src.paste", "paste_snippets"),
     "Plan": ("planner._src.plan", "Plan"),
-    "PlanWarning": ("planner._src.plan", "PlanWarning"),
+    "PlanWarning": ("planner._src.errors", "PlanWarning"),
     "SavedPlan": ("planner._src.planfile", "SavedPlan"),
     "load_plan": ("planner._src.planfile", "load"),
     "hbm_timeline": ("planner._src.plots", "hbm_timeline"),

@@ -10,7 +10,7 @@ import planner
 from examples import llama
 from planner._src.report import build_report
 from planner._src.session import CPU_OFFLOAD_WHY, STEP_MODEL_ERROR
-from planner._src.verify import STATUS_OK
+from planner._src.types import Status
 
 STEP, ARGS = llama.make_train_step(llama.LlamaConfig(n_layers=2))
 
@@ -28,7 +28,7 @@ def test_offload_is_off_by_default_on_a_cpu_target(offloading):
     plan = session.plan(hbm_gb=session.trace.anchor.device_bytes / 1e9)
     assert plan.prediction.host_bytes == 0
     assert "offload" not in set(plan.decisions().values())
-    assert plan.verification.status == STATUS_OK and plan.verification.exact
+    assert plan.verification.status == Status.OK and plan.verification.exact
     assert CPU_OFFLOAD_WHY in build_report(plan).notes
 
 
@@ -53,7 +53,7 @@ def test_verified_within_budget_beats_unverified(offloading):
     assert own.choice == "planner" and own.prediction.host_bytes > 0
     assert not own.verification.exact
     ver = plan.verification
-    assert ver.exact and ver.status == STATUS_OK
+    assert ver.exact and ver.status == Status.OK
     assert ver.compiled_device_bytes <= plan.budget_bytes - plan.headroom_bytes
     assert plan.choice != "planner", plan.choice
     assert plan.choice in plan.choice_why

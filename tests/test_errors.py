@@ -113,15 +113,15 @@ def test_an_estimated_compiled_size_never_overrules_an_infeasible_model(exact):
     all, but only an exact figure: on a backend whose host arrays share device memory it is
     an estimate (host bytes subtracted) and the model's bound stands."""
     from planner._src.session import overrules_model
-    from planner._src.verify import STATUS_OK, STATUS_UNVERIFIED, Verification
+    from planner._src.types import Status, Verification
 
     budget = 1000
     ver = Verification(
-        status=STATUS_OK if exact else STATUS_UNVERIFIED,
+        status=Status.OK if exact else Status.UNVERIFIED,
         compiled=None,
         compiled_device_bytes=budget // 2,
         predicted_peak_bytes=2 * budget,
-        budget_bytes=budget,
+        usable_bytes=budget,
         checks=(),
         backend="cpu",
         exact=exact,

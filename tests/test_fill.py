@@ -17,7 +17,7 @@ from examples import llama, moe
 from planner._src import session as session_mod
 from planner._src.report import budget_use
 from planner._src.session import fill_slack, requested_for
-from planner._src.verify import STATUS_OK
+from planner._src.types import Status
 
 pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
 
@@ -79,7 +79,7 @@ def test_a_plan_well_under_budget_is_replaced_by_a_faster_one_that_fits():
     # The first fill round corrects the model by exactly the first plan's measured error.
     assert fills[0].correction_bytes == first.compiled_device_bytes - first.predicted_peak_bytes
     assert kept.outcome == "within budget"
-    assert p.verification.status == STATUS_OK and p.verification.ok
+    assert p.verification.status == Status.OK and p.verification.ok
     assert p.verification.compiled_device_bytes == kept.compiled_device_bytes
     assert first.compiled_device_bytes < kept.compiled_device_bytes <= usable
     assert p.prediction.step_s < first.predicted_step_s  # predicted faster
@@ -133,7 +133,7 @@ def test_fill_rounds_are_bounded(llama_session, monkeypatch):
     def verify(*a, **k):
         ver, not_kept = real(*a, **k)
         got = ver.predicted_peak_bytes - 2_000_000
-        return dataclasses.replace(ver, compiled_device_bytes=got, status=STATUS_OK), not_kept
+        return dataclasses.replace(ver, compiled_device_bytes=got, status=Status.OK), not_kept
 
     monkeypatch.setattr(session_mod, "verify", verify)
     p = _plan(llama_session, 0.05, fill_rounds=2, compare_stock=False)
@@ -203,7 +203,7 @@ def test_a_model_corrected_past_full_remat_still_returns_full_remat_where_it_fit
     # full remat was tried first, and fits
     assert p.rounds[0].compiled_device_bytes == anchor <= _usable(p)
     assert p.verification.compiled_device_bytes <= _usable(p)
-    assert p.verification.status == STATUS_OK
+    assert p.verification.status == Status.OK
     assert any(r.purpose == "probe" for r in p.rounds)  # the model was proved wrong: probes
     if set(p.assignment.as_dict().values()) <= {"remat"}:
         assert all(r.purpose != "probe" or r.outcome != "within budget" for r in p.rounds)

@@ -19,7 +19,8 @@ from jax.ad_checkpoint import checkpoint_policies as cp
 import planner
 from planner._src import numerics
 from planner._src.cost import Assignment, build_cost_model, evaluate
-from planner._src.verify import STATUS_NUMERICS, STATUS_OK, STATUS_OVER, verify
+from planner._src.types import Status
+from planner._src.verify import verify
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -282,7 +283,7 @@ def test_a_plan_on_concrete_arguments_is_checked_and_matches(small):
     assert all(leaf.tolerance == pytest.approx(F32_TOL) for leaf in res.leaves)
     check = [c for c in plan.verification.checks if c.name == numerics.CHECK_NAME]
     assert check and check[0].ok
-    assert plan.verification.status == STATUS_OK
+    assert plan.verification.status == Status.OK
     assert "XLA:CPU" in res.detail and "valid check of the policy for a GPU" in res.detail
     assert numerics.CHECK_NAME in plan.report("markdown")
 
@@ -302,7 +303,7 @@ def test_a_planted_mismatch_fails_the_plan_loudly_and_names_the_tensors(small, m
     with pytest.warns(planner.PlanWarning, match="NUMERICS DIFFER") as caught:
         plan = session.plan((lo + 0.2 * (hi - lo)) / 1e9)
     v = plan.verification
-    assert v.status == STATUS_NUMERICS and not v.ok
+    assert v.status == Status.NUMERICS and not v.ok
     (check,) = [c for c in v.checks if c.name == numerics.CHECK_NAME]
     assert not check.ok
     # the leaf, by its path in the step's outputs, and nothing else
@@ -319,7 +320,7 @@ def test_a_planted_mismatch_fails_the_plan_loudly_and_names_the_tensors(small, m
     assert recomputed and all(label in check.detail for label in recomputed[:8])
     assert "recomputed [" in check.detail
     assert "NUMERICS DIFFER" in str(caught[0].message)
-    assert plan.report("markdown").startswith(f"# Plan: {STATUS_NUMERICS}")
+    assert plan.report("markdown").startswith(f"# Plan: {Status.NUMERICS}")
 
 
 @pytest.mark.slow  # plans (compiles) a model
@@ -525,7 +526,7 @@ def test_the_cpu_estimate_never_subtracts_more_than_the_compiler_counted(small, 
         backend="cpu",
     )
     assert ver.compiled_device_bytes >= ver.compiled.argument_bytes > 0
-    assert ver.status == STATUS_OVER
+    assert ver.status == Status.OVER
 
 
 def test_isolate_finds_the_decisions_behind_a_mismatch_by_bisection():

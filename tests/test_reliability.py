@@ -104,7 +104,7 @@ def test_property_every_plan_replays_and_beats_every_baseline(
         assert e.min_feasible_bytes > budget - 1024 * (n_nodes + 2) * n_regions
         return
     pred = evaluate(cost, graph, sol.assignment)
-    sim = simulate(graph, cost, sol.assignment, budget_bytes=budget)
+    sim = simulate(graph, cost, sol.assignment, usable_bytes=budget)
     assert sim.peak_bytes == pred.peak_bytes <= budget
     # Never worse than a stock-like baseline that fits under the same model.
     for d in ("save", "remat", "offload"):

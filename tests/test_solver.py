@@ -44,7 +44,7 @@ def _check_optimum_against_brute_force(graph, cost) -> None:
         assert pred.step_s == pytest.approx(best[1].step_s, rel=1e-6, abs=1e-8)
         assert pred.peak_bytes <= budget
         # The independent replay: dependencies hold, memory matches, time matches.
-        sim = simulate(graph, cost, sol.assignment, budget_bytes=budget)
+        sim = simulate(graph, cost, sol.assignment, usable_bytes=budget)
         assert sim.peak_bytes == pred.peak_bytes
         assert sim.step_s == pytest.approx(pred.step_s, rel=1e-9)
 
@@ -159,7 +159,7 @@ def test_simulator_rejects_a_plan_over_budget_and_a_missing_dependency():
     save_all = Assignment.of({c.key: "save" for c in graph.classes})
     peak = evaluate(cost, graph, save_all).peak_bytes
     with pytest.raises(PlanViolation, match="exceeds the budget"):
-        simulate(graph, cost, save_all, budget_bytes=peak - 1)
+        simulate(graph, cost, save_all, usable_bytes=peak - 1)
     no_offload = (
         graph,
         cost.__class__(

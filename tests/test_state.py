@@ -224,7 +224,7 @@ def test_plan_state_on_cpu_places_state_and_keeps_the_numbers():
     with pytest.warns(PlanWarning, match="86.9 GB undonated"):
         tight = planner.plan_state(session, 0.02, opt_state_argnum=1, params_argnum=0)
     assert tight.placement.on_host
-    assert tight.prediction.peak_bytes <= tight.budget_bytes
+    assert tight.prediction.peak_bytes <= tight.usable_bytes
     split = tight.split
     assert split["optimizer state"]["host"] == tight.placement.host_bytes() > 0
     assert split["optimizer state"]["moved"] == 2 * tight.placement.host_bytes()
@@ -236,7 +236,7 @@ def test_plan_state_on_cpu_places_state_and_keeps_the_numbers():
 
     cost = build_cost_model(session.trace, session.graph, session.hardware, allow_offload=True)
     with pytest.raises(InfeasibleBudgetError):
-        solve_assignment(session.graph, cost, tight.budget_bytes, OPTS)
+        solve_assignment(session.graph, cost, tight.usable_bytes, OPTS)
     want = jax.jit(step)(*args)
     jitted, placed = _build(tight.policy, tight.placement)
     got = jitted(*placed)

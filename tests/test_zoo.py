@@ -15,7 +15,7 @@ import pytest
 import planner
 from planner._src.policies import STOCK
 from planner._src.session import io_bytes, requested_for
-from planner._src.verify import STATUS_OK, STATUS_UNVERIFIED
+from planner._src.types import Status
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -45,7 +45,7 @@ def zoo_budgets(session) -> list[int]:
 
 def check_answer(plan, requested: int) -> None:
     v = plan.verification
-    assert v.status in (STATUS_OK, STATUS_UNVERIFIED), plan.report("markdown")
+    assert v.status in (Status.OK, Status.UNVERIFIED), plan.report("markdown")
     assert v.compiled_device_bytes <= plan.budget_bytes - plan.headroom_bytes, v
     fitting = [
         b

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from planner._src import jax_adapter as adapter
+from planner._src.errors import InvalidArgumentError
 
 __all__ = ["Binding", "apply", "binding"]
 
@@ -75,8 +76,6 @@ def apply(step_fn: Callable, b: Binding) -> Callable:
     ``apply`` call gives a step with its own trace context: keep the returned function rather
     than calling ``apply`` every step (a new one is traced and compiled again)."""
     if not callable(step_fn):
-        from planner._src.errors import InvalidArgumentError
-
         raise InvalidArgumentError(
             f"plan.apply takes the step function, not {type(step_fn).__name__}.\n"
             "Fix: pass the function you planned, e.g. step = plan.apply(train_step)."

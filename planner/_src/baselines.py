@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from planner._src import jax_adapter as adapter
 from planner._src.cost import CostModel, evaluate
 from planner._src.graph import NAMES_ONLY_WHY, LivenessGraph, class_key
 from planner._src.policies import DOTS, STOCK
@@ -46,8 +47,6 @@ def user_assignment(graph: LivenessGraph) -> Assignment:
 def policy_assignment(graph: LivenessGraph, step_fn, args, policy) -> Assignment:
     """What any checkpoint policy decides for each class, read by tracing the step with it
     (the calls JAX makes: jax_adapter.decisions_of)."""
-    from planner._src import jax_adapter as adapter
-
     got = adapter.decisions_of(step_fn, args, policy)
     out: dict[str, str] = {}
     for rg in graph.regions:
@@ -84,7 +83,7 @@ def applicable(
 def evaluate_baselines(
     graph: LivenessGraph,
     cost: CostModel,
-    budget_bytes: float,
+    usable_bytes: float,
     names: tuple[str, ...] | None = None,
     compiled: Mapping[str, int] | None = None,
 ) -> tuple[Baseline, ...]:
@@ -99,7 +98,7 @@ def evaluate_baselines(
         ok = applicable(graph, cost, name, p, a)
         got = compiled.get(name)
         peak = p.peak_bytes if got is None else got
-        fits = peak <= budget_bytes and p.host_bytes <= cost.host_cap_bytes
+        fits = peak <= usable_bytes and p.host_bytes <= cost.host_cap_bytes
         out.append(
             Baseline(
                 name=name,

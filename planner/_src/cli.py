@@ -39,7 +39,9 @@ def import_factory(spec: str, contract: str):
 
     ``contract`` says what the factory must return, for the error messages.
     """
-    from planner._src.errors import InvalidArgumentError
+    from planner._src.errors import (
+        InvalidArgumentError,
+    )  # deferred: --help answers without importing JAX
 
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -90,7 +92,9 @@ def call_factory(spec: str, factory, *args):
 
 def _load_factory(spec: str):
     """Import ``MODULE:FACTORY`` and call it; check it returned ``(step_fn, example_args)``."""
-    from planner._src.errors import InvalidArgumentError
+    from planner._src.errors import (
+        InvalidArgumentError,
+    )  # deferred: --help answers without importing JAX
 
     made = call_factory(spec, import_factory(spec, "(step_fn, example_args)"))
     if not (isinstance(made, tuple) and len(made) == 2 and callable(made[0])):
@@ -138,7 +142,9 @@ def _gb(text: str) -> float:
 def _budgets(text: str) -> list[float]:
     """``"10,20,30"`` -> ``[10.0, 20.0, 30.0]``; ``"auto"`` -> None (the planner spans the
     range); a teaching error for anything else."""
-    from planner._src.errors import InvalidArgumentError
+    from planner._src.errors import (
+        InvalidArgumentError,
+    )  # deferred: --help answers without importing JAX
 
     if text.strip().lower() == "auto":
         return None
@@ -159,7 +165,9 @@ def _budgets(text: str) -> list[float]:
 
 def _image_path(path: str | None, suffixes: tuple[str, ...], flag: str) -> str | None:
     """Check an image path before any slow work, so a typo fails in a second, not a minute."""
-    from planner._src.errors import InvalidArgumentError
+    from planner._src.errors import (
+        InvalidArgumentError,
+    )  # deferred: --help answers without importing JAX
 
     if path is not None and not path.lower().endswith(suffixes):
         raise InvalidArgumentError(
@@ -210,8 +218,10 @@ def _emit(text: str, out: str | None = None) -> None:
 
 
 def _cmd_solve(a) -> int:
-    import planner
-    from planner._src.planfile import check_writable
+    import planner  # deferred: --help answers without importing JAX
+    from planner._src.planfile import (
+        check_writable,
+    )  # deferred: --help answers without importing JAX
 
     _image_path(a.timeline, (".png", ".svg"), "--timeline")
     # Every output path is checked before the solve, so a typo costs a second, not a solve.
@@ -238,7 +248,9 @@ def _cmd_solve(a) -> int:
             stream_params=a.stream_params,
         )
         if a.timeline:
-            from planner._src.plots import hbm_timeline
+            from planner._src.plots import (
+                hbm_timeline,
+            )  # deferred: --help answers without importing JAX
 
             progress(f"drawing the memory timeline to {a.timeline}")
             hbm_timeline(plan, a.timeline)
@@ -256,7 +268,9 @@ def _cmd_solve(a) -> int:
 def _cmd_maxtext(a) -> int:
     import os
 
-    from planner._src.errors import InvalidArgumentError
+    from planner._src.errors import (
+        InvalidArgumentError,
+    )  # deferred: --help answers without importing JAX
 
     config, overrides = None, []
     for i, item in enumerate(a.args):
@@ -275,7 +289,7 @@ def _cmd_maxtext(a) -> int:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
     import contextlib
 
-    from planner._src.maxtext import plan_maxtext
+    from planner._src.maxtext import plan_maxtext  # deferred: --help answers without importing JAX
 
     # MaxText prints to stdout as it imports and configures; stdout is the report's.
     with _Progress(a.quiet) as progress, contextlib.redirect_stdout(sys.stderr):
@@ -295,7 +309,7 @@ def _cmd_maxtext(a) -> int:
 
 
 def _cmd_report(a) -> int:
-    import planner
+    import planner  # deferred: --help answers without importing JAX
 
     saved = planner.load_plan(a.plan)
     _emit(saved.report("json" if a.json else a.format), a.out)
@@ -356,7 +370,7 @@ def _pareto_table(rows, stock) -> str:
     """The pareto rows and stock policies as two rich tables, plain text."""
     from rich.table import Table
 
-    from planner._src.report import text_console
+    from planner._src.report import text_console  # deferred: --help answers without importing JAX
 
     con = text_console(120)
     t = Table(title="Planner: predicted peak and step time per budget")
@@ -400,12 +414,14 @@ def _pareto_table(rows, stock) -> str:
 
 
 def _cmd_pareto(a) -> int:
-    import planner
+    import planner  # deferred: --help answers without importing JAX
 
     budgets = _budgets(a.hbm_gb)
     _image_path(a.png, (".png",), "--png")
     _image_path(a.svg, (".svg",), "--svg")
-    from planner._src.planfile import check_writable
+    from planner._src.planfile import (
+        check_writable,
+    )  # deferred: --help answers without importing JAX
 
     for path, what in ((a.png, "the curve"), (a.svg, "the curve"), (a.out, "the table file")):
         if path:
@@ -431,7 +447,9 @@ def _cmd_pareto(a) -> int:
             budgets = [getattr(r, "budget_bytes", math.nan) / 1e9 for r in results]
         for path in (a.png, a.svg):
             if path:
-                from planner._src.plots import pareto_curve
+                from planner._src.plots import (
+                    pareto_curve,
+                )  # deferred: --help answers without importing JAX
 
                 progress(f"drawing the curve to {path}")
                 pareto_curve(results, path, budgets_gb=budgets)
@@ -479,7 +497,7 @@ def _profile_summary(profile, out: str | None) -> str:
 
 
 def _cmd_calibrate(a) -> int:
-    import cost_models as cm
+    import cost_models as cm  # deferred: --help answers without importing JAX
 
     with _Progress(a.quiet) as progress:
         progress("measuring the default JAX device (matmuls, memory, host link)")
@@ -501,7 +519,9 @@ def _cmd_calibrate(a) -> int:
 
 
 def _ints(text: str, flag: str) -> tuple[int, ...] | None:
-    from planner._src.errors import InvalidArgumentError
+    from planner._src.errors import (
+        InvalidArgumentError,
+    )  # deferred: --help answers without importing JAX
 
     if text is None:
         return None
@@ -518,8 +538,12 @@ def _ints(text: str, flag: str) -> tuple[int, ...] | None:
 
 
 def _cmd_throughput(a) -> int:
-    from planner._src.planfile import check_writable
-    from planner._src.throughput import maximize_throughput
+    from planner._src.planfile import (
+        check_writable,
+    )  # deferred: --help answers without importing JAX
+    from planner._src.throughput import (
+        maximize_throughput,
+    )  # deferred: --help answers without importing JAX
 
     for path, suffixes, flag in ((a.png, (".png",), "--png"), (a.svg, (".svg",), "--svg")):
         _image_path(path, suffixes, flag)
@@ -607,8 +631,10 @@ def _cmd_profile(a) -> int:
     import json
     import sys
 
-    import planner
-    from planner._src.errors import InvalidArgumentError
+    import planner  # deferred: --help answers without importing JAX
+    from planner._src.errors import (
+        InvalidArgumentError,
+    )  # deferred: --help answers without importing JAX
 
     if (a.hbm_gb is None) == (a.plan is None):
         raise InvalidArgumentError(
@@ -639,7 +665,9 @@ def _cmd_profile(a) -> int:
     if result.measured and a.png:
         result.timeline_png(a.png)
     if result.measured and a.measured_profile:
-        from cost_models._trace_overlap import overlap_from_trace
+        from cost_models._trace_overlap import (
+            overlap_from_trace,
+        )  # deferred: --help answers without importing JAX
 
         hw = getattr(plan, "hardware", None)
         hw = overlap_from_trace(result, hw if hw is not None else a.hardware)
@@ -713,7 +741,7 @@ _LAYER_GROUPS = {"auto": None, "on": True, "off": False}
 
 
 def _version() -> str:
-    from planner import __version__  # the package's own line: no JAX import
+    from planner._version import __version__  # deferred: the package's own line, no JAX import
 
     return __version__
 
@@ -901,8 +929,8 @@ def main(argv=None) -> int:
         a = _parser().parse_args(argv)
     except SystemExit as e:  # --help, --version, or a usage error argparse already printed
         return e.code if isinstance(e.code, int) else 2
-    import cost_models as cm  # JAX only now: --help and --version answer without it
-    import planner
+    import cost_models as cm  # deferred: JAX only now, --help and --version answer without it
+    import planner  # deferred: --help answers without importing JAX
 
     try:
         return a.run(a)

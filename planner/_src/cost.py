@@ -242,6 +242,7 @@ import cost_models as cm
 from planner._src.errors import PlannerError
 from planner._src.graph import VIEWS as _VIEWS
 from planner._src.graph import LivenessGraph, class_key
+from planner._src.state import evaluate_state
 from planner._src.types import (
     DECISIONS,
     Assignment,
@@ -889,8 +890,6 @@ def evaluate(
     # parameter's slices in flight (V) join the layers' peak, the update buffer U peaks after
     # the backward pass, their bytes join the host, their copies the time.
     if state_on_host:
-        from planner._src.state import evaluate_state
-
         st = evaluate_state(model.state, state_on_host)
         fixed -= st.saved_bytes
         peak_var = max(peak_var + st.inflight_bytes, st.update_buffer_bytes)

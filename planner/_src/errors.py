@@ -45,3 +45,8 @@ class UnsupportedError(PlannerError):
 
 class LayerGroupsError(PlannerError):
     """``plan.policy`` of a plan whose layer groups decide differently: use ``plan.policies``."""
+
+
+class PlanWarning(UserWarning):
+    """The plan was returned but its compiled program does not meet the budget, or one of its
+    checks failed (the warning says which)."""

@@ -51,6 +51,8 @@ from jax._src import source_info_util as _siu
 from jax._src.interpreters import ad as _ad
 from jax._src.interpreters import partial_eval as _pe
 
+from planner._src.errors import PlannerError, PlanWarning, TraceError
+
 remat_p = _adc.remat_p
 
 # Source lines reported to users should point at their code, not at this adapter, nor at
@@ -950,7 +952,6 @@ def jit_trace(step_fn: Callable, args, regions: list | None = None):
     :class:`TraceError` with the cause."""
     if not hasattr(step_fn, "trace"):
         return _plain_trace(step_fn, args)
-    from planner._src.errors import PlannerError, TraceError
 
     try:
         traced = step_fn.trace(*args)
@@ -995,8 +996,6 @@ def _warn_wrapper_options(step_fn, traced, donate: tuple[int, ...]) -> None:
         return
     import warnings
 
-    from planner._src.plan import PlanWarning
-
     warnings.warn(
         f"The step's wrapper ({type(step_fn).__module__}.{type(step_fn).__qualname__}) has a "
         f".trace that is not jax.jit's, so the planner traced it as a plain function under "
@@ -1011,8 +1010,6 @@ def _warn_wrapper_options(step_fn, traced, donate: tuple[int, ...]) -> None:
 
 
 def _plain_trace(step_fn: Callable, args, donate: tuple[int, ...] | None = None):
-    from planner._src.errors import PlannerError, TraceError
-
     if donate is None:
         donate = wrapper_donation(step_fn, len(args))
     try:

@@ -58,7 +58,12 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import cost_models as cm
+from planner._src import target as targets
+from planner._src.emit import _MAXTEXT_VALUE, yaml_key
 from planner._src.errors import InvalidArgumentError, UnsupportedError
+from planner._src.options import PlanOptions, check_fits_device
+from planner._src.session import Planner
 from planner._src.units import GB
 
 MAXTEXT_VERSION = "0.2.5"
@@ -446,7 +451,7 @@ class MaxTextVerification:
     alias_bytes: int
     temp_bytes: int
     host_temp_bytes: int
-    budget_bytes: int  # what the plan was held to (the planned-to budget)
+    usable_bytes: int  # what the plan was held to (the usable budget)
     plan_device_bytes: int | None  # the planner's own verify compile of its policy
     compiler_options: tuple[tuple[str, Any], ...]
     wall_s: float
@@ -458,7 +463,7 @@ class MaxTextVerification:
 
     @property
     def within_budget(self) -> bool:
-        return 0 <= self.device_bytes <= self.budget_bytes
+        return 0 <= self.device_bytes <= self.usable_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -489,8 +494,6 @@ class MaxTextPlan:
 
     def yaml(self) -> str:
         """The same overrides as a YAML block for the config file."""
-        from planner._src.emit import yaml_key
-
         lines = ["remat_policy: custom"] + [f"{yaml_key(k)}: '{v}'" for k, v in self.custom]
         return "\n".join(lines) + "\n"
 
@@ -537,7 +540,7 @@ class MaxTextPlan:
                 f"verified through MaxText's config ({v.compiler}{'' if v.exact else ', an estimate'}):"
                 f" {status}: {v.device_bytes / GB:.4f} GB = argument {v.argument_bytes / GB:.4f}"
                 f" + output {v.output_bytes / GB:.4f} - alias {v.alias_bytes / GB:.4f} + temp "
-                f"{v.temp_bytes / GB:.4f}, budget {v.budget_bytes / GB:.4f} GB"
+                f"{v.temp_bytes / GB:.4f}, budget {v.usable_bytes / GB:.4f} GB"
                 f" (compile {v.wall_s:.1f} s)"
             )
             if v.plan_device_bytes is not None:
@@ -572,7 +575,7 @@ class MaxTextPlan:
                 "alias_bytes": v.alias_bytes,
                 "temp_bytes": v.temp_bytes,
                 "host_temp_bytes": v.host_temp_bytes,
-                "budget_bytes": v.budget_bytes,
+                "usable_bytes": v.usable_bytes,
                 "plan_device_bytes": v.plan_device_bytes,
                 "within_budget": v.within_budget,
                 "wall_s": v.wall_s,
@@ -583,8 +586,6 @@ class MaxTextPlan:
 
 def custom_values(plan, keys: Sequence[str]) -> tuple[tuple[str, str], ...]:
     """Every custom key's value from the plan's decisions (MaxText's words)."""
-    from planner._src.emit import _MAXTEXT_VALUE
-
     decided: dict[str, str] = {}
     for c in plan.graph.classes:
         if c.name in keys:
@@ -624,10 +625,6 @@ class MaxTextPlanner:
     ):
         import time
 
-        import cost_models as cm
-        from planner._src.options import PlanOptions
-        from planner._src.session import Planner
-
         self.timings: list[tuple[str, float]] = []
         self._say = progress or (lambda m: None)
         self.settings = read_settings_env()  # before MaxText's config sees the environment
@@ -665,8 +662,6 @@ class MaxTextPlanner:
     def plan(self, hbm_gb: float | None = None, *, verify: bool = True) -> MaxTextPlan:
         import time
 
-        from planner._src.options import check_fits_device
-
         timings = list(self.timings)
         planned_gb, why = budget_gb(hbm_gb, self.hardware, self.settings)
         check_fits_device(planned_gb, self.hardware)
@@ -695,10 +690,7 @@ class MaxTextPlanner:
         The same overrides and flags compile to the same program: compiled once."""
         import time
 
-        import cost_models as cm
-        from planner._src import target as targets
-
-        budget = plan.budget_bytes - plan.headroom_bytes
+        budget = plan.budget.usable
         v = plan.verification
         plan_bytes = v.compiled_device_bytes if v is not None else None
         options: dict[str, Any] = {}
@@ -709,7 +701,7 @@ class MaxTextPlanner:
         key = (custom, tuple(sorted(options.items())))
         if key in self._verified:
             got = self._verified[key]
-            return dataclasses.replace(got, budget_bytes=budget, plan_device_bytes=plan_bytes)
+            return dataclasses.replace(got, usable_bytes=budget, plan_device_bytes=plan_bytes)
         self._say("compiling MaxText's train step with the overrides applied through its config")
         t0 = time.perf_counter()
         mt = build(self.config_path, {**self.user, "remat_policy": "custom", **dict(custom)})
@@ -725,7 +717,7 @@ class MaxTextPlanner:
             alias_bytes=fig.alias_bytes,
             temp_bytes=fig.temp_bytes,
             host_temp_bytes=fig.host_temp_bytes,
-            budget_bytes=budget,
+            usable_bytes=budget,
             plan_device_bytes=plan_bytes,
             compiler_options=key[1],
             wall_s=time.perf_counter() - t0,

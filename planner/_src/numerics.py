@@ -105,7 +105,10 @@ import jax
 import numpy as np
 
 from planner._src import jax_adapter as adapter
+from planner._src.errors import InvalidArgumentError
+from planner._src.trace import _as_enum
 from planner._src.types import Check
+from planner._src.verify import policy_maker
 
 __all__ = ["TOLERANCE_ULPS", "NumericsResult", "check_numerics", "compare", "is_concrete"]
 
@@ -216,7 +219,6 @@ def run_planned(step_fn: Callable, args: Sequence[Any], make_policy, compiled=No
                 return _ready(compiled(*_copy(args)))
             except TypeError:  # static arguments: the compiled program takes the others only
                 pass
-        from planner._src.trace import _as_enum
 
         def wrap(rid, r):
             pol = make_policy(rid, r)
@@ -624,8 +626,6 @@ def check_numerics(plan, step_fn: Callable, *args) -> NumericsResult:
         result = planner.check_numerics(plan, train_step, state, batch)
         assert result.ok, result.detail
     """
-    from planner._src.errors import InvalidArgumentError
-    from planner._src.verify import policy_maker
 
     if not args:
         raise InvalidArgumentError(

@@ -8,6 +8,7 @@ import os
 
 from planner._src.errors import InvalidArgumentError
 from planner._src.types import SolverOptions
+from planner._src.units import GB, fmt_bytes
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -254,8 +255,6 @@ def real_scalar(x):
 def check_fits_device(budget_gb: float, hw) -> None:
     """Refuse a budget above the profile's HBM capacity per device: no plan for more memory
     than the device has can run on it, and "within budget" would then mean nothing."""
-    from planner._src.units import GB, fmt_bytes
-
     cap = float(hw.hbm_bytes)
     if budget_gb * GB <= cap * (1 + 1e-9) + 1:  # (auto budgets end at the capacity itself)
         return

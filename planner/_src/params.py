@@ -45,6 +45,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from planner._src import jax_adapter as adapter
+
 __all__ = ["param_shardings", "stream_layer_params", "streamed_apply_updates"]
 
 
@@ -75,8 +77,6 @@ def stream_layer_params(
     such paths, or True for every leaf. Wrap *before* ``jax.checkpoint`` (module docstring)."""
     import jax
 
-    from planner._src import jax_adapter as adapter
-
     def wrapped(*args, **kwargs):
         layer = args[argnum]
         leaves, tree = jax.tree.flatten(layer)
@@ -94,8 +94,6 @@ def param_shardings(params: Any, host, device_sharding: Any) -> Any:
     of paths in ``params``, or a predicate on them) selects it, ``device`` elsewhere (a
     ``SingleDeviceSharding`` as a one-device ``NamedSharding``: jax_adapter.with_memory_kind)."""
     import jax
-
-    from planner._src import jax_adapter as adapter
 
     flat, tree = jax.tree_util.tree_flatten_with_path(params)
     mask = _host_mask(params, host)
@@ -116,8 +114,6 @@ def streamed_apply_updates(params: Any, updates: Any, host, layers: int, scale=N
     an unstacked host leaf whole. The other leaves as optax does."""
     import jax
     import jax.numpy as jnp
-
-    from planner._src import jax_adapter as adapter
 
     p, tree = jax.tree.flatten(params)
     u = jax.tree.leaves(updates)

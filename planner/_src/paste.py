@@ -17,6 +17,8 @@ Works on a :class:`planner.Plan` and on a :class:`planner.SavedPlan` read from a
 
 from __future__ import annotations
 
+from planner._src.emit import policies_for  # a SavedPlan: recompute from its assignment
+
 PLAN_FILE = "plan.json"
 
 
@@ -31,7 +33,6 @@ def _emitted(plan):
             emitted.policies,
             emitted.policy_sources,
         )
-    from planner._src.emit import policies_for  # a SavedPlan: recompute from its assignment
 
     return policies_for(plan.assignment, dict(plan.class_names))
 

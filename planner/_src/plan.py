@@ -11,7 +11,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from planner._src import planfile
+from planner._src.apply import apply as apply_to_step
+from planner._src.apply import binding
+from planner._src.budget import Budget, headroom_why
+from planner._src.emit import differing_groups_error
+from planner._src.errors import PlanWarning
 from planner._src.graph import LivenessGraph, class_key
+from planner._src.report import build_report, render
 from planner._src.types import (
     Assignment,
     Baseline,
@@ -27,11 +34,6 @@ from planner._src.types import (
 __all__ = ["Plan", "PlanWarning", "UNIFORM"]
 
 UNIFORM = "planner, one policy for all groups"
-
-
-class PlanWarning(UserWarning):
-    """The plan was returned but its compiled program does not meet the budget, or one of its
-    checks failed (the warning says which)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,8 +91,6 @@ class Plan:
         A plan whose layer groups decide differently has no single policy: this raises
         ``LayerGroupsError`` (use ``plan.policies[g]`` for the g-th group)."""
         if self.emitted.policy is None:
-            from planner._src.emit import differing_groups_error
-
             raise differing_groups_error(
                 self.assignment, {c.key: c.name for c in self.graph.classes}
             )
@@ -114,10 +114,8 @@ class Plan:
         """``step_fn`` with every checkpoint region under this plan's policy, per call site
         where the plan decides per layer group, without editing the model: use the result as
         your step (``step = plan.apply(train_step)``; jit it as you would the step)."""
-        from planner._src.apply import apply, binding
-
         b = binding(self.bind_groups(), self.emitted.policy, self.emitted.policies)
-        return apply(step_fn, b)
+        return apply_to_step(step_fn, b)
 
     @property
     def layer_groups(self) -> int:
@@ -137,38 +135,39 @@ class Plan:
     def assignment(self) -> Assignment:
         return self.solution.assignment
 
+    @property
+    def budget(self) -> Budget:
+        """The budget: ``requested`` (``budget_bytes``) and ``usable`` (what the plan, its
+        verify compile and the stock policies' "fits" are held to)."""
+        return Budget(
+            requested=self.budget_bytes,
+            usable=self.budget_bytes - self.headroom_bytes,
+            hardware=self.hardware,
+            margin=self.compiler_margin,
+        )
+
     def headroom_why(self, short: bool = False) -> str:
         """Why ``headroom_bytes`` of the budget is left free (allocator, XLA's own limit);
         ``short``: in one line."""
-        from planner._src.session import headroom_why
-
         return headroom_why(self.hardware, short=short, margin=self.compiler_margin)
 
     def decisions(self) -> dict[str, str]:
         """Decision per tensor label for the classes the backward pass reads."""
-        from planner._src.report import build_report
-
         return {row.label: row.decision for row in build_report(self).rows}
 
     def report(self, fmt: str = "text", plan_file: str | None = None) -> str:
         """The report: ``text`` (rich console), ``markdown`` or ``json``; ``plan_file``: where
         the plan was saved, which the printed snippets load."""
-        from planner._src.report import build_report, render
-
         return render(build_report(self, plan_file), fmt)
 
     def save(self, path) -> None:
         """Write a versioned JSON plan file; ``planner.load_plan(path)`` reads it back."""
-        from planner._src.planfile import save
-
-        save(self, path)
+        planfile.save(self, path)
 
     @staticmethod
     def load(path):
         """Read a plan file: a ``SavedPlan`` with ``policy``, ``xla_flags``, ``check(step, *args)``."""
-        from planner._src.planfile import load
-
-        return load(path)
+        return planfile.load(path)
 
     def candidates(self) -> list[dict]:
         """Every candidate tensor of every region, with its class's decision."""

@@ -14,10 +14,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from planner._src.apply import apply, binding
 from planner._src.emit import differing_groups_error, policies_for
 from planner._src.errors import PlanFileError
 from planner._src.graph import num_groups
-from planner._src.types import Assignment
+from planner._src.report import Report, build_report, render, report_from_dict
+from planner._src.trace import step_fingerprint
+from planner._src.types import DECISIONS, Assignment
+from planner._version import __version__
 
 FORMAT = "jax-offload-planner/plan"
 VERSION = 1
@@ -66,8 +70,6 @@ class SavedPlan:
     def apply(self, step_fn):
         """``step_fn`` with every checkpoint region under this plan's policy, per call site
         where it decides per layer group (``Plan.apply``)."""
-        from planner._src.apply import apply, binding
-
         policy, _, _, policies, _ = policies_for(self.assignment, dict(self.class_names))
         if policies and not self.bind_group_pairs and policy is None:
             raise PlanFileError(
@@ -83,8 +85,6 @@ class SavedPlan:
 
     def decisions(self) -> dict[str, str]:
         """Decision per tensor label, as ``Plan.decisions()``."""
-        from planner._src.report import report_from_dict
-
         return {row.label: row.decision for row in report_from_dict(self.report_data).rows}
 
     def candidates(self) -> list[dict]:
@@ -95,16 +95,12 @@ class SavedPlan:
     def report(self, fmt: str = "text") -> str:
         """The plan's report as it was made: ``text`` (as the CLI prints it), ``markdown``
         or ``json`` (``Plan.report``)."""
-        from planner._src.report import Report, render, report_from_dict
-
         r = report_from_dict(self.report_data)
         assert isinstance(r, Report)
         return render(r, fmt)
 
     def check(self, step_fn, *example_args) -> None:
         """Raise PlanFileError unless ``step_fn(*example_args)`` is the step this plan is for."""
-        from planner._src.trace import step_fingerprint
-
         got = step_fingerprint(step_fn, example_args)
         if got != self.fingerprint:
             note = _version_note(self.versions)
@@ -128,12 +124,10 @@ def versions() -> dict[str, str]:
     import jax
     import jaxlib
 
-    import planner
-
     return {
         "jax": jax.__version__,
         "jaxlib": getattr(jaxlib, "__version__", "?"),
-        "planner": planner.__version__,
+        "planner": __version__,
     }
 
 
@@ -180,8 +174,6 @@ def check_writable(path: str | os.PathLike, what: str = "the plan file") -> Path
 
 
 def save(plan, path: str | os.PathLike) -> None:
-    from planner._src.report import build_report
-
     data = {
         "format": FORMAT,
         "version": VERSION,
@@ -269,8 +261,6 @@ def load(path: str | os.PathLike) -> SavedPlan:
 def _parse(data: dict, path: Path) -> SavedPlan:
     """The whole file's schema, checked: every field present with its type, every decision
     for a class the plan has, the report readable. Anything else is a damaged file."""
-    from planner._src.report import report_from_dict
-    from planner._src.types import DECISIONS
 
     fingerprint = _field(data, path, "fingerprint", str, "the step's program fingerprint")
     budget = _field(data, path, "budget_bytes", int, "the budget in bytes (an integer)")

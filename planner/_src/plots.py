@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from planner._src.budget import headroom_legend
+from planner._src.cost import regions_in_order
 from planner._src.units import GB, MB
 
 DEFAULT_POLICIES = ("planner", "nothing_saveable", "dots_saveable", "everything_saveable")
@@ -109,7 +111,6 @@ def policy_timeline(plan, policy: str = "planner") -> tuple[MemoryPoint, ...]:
             "stock policies its report compares it with, nothing else.\n"
             f"Fix: choose among {', '.join(preds)}."
         )
-    from planner._src.cost import regions_in_order
 
     return memory_timeline(preds[policy], _multiplicities(plan), regions_in_order(plan.graph))
 
@@ -176,22 +177,6 @@ def _trip_ticks(points, limit: int = 18) -> tuple[list[int], list[str]]:
     return idx, labels
 
 
-def _headroom_short(hw, margin: float = 0.0) -> str:
-    """Why the plan was made for less than the budget, in a legend's words (the whole reason:
-    ``plan.headroom_why()``)."""
-    import cost_models as cm
-
-    why = []
-    if hw.allocator_headroom:
-        why.append(f"{hw.allocator_headroom:.0%} allocator headroom")
-    f = cm.compiler_temp_fraction(hw)
-    if f < 1.0:
-        why.append(f"XLA:GPU's {f:.0%} limit")
-    if margin:
-        why.append(f"{margin:.1%} deviceless margin")
-    return ", ".join(why) or "headroom"
-
-
 def _status_line(plan) -> tuple[str, bool]:
     """The plan's verification in a few words, and whether it fits (compiled within the
     planned-to budget with every check passed)."""
@@ -205,7 +190,7 @@ def draw_hbm_timeline(plan, policies=DEFAULT_POLICIES):
     fig, ax = _figure()
     series = [(name, policy_timeline(plan, name)) for name in policies]
     v = plan.verification
-    planned_to = plan.budget_bytes - plan.headroom_bytes
+    planned_to = plan.budget.usable
     top = max(
         [plan.budget_bytes, v.compiled_device_bytes or 0]
         + [p.device_bytes for _, pts in series for p in pts]
@@ -240,7 +225,7 @@ def draw_hbm_timeline(plan, policies=DEFAULT_POLICIES):
             planned_to / unit[0],
             color="darkorange",
             linestyle="-.",
-            label=f"planned to {_fmt(planned_to, unit)} ({_headroom_short(plan.hardware, getattr(plan, 'compiler_margin', 0.0))})",
+            label=f"planned to {_fmt(planned_to, unit)} ({headroom_legend(plan.hardware, getattr(plan, 'compiler_margin', 0.0))})",
         )
     if v.compiled_device_bytes is not None:
         # The compiler's figure is one number for the whole step: drawn at the plan's

@@ -12,6 +12,7 @@ import io
 import json
 
 from planner._src.cost import evaluate, hiding_models
+from planner._src.paste import PLAN_FILE, apply_snippet, paste_snippets
 from planner._src.units import GB, MB, fmt_bytes, fmt_gb
 
 
@@ -202,7 +203,7 @@ def _status_lines(plan) -> tuple[tuple[str, str], ...]:
     """What was checked where: the compiler, the budget as given and as planned to (and
     why), the compiled figure against the planned-to budget."""
     ver = plan.verification
-    usable = plan.budget_bytes - plan.headroom_bytes
+    usable = plan.budget.usable
     compiler = plan.compiler or ver.backend
     state = getattr(plan, "state", None)
     if ver.compiled is None and state is not None and state.placement.on_host:
@@ -247,7 +248,7 @@ def _status_lines(plan) -> tuple[tuple[str, str], ...]:
 def budget_use(plan) -> str:
     """How much of the planned-to budget the returned plan leaves, and why (the verify loop's
     fill rounds: session.Planner._fill; the rounds are in the JSON's "rounds")."""
-    usable = plan.budget_bytes - plan.headroom_bytes
+    usable = plan.budget.usable
     got = plan.verification.compiled_device_bytes
     fills = sum(1 for r in plan.rounds if getattr(r, "purpose", "") == "fill")
     text = (
@@ -417,7 +418,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
             )
         )
     threshold = 0.001 * total
-    room = max(0, plan.budget_bytes - plan.headroom_bytes - pred.peak_bytes)
+    room = max(0, plan.budget.usable - pred.peak_bytes)
     small = [0, 0]
     # Per layer group (a section each), then the largest first.
     for cls, nbytes, rec, (xfer, exposed), members, source, shard, label, read in sorted(
@@ -450,9 +451,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
         )
 
     compiled = plan.verification.compiled_device_bytes
-    planner_fits = (
-        pred.peak_bytes if compiled is None else compiled
-    ) <= plan.budget_bytes - plan.headroom_bytes
+    planner_fits = (pred.peak_bytes if compiled is None else compiled) <= plan.budget.usable
     policies = [
         PolicyLine(
             name="planner",
@@ -623,10 +622,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
         flag_notes=plan.emitted.xla_flag_notes,
         maxtext_yaml=plan.emitted.maxtext_yaml,
         notes=tuple(notes),
-        rounds=tuple(
-            _round_dict(i + 1, r, plan.budget_bytes - plan.headroom_bytes)
-            for i, r in enumerate(plan.rounds)
-        ),
+        rounds=tuple(_round_dict(i + 1, r, plan.budget.usable) for i, r in enumerate(plan.rounds)),
         layer_groups=groups,
         status_lines=_status_lines(plan),
         snippets=_snippets(plan, plan_file),
@@ -640,8 +636,6 @@ def build_report(plan, plan_file: str | None = None) -> Report:
 
 
 def _snippets(plan, plan_file: str | None) -> dict:
-    from planner._src.paste import PLAN_FILE, apply_snippet, paste_snippets
-
     out = paste_snippets(plan, plan_file or PLAN_FILE)
     out["apply"] = apply_snippet(plan, plan_file or PLAN_FILE)
     if plan.state is not None:

@@ -50,20 +50,23 @@ from planner._src import jax_adapter as adapter
 from planner._src import numerics
 from planner._src import target as targets
 from planner._src.baselines import evaluate_baselines, stock_assignment
+from planner._src.budget import headroom_why, io_bytes, requested_for, usable_bytes
 from planner._src.cost import build_cost_model, evaluate
 from planner._src.emit import emit
 from planner._src.errors import (
     InfeasibleBudgetError,
     InvalidArgumentError,
     PlannerError,
+    PlanWarning,
     SolverError,
     UnsupportedError,
 )
 from planner._src.graph import NAMES_ONLY_WHY, LivenessGraph, build_graph, class_key
 from planner._src.options import PlanOptions, check_fits_device, real_scalar
-from planner._src.plan import UNIFORM, Plan, PlanWarning
+from planner._src.plan import UNIFORM, Plan
 from planner._src.policies import STOCK
 from planner._src.solve import check_solution, min_peak_assignment, solve_assignment
+from planner._src.state_plan import plan_in_session
 from planner._src.trace import merge_call_sites, trace_step
 from planner._src.types import (
     Assignment,
@@ -71,21 +74,17 @@ from planner._src.types import (
     CostModel,
     Round,
     Solution,
-    Trace,
+    Status,
     Verification,
 )
 from planner._src.units import GB, fmt_bytes, gb_at_least
 from planner._src.verify import (
-    STATUS_NUMERICS,
-    STATUS_OK,
-    STATUS_OVER,
-    STATUS_UNVERIFIED,
     policy_maker,
     precompile,
     verify,
 )
 
-__all__ = ["Planner", "pareto", "solve", "usable_bytes"]
+__all__ = ["Planner", "pareto", "solve"]
 
 
 # ------------------------------------------------------------------------------ validation
@@ -228,84 +227,6 @@ def _fixed_why(fixed: int, io: int) -> str:
     )
 
 
-def io_bytes(tr: Trace) -> int:
-    """The step's arguments and outputs on the device (aliased outputs once): what XLA's
-    compile-time memory limit subtracts before it limits the temporaries."""
-    a = tr.anchor
-    return a.argument_bytes + a.output_bytes - a.alias_bytes
-
-
-def usable_bytes(requested: int, hw, io: int, margin: float = 0.0) -> int:
-    """The bytes a plan may use of ``requested``, the least of
-
-    * ``requested`` less the profile's allocator headroom (fragmentation room), and
-    * on GPU, what XLA itself lets the program use when the allocator is capped at
-      ``requested``: inputs/outputs plus ``slop`` (0.95) of the rest for temporaries
-      (cost_models.compiler_temp_fraction). Above that XLA rematerializes on its own, a
-      program slower than the plan: on the H200 every plan whose temporaries reached that
-      limit ran slower than the plan one budget below it (benchmarks/results/h200-2026-12-02.md),
-
-    divided by ``1 + margin`` where the verifying compiler is not the device's own
-    (``CompilerTarget.margin``: a deviceless XLA:GPU compile with its matmuls as cuBLAS calls
-    read up to 3.0% below the GPU's; ``target.DEVICELESS_MARGIN`` rounds that up to 3.5%),
-    so that a plan verified deviceless fits on the GPU.
-    """
-    alloc = requested - int(requested * hw.allocator_headroom)
-    f = cm.compiler_temp_fraction(hw)
-    usable = alloc if f >= 1.0 or requested <= io else min(alloc, io + int(f * (requested - io)))
-    return int(usable / (1 + margin)) if margin else usable
-
-
-def requested_for(usable: float, hw, io: int, margin: float = 0.0) -> float:
-    """The smallest budget whose ``usable_bytes`` is at least ``usable`` (its inverse)."""
-    usable = usable * (1 + margin)
-    need = usable / (1 - hw.allocator_headroom)
-    f = cm.compiler_temp_fraction(hw)
-    if f < 1.0 and usable > io:
-        need = max(need, io + (usable - io) / f)
-    return need
-
-
-def headroom_why(hw, short: bool = False, margin: float = 0.0) -> str:
-    """Why a plan leaves part of its budget free, for error messages and the report
-    (``short``: one line for the report's status block)."""
-    if short:
-        return headroom_short(hw, margin)
-    why = []
-    if hw.allocator_headroom:
-        why.append(
-            f"the {hw.name} profile's allocator headroom of {hw.allocator_headroom:.0%} "
-            f"for the device allocator ({hw.source('allocator_headroom')[:120]}...)"
-        )
-    f = cm.compiler_temp_fraction(hw)
-    if f < 1.0:
-        why.append(
-            f"XLA:GPU compiles against {f:.0%} of the budget left after the step's "
-            "inputs and outputs and recomputes on its own above it (a slower program "
-            "than the plan; cost_models.compiler_temp_fraction)"
-        )
-    if margin:
-        why.append(
-            f"a {margin:.1%} margin because the figures come from a deviceless compile: the "
-            f"GPU's own compile autotunes and sizes cuDNN workspaces, and measured up to "
-            f"{margin:.1%} more device bytes (planner/_src/target.py DEVICELESS_MARGIN)"
-        )
-    return " and ".join(why)
-
-
-def headroom_short(hw, margin: float = 0.0) -> str:
-    """``headroom_why`` in one short line."""
-    why = []
-    if hw.allocator_headroom:
-        why.append(f"{hw.allocator_headroom:.0%} allocator headroom ({hw.name} profile)")
-    f = cm.compiler_temp_fraction(hw)
-    if f < 1.0:
-        why.append(f"XLA:GPU's {f:.0%} compile limit on what inputs and outputs leave")
-    if margin:
-        why.append(f"{margin:.1%} for the GPU's own compile (deviceless figures)")
-    return " + ".join(why) or "nothing left free"
-
-
 def _allocator_limit_bytes() -> int | None:
     """This process's device allocator limit (``memory_stats()["bytes_limit"]``), or None
     where the backend does not say (XLA:CPU)."""
@@ -415,12 +336,12 @@ def _restatus(ver: Verification, budget: int) -> Verification:
     if ver.compiled_device_bytes is None:
         return ver
     if ver.compiled_device_bytes > budget:
-        status = STATUS_OVER
+        status = Status.OVER
     elif ver.exact or ver.compiled.device_bytes <= budget:
-        status = STATUS_OK
+        status = Status.OK
     else:
-        status = STATUS_UNVERIFIED
-    return dataclasses.replace(ver, status=status, budget_bytes=budget)
+        status = Status.UNVERIFIED
+    return dataclasses.replace(ver, status=status, usable_bytes=budget)
 
 
 def _fits(ver: Verification, budget: int) -> bool:
@@ -448,7 +369,7 @@ def _unsolved(assignment, status: str, step_s: float, graph, budget: int) -> Sol
         wall_s=0.0,
         num_classes=len(graph.classes),
         num_variables=0,
-        budget_bytes=budget,
+        usable_bytes=budget,
     )
 
 
@@ -818,8 +739,6 @@ class Planner:
             params_argnum=params_argnum,
             stream_params=bool(stream_params),
         )
-        from planner._src.state_plan import plan_in_session
-
         return plan_in_session(
             self,
             requested,
@@ -1029,7 +948,7 @@ class Planner:
             ver = dataclasses.replace(
                 ver,
                 checks=ver.checks + (result.check,),
-                status=ver.status if result.ok else STATUS_NUMERICS,
+                status=ver.status if result.ok else Status.NUMERICS,
             )
         else:
             ver = dataclasses.replace(
@@ -1611,7 +1530,7 @@ class Planner:
         if ver.compiled_device_bytes is None:
             return best, sol, cost, g_best, ""
         if not ver.ok:
-            what = ver.status if ver.status != STATUS_OK else "a verification check failed"
+            what = ver.status if ver.status != Status.OK else "a verification check failed"
             return best, sol, cost, g_best, f"no fill rounds: {what}"
         slack = fill_slack(budget)
         if budget - ver.compiled_device_bytes <= slack:
@@ -1806,7 +1725,7 @@ class Planner:
         if not fits:
             return None, smallest
         _, _, att, sol = min(fits)
-        return (att, dataclasses.replace(sol, budget_bytes=budget), g), smallest
+        return (att, dataclasses.replace(sol, usable_bytes=budget), g), smallest
 
     def _infeasible(
         self, requested, budget, headroom, best, error, cost, probed=None

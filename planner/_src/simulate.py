@@ -125,7 +125,7 @@ def simulate(
     cost: CostModel,
     assignment: Assignment,
     *,
-    budget_bytes: float | None = None,
+    usable_bytes: float | None = None,
 ) -> SimulationResult:
     decisions = assignment.as_dict()
     # Per direction: the link's share of its speed while compute runs, the copy time one
@@ -145,8 +145,8 @@ def simulate(
         device += n
         peak = max(peak, device)
         events += 1
-        if budget_bytes is not None and device > budget_bytes:
-            raise PlanViolation(f"device memory {device} bytes exceeds the budget {budget_bytes}")
+        if usable_bytes is not None and device > usable_bytes:
+            raise PlanViolation(f"device memory {device} bytes exceeds the budget {usable_bytes}")
 
     def decision(region, c):
         key = class_key(region, c)

@@ -81,7 +81,7 @@ class _Model:
         self,
         graph: LivenessGraph,
         cost: CostModel,
-        budget_bytes: float | None,
+        usable_bytes: float | None,
         uniform: bool = False,
     ):
         m = self.cp = cp_model.CpModel()
@@ -403,8 +403,8 @@ class _Model:
         # The end of the forward pass, every residual held: above the backward trips' peaks
         # where a trip frees more of its own (Q_r) than its working set adds.
         m.Add(self.peak_kib >= fixed_layers + sum(residual_terms))
-        if budget_bytes is not None:
-            m.Add(self.peak_kib <= int(budget_bytes // KIB))
+        if usable_bytes is not None:
+            m.Add(self.peak_kib <= int(usable_bytes // KIB))
         # Host memory: every offloaded residual of every trip at once.
         if host_terms:
             m.Add(sum(host_terms) <= int(cost.host_cap_bytes // KIB))
@@ -486,17 +486,17 @@ def min_feasible_bytes(graph: LivenessGraph, cost: CostModel, opts: SolverOption
 def solve_assignment(
     graph: LivenessGraph,
     cost: CostModel,
-    budget_bytes: float,
+    usable_bytes: float,
     opts: SolverOptions = SolverOptions(),
     *,
     uniform: bool = False,
 ) -> Solution:
-    """Fastest predicted assignment within ``budget_bytes``; raises if none fits.
+    """Fastest predicted assignment within ``usable_bytes``; raises if none fits.
 
     ``uniform=True`` ties the layer groups' decisions together (one policy for every group).
     """
     t0 = time.perf_counter()
-    mod = _Model(graph, cost, budget_bytes, uniform)
+    mod = _Model(graph, cost, usable_bytes, uniform)
     mod.hint_all_remat()
     s, status = mod.run(mod.extra_ns, opts, opts.time_limit_s)
     if status == cp_model.UNKNOWN and opts.linearization_level > 1:
@@ -509,7 +509,7 @@ def solve_assignment(
     if status == cp_model.INFEASIBLE:
         need = min_feasible_bytes(graph, cost, opts)
         raise InfeasibleBudgetError(
-            f"No plan fits {budget_bytes / 1e9:.3f} GB: no combination of save / remat / "
+            f"No plan fits {usable_bytes / 1e9:.3f} GB: no combination of save / remat / "
             f"offload peaks below {need / 1e9:.3f} GB (a bound CP-SAT proved).\n"
             f"Why: {cost.fixed_bytes / 1e9:.3f} GB do not depend on the plan (parameters, "
             "optimizer state, batch, outputs, activations outside checkpoint regions, "
@@ -517,7 +517,7 @@ def solve_assignment(
             f"Fix: pass hbm_gb >= {gb_at_least(need)}, or shrink what is fixed "
             "(smaller batch per device, shard parameters and optimizer state, donate the "
             "train state with donate_argnums).",
-            budget_bytes=budget_bytes,
+            budget_bytes=usable_bytes,
             min_feasible_bytes=need,
         )
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -564,7 +564,7 @@ def solve_assignment(
         wall_s=time.perf_counter() - t0,
         num_classes=len(graph.classes),
         num_variables=mod.num_variables,
-        budget_bytes=int(budget_bytes),
+        usable_bytes=int(usable_bytes),
         reproducible=not mod.wall_stopped,
         state_on_host=mod.state_host(final),
     )
@@ -575,10 +575,10 @@ def check_solution(graph: LivenessGraph, cost: CostModel, sol: Solution) -> None
     p = evaluate(cost, graph, sol.assignment, state_on_host=sol.state_on_host)
     slack = KIB * (1 + sum(len(r.region.candidates) for r in graph.regions) + len(cost.state))
     # slack: the solver rounds each term up to whole KiB, at most one KiB per candidate.
-    if p.peak_bytes > sol.budget_bytes + slack:
+    if p.peak_bytes > sol.usable_bytes + slack:
         raise SolverError(
             f"internal check failed: solver plan peaks at {p.peak_bytes} bytes "
-            f"over its budget {sol.budget_bytes}; please report this bug"
+            f"over its budget {sol.usable_bytes}; please report this bug"
         )
     if p.host_bytes > cost.host_cap_bytes + slack:
         raise SolverError(

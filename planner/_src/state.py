@@ -90,7 +90,9 @@ from collections.abc import Callable
 from typing import Any
 
 import cost_models as cm
-from planner._src.errors import PlannerError
+from planner._src import jax_adapter as adapter
+from planner._src.errors import PlannerError, PlanWarning
+from planner._src.params import param_shardings, stream_layer_params
 
 PARAM_PREFIX = "params"
 
@@ -319,8 +321,6 @@ def state_shardings(opt_state: Any, placement: StatePlacement, device_sharding: 
     (jax_adapter.with_memory_kind)."""
     import jax
 
-    from planner._src import jax_adapter as adapter
-
     def one(x, host):
         base = getattr(x, "sharding", None) or device_sharding
         return adapter.with_memory_kind(base, "pinned_host" if host else "device")
@@ -335,8 +335,6 @@ def _warn_copied_whole(paths: list[str]) -> None:
     if not paths:
         return
     import warnings
-
-    from planner._src.plan import PlanWarning
 
     shown = ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
     warnings.warn(
@@ -364,8 +362,6 @@ def _new_state(whole: list, carried: dict, ys: dict, on_host: list) -> list:
     it (``carried``, written in place, or its ``ys``), any other from the update of the
     whole leaves (``whole``), put back in pinned host memory where ``on_host`` says (an
     unstacked host leaf: brought in whole for the update; scalars never move)."""
-    from planner._src import jax_adapter as adapter
-
     return [
         carried[j]
         if j in carried
@@ -408,8 +404,6 @@ def streamed_update(update: Callable, placement: StatePlacement, layers: int) ->
     """
     import jax
     import jax.numpy as jnp
-
-    from planner._src import jax_adapter as adapter
 
     def stacked(x) -> bool:
         return hasattr(x, "ndim") and x.ndim >= 1 and layers > 1 and x.shape[0] == layers
@@ -555,8 +549,6 @@ def streamed_apply(update: Callable, placement: StatePlacement, layers: int) -> 
     """
     import jax
     import jax.numpy as jnp
-
-    from planner._src import jax_adapter as adapter
 
     host_params = placement.param_paths()
 
@@ -933,8 +925,6 @@ class PlanState:
     def param_shardings(self, params: Any, device_sharding: Any) -> Any:
         """``params.param_shardings``: memory kind ``pinned_host`` for the parameters on the
         host, ``device`` for the others."""
-        from planner._src.params import param_shardings
-
         return param_shardings(params, self.placement.param_paths(), device_sharding)
 
     def layer_paths(self, prefix: str = "['layers']") -> frozenset[str]:
@@ -951,8 +941,6 @@ class PlanState:
         """``layer_fn`` with its host parameters brought to HBM a slice at a time
         (``params.stream_layer_params`` with :meth:`layer_paths`); wrap it *before*
         ``jax.checkpoint``. ``argnum``: the layer function's argument holding the slice."""
-        from planner._src.params import stream_layer_params
-
         return stream_layer_params(layer_fn, host=self.layer_paths(prefix), argnum=argnum)
 
     def streamed_update(self, update: Callable) -> Callable:

@@ -38,14 +38,19 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from planner._src import numerics
 from planner._src import state as st
 from planner._src import target as targets
+from planner._src.baselines import evaluate_baselines
+from planner._src.budget import io_bytes, usable_bytes
 from planner._src.cost import build_cost_model, evaluate
 from planner._src.emit import emit
-from planner._src.errors import InvalidArgumentError, PlannerError
+from planner._src.errors import InvalidArgumentError, PlannerError, PlanWarning
+from planner._src.plan import Plan
 from planner._src.solve import check_solution, solve_assignment
-from planner._src.types import CostModel, Emitted, Prediction, Round, Solution
+from planner._src.types import CostModel, Emitted, Prediction, Round, Solution, Status
 from planner._src.units import GB, fmt_bytes
+from planner._src.verify import applied_step_verification
 
 __all__ = ["StatePlan", "plan_in_session", "plan_state", "warn_if_not_donated"]
 
@@ -54,7 +59,7 @@ __all__ = ["StatePlan", "plan_in_session", "plan_state", "warn_if_not_donated"]
 class StatePlan:
     """The activations' decisions and the optimizer state's placement for one budget."""
 
-    budget_bytes: int  # usable bytes the plan was solved for (session.usable_bytes)
+    usable_bytes: int  # the usable budget the plan was solved for (budget.usable_bytes)
     solution: Solution
     prediction: Prediction  # with the state's terms (cost.evaluate(state_on_host=...))
     emitted: Emitted
@@ -105,7 +110,7 @@ class StatePlan:
             )
         p = self.prediction
         rows.append(
-            f"predicted peak {p.peak_bytes / 1e6:.1f} MB of {self.budget_bytes / 1e6:.1f} MB usable"
+            f"predicted peak {p.peak_bytes / 1e6:.1f} MB of {self.usable_bytes / 1e6:.1f} MB usable"
             f", host {p.host_bytes / 1e6:.1f} MB, step {p.step_s * 1e3:.3f} ms "
             f"(exposed copies {p.exposed_transfer_s * 1e3:.3f} ms)"
         )
@@ -176,7 +181,6 @@ def warn_if_not_donated(
 ) -> bool:
     """A PlanWarning where the traced step does not donate its optimizer state; returns
     :func:`is_donated`."""
-    from planner._src.plan import PlanWarning
 
     if is_donated(trace, leaves):
         return True
@@ -228,7 +232,6 @@ def plan_state(
     ``session.plan(hbm_gb, opt_state_argnum=..., build=...)`` gives the same decisions as a
     Plan (:func:`plan_in_session`).
     """
-    from planner._src.session import io_bytes, usable_bytes
 
     tr, hw = session.trace, session.hardware
     leaves, layers = _leaves(session, opt_state_argnum, params_argnum, stream_params)
@@ -336,7 +339,7 @@ def _solve(session, budget, correction, leaves, layers) -> StatePlan:
         activation_host_bytes=pred.host_bytes - terms.host_bytes - terms.host_temp_bytes,
     )
     return StatePlan(
-        budget_bytes=budget,
+        usable_bytes=budget,
         solution=sol,
         prediction=pred,
         emitted=emitted,
@@ -363,7 +366,6 @@ def plan_in_session(
 ):
     """``session.plan(...)`` with the optimizer state's placement decided too: a Plan whose
     ``state`` is a :class:`state.PlanState` (module docstring)."""
-    from planner._src.session import io_bytes, usable_bytes
 
     tr, hw = session.trace, session.hardware
     leaves, layers = _leaves(session, opt_state_argnum, params_argnum, stream_params)
@@ -406,9 +408,6 @@ def plan_in_session(
 
 def _as_plan(session, requested, budget, sp: StatePlan, build, state):
     """The Plan of a state plan that moves state (module docstring: what is checked)."""
-    from planner._src.baselines import evaluate_baselines
-    from planner._src.plan import Plan
-    from planner._src.verify import applied_step_verification
 
     ver = applied_step_verification(
         sp.compiled,
@@ -455,9 +454,6 @@ def _with_state_numerics(session, plan, applied):
     """The applied step's outputs against the user's step's (numerics.py), where the
     arguments are concrete and ``applied``, the step as applied compiled by the last round
     (``(compiled, args)``), runs here."""
-    from planner._src import numerics
-    from planner._src.plan import PlanWarning
-    from planner._src.verify import STATUS_NUMERICS
 
     why = session.numerics_not_checked_why()
     if not why and applied is None:
@@ -472,7 +468,7 @@ def _with_state_numerics(session, plan, applied):
         ver = dataclasses.replace(
             ver,
             checks=ver.checks + (result.check,),
-            status=ver.status if result.ok else STATUS_NUMERICS,
+            status=ver.status if result.ok else Status.NUMERICS,
         )
         if not result.ok:
             warnings.warn(result.detail, PlanWarning, stacklevel=5)

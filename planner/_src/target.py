@@ -87,6 +87,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from planner._src import jax_adapter as adapter
+from planner._src.errors import PlanWarning  # here: plan imports this module
 
 try:  # the planner's error base, where the package layout puts it; ValueError otherwise
     from planner._src.errors import InvalidArgumentError as _ErrorBase
@@ -1124,8 +1125,6 @@ def compile_lowered(lowered, compiler_options: dict[str, Any] | None = None):
         return lowered.compile(compiler_options=options or None)
     except RuntimeError as e:  # jax.errors.JaxRuntimeError is one
         if scope is None and _AUTOTUNE_FAILED.search(str(e)) and not options.keys() & AUTOTUNE_OFF:
-            from planner._src.plan import PlanWarning  # here: plan imports this module
-
             warnings.warn(
                 "XLA:GPU's autotuner ran out of device memory while compiling the step (the "
                 "program needs more HBM than is free, as a save-everything compile at a large "

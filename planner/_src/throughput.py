@@ -56,18 +56,23 @@ import jax
 import numpy as np
 
 from planner._src.baselines import evaluate_baselines
+from planner._src.budget import io_bytes, usable_bytes
 from planner._src.cost import build_cost_model
-from planner._src.errors import InfeasibleBudgetError, InvalidArgumentError, PlannerError
+from planner._src.errors import (
+    InfeasibleBudgetError,
+    InvalidArgumentError,
+    PlannerError,
+    PlanWarning,
+)
 from planner._src.options import PlanOptions, check_fits_device
-from planner._src.plan import Plan, PlanWarning
+from planner._src.plan import Plan
+from planner._src.plots import throughput_curve
 from planner._src.policies import STOCK
 from planner._src.session import (
     Planner,
     _load_hardware,
     _options,
     _validate_budget,
-    io_bytes,
-    usable_bytes,
 )
 from planner._src.units import GB, fmt_bytes
 
@@ -195,8 +200,6 @@ class ThroughputResult:
 
     def plot(self, path):
         """Draw predicted tokens/s against batch size per policy (planner.plots)."""
-        from planner._src.plots import throughput_curve
-
         return throughput_curve(self, path)
 
 

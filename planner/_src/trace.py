@@ -47,12 +47,13 @@ import numpy as np
 
 import cost_models as cm
 from cost_models._cost import aval_size  # per-device elements, as cost_models counts them
-from planner._src import hlo, policies, shard
+from planner._src import hlo, kernels, policies, shard
 from planner._src import jax_adapter as adapter
 from planner._src import target as targets
 from planner._src.errors import (
     NoCheckpointRegionError,
     PlannerError,
+    PlanWarning,
     TraceError,
     UnsupportedError,
 )
@@ -1233,8 +1234,6 @@ def hlo_recompute_prices(
       that trip count are not one body (which loop is whose is not known): the shares of k
       loops of one body are divided by k (each site gets one loop's worth per trip).
     """
-    from planner._src import kernels
-
     module = hlo.parse(text)
     loops = Counter(lp.trips for lp in kernels.loop_times(module, hardware) if lp.backward)
     out: list[tuple[float | None, ...] | None] = []
@@ -1288,8 +1287,6 @@ def holds_rereads_twice(compiler: str) -> bool:
         _TWICE[key] = _probe_rereads_twice()
     except Exception as e:  # noqa: BLE001  (an optional refinement of the model)
         import warnings
-
-        from planner._src.plan import PlanWarning
 
         warnings.warn(
             PlanWarning(
@@ -1409,8 +1406,6 @@ def hoists_recompute(compiler: str) -> bool:
         _HOISTS[key] = hoists_rule(two, four)
     except Exception as e:  # noqa: BLE001  (an optional refinement of the model)
         import warnings
-
-        from planner._src.plan import PlanWarning
 
         warnings.warn(
             PlanWarning(

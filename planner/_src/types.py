@@ -13,12 +13,32 @@ Units: bytes are per device (see trace.py on sharded steps); times are seconds.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Mapping
 from typing import Any
 
 import cost_models as cm
 
 DECISIONS = ("save", "remat", "offload")
+
+
+class Status(str, enum.Enum):
+    """What the verifying compiler said of a plan. A ``str``: each member equals, prints and
+    serialises as its text, which reports and plan files carry."""
+
+    OK = "compiled, within budget"
+    OVER = "compiled, over budget"
+    UNVERIFIED = "compiled, unverified"  # fits only by an estimate (host bytes subtracted)
+    NOT_COMPILED = "not compiled"
+    INVALID = "compiled, figure invalid"  # a negative memory_analysis() figure: never fits
+    NUMERICS = "compiled, numerics differ"  # the planned step computes something else
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
 
 _frozen = dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 
@@ -433,7 +453,7 @@ class Solution:
     wall_s: float
     num_classes: int
     num_variables: int
-    budget_bytes: int
+    usable_bytes: int  # the usable budget it was solved for (budget.Budget.usable)
     reproducible: bool = (
         True  # False: the wall-clock guard, not deterministic time, stopped a phase
     )
@@ -512,7 +532,7 @@ class Verification:
     compiled: CompiledFigures | None
     compiled_device_bytes: int | None  # what counts against the budget on this backend
     predicted_peak_bytes: int
-    budget_bytes: int
+    usable_bytes: int  # the usable budget it was judged against (budget.Budget.usable)
     checks: tuple[Check, ...]
     backend: str
     note: str = ""
@@ -526,9 +546,7 @@ class Verification:
 
     @property
     def ok(self) -> bool:
-        from planner._src.verify import STATUS_OK
-
-        return self.status == STATUS_OK and all(c.ok for c in self.checks)
+        return self.status == Status.OK and all(c.ok for c in self.checks)
 
     @property
     def error_bytes(self) -> int | None:

@@ -34,6 +34,7 @@ from planner._src.types import (
     CompiledFigures,
     Prediction,
     ScheduleExposure,
+    Status,
     Trace,
     Verification,
 )
@@ -44,12 +45,6 @@ from planner._src.units import fmt_bytes
 # RAM and the compiler counts host-placed arrays in temp_size_in_bytes.
 _SEPARATE_HOST_MEMORY = ("gpu", "cuda", "rocm", "tpu")
 
-STATUS_OK = "compiled, within budget"
-STATUS_OVER = "compiled, over budget"
-STATUS_UNVERIFIED = "compiled, unverified"
-STATUS_NOT_COMPILED = "not compiled"
-STATUS_INVALID = "compiled, figure invalid"  # a negative memory_analysis() figure: never fits
-STATUS_NUMERICS = "compiled, numerics differ"  # the planned step computes something else
 
 CHECK_KEPT = "JAX keeps the planned residuals"
 
@@ -192,7 +187,7 @@ def verify(
     assignment: Assignment,
     policy,
     prediction: Prediction,
-    budget_bytes: int,
+    usable_bytes: int,
     *,
     compile: bool = True,
     policies: tuple = (),
@@ -256,11 +251,11 @@ def verify(
     not_kept = tuple(sorted({c for k in level1 for c in k.not_kept}))
     if not compile:
         return Verification(
-            status=STATUS_NOT_COMPILED,
+            status=Status.NOT_COMPILED,
             compiled=None,
             compiled_device_bytes=None,
             predicted_peak_bytes=prediction.peak_bytes,
-            budget_bytes=budget_bytes,
+            usable_bytes=usable_bytes,
             checks=tuple(checks),
             backend=backend,
             note="compilation skipped (verify_compile=False)",
@@ -337,11 +332,11 @@ def verify(
             )
         )
         return Verification(
-            status=STATUS_INVALID,
+            status=Status.INVALID,
             compiled=figs,
             compiled_device_bytes=None,
             predicted_peak_bytes=prediction.peak_bytes,
-            budget_bytes=budget_bytes,
+            usable_bytes=usable_bytes,
             checks=tuple(checks),
             backend=backend,
             note="The compiler's memory figure for this plan is negative "
@@ -349,9 +344,9 @@ def verify(
             "budget before compiling it on the target.",
             compiler=compiler,
         ), not_kept
-    status = STATUS_OK if device_bytes <= budget_bytes else STATUS_OVER
+    status = Status.OK if device_bytes <= usable_bytes else Status.OVER
     estimated = False
-    if not separate_host and figs.jaxpr_host_bytes and status == STATUS_OVER:
+    if not separate_host and figs.jaxpr_host_bytes and status == Status.OVER:
         # Same RAM for both memory kinds: the compiler counts host arrays in temp, so it
         # cannot tell whether the device part fits. The figure without them is an estimate.
         # Only temporaries can hold them, and XLA may have deleted some the traced program
@@ -360,8 +355,8 @@ def verify(
         estimated = True
         host_in_temp = min(figs.jaxpr_host_bytes, figs.temp_bytes)
         device_bytes -= host_in_temp
-        if device_bytes <= budget_bytes:
-            status = STATUS_UNVERIFIED
+        if device_bytes <= usable_bytes:
+            status = Status.UNVERIFIED
         note = (
             f"The {backend} backend keeps {adapter.HOST_KIND} arrays in the same memory as "
             f"device arrays, so its compiler counts the {host_in_temp:,} offloaded "
@@ -398,7 +393,7 @@ def verify(
         compiled=figs,
         compiled_device_bytes=int(device_bytes),
         predicted_peak_bytes=prediction.peak_bytes,
-        budget_bytes=budget_bytes,
+        usable_bytes=usable_bytes,
         checks=tuple(checks),
         backend=backend,
         note=note,
@@ -513,7 +508,7 @@ def schedule_exposure_of(
 
 
 def applied_step_verification(
-    check, predicted_peak_bytes: int, budget_bytes: int, *, backend: str, compiler
+    check, predicted_peak_bytes: int, usable_bytes: int, *, backend: str, compiler
 ) -> Verification:
     """The Verification of a plan that moves train state (state_plan.py), from the compile
     of the step as the user applies it: ``check``, a ``state.StateCheck`` (None where no
@@ -526,11 +521,11 @@ def applied_step_verification(
     recorded, not held to the budget."""
     if check is None:
         return Verification(
-            status=STATUS_NOT_COMPILED,
+            status=Status.NOT_COMPILED,
             compiled=None,
             compiled_device_bytes=None,
             predicted_peak_bytes=predicted_peak_bytes,
-            budget_bytes=budget_bytes,
+            usable_bytes=usable_bytes,
             checks=(),
             backend=backend,
             note=(
@@ -543,7 +538,7 @@ def applied_step_verification(
             exact=compiler.exact,
             compiler=compiler.description,
         )
-    over = check.device_bytes > budget_bytes and not check.estimated
+    over = check.device_bytes > usable_bytes and not check.estimated
     exact = compiler.exact and not check.estimated
     # state.StateCheck.status: the compiled host bytes against the plan's, or why the
     # compiler cannot say ("unverified" on XLA:CPU, never "within budget")
@@ -555,7 +550,7 @@ def applied_step_verification(
             "its one memory and copies them)"
         )
     return Verification(
-        status=STATUS_OVER if over else (STATUS_OK if exact else STATUS_UNVERIFIED),
+        status=Status.OVER if over else (Status.OK if exact else Status.UNVERIFIED),
         compiled=CompiledFigures(
             argument_bytes=check.device_argument_bytes,
             output_bytes=check.output_bytes,
@@ -573,7 +568,7 @@ def applied_step_verification(
         ),
         compiled_device_bytes=None if check.estimated else check.device_bytes,
         predicted_peak_bytes=predicted_peak_bytes,
-        budget_bytes=budget_bytes,
+        usable_bytes=usable_bytes,
         checks=(
             Check(
                 name="train state on the host",

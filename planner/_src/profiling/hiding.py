@@ -26,14 +26,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import cost_models as cm
+from planner._src.baselines import policy_assignment
+from planner._src.cost import build_cost_model, evaluate
+from planner._src.graph import build_graph, class_key
+from planner._src.policies import _names
+from planner._src.trace import merge_call_sites, trace_step
 
 __all__ = ["calibrate_hiding", "measured_per_trip", "names_policy", "sweep_windows"]
 
 
 def names_policy(offloaded: Sequence[str]):
     """Full remat but ``offloaded`` (checkpoint names), which go to pinned host memory."""
-    from planner._src.policies import _names
-
     return _names(saved=(), offloaded=tuple(offloaded))
 
 
@@ -48,10 +51,6 @@ def sweep_windows(
     runs). ``cost`` / ``graph``: an already built cost model and graph of this step (then
     ``hardware`` is not used).
     """
-    from planner._src.baselines import policy_assignment
-    from planner._src.cost import build_cost_model, evaluate
-    from planner._src.graph import build_graph, class_key
-    from planner._src.trace import merge_call_sites, trace_step
 
     if graph is None or cost is None:
         tr = merge_call_sites(trace_step(step_fn, args, split_call_sites=True))

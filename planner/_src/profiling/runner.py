@@ -58,6 +58,7 @@ import time
 from collections.abc import Callable
 
 from planner._src.emit import flags_to_compiler_options
+from planner._src.errors import InvalidArgumentError
 from planner._src.hlo import host_transfer_ops
 from planner._src.profiling.overlap import ProfileResult, analyze_trace
 from planner._src.profiling.xplane import STEP_ANNOTATION, find_xplane
@@ -103,7 +104,6 @@ def profile(
     except Exception as e:
         if not opts or "compile option" not in str(e):
             raise
-        from planner._src.errors import InvalidArgumentError
 
         raise InvalidArgumentError(
             f"XLA rejected a flag of plan.xla_flags ({flags!r}) on the {backend} backend: "
