@@ -29,12 +29,12 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   HLO's prices (the whole step from HLO kernels alone falls short of the device's walls:
   scatters and the gaps between kernels are missing; measured:
   benchmarks/results/hlo-kernel-time-*.md, hlo-recompute-prices-*.md). Saving or
-  offloading a fusible value instead forces the forward pass to write it,
-  ``M_r = sum w_v / HBM bandwidth [need_v and a(v) in {save, offload}]`` over fusible,
-  per-trip ``v``, where ``w_v`` is what the forward writes only because ``v`` is kept: the
-  fused forward's bytes with ``v`` kept less its bytes with nothing kept (trace.py,
-  ``Candidate.residual_write_bytes``; 0 for a value a matmul reads, which is written in any case, such as the softmax probabilities; other values are
-  materialized in any case;
+  offloading a fusible value instead forces the forward pass to write it, ``M_r = sum w_v / HBM
+  bandwidth [need_v and a(v) in {save, offload}]`` over fusible, per-trip ``v``, where ``w_v``
+  is what the forward writes only because ``v`` is kept: the fused forward's bytes with ``v``
+  kept less its bytes with nothing kept (trace.py, ``Candidate.residual_write_bytes``; 0 for a
+  value a matmul reads, which is written in any case, such as the softmax probabilities; other
+  values are materialized in any case;
   an offloaded value is written to HBM and copied from there, so this term keeps the
   solver from treating a host copy of a fusible value as cheaper than keeping it; saving
   such a value runs no faster than recomputing it, whatever the roofline of its standalone
