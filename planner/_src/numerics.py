@@ -53,8 +53,7 @@ float64 (measured: benchmarks/results/new-user-*b.md, F2): where a leaf fails th
 user's step is run once more with every float in 64 bits (:func:`run_float64`: float arguments
 cast up, ``jax.enable_x64``), and the leaf passes when the planned step is no farther from that
 answer than ``SENSITIVITY_FACTOR`` times the user's own float32 step is (largest distances), and
-is
-off (more than half the bound from it) in at most ``SENSITIVITY_FACTOR`` times as many
+is off (more than half the bound from it) in at most ``SENSITIVITY_FACTOR`` times as many
 entries: both are float32 approximations of one value, and the plan's is no worse. (Not
 entry by entry: two honest roundings are independent, and where the user's step happens to
 land on the float64 value the plan's need not.) Never where the user's step is more than
