@@ -57,8 +57,8 @@ derived from them: ``jax/_src/stages.py``, the same in 0.10.2 and 0.12.0.1).
 Known gaps of deviceless compiles (``CompilerTarget.caveats``): XLA does not autotune without a
 device (GEMM and fusion configurations are its defaults; a device compile may choose cuBLAS
 kernels whose workspaces it then allocates), and cuDNN workspaces are not sized without a device.
-For the H200-sized Llama step the device bytes are 1.9-2.1% below the H200's (measured:
-``benchmarks/results/deviceless-*.md``).
+For the H200-sized Llama step the deviceless device bytes measure 1.9-2.1% below the H200's
+(measured: ``benchmarks/results/deviceless-*.md``).
 
 On a machine without an NVIDIA driver, start Python with ``JAX_PLATFORMS=cpu``: otherwise the
 CUDA plugin checks its libraries against a driver, fails, and JAX does not register it
@@ -1044,7 +1044,7 @@ def pricing_compile_options() -> dict[str, Any] | None:
 # XLA:GPU's per-fusion autotune cache on disk (PlanOptions.autotune_cache_dir): the first
 # compile of a step on a live GPU spends most of its time in the autotuner, whose results XLA
 # keeps for the process only. With this directory a later process reads them: its first
-# compile is several times faster, with equal memory figures (measured:
+# compile is about ten times faster, with equal memory figures (measured:
 # benchmarks/results/planning-time-*.md).
 AUTOTUNE_CACHE_FLAG = "xla_gpu_per_fusion_autotune_cache_dir"
 _autotune_cache: contextvars.ContextVar[str | None] = contextvars.ContextVar(
