@@ -42,12 +42,10 @@ _OVERLAP = "benchmarks/results/h200-2026-12-02.md, section 1"
 
 # Not in the table: --xla_gpu_enable_host_memory_offloading=true. It does not change how JAX's
 # offloads are lowered; it only hands XLA's own HloRematerialization a host-memory config, so
-# that the pass may offload on its own (docs/xla-flags-research.md, finding 3). On our H200
-# (JAX 0.11.2, benchmarks/results/h200-2026-12-02-zoo/capped-probe) a verified plan of the
-# Python-loop Llama, run capped at its 29.26 GB budget, aborted at compile in 2 of 2 fresh
-# compiles with it ("hlo_rematerialization.cc:2181 Check failed: !place_before_list.empty()",
-# in OffloadInstruction), and ran in 2 of 2 without it (peak 27.68 GB, 342.0 ms; uncapped with
-# it: 337.7 ms, the same program within noise).
+# that the pass may offload on its own (docs/xla-flags-research.md, finding 3). With it, a
+# verified plan run capped at its budget can abort at compile ("hlo_rematerialization.cc:2181
+# Check failed: !place_before_list.empty()", in OffloadInstruction), and the same plan runs
+# without it (measured on the H200: benchmarks/results/h200-*-zoo/capped-probe).
 FLAG_TABLE: tuple[_FlagRow, ...] = (
     _FlagRow(
         flag=XlaFlag(
@@ -122,9 +120,9 @@ def format_xla_flags(flags: Iterable[XlaFlag]) -> str:
 # xla/service/gpu/gpu_hlo_schedule.cc GetSchedulerMemoryLimit, used by the latency-hiding
 # scheduler and by HloRematerialization in gpu_compiler.cc's remat pipeline). JAX passes the
 # allocator's bytes_limit as device_memory_size (jaxlib/py_client.cc, CompileAndLoadIfrtProgram),
-# i.e. XLA_PYTHON_CLIENT_MEM_FRACTION x HBM (default 0.75). Measured on our H200 (MoE example,
-# benchmarks/results/h200-2026-12-02.md): a plan whose temporaries came to 97% of
-# (cap - I/O) ran 624 ms against 453 ms for a plan one budget up that was not near its cap.
+# i.e. XLA_PYTHON_CLIENT_MEM_FRACTION x HBM (default 0.75). A plan whose temporaries come
+# near (cap - I/O) runs far slower than a plan one budget up that is not near its cap
+# (measured: benchmarks/results/h200-*.md).
 XLA_GPU_MEMORY_LIMIT_SLOP = 0.95
 
 

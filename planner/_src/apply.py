@@ -90,9 +90,10 @@ def apply(step_fn: Callable, b: Binding) -> Callable:
         with adapter.applied_policies(make, epoch):
             return step_fn(*args, **kwargs)
 
-    # A step the user jitted keeps its jit (new-user trial 2026-12-04, F8: the applied step of
-    # a jax.jit(step, donate_argnums=...) step was a plain function without .lower): calls, .trace and .lower run the user's own jax.jit, with its donation,
-    # shardings and static arguments, under the plan's policies.
+    # A step the user jitted keeps its jit (else the applied step of a jax.jit(step,
+    # donate_argnums=...) step is a plain function without .lower): calls, .trace and .lower
+    # run the user's own jax.jit, with its donation, shardings and static arguments, under
+    # the plan's policies.
     for name in ("trace", "lower", "eval_shape"):
         method = getattr(step_fn, name, None)
         if callable(method):

@@ -26,28 +26,25 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   priced there), a non-fusible one keeps the roofline (its own kernel, not matched: never
   free). ``T0`` then moves by ``C_lib - C_hlo`` under full remat, so full remat predicts
   what the roofline's prices predict and only the differences between policies take the
-  HLO's prices (the level from HLO kernels alone was 5-9% short of the H200's walls:
-  benchmarks/results/hlo-kernel-time-2026-12-05.md; the plans re-predicted:
-  hlo-recompute-prices-2026-12-05.md). Saving or offloading a fusible value instead forces
-  the forward pass to write it, ``M_r = sum w_v / HBM bandwidth [need_v and a(v) in
-  {save, offload}]`` over fusible, per-trip ``v``, where ``w_v`` is what the forward writes
-  only because ``v`` is kept: the fused forward's bytes with ``v`` kept less its bytes with
-  nothing kept (trace.py, ``Candidate.residual_write_bytes``; 0 for a value a matmul reads,
-  which is written in any case, such as the softmax probabilities; other values are
-  materialized in any case;
-  an offloaded value is written to HBM and copied from there: without this term the H200
-  plans of 2026-12-02 offloaded eight small fusible values at every budget, as if moving
-  them to the host were cheaper than keeping them). Measured on the H200
-  (benchmarks/results/h200-2026-12-01.md): plans that saved such values ran no faster than
-  recomputing them, where the roofline of their standalone kernels had promised 3-5%;
+  HLO's prices (the whole step from HLO kernels alone falls short of the device's walls:
+  scatters and the gaps between kernels are missing; measured:
+  benchmarks/results/hlo-kernel-time-*.md, hlo-recompute-prices-*.md). Saving or
+  offloading a fusible value instead forces the forward pass to write it, ``M_r = sum w_v / HBM
+  bandwidth [need_v and a(v) in {save, offload}]`` over fusible, per-trip ``v``, where ``w_v``
+  is what the forward writes only because ``v`` is kept: the fused forward's bytes with ``v``
+  kept less its bytes with nothing kept (trace.py, ``Candidate.residual_write_bytes``; 0 for a
+  value a matmul reads, which is written in any case, such as the softmax probabilities; other
+  values are materialized in any case;
+  an offloaded value is written to HBM and copied from there, so this term keeps the
+  solver from treating a host copy of a fusible value as cheaper than keeping it; saving
+  such a value runs no faster than recomputing it, whatever the roofline of its standalone
+  kernel says; measured: benchmarks/results/h200-*.md);
   and, on XLA:GPU, saving a per-trip value that is in HBM anyway (a matmul's output, a view
   of one, a fusible value a matmul reads: ``w_v = 0``) inside ``lax.scan`` costs ``S_v = bytes_v / loop_copy_rate`` (the profile's
   ``loop_copy_bytes_per_s``): XLA writes it into the scan's stacked residual with a
   device-to-device copy it cannot fuse into the producing kernel (an offloaded value is
-  copied to the host instead); ``S_v`` is part of ``M_r`` for ``a(v) = save``. Measured on the
-  H200 (benchmarks/results/h200-2026-12-04-idle/): the Llama example's dots_saveable step at
-  batch 1 copied 15.0 GB that way (the f32 attention scores among them) against 5.2 GB under
-  full remat, 10.0 vs 2.7 ms a step that the model did not have;
+  copied to the host instead); ``S_v`` is part of ``M_r`` for ``a(v) = save`` (measured:
+  benchmarks/results/h200-*-idle/);
   working set of one backward trip
   ``W_r = sum bytes_v [v read by the backward, not fused away, and a(v) in {remat, offload}]
   + sum bytes_v [v recomputed only to recompute others, and read by a recomputed reduction]
@@ -59,31 +56,21 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   each backward fusion that reads it and it gets no buffer, so it counts in the transient
   term, one at a time, not in the first sum (an offloaded value is reloaded into a buffer
   whatever reads it; regions under lax.scan only: in a Python loop of layers it
-  under-predicted on JAX 0.12.0.1's XLA:CPU). Measured on the H200's compiler (jaxlib 0.11.2 deviceless,
-  2026-12-05, benchmarks/results/memory-model-2026-12-05-fused.md): the Llama example's
-  full-remat backward holds 3 of the 6 MLP-sized recomputed values (the two projections'
-  outputs and the product the down projection's gradient reads), not the gate's logistic
-  and its two products; the model that counted all six fitted omega to 0.22 (out of
-  bounds: save everything predicted -14.5%, its plans -10.7%), with the rule omega 0.287,
-  both anchors exact, plans -2.2%, stock policies -1.1/-1.5% (were -3.7/-3.9%);
+  under-predicts on JAX 0.12.0.1's XLA:CPU). Counting every recomputed value instead fits
+  ``omega`` out of bounds on the H200's compiler (measured:
+  benchmarks/results/memory-model-*-fused.md);
   where, in a region whose output is a sum of parallel branches (graph.parallel_branches:
   ``x + attn(h) + mlp(h)``), the first two sums are taken over the shared values plus the
   largest branch's, not over every branch: the backward pass of one branch reads nothing of
-  another, and XLA recomputes and back-propagates one branch, frees it, then the next.
-  Measured on XLA:CPU (JAX 0.10.2, 2026-12-05, benchmarks/results/memory-model-2026-12-05.md
-  and -05b.md): tests/zoo/parallel_residual.py's full-remat backward holds the MLP branch's
-  recomputed values at its peak and none of the attention's; the sum gave W = 9.61 MB, hence
-  F = 2.87 MB (below the step's own arguments and outputs, 7.09 MB) and the saved anchor
-  -21.9%; the largest branch gives W = 6.46 MB and -13.4%. A sequential layer has one branch
-  (its MLP's input is recomputed through the attention): its W is the sum, as before;
+  another, and XLA recomputes and back-propagates one branch, frees it, then the next
+  (measured: benchmarks/results/memory-model-*.md, memory-model-*b.md). A sequential layer
+  has one branch (its MLP's input is recomputed through the attention): its W is the sum;
   where a *reduction* is ``REDUCTIONS`` (reduce_max, reduce_sum, ...): its operand must exist
   whole before the reduced value does, and the values computed from the reduced value read
   the operand again (softmax: ``exp(s - max(s))``), so XLA materializes it alongside the
   working set instead of one transient at a time; saving the reduced value lets the chain
-  fuse. Measured on XLA:CPU for tests/zoo/long_context.py (2026-12-03,
-  benchmarks/results/memory-model-2026-12-03.md): saving the softmax statistics and the
-  attention output (0.6 MB) removed one 33.5 MB score buffer from the backward peak (150.9 ->
-  121.6 MB compiled), which the max-of-transients model could not see. Leaving out the *held* values: a
+  fuse, which a max-of-transients model cannot see (measured:
+  benchmarks/results/memory-model-*.md). Leaving out the *held* values: a
   recomputed view (checkpoint_name, reshape: ``graph.VIEWS``) of a saved or reloaded value or
   of a region input is that buffer, not a new one (``held_values``); the recomputed and
   reloaded tensors the gradient reads are assumed live together, intermediates of the
@@ -102,10 +89,8 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   (``U_v``: ``read_by_fusion``, or a needed recomputed fusible reader that is not a view).
   JAX keeps the residual as ``reduce_precision(v)``; XLA duplicates that copy into the
   backward fusion, which then reads ``v``'s own buffer, while the copy stays for the kernel.
-  Measured on XLA:CPU (JAX 0.10.2, 2026-12-04, tests/test_apply.py): a Python loop of four
-  layers keeping tanh and recomputing its derivative compiled to 14.16 MB where the model
-  without ``D_r`` said 11.01 MB (-22%), and the verify loop's correction then refused every
-  plan but full remat.
+  Without ``D_r`` the model under-predicts such a step and the verify loop's correction
+  refuses every plan but full remat (tests/test_apply.py).
 * hoisted recomputes ``E_r = sum bytes_v [need_v, a(v) = remat, v read by the backward, not
   held] - sum bytes_v [need_v, a(v) = save, v not read by the backward, per trip]``, added to
   ``R_r`` (loop-invariant recomputed ones to ``I_r``) and left out of ``W_r`` with the
@@ -118,12 +103,8 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   memory of a saved one (and its recompute still costs time), and a value kept only to
   recompute others from (a matmul output under ``dots_saveable``) is read by that recompute
   in the forward pass and freed there. Every policy then holds the values the backward pass
-  reads, once (twice where ``D_r`` says so). Measured on XLA:CPU (JAX
-  0.10.2, 2026-12-04, benchmarks/results/memory-model-2026-12-04c.md): tests/zoo/gpt2_loop.py
-  (a Python loop over three checkpointed layers) compiled to 10.15 MB fully rematerialized,
-  9.95 MB under dots_saveable and 10.74 MB saving everything, where the model without
-  ``E_r`` said 10.15 / 12.70 / 15.01 MB (one layer's working set in the first, three layers'
-  residuals in the others).
+  reads, once (twice where ``D_r`` says so; measured:
+  benchmarks/results/memory-model-*c.md).
 * slice copies ``K_r = kappa * R_r`` (per-trip device residuals) for a region under
   ``lax.scan``, added to its backward trip's working set, not scaled by ``omega``: XLA:GPU
   copies a scan's saved residuals out of the stacked buffers at the top of each backward
@@ -132,15 +113,9 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   save-everything program's loop bodies less the full-remat one's (``hlo.loop_slice_bytes``:
   the weight slices are in both) over the model's per-trip residual bytes of the scanned
   regions, in [0, 1]. Which residuals a compiler copies depends on their readers, so this
-  is one share per step, exact at both anchors. Measured on the H200's compiler (jaxlib
-  0.11.2 deviceless, 2026-12-05, benchmarks/results/memory-model-2026-12-05-slices.md):
-  tests/zoo/parallel_residual.py copies 6.05 MB a trip (kappa 0.979), and
-  without the term omega could not fit (save everything predicted -12.2%, a plan -9.3%;
-  with it 0.0% and -3.0%); tests/zoo/long_context.py (no fit before: its plans were
-  predicted up to +74% and the planner fell back to stock policies) 0.0% at both anchors
-  and +3.2/+3.2/-12.0% at three budgets; the Llama example copies 1.0 MB (kappa 0.014).
-  tests/zoo/long_context.py kappa 1.000 (77.2 MB copied a trip). XLA:CPU copies slices
-  synchronously: none counted, kappa 0.
+  is one share per step, exact at both anchors; without it ``omega`` cannot fit some
+  scanned steps on the H200's compiler (measured: benchmarks/results/memory-model-*-slices.md).
+  XLA:CPU copies slices synchronously: none counted, kappa 0.
 * ``peak = F + max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r) + W_k + K_k)`` over the regions in
 * trip-freed sources ``Q_r = sum bytes_v [need_v, a(v) = save, v not read by the backward,
   per trip, no view of v read by the backward]``, subtracted from the peak while region ``r``
@@ -149,15 +124,8 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   value kept only to recompute others from (a matmul output under ``dots_saveable``) is read
   by that recompute at the top of its backward trip and freed there, before the recomputed
   values the trip reads are all live (``W_r``'s premise); the earlier layers' copies are
-  still held. Under lax.scan the stacked residual is one buffer, freed after the loop.
-  Measured on XLA:CPU (JAX 0.12.0.1, 2026-12-05, benchmarks/results/memory-model-2026-12-05c.md):
-  tests/zoo/gpt2_loop.py under dots_saveable peaks in its first backward trip (the last
-  layer's) holding layers 0 and 1's five matmul outputs each but only one of layer 2's (the
-  MLP input, which its fused GELU derivative reads in place of the recomputed bias add that
-  ``W_r`` counts); the model without ``Q_r`` predicted 8.82 MB against 7.44 compiled (+18.6%),
-  with it 7.97 (+7.1%; the rest is the working set's 65 kB values, which XLA places in output
-  buffers not yet written in the first trip and not in the last, where the full-remat anchor
-  peaks).
+  still held. Under lax.scan the stacked residual is one buffer, freed after the loop
+  (measured: benchmarks/results/memory-model-*c.md).
 * ``peak = F + max(sum_r (L_r (R_r + S_r) + I_r), max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r)
   + W_k + K_k - Q_k))`` (the first term, the end of the forward pass, binds only where ``Q_k``
   exceeds ``W_k``; ``K_k`` and ``Q_k`` are never both nonzero: one is for regions under
@@ -186,14 +154,14 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   was compiled deviceless: with Triton GEMMs off, target.DEVICELESS_COMPILE_OPTIONS, XLA
   folds those slices into its cuBLAS calls as address offsets, where the H200's own compile
   copied them: 2.7-3.2 ms a step of the 4-layer Llama example, 36.6 GB a step in the MoE
-  plan's program, not in a deviceless T0), and ``X`` is the copy time one trip cannot hide. Measured on the H200
-  (benchmarks/results/cost-model-other-2026-12-04.md): counting the residual-only writes in
-  ``T0`` put each f32 [batch, heads, seq, seq] intermediate of XLA attention's softmax
-  (scaled, masked, shifted scores) in the full-remat step as a write of its own, 11-29 ms per
-  step of the Llama and MoE examples.
+  plan's program, not in a deviceless T0), and ``X`` is the copy time one trip cannot hide.
+  ``T0`` leaves out the residual-only writes: counting them would price each f32 [batch,
+  heads, seq, seq] intermediate of XLA attention's softmax (scaled, masked, shifted scores)
+  in the full-remat step as a write of its own, which XLA fuses away (measured:
+  benchmarks/results/cost-model-other-*.md).
   Under ``lax.scan`` XLA starts a device->host copy once its tensor exists and finishes it
   by the end of the same trip; it reads offloaded tensors back at the start of the backward
-  trip and waits for each before its first use (benchmarks/results/h200-2026-11-30-shared-probe).
+  trip and waits for each before its first use (measured: benchmarks/results/h200-*-shared-probe/).
   Per direction the copies queue on one link, and each tensor ``u`` has a *window*: for a
   store (d2h) ``after_u``, the forward compute after ``u`` is made; for a reload (h2d)
   ``before_u``, the backward compute ahead of ``u``'s first use. With the direction's
@@ -208,9 +176,8 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   next to their start). Likewise, since the backward trip uses tensors in the reverse order,
   ``X^bwd_r = max(0, floor' * H, H - cap', max_u (H_u - eta' * before_u))`` with the h2d
   times. A profile without calibrated models uses its single ``overlap_efficiency`` as
-  ``eta`` in both directions, ``cap = inf``, ``floor = 0`` (the model before issue 18).
-  Measured on the H200 (benchmarks/results/offload-windows-2026-12-04.md): that single eta
-  (0.0895) put 6 of the sweep's 18 per-direction figures within 20%, the calibrated models 9.
+  ``eta`` in both directions, ``cap = inf``, ``floor = 0``, which fits a copy-heavy sweep
+  less well than the calibrated models (measured: benchmarks/results/offload-windows-*.md).
 
 Sharded steps: every figure is per device. Candidate and region-input bytes are per device
 (trace.py: shard divisors read from the partitioned HLO), and so is the anchors'
@@ -544,9 +511,9 @@ def _shift_for_hlo_prices(
     The HLO prices the recompute's *differences* between policies right (the MoE example's
     score chain: +80.0 / +100.1 ms saved where the H200 saved 74.5 / 97.8 ms, the library
     16.5 / 24.6), but the whole step from HLO kernels is 5-9% short of the measured walls
-    (scatters and the gaps between kernels missing: benchmarks/results/
-    hlo-kernel-time-2026-12-05.md, section 2), while the library's full-remat step was within
-    3%. So the level stays the library's: ``T0 += C_lib(full remat) - C_hlo(full remat)``.
+    (scatters and the gaps between kernels missing), while the library's full-remat step is
+    within 3% (measured: benchmarks/results/hlo-kernel-time-*.md, section 2). So the level
+    stays the library's: ``T0 += C_lib(full remat) - C_hlo(full remat)``.
     Also says where the recompute prices came from (``recompute_priced_from``, the report).
     """
     library = "the cost library's roofline per equation (cost_models)"
@@ -696,10 +663,8 @@ def fused_away(rg) -> tuple[bool, ...]:
     sources are candidates that are (a view of a matmul's output is that output's buffer).
 
     Regions under lax.scan only: in a Python loop of layers (every layer's backward in one
-    program) the rule under-predicted on JAX 0.12.0.1's XLA:CPU (tests/zoo/flax_nnx_loop.py
-    plans -3.6 / -1.7% where the rule's absence gave -0.9 / +1.3%; MaxText's unscanned
-    DeepSeek plan still 1% over its budget after three verify rounds), and no measurement
-    shows what XLA holds there (benchmarks/results/memory-model-2026-12-05-fused.md)."""
+    program) the rule under-predicts on JAX 0.12.0.1's XLA:CPU, and no measurement shows
+    what XLA holds there (measured: benchmarks/results/memory-model-*-fused.md)."""
     cands = rg.region.candidates
     if not rg.region.in_scan:
         return (False,) * len(cands)

@@ -165,9 +165,9 @@ def parallel_branches(r: Region, g: nx.DiGraph) -> tuple[int, ...]:
     (``x1 = x + attn(h1)``, ``x1 + mlp(norm(x1))``) has one branch: ``x1`` is an ancestor of
     the MLP's leaf, so the attention is shared, as it is in XLA's program (the MLP's inputs
     are recomputed through the attention). Branches without bytes do not count.
-    Measured on XLA:CPU (JAX 0.10.2, 2026-12-05, benchmarks/results/memory-model-2026-12-05.md):
-    tests/zoo/parallel_residual.py's full-remat backward holds the MLP branch's recomputed
-    values at its peak and none of the attention's score-sized ones.
+    XLA:CPU's full-remat backward of tests/zoo/parallel_residual.py holds the MLP branch's
+    recomputed values at its peak and none of the attention's score-sized ones (measured:
+    benchmarks/results/memory-model-*.md).
     """
     cands = {c.index: c for c in r.candidates}
     roots = [

@@ -339,16 +339,13 @@ def loop_slice_copy_bytes(module: Module) -> int:
 
     XLA:GPU runs a dynamic-(update-)slice of a scan's stacked operand whose offset is the
     loop counter as a memcpy on a side stream (``async-start`` of a dynamic-slice fusion;
-    thunk ``kDynamicSliceFusion``; ``fusion-start`` in the GPU's own compiled modules, which
-    this counted as 0 before 2026-12-05: benchmarks/results/hlo-kernel-time-2026-12-05.md):
-    the layer's weights sliced out of the stacked parameters
-    in the forward and backward loops, the weight gradients written into the stacked
-    gradient, and every residual a scan stacks whose producer the slice cannot fuse into (a
-    matmul's output). Measured on the H200 (benchmarks/results/h200-2026-12-04-idle/,
-    2026-12-04): these copies ran on the device between the kernels, not beside them, and
-    took 10.0 / 2.7 / 3.2 ms a step for 15.0 / 5.2 / 5.7 GB so counted (Llama example, 4
-    layers, dots_saveable at batch 1, full remat at batch 1 and 4); no cost model term had
-    them. XLA:CPU emits none (0)."""
+    thunk ``kDynamicSliceFusion``; ``fusion-start`` in the GPU's own compiled modules:
+    benchmarks/results/hlo-kernel-time-*.md): the layer's weights sliced out of the stacked
+    parameters in the forward and backward loops, the weight gradients written into the
+    stacked gradient, and every residual a scan stacks whose producer the slice cannot fuse
+    into (a matmul's output). These copies run on the device between the kernels, not beside
+    them, so they cost step time (measured: benchmarks/results/h200-*-idle/). XLA:CPU emits
+    none (0)."""
     trips = while_trips(module)
     total = 0
     for ins in module.instructions:
@@ -402,14 +399,10 @@ def loop_slice_bytes(module: Module) -> int:
     In a scan's backward loop these are the trip's residuals copied out of the stacked
     buffers the forward loop wrote (and the layer's weights sliced out of the stacked
     parameters, which every policy's program does alike). The scheduler starts them at the
-    top of the trip, ahead of their readers, so they are live together at the trip's peak:
-    on tests/zoo/parallel_residual.py (H200's XLA:GPU, jaxlib 0.11.2, deviceless,
-    2026-12-05, benchmarks/results/memory-model-2026-12-05-slices.md) 6.05 MB of them per
-    trip under save-everything vs 0.39 under full remat, 6.22 MB of slice copies live at the
-    peak, 6.18 MB saved per trip. Synchronous slice copies are not counted: XLA:CPU (JAX
-    0.10.2) makes 3.4 MB of them there, of which 2.36 MB were live at the trip's peak
-    (memory-model-2026-12-05.md), and counting them all as live together moved
-    tests/zoo/long_context.py's plans from +1.9/+3.1% to -8.2/+17.8% (the same file).
+    top of the trip, ahead of their readers, so they are live together at the trip's peak
+    (measured: benchmarks/results/memory-model-*-slices.md). Synchronous slice copies are not
+    counted: XLA:CPU's are not all live together at the trip's peak, and counting them so
+    makes the plans' predictions worse (measured: benchmarks/results/memory-model-*.md).
     The cost model's ``K_r`` (cost.py) is their share."""
     trips = while_trips(module)
     comps = module.computations()

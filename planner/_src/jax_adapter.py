@@ -824,9 +824,8 @@ def is_array_leaf(x) -> bool:
     argument: a JAX or NumPy array or scalar, or a ``jax.ShapeDtypeStruct``. Every other leaf
     (Python scalars and strings, functions, an Equinox model's activation or its Dropout's
     ``inference`` flag) is closed over as a constant, as ``eqx.filter_jit`` does (it
-    partitions by ``eqx.is_array``): traced, a Python bool in an ``if`` raised
-    TracerBoolConversionError (new-user trial 2026-12-04, F2), and a function leaf is no JAX
-    type at all."""
+    partitions by ``eqx.is_array``): traced, a Python bool in an ``if`` raises
+    TracerBoolConversionError, and a function leaf is no JAX type at all."""
     return isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
 
 
@@ -945,11 +944,10 @@ def jit_trace(step_fn: Callable, args, regions: list | None = None):
     options, donation included); else ``jax.jit(step_fn).trace(*args)`` with the non-array
     leaves of ``args`` static (:class:`StaticLeavesJit`). Duck-typed on the result: other
     wrappers have a ``.trace`` that is not JAX's (``flax.nnx.jit``'s returns an object
-    without ``.jaxpr``: the new-user trial of 2026-12-04 crashed on it), and those are traced
-    as a plain function, which calls them (a PlanWarning where that drops the wrapper's
-    donation or shardings). ``regions``: the controlled regions list, emptied before
-    tracing again so each region is bound once. A ``.trace`` that raises is a
-    :class:`TraceError` with the cause."""
+    without ``.jaxpr``), and those are traced as a plain function, which calls them (a
+    PlanWarning where that drops the wrapper's donation or shardings). ``regions``: the
+    controlled regions list, emptied before tracing again so each region is bound once. A
+    ``.trace`` that raises is a :class:`TraceError` with the cause."""
     if not hasattr(step_fn, "trace"):
         return _plain_trace(step_fn, args)
 

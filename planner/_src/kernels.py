@@ -2,10 +2,10 @@
 
 Why: the cost library prices a step equation by equation (cost_models' fusion-aware
 roofline), but on the H200 the time of the dense attention's score chain is decided by the
-few fusions XLA forms and the passes each makes over memory (benchmarks/results/
-h200-2026-12-04-moe-kernels.md: full remat's backward recomputes the softmax inside one
-Triton fusion per layer, 14.4 ms a call, which the plans that save the row statistics
-drop; the library priced that saving 4x low). The planner compiles the full-remat and
+few fusions XLA forms and the passes each makes over memory (full remat's backward
+recomputes the softmax inside one Triton fusion per layer, which the plans that save the row
+statistics drop, and the roofline prices that saving several times low; measured:
+benchmarks/results/h200-*-moe-kernels.md). The planner compiles the full-remat and
 save-everything anchors and verifies each plan with a compile, so the compiled HLO of the
 programs it compares is at hand; this module prices it.
 
@@ -406,8 +406,7 @@ def _attention_custom_call(ins: hlo.Instruction, shapes: dict[str, str]) -> tupl
     a causal mask (``"mask_type":"CAUSAL"`` in its backend config), min(window, s_k) / s_k
     for a sliding window. These are cost_models/_rules.py's formulas, the FLOPs by which the
     profile's attention rates were measured (cost_models/_calibrate.py): counting a causal
-    call's masked half priced it at twice the library's time (the Llama examples' recompute
-    of their attention, 2026-12-05)."""
+    call's masked half would price it at twice the library's time."""
     q = hlo.array_shapes(shapes.get(ins.operands[0], "")) if ins.operands else ()
     k = hlo.array_shapes(shapes.get(ins.operands[1], "")) if len(ins.operands) > 1 else ()
     if not q or not k or len(q[0][1]) != 4:
@@ -768,7 +767,7 @@ def region_recompute_seconds(
 
     Compile the anchor with Triton GEMMs on (XLA:GPU's default on the device): with them off
     (target.DEVICELESS_COMPILE_OPTIONS, right for the memory figures) the deviceless program
-    is not the device's (benchmarks/results/hlo-kernel-time-2026-12-05.md).
+    is not the device's (measured: benchmarks/results/hlo-kernel-time-*.md).
     """
     if isinstance(remat, str):
         remat = hlo.parse(remat)

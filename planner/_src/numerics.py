@@ -18,13 +18,10 @@ so the comparison allows rounding. For a floating-point leaf with reference ``b`
 where ``u`` is the user's step run on its inputs moved up by one ulp and ``r`` the step under
 JAX's own ``nothing_saveable`` (:func:`run_sensitivity`, ``SENSITIVITY_FACTOR = 2``): how far
 rounding alone moves that leaf. A well-conditioned step moves by about 1e-7 there, so the
-fixed bound decides; an ill-conditioned one is judged by its own rounding (program fuzzer,
-2026-12-03, JAX 0.11.2/0.12.0.1: seed 329, a 4-layer float32 attention stack with huge
-logits, moves its gradients by 0.70% for one ulp of input and by 0.37% when softmax's row
-max is saved instead of recomputed, both 0.3-0.8% from float64, the two policies equal to
-1e-12 in float64: `benchmarks/results/jax-remat-bug-2026-12-03.md`; seed 224, JAX's
-``nothing_saveable`` differs from the user's ``everything_saveable`` by 1.83e-4 of an
-Adam-updated weight's scale, as much as the plan did).
+fixed bound decides; an ill-conditioned one is judged by its own rounding: one ulp of input,
+or a softmax's row max saved instead of recomputed, can move its gradients far past the fixed
+bound while both policies are equally right in float64 (measured:
+`benchmarks/results/jax-remat-bug-*.md`, `fuzz-programs-*-all500.md`).
 
 where ``S`` is the largest magnitude among the reference's float leaves in the same part of
 the output (the leaves sharing the first ``GROUP_DEPTH = 1`` key of their path: for a step
@@ -34,36 +31,29 @@ cancels; Adam then scales that noise to the learning rate), and is judged agains
 parameters it sits among (the Flax NNX zoo model: 0.91 of that leaf's own scale, 3.8e-5 of
 its part's). The price: a leaf far smaller than the largest of its part (Adam's second
 moments beside the parameters) is checked only to that part's scale; a wrong gradient shows
-in the parameters it updates. ``eps`` is the machine epsilon of the step's *coarsest* floating dtype among its inputs,
-its outputs and every value it computes (a float32 loss computed from bfloat16 logits differs
-at bfloat16's rounding, not at float32's; so does a float32 step with a bfloat16 matmul
-inside a layer: program fuzzer seeds 125, 173, 184), ``TOLERANCE_ULPS = 32`` and ``TOLERANCE_FLOOR = 1e-4``. Measured on XLA:CPU
-(2026-12-03, JAX 0.10.2), the largest honest differences from the user's own policy: the
-bfloat16 MoE example under stock policies 0.0876 of a leaf's largest magnitude (11 eps; the
-router's top-k flips between near-tied experts), float32 MoE 1.3e-6, a float32 Llama plan
-1.23e-6 (a norm scale's momentum: a long reduction summed in another order), a plan of the
-float32 dropout zoo model 1.95e-5 of a leaf's own scale (164 eps, in 2 of its 30 leaves; the
-stock policies are bit-identical there: XLA fuses the plan's mix of saved and recomputed
-values differently), a plan of the Flax NNX zoo model 3.8e-5 of its part's scale,
-stock policies on the Llama example bit-identical. So: float32 1e-4 (the floor, 2.6 times
-the largest measured), float16 3.1e-2, bfloat16 0.25 of the leaf's scale (about 3 times).
+in the parameters it updates. ``eps`` is the machine epsilon of the step's *coarsest* floating
+dtype among its inputs, its outputs and every value it computes (a float32 loss computed from
+bfloat16 logits differs at bfloat16's rounding, not at float32's; so does a float32 step with a
+bfloat16 matmul inside a layer: program fuzzer seeds 125, 173, 184), ``TOLERANCE_ULPS = 32`` and
+``TOLERANCE_FLOOR = 1e-4``: float32 1e-4 (the floor), float16 3.1e-2, bfloat16 0.25 of the
+leaf's scale, about three times the largest honest differences from the user's own policy on
+XLA:CPU (the router's top-k flipping between near-tied experts, a long reduction summed in
+another order, XLA fusing a plan's mix of saved and recomputed values differently; measured:
+benchmarks/results/library-notes-archive.md, numerics.py).
 
-Mixed precision (new-user trial F9, 2026-12-05): with the sensitivity runs measured, the fixed
-bound is the *leaf's own* dtype's, not the step's coarsest: a float32 master weight of a step
-that computes in bfloat16 was allowed 0.25 of its scale, so a 5% error in its update passed.
-What bfloat16 rounding moves a float32 leaf by is measured instead: the one-ulp run moves the
-inputs by one ulp of the coarsest dtype the step computes in (a float32 input by ``2^-8`` of
-itself for a bfloat16 step, the rounding its cast to bfloat16 makes), so the loss and the
-updates move as far as that precision moves them. Measured on XLA:CPU, JAX 0.10.2
-(benchmarks/results/numerics-mixed-precision-2026-12-05.md): on three bfloat16 steps (a Flax
-linen decoder with float32 master weights, the MoE and Llama examples in bfloat16), nine
-plans, the largest float32 difference was the MoE's loss, 1.09e-4 of its value, inside what
-its own rounding moves it by.
-float64 (new-user trial 2026-12-06b F2): where a leaf fails that bound, the user's step is
-run once more with every float in 64 bits (:func:`run_float64`: float arguments cast up,
-``jax.enable_x64``), and the leaf passes when the planned step is no farther from that answer
-than ``SENSITIVITY_FACTOR`` times the user's own float32 step is (largest distances), and is
-off (more than half the bound from it) in at most ``SENSITIVITY_FACTOR`` times as many
+Mixed precision: with the sensitivity runs measured, the fixed bound is the *leaf's own*
+dtype's, not the step's coarsest (else a float32 master weight of a step that computes in
+bfloat16 is allowed 0.25 of its scale, and a 5% error in its update passes). What bfloat16
+rounding moves a float32 leaf by is measured instead: the one-ulp run moves the inputs by one
+ulp of the coarsest dtype the step computes in (a float32 input by ``2^-8`` of itself for a
+bfloat16 step, the rounding its cast to bfloat16 makes), so the loss and the updates move as far
+as that precision moves them; the plans' float32 differences on bfloat16 steps stay inside that
+(measured: benchmarks/results/numerics-mixed-precision-*.md).
+float64 (measured: benchmarks/results/new-user-*b.md, F2): where a leaf fails that bound, the
+user's step is run once more with every float in 64 bits (:func:`run_float64`: float arguments
+cast up, ``jax.enable_x64``), and the leaf passes when the planned step is no farther from that
+answer than ``SENSITIVITY_FACTOR`` times the user's own float32 step is (largest distances), and
+is off (more than half the bound from it) in at most ``SENSITIVITY_FACTOR`` times as many
 entries: both are float32 approximations of one value, and the plan's is no worse. (Not
 entry by entry: two honest roundings are independent, and where the user's step happens to
 land on the float64 value the plan's need not.) Never where the user's step is more than
@@ -463,9 +453,9 @@ def run_sensitivity(step_fn: Callable, args: Sequence[Any], eps: float = 0.0) ->
     """How far rounding alone moves the step's outputs: the user's step on ``args`` moved by
     one ulp at the precision it computes in (:func:`one_ulp_up` with ``eps``, the coarsest
     dtype's epsilon: :func:`coarsest_eps`), and the step with JAX's own ``nothing_saveable``
-    in every region (full remat: every value recomputed, so XLA fuses it differently; fuzz
-    program 224, 2026-12-03: 1.83e-4 of an Adam-updated weight's scale from the user's
-    ``everything_saveable``, exactly what the plan differed by)."""
+    in every region (full remat: every value recomputed, so XLA fuses it differently, which
+    can move an Adam-updated weight as far from the user's ``everything_saveable`` as a plan
+    does; measured: benchmarks/results/fuzz-programs-*-all500.md)."""
     moved = run_reference(step_fn, one_ulp_up(args, eps))
     remat = run_planned(step_fn, args, lambda rid, r: jax.checkpoint_policies.nothing_saveable)
     return (moved, remat)

@@ -44,7 +44,7 @@ class PolicyLine:
     fits: bool  # the compiled figure within the budget where compiled, else the prediction
     applicable: bool
     compiled_gb: float | None = None  # the verifying compiler's figure (None: not compiled)
-    # False: read from a plan file written before compiled_gb was recorded (2026-12-05)
+    # False: read from a plan file written by a version that did not record compiled_gb
     compiled_recorded: bool = True
 
     @property
@@ -140,7 +140,7 @@ def _reason(d: str, rec_ms: float, exposed: float, nbytes: int, plan, room: int)
     if d == "remat":
         # Only what is true: keeping it alone would exceed the room, or it would fit and the
         # solver recomputed it anyway (given the other choices, the room buys more elsewhere;
-        # a claim "X > room" for every row was false for most: the new-user trial 2026-12-04).
+        # a claim "X > room" for every row would be false for most).
         if nbytes > room:
             return (
                 f"recomputed: {rec_ms:.3f} ms vs {offload}; keeping its {fmt_bytes(nbytes)} "

@@ -7,10 +7,9 @@ in host memory space ``S(5)``) and the done that waits for it. The copy runs on 
 while the compute stream runs what the schedule puts between the two; when the compute stream
 reaches the done and the copy is still running, it waits: that wait is the copy's exposed time.
 
-Measured on the H200 (benchmarks/results/h200-2026-12-04-exposure-b/, 2026-12-04): offloading
-the cuDNN attention output, XLA put the reload's done right after its start in the backward
-trip, nothing between them: 98% of every reload exposed, where the cost model's proportional
-window (cost.py: the backward compute before the first use, 29 ms a trip) had hidden half.
+XLA can put a reload's done right after its start, nothing between them, and then the whole
+reload is exposed where the cost model's proportional window (cost.py: the backward compute
+before the first use) would hide much of it (measured: benchmarks/results/h200-*-exposure-b/).
 The window that decides is the compiled schedule's, not a position in the traced program.
 
 :func:`read_windows` reads it: per host copy (both directions, in while bodies too) the
@@ -22,39 +21,38 @@ starts when its start is reached and its direction's link is free (copies of one
 queue on one link), and a done waits for its copy's end. A computation run by a ``while`` counts
 once per trip (``known_trip_count``). Nothing here touches JAX: the input is the HLO text.
 
-The copy streams (``streams=4``, the default). On the H200 (traces of
-benchmarks/results/h200-2026-12-04-exposure-b/, read in schedule-exposure-2026-12-05.md) XLA:GPU
-runs every asynchronous copy -- the host copies *and* the device-to-device loop-slice copies
-(``fusion-start`` of a fusion that only slices or updates a scan's stacked operand) -- on four
-copy streams, each async start on one stream for the whole run. A stream runs its copies in
-issue order, so a 0.01 ms weight slice issued behind a 5.5 ms store on the same stream waits
-for the store, and the compute waits at the slice's done: that, not the store's own done, is
-where a store is exposed. Copies of one direction over the host link never overlapped in those
-traces (48-55 GB/s each, one at a time, a copy as long when it waited as when it did not): one
-link per direction, no sharing of its bandwidth.
+The copy streams (``streams=4``, the default). On the H200 (measured:
+benchmarks/results/schedule-exposure-*.md) XLA:GPU runs every asynchronous copy -- the host
+copies *and* the device-to-device loop-slice copies (``fusion-start`` of a fusion that only
+slices or updates a scan's stacked operand) -- on four copy streams, each async start on one
+stream for the whole run. A stream runs its copies in issue order, so a 0.01 ms weight slice
+issued behind a 5.5 ms store on the same stream waits for the store, and the compute waits at
+the slice's done: that, not the store's own done, is where a store is exposed. Copies of one
+direction over the host link never overlap in the traces read (48-55 GB/s each, one at a time, a
+copy as long when it waited as when it did not): one link per direction, no sharing of its
+bandwidth.
 
-Which waiting copy takes a freed link (``link_order``, schedule-race-2026-12-06.md, from the
-host launch and device times of the same traces): not the one issued first. A copy holds
-nothing while its stream keeps it from starting; the link goes to the copy ready first
+Which waiting copy takes a freed link (``link_order``; measured from the host launch and device
+times of H200 traces: benchmarks/results/schedule-race-*.md): not the one issued first. A copy
+holds nothing while its stream keeps it from starting; the link goes to the copy ready first
 (issued and at the head of its stream): ``"ready"``, the default. In lc16k_dots, of the 137
 times the link freed with two or more copies waiting, the first ready took it 97 times, the
-first issued 56; 5 stores took it up to 26 ms before a store issued ahead of them. Copies
-ready at the same instant (two stores issued after one kernel) race: the H200 ran the
-later-issued 4 MiB statistics store before the 256 MiB output store in 27 of 32 attention
-trips, but in lc16k_dots' ties the larger won about as often as the smaller (d2h 44 vs 36
-pairs, h2d 16 vs 16): in the trips read the pick follows a fixed cyclic order of the physical
-copy streams, which are permuted between steps and are not in the HLO. The replay breaks such
-ties in issue order (``"smallest"``: smallest first, for comparison); it does not model the
-race.
+first issued 56; 5 stores took it up to 26 ms before a store issued ahead of them. Copies ready
+at the same instant (two stores issued after one kernel) race: the H200 ran the later-issued 4
+MiB statistics store before the 256 MiB output store in 27 of 32 attention trips, but in
+lc16k_dots' ties the larger won about as often as the smaller (d2h 44 vs 36 pairs, h2d 16 vs
+16): in the trips read the pick follows a fixed cyclic order of the physical copy streams, which
+are permuted between steps and are not in the HLO. The replay breaks such ties in issue order
+(``"smallest"``: smallest first, for comparison); it does not model the race.
 
 Which start gets which stream is XLA's ``ExecutionStreamAssignment``
 (execution_stream_assignment.cc), reproduced by :func:`stream_assignment`: the computations
 breadth-first from ENTRY, each in ``MakeInstructionPostOrder`` order (:func:`post_order`:
 control predecessors before operands), every async start the next compute stream, round-robin
-with *one counter for the module*. It matched the streams XLA dumps (``xla_dump_to``'s thunk
-sequence, read by planner/_src/streams.py) in 52 of 52 loop bodies of the H200 programs, where
-the deal before 2026-12-05 (operands first, the counter restarted per computation) put the
-same starts together in 16 (schedule-streams-2026-12-05.md). From jaxlib 0.12 XLA runs the
+with *one counter for the module*. It matches the streams XLA dumps (``xla_dump_to``'s thunk
+sequence, read by planner/_src/streams.py) in every loop body of the H200 programs read, and
+a deal of operands first or with the counter restarted per computation does not (measured:
+benchmarks/results/schedule-streams-*.md). From jaxlib 0.12 XLA runs the
 host copies on one dedicated stream per direction instead (``host_streams="memcpy"``;
 :func:`host_streams_of`).
 
@@ -63,8 +61,8 @@ The replay therefore gives every async start its stream (``stream_order="post"``
 an ``assignment`` read from a dump), starts a copy when its stream, and for a host copy its
 link, are free, runs the loop body trip after trip with the streams' and links' state carried
 over, and counts a host copy's exposed time as the compute stream's waits while that copy is
-in flight -- the trace's own definition (copy time with no kernel running). ``streams=0``: the
-earlier replay (loop-slice copies free, no streams).
+in flight -- the trace's own definition (copy time with no kernel running). ``streams=0``:
+loop-slice copies free, no streams.
 """
 
 from __future__ import annotations
@@ -316,7 +314,7 @@ def read_windows(
     report. ``streams``: copy streams the async copies are dealt over (0: the replay without
     streams, loop-slice copies free). ``stream_order``: ``"post"`` or ``"schedule"``.
     ``pricing``: ``"profile"`` (this module's pricer) or ``"kernels"`` (planner/_src/kernels.py,
-    the per-kernel pricing checked against H200 kernels in hlo-kernel-time-2026-12-05.md).
+    the per-kernel pricing checked against H200 kernels: benchmarks/results/hlo-kernel-time-*.md).
     ``link_rates``: bytes/s per direction in place of the profile's link rates (e.g. the
     in-step store rate measured on the H200, which is below the profile's device_put rate).
     ``host_streams``: ``"compute"`` or ``"memcpy"``, where XLA puts the host copies
@@ -402,10 +400,9 @@ def post_order(body: list[hlo.Instruction]) -> list[str]:
     them), in list order; below an instruction its *control predecessors first*, the last
     listed first, then its operands in order. The order matters because XLA deals the async
     starts over the streams in it (:func:`stream_assignment`): with the control predecessors
-    walked after the operands, as this function did before 2026-12-05, the deal matched
-    XLA's dump in 0 of 26 loop bodies, with them first in 26 of 26
-    (schedule-streams-2026-12-05.md). The list order is the text's, which for a scheduled
-    module is the schedule's."""
+    walked after the operands the deal does not match XLA's dump, with them first it does
+    (measured: benchmarks/results/schedule-streams-*.md). The list order is the text's, which
+    for a scheduled module is the schedule's."""
     by = {i.name: i for i in body}
     read = {o for i in body for o in i.operands if o != i.name}
     seen: set[str] = set()
@@ -496,7 +493,7 @@ def host_streams_of(jaxlib_version: str) -> str:
     stream per direction) from 0.12 on, ``"compute"`` (dealt over the compute streams with
     every other async start) before. Read in the thunk sequences XLA dumps: jaxlib 0.12.0.1
     names ``memcpy_d2h_stream`` / ``memcpy_h2d_stream`` for them, 0.11.2
-    ``computation_stream[k]`` (schedule-streams-2026-12-05.md)."""
+    ``computation_stream[k]`` (benchmarks/results/schedule-streams-*.md)."""
     parts = [int(x) for x in re.findall(r"\d+", jaxlib_version)[:2]]
     return "memcpy" if parts and tuple(parts) >= (0, 12) else "compute"
 
@@ -570,9 +567,9 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
 # Which of the host copies waiting for their direction's link goes next (read_windows'
 # ``link_order``). "ready": the one that became ready first (issued, at the head of its
 # stream), copies ready at the same instant in issue order; "issue": in issue order, a copy
-# holding the link from its issue even while its stream keeps it from starting (the replay
-# before 2026-12-06); "smallest": as "ready", copies ready at the same instant smallest first
-# (the outcome of most H200 races between two stores, not of all: schedule-race-2026-12-06.md).
+# holding the link from its issue even while its stream keeps it from starting; "smallest": as
+# "ready", copies ready at the same instant smallest first (the outcome of most H200 races
+# between two stores, not of all; measured: benchmarks/results/schedule-race-*.md).
 LINK_ORDERS = ("ready", "issue", "smallest")
 
 # Random deals averaged for stream_order="mean" (seeded: the figure is reproducible).
@@ -679,7 +676,7 @@ def _simulate(body, host, stream, streams, directions, price, size, hw, trips, r
             begin = max(ready, link_free[d]) if d in DIRECTIONS else ready
             if d not in DIRECTIONS:
                 rank = (0, cid)
-            elif link_order == "issue":  # (the replay before 2026-12-06)
+            elif link_order == "issue":  # (a copy holds the link from its issue on)
                 if unstarted[d][0] != cid:
                     continue  # (an earlier copy of its direction holds the link)
                 rank = (1, cid)

@@ -210,10 +210,9 @@ def _fixed_why(fixed: int, io: int) -> str:
     """The refusal's account of the memory model's plan-independent bytes. That term is
     fitted: the full-remat anchor's compile less the model's residuals and working set. Where
     it comes out below the step's own arguments and outputs (a compiler that reuses their
-    buffers for temporaries, or holds as much under every policy: XLA:CPU of JAX 0.10.2
-    compiled a ViT's four stock policies to 13.92-13.95 MB, fixed 0.187 MB against 2.70 MB of
-    arguments and outputs, 2026-12-06), it is not "parameters, optimizer state, ..." and is
-    not called so."""
+    buffers for temporaries, or holds as much under every policy, as XLA:CPU of JAX 0.10.2
+    does for a ViT; measured: benchmarks/results/new-user-*.md), it is not "parameters,
+    optimizer state, ..." and is not called so."""
     if fixed >= io:
         return (
             f"{fmt_bytes(fixed)} do not depend on the plan (parameters, optimizer state, batch, "
@@ -402,9 +401,9 @@ def _within(slack: int, budget: int) -> str:
     )
 
 
-# The cost model's step-time error: predicted step time was -5.0% to +7.2% of measured over
-# the 13 H200 budgets of README "How close the model was" (2026-12-02). An unverified answer
-# must be predicted faster than a verified one by more than this to be preferred.
+# The cost model's step-time error: predicted step time is -5.0% to +7.2% of measured over
+# 13 H200 budgets (measured: benchmarks/results/h200-*.md). An unverified answer must be
+# predicted faster than a verified one by more than this to be preferred.
 STEP_MODEL_ERROR = 0.072
 
 CPU_OFFLOAD_WHY = "offload off: the target is a CPU; host memory is the same memory"
@@ -424,9 +423,8 @@ def _offload_choice(allow_offload, host_ok: bool, platform: str) -> tuple[bool, 
 
     On a CPU target pinned_host is the same DRAM as the "device": an offloaded tensor still
     occupies the memory the budget is about, so offloading saves nothing there and XLA:CPU
-    counts it in temp (the status can only be "unverified"). The new-user trial of
-    2026-12-04 (case4_linen_mp.py, JAX 0.10.2) got an offloading stock policy, unverified,
-    that compiled to 34.16 MB against a 33.37 MB budget full remat met. Off by default there;
+    counts it in temp (the status can only be "unverified"), so an offloading policy can
+    compile over a budget full remat meets. Off by default there;
     an explicit allow_offload=True is kept (a CPU profile standing in for a target with host
     memory, as the tests' fake devices do) with a warning."""
     if allow_offload is None:
@@ -646,9 +644,8 @@ class Planner:
         """numerics.judge of ``planned`` (the outputs of a step applying ``plan``); where it
         fails, once per session the step is run in float64 (numerics.run_float64): a leaf the
         float32 step computes no better than the plan does (Adam on near-zero gradients;
-        new-user trial 2026-12-06b F2: 1.26e-4 of a weight's scale in 2 of 147,456 entries,
-        allowed 1e-4) passes when the plan is no farther from the float64 answer than twice
-        the user's own step is (numerics.compare)."""
+        measured: benchmarks/results/new-user-*b.md, F2) passes when the plan is no farther
+        from the float64 answer than twice the user's own step is (numerics.compare)."""
 
         def judged():
             return numerics.judge(
@@ -960,8 +957,8 @@ class Planner:
 
     def _replan_without_culprits(self, plan: Plan, requested: int) -> Plan | None:
         """When the planner's own plan changes the step's outputs beyond rounding (a JAX or
-        XLA bug: a valid policy must not change the math; 2026-12-03, JAX 0.11.2 and 0.12.0.1,
-        saving softmax's row-max broadcast in fuzz program 329), find the kept classes behind
+        XLA bug: a valid policy must not change the math; e.g. saving softmax's row-max
+        broadcast: benchmarks/results/jax-remat-bug-*.md), find the kept classes behind
         it (numerics.isolate: each probe runs the step keeping only a subset), force them to
         be recomputed and plan again. At most ``MAX_NUMERICS_REPLANS`` times per session;
         None when there is nothing to do."""
@@ -1093,9 +1090,8 @@ class Planner:
     def _start_plan_compile(self, graph, cost, assignment):
         """Start the verify compile of the plan ``assignment`` on the compile threads and
         return its ``Future`` (None with fewer than two workers): the planning thread lowers
-        the stock policies meanwhile. On the H200 (2026-12-05, the 8-layer loop Llama) that
-        lowering took 2.6-5.4 s on the planning thread before the plan's verify compile
-        started (benchmarks/results/planning-time-2026-12-05b.md)."""
+        the stock policies meanwhile, which would otherwise delay the plan's verify compile
+        by seconds (measured: benchmarks/results/planning-time-*b.md)."""
         workers = self.compile_workers()
         if workers < 2 or not self.options.verify_compile:
             return None
@@ -1279,9 +1275,7 @@ class Planner:
                 # fit after all (the model is conservative). Where the full-remat anchor, the
                 # program compiled first, fits, that is the plan to try: after a correction
                 # learned from an under-predicted plan the model can put every plan, full
-                # remat too, above a budget full remat meets (2026-12-04, tests/test_apply.py
-                # under a cost model that made saving a slice free: the smallest model plan
-                # compiled to 12.06 MB, full remat to 9.96 MB, of 11.22 MB usable).
+                # remat too, above a budget full remat meets (tests/test_apply.py).
                 if tr.anchor.device_bytes <= budget:
                     candidate = Assignment.of({})
                 else:
@@ -1294,10 +1288,8 @@ class Planner:
                 # The stock policies predicted faster than this first plan are compared with
                 # the answer at the end: their compiles start now, beside the plan's. Within
                 # PREFETCH_MARGIN of it too: a correction of the fit rounds makes the later
-                # plan slower (H200, 2026-12-05, the 8-layer loop Llama: maxtext:save_qkv_proj,
-                # predicted slower than the first plan and faster than the corrected one, was
-                # lowered after the fill rounds and its verify waited 2.6-3.0 s for its
-                # compile: benchmarks/results/planning-time-2026-12-05.md).
+                # plan slower, and a stock policy lowered only after the fill rounds makes its
+                # verify wait for its compile (measured: benchmarks/results/planning-time-*.md).
                 step = (1 + PREFETCH_MARGIN) * evaluate(
                     cost, g, _normalize(g, cost, candidate)
                 ).step_s
@@ -1338,9 +1330,9 @@ class Planner:
         probed = None
         if (infeasible is not None or model_overruled) and opts.verify_compile:
             # The model fit nothing: its plans for larger budgets may compile within this one
-            # (a refusal is then wrong), and faster than the smallest plan that did (new-user
-            # trial 2026-12-06b F4: a larger budget got full remat, 8.24 ms, where a smaller
-            # one got the 7.62 ms min-peak plan, which fits both).
+            # (a refusal is then wrong), and faster than the smallest plan that did (else a
+            # larger budget can get a slower plan than a smaller one; measured:
+            # benchmarks/results/new-user-*b.md, F4).
             found, probed = self._probe_frontier(
                 tr, graph, not_kept, cost, budget, rounds, tried=best, correction=correction
             )
@@ -1662,10 +1654,8 @@ class Planner:
         """Before a budget is refused: the model's plans for larger budgets, compiled. Where a
         compiler holds some saved values in less memory than their recompute (JAX 0.10.2's
         XLA:CPU), a plan that saves a little can compile under full remat, which the model,
-        fitted at full remat and save-everything, does not see (new-user trial 2026-12-06b
-        F3: a Flax linen step with optax.MultiSteps compiled to 43.440 MB fully
-        rematerialized and 43.442 MB saving everything, its 41.0 MB budget refused, while the
-        plan the model predicted at 43.425 MB compiled to 40.556 MB). At most
+        fitted at full remat and save-everything, does not see (measured:
+        benchmarks/results/new-user-*b.md, F3). At most
         ``len(PROBE_FRACTIONS) + 1`` compiles (the model's smallest plan first), only where the
         model fit nothing (on the way to a refusal, or after the smallest plan compiled within
         the budget against the model: ``tried``, that attempt, is not compiled again); the

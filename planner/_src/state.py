@@ -43,8 +43,8 @@ latency included per transfer):
 For a stacked parameter ``i`` on the host (``plan_state(..., stream_params=True)``: the step
 wraps its layer with :meth:`PlanState.stream_layer_params` inside ``jax.checkpoint``, so the
 forward and the backward read one slice at a time from the host, params.py). What the
-compiler does was read from deviceless XLA:GPU compiles of the Adam Llama step
-(benchmarks/results/param-state-probe-2026-12-04.md, JAX 0.11.2):
+compiler does, read from deviceless XLA:GPU compiles of the Adam Llama step (measured:
+benchmarks/results/param-state-probe-*.md):
 
 * HBM: the parameter leaves ``F`` and so does its gradient, which the backward pass writes
   to the host slice by slice (the transpose of the device_put): ``s_i = 2 b_i`` (the
@@ -164,7 +164,7 @@ class LeafCost:
 
 
 # Slices of a streamed parameter on the device while its layer runs backward, counted from
-# the compile (benchmarks/results/param-state-probe-2026-12-04.md): the slice brought in,
+# the compile (measured: benchmarks/results/param-state-probe-*.md): the slice brought in,
 # the next one prefetched, the gradient slice before it goes out. Measured 2.88 slices for
 # one leaf alone (deviceless H200, JAX 0.11.2; 2.50 on 0.12.0.1) and 2.13 for three together
 # (their slices are not all live at the peak): 3 per leaf is an upper bound, conservative
@@ -311,14 +311,13 @@ def state_shardings(opt_state: Any, placement: StatePlacement, device_sharding: 
     ``jax.device_put``): ``device_sharding`` (or the leaf's own sharding) with memory kind
     ``pinned_host`` for the leaves on the host, ``device`` for the others.
 
-    Create the state in them (``jax.jit(tx.init, out_shardings=state_shardings(...))
-    (params)``) rather than building it in HBM and moving it: on the H200 (2026-12-04) a
-    state built whole in HBM and then half moved left HBM fragmented, and the plan's largest
-    temporary found no block under the budget (``benchmarks/results/
-    h200-2026-12-04-state-offload.md``). A ``SingleDeviceSharding`` comes back as the same
-    placement over a one-device mesh (``NamedSharding``): only then does JAX trace an array
-    made in it as host memory, which :func:`streamed_update` needs to write it in place
-    (jax_adapter.with_memory_kind)."""
+    Create the state in them (``jax.jit(tx.init, out_shardings=state_shardings(...)) (params)``)
+    rather than building it in HBM and moving it: a state built whole in HBM and then partly
+    moved leaves HBM fragmented, so the plan's largest temporary can find no block under the
+    budget (measured: ``benchmarks/results/h200-*-state-offload.md``). A
+    ``SingleDeviceSharding`` comes back as the same placement over a one-device mesh
+    (``NamedSharding``): only then does JAX trace an array made in it as host memory, which
+    :func:`streamed_update` needs to write it in place (jax_adapter.with_memory_kind)."""
     import jax
 
     def one(x, host):
@@ -391,16 +390,14 @@ def streamed_update(update: Callable, placement: StatePlacement, layers: int) ->
     Memory: a host leaf's slice comes in through ``jax.device_put(slice, memory_kind=
     "device")`` and its new value goes back with ``"pinned_host"`` into the leaf's own host
     buffer (the scan carries it and overwrites slice ``l``: donated, in place), so one slice
-    per host leaf is on the device at a time. (As the scan's ys, the new slices went to a
-    new host buffer that XLA then copied whole into the donated output: on the H200 a 537 MB
-    moment took 170 ms a step in that host-to-host copy, against 10 ms each way over the
-    link; benchmarks/results/h200-2026-12-04-param-state.md.) Everything the
-    scan writes in HBM is written in place: the updates over the gradients' buffer (the scan
+    per host leaf is on the device at a time. (As the scan's ys, the new slices would go to
+    a new host buffer that XLA then copies whole into the donated output, a host-to-host copy
+    far slower than the link; measured: benchmarks/results/h200-*-param-state.md.) Everything
+    the scan writes in HBM is written in place: the updates over the gradients' buffer (the scan
     carries the gradients and overwrites slice ``l`` with its update), and a streamed
-    parameter's state leaves that stay in HBM over their own buffers (donated). An earlier
-    version passed every stacked leaf through the scan's inputs and outputs, which held a
-    second copy of the whole HBM state and of the updates (+41 GB compiled on a 7.2 B Adam
-    step, 2026-12-04: the 36 GiB temporary of the H200 run).
+    parameter's state leaves that stay in HBM over their own buffers (donated). Passing every
+    stacked leaf through the scan's inputs and outputs instead would hold a second copy of
+    the whole HBM state and of the updates.
     """
     import jax
     import jax.numpy as jnp

@@ -246,9 +246,9 @@ def _state_loop(
     """Solve (``first``: the first round's solution, when already solved) and, with
     ``build``, compile the applied step and correct the model until it fits the budget.
     ``estimate_on_cpu``: on XLA:CPU, which has no host memory space (it keeps the host
-    leaves in its one memory and copies them in and out: on the CPU test model the placed
-    step compiled to 19.97 MB against 16.14 MB all in HBM, 2026-12-04), record the compile
-    as not exact and stop (StateCheck.estimated) instead of raising."""
+    leaves in its one memory and copies them in and out, so the placed step compiles larger than
+    with every leaf in HBM), record the compile as not exact and stop (StateCheck.estimated)
+    instead of raising."""
     correction = 0
     seen = []
     rounds: list[Round] = []

@@ -57,8 +57,8 @@ derived from them: ``jax/_src/stages.py``, the same in 0.10.2 and 0.12.0.1).
 Known gaps of deviceless compiles (``CompilerTarget.caveats``): XLA does not autotune without a
 device (GEMM and fusion configurations are its defaults; a device compile may choose cuBLAS
 kernels whose workspaces it then allocates), and cuDNN workspaces are not sized without a device.
-For the H200-sized Llama step the device bytes came out 1.9-2.1% below the H200's
-(``benchmarks/results/deviceless-2026-12-02.md``).
+For the H200-sized Llama step the deviceless device bytes measure 1.9-2.1% below the H200's
+(measured: ``benchmarks/results/deviceless-*.md``).
 
 On a machine without an NVIDIA driver, start Python with ``JAX_PLATFORMS=cpu``: otherwise the
 CUDA plugin checks its libraries against a driver, fails, and JAX does not register it
@@ -224,26 +224,14 @@ class CompilerTarget:
 
 
 # How much more the GPU's own compile can need than the deviceless one, same jaxlib and
-# program (benchmarks/results/deviceless-2026-12-03.md; H200, jaxlib 0.11.2, 2026-12-03):
-# 26 programs (4 models, each with cuDNN and with XLA attention, under 2-3 stock policies),
-# 36 compiles on the device against their deviceless compiles. Without a device
-# XLA neither autotunes (GEMM backends: cuBLAS calls with 32 MiB workspaces against Triton
-# fusions; the latency-hiding schedule follows) nor sizes cuDNN workspaces (the fused
-# attention backward's u8[B*H*S*D*4 + ...] is u8[0]); with --xla_gpu_autotune_level=0 on the
-# device full remat compiled to the deviceless bytes exactly (2 of 2 models). Measured
-# device / deviceless: 0.93-1.065 (largest 17,055,042,348 / 16,014,808,876 B, a Python-loop
-# Llama with cuDNN attention under nothing_saveable); without cuDNN calls 0.93-1.005.
-# Then a plan, not a stock policy (benchmarks/results/h200-2026-12-04-offload-must-show.md,
-# 2026-12-04, benchmarks/plan_compile_check.py): the MoE example's plan at 65.2 GB (it saves
-# dots, top_k and gathers; XLA attention) compiled to 67,621,476,732 B on the H200 against
-# 59,023,144,060 B deviceless, 1.1457, and its capped run failed for want of those bytes.
-# The cause (benchmarks/results/deviceless-plans-2026-12-04.md, 2026-12-04): deviceless, XLA
-# kept all 48 matmuls as Triton GEMM fusions; the device compiled 34 of them as cuBLAS calls,
-# autotuning or not. Deviceless compiles now turn Triton GEMMs off
-# (DEVICELESS_COMPILE_OPTIONS); measured again on the H200, device / deviceless is
-# 0.938-1.030 over 12 plans of 3 models (the must-show plans of issue 18, the MoE's 65.2 GB
-# plan the largest: 67,621,475,708 / 65,628,118,908 B) and 0.940-1.023 over 23 stock-policy
-# programs of 5 models.
+# program. Without a device XLA neither autotunes (GEMM backends: cuBLAS calls with 32 MiB
+# workspaces against Triton fusions; the latency-hiding schedule follows) nor sizes cuDNN
+# workspaces (the fused attention backward's u8[B*H*S*D*4 + ...] is u8[0]). Deviceless
+# compiles turn Triton GEMMs off (DEVICELESS_COMPILE_OPTIONS), so their matmuls are cuBLAS
+# calls, as the device picks most of them; device / deviceless is then 0.938-1.030 over 12
+# plans of 3 models and 0.940-1.023 over 23 stock-policy programs of 5 models (measured:
+# benchmarks/results/deviceless-plans-*.md; with Triton GEMMs on: deviceless-*.md,
+# h200-*-offload-must-show.md).
 # The margin is the largest ratio measured, rounded up to the next half percent.
 DEVICELESS_MARGIN = 0.035
 
@@ -586,8 +574,8 @@ def _mesh(target: CompilerTarget, shape: tuple, names: tuple, axis_types, what: 
 # (``addressable_memories()`` is empty, JAX 0.11.2 and 0.12.0.1), so JAX's sharding
 # constructors drop the kind: ``SingleDeviceSharding(d, memory_kind="pinned_host")
 # .memory_kind`` is None, and an argument placed in pinned host memory lowered as a device
-# argument (0 host argument bytes: the first parameter-offload probe of 2026-12-04,
-# benchmarks/results/state-offload-config-2026-12-04.md). These subclasses answer the kind
+# argument (0 host argument bytes; measured:
+# benchmarks/results/state-offload-config-*.md). These subclasses answer the kind
 # JAX's lowering reads (``memory_kind``: the entry parameter's ``mhlo.memory_kind``, hence
 # XLA's ``S(5)`` layout and its host argument bytes). Used for *arguments* only (args_for,
 # a jit's in_shardings): for outputs JAX checks the compiled executable's memory kinds
@@ -1019,9 +1007,9 @@ def _foreign_device_error(target: CompilerTarget, e: Exception) -> TargetError:
 
 
 # What XLA:GPU says when its autotuner, compiling on a live GPU, cannot allocate the buffers to
-# time a kernel's candidates: the program is bigger than the free HBM (a save-everything anchor
-# at a large batch, seen on the H200 on 2026-12-04: "All configs failed during profiling",
-# a 32 GiB allocation). The compile itself needs no such memory.
+# time a kernel's candidates: the program is bigger than the free HBM (e.g. a save-everything
+# anchor at a large batch: "All configs failed during profiling"). The compile itself needs no
+# such memory.
 _AUTOTUNE_FAILED = re.compile(
     r"All configs failed during profiling|[Aa]utotun\w*[^\n]*(RESOURCE_EXHAUSTED|out of memory)"
 )
@@ -1029,18 +1017,16 @@ AUTOTUNE_OFF = {"xla_gpu_autotune_level": 0}
 # A deviceless compile cannot autotune, and left alone XLA keeps every matmul as a Triton GEMM
 # fusion, which fuses its operands' converts and transposes; the GPU's own compile picks
 # cuBLAS for most matmuls (34 of 48 in the MoE plan below, with or without autotuning) and
-# materializes those operands. Measured on the H200, jaxlib 0.11.2 (benchmarks/results/
-# deviceless-plans-2026-12-04.md): the MoE example's plan at 65.2 GB compiled to 67.61 GB on
-# the device, 59.02 GB deviceless as XLA leaves it (1.146x) and 65.63 GB deviceless with
-# Triton GEMMs off (1.030x); over 23 stock-policy programs of 5 models the device took
-# 0.925-1.065x the default deviceless bytes and 0.940-1.023x the cuBLAS-only ones. So the
-# deviceless compile measures with every matmul as a cuBLAS call.
+# materializes those operands, so the deviceless compile with Triton GEMMs left on
+# under-counts the device's bytes far more than with them off (measured:
+# benchmarks/results/deviceless-plans-*.md). So the deviceless compile measures with every
+# matmul as a cuBLAS call.
 DEVICELESS_COMPILE_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
 # ... but the *kernels* of that program are not the device's: with Triton GEMMs off XLA splits
 # the masked score matmul from its epilogue and runs a saved matmul twice to write it into a
 # scan's stacked residual. With them on, the deviceless program's fusions are the device's
 # kernels (instruction names and per-kind device time within 1.5 ms a step of the H200's own
-# compile of the MoE example: benchmarks/results/hlo-kernel-time-2026-12-05.md, section 3).
+# compile of the MoE example; measured: benchmarks/results/hlo-kernel-time-*.md, section 3).
 # So the compile whose HLO prices the recompute kernel by kernel (trace.py,
 # kernels.region_recompute_seconds) keeps XLA:GPU's default.
 PRICING_COMPILE_OPTIONS = {"xla_gpu_enable_triton_gemm": True}
@@ -1057,10 +1043,10 @@ def pricing_compile_options() -> dict[str, Any] | None:
 
 
 # XLA:GPU's per-fusion autotune cache on disk (PlanOptions.autotune_cache_dir): the first
-# compile of a step on a live GPU spends most of its time in the autotuner (H200, the 8-layer
-# loop Llama: 29.1 s, 4.6 s with Triton GEMMs off), which XLA keeps for the process only.
-# With this directory a later process reads the results: the same first compile took 2.3 s,
-# its memory figures equal (benchmarks/results/planning-time-2026-12-05.md).
+# compile of a step on a live GPU spends most of its time in the autotuner, whose results XLA
+# keeps for the process only. With this directory a later process reads them: its first
+# compile is about ten times faster, with equal memory figures (measured:
+# benchmarks/results/planning-time-*.md).
 AUTOTUNE_CACHE_FLAG = "xla_gpu_per_fusion_autotune_cache_dir"
 _autotune_cache: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "planner_autotune_cache", default=None
@@ -1090,9 +1076,8 @@ def autotune_cache(path: str | None) -> Iterator[None]:
 # 16.8 MB tensor. On a live GPU the autotuner picks each matmul's kernel by timing it, and a
 # Triton GEMM fusion can take the tanh into its epilogue where cuBLAS cannot: the bytes, and so
 # the answer, can then depend on timing noise (the probes compile beside the anchors, four at
-# once on one GPU). On the H200 (2026-12-05, planning-time-2026-12-05b.md) one of four runs of
-# the same step gave a memory model that put full remat at 52.0 GB (compiled: 17.06 GB) and
-# returned full remat; the other three 17.85 GB. The probes compile as a deviceless target
+# once on one GPU): a wrong answer puts the memory model off by a factor of three (measured:
+# benchmarks/results/planning-time-*b.md). The probes compile as a deviceless target
 # does: no autotuning, cuBLAS matmuls (deterministic kernels; also no waiting for the GPU
 # the anchors' autotuning holds).
 PROBE_COMPILE_OPTIONS = {**AUTOTUNE_OFF, **DEVICELESS_COMPILE_OPTIONS}

@@ -108,9 +108,9 @@ def residuals_xla_drops(avals: Sequence[Any], stacks: Counter) -> set[int]:
     A multiset match: exact (dtype, size) pairs first, then the rest, largest first, each to
     the closest unused stack of its dtype within ``_STACK_SLACK``. What stays unmatched was
     dropped by XLA: JAX's backward jaxpr reads it only in code XLA finds dead (JAX's scatter
-    JVP for non-unique indices keeps the scattered ids for masks of a zero tangent; on the
-    MoE example the traced program stacked 2 GB of them per layer on the H200 and the
-    compiled one none: the model's peak was 19-21% high at the largest budgets, 2026-12-02).
+    JVP for non-unique indices keeps the scattered ids for masks of a zero tangent: on the
+    MoE example gigabytes per layer that the compiled program does not stack, and counting
+    them puts the model's peak well above the compiled one).
     Conservative where unsure: any stack of about the right size counts as holding it, and
     a residual of a dtype without a known XLA name is kept. ``stacks``: ``(dtype, elements
     per trip) -> count`` for the region's trip count (_stacks_of_trip_count).
@@ -1274,10 +1274,9 @@ def holds_rereads_twice(compiler: str) -> bool:
     ``tanh(x @ w1) @ w2``, keeping nothing (N), tanh's output only, its derivative recomputed
     from it (A), and every value but the matmuls' (C: no fusion re-reads a kept value). True
     when A's temporary bytes exceed N's by more than half of C's excess (activations
-    [4096, 1024] f32, 16.8 MB each; 2026-12-04): JAX 0.10.2's XLA:CPU A = C = 167.8 MB, N =
-    100.7 MB (True); 0.12.0.1's XLA:CPU A = 104.9, C = 167.8, N = 83.9 MB (False); the H200's
-    deviceless XLA (jaxlib 0.11.2, the probe's arguments placed on the target) A = 117.4, C =
-    167.8, N = 83.9 MB (False). A probe that cannot compile, or whose C does not exceed N by
+    [4096, 1024] f32, 16.8 MB each): True for JAX 0.10.2's XLA:CPU; False for 0.12.0.1's
+    XLA:CPU and for the H200's deviceless XLA (jaxlib 0.11.2, the probe's arguments placed on
+    the target). A probe that cannot compile, or whose C does not exceed N by
     one tensor (no reading), answers False with a PlanWarning: verify then measures what the
     model misses."""
     key = (compiler, jax.__version__)
@@ -1384,19 +1383,18 @@ def hoists_recompute(compiler: str) -> bool:
     it (cost.py, ``E_r``): JAX puts an ``optimization_barrier`` on the recompute's operands
     together with the incoming cotangent, so that it waits for the backward pass; XLA:CPU of
     jaxlib 0.10.2 drops the barrier before it schedules, and its scheduler then computes each
-    layer's "recomputed" values next to their forward twins (tests/zoo/gpt2_loop.py's full-remat
-    program, 2026-12-04: every rematted fusion of layer l sits beside its forward fusion, and
+    layer's "recomputed" values next to their forward twins (in tests/zoo/gpt2_loop.py's
+    full-remat program every rematted fusion of layer l sits beside its forward fusion, and
     the softmax, the MLP's matmul output, tanh and GELU of all three layers are live at the
     peak). Under lax.scan the backward trip is its own loop body and nothing can move.
 
     A probe, compiled once per compiler and JAX: the program of :func:`holds_rereads_twice`
     ([4096, 1024] f32 activations, 16.8 MB each) fully rematerialized, with 2 and with 4
     layers. True when the two more layers add more than one activation besides their two
-    layer inputs (2026-12-04, temporary bytes with 2 / 4 layers: JAX 0.10.2's XLA:CPU 58.7 /
-    100.7 MB, one tanh output and one layer input more per layer: True; JAX 0.12.0.1's
-    XLA:CPU 41.9 / 50.3 MB, the layer inputs only: False). A probe that cannot compile
-    answers False with a PlanWarning (the model then defers every recompute to the backward
-    pass, as before; verify measures what it misses)."""
+    layer inputs (JAX 0.10.2's XLA:CPU holds one tanh output and one layer input more per
+    layer: True; JAX 0.12.0.1's XLA:CPU the layer inputs only: False). A probe that cannot
+    compile answers False with a PlanWarning (the model then defers every recompute to the
+    backward pass; verify measures what it misses)."""
     key = (compiler, jax.__version__)
     if key in _HOISTS:
         return _HOISTS[key]

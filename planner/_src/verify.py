@@ -203,10 +203,9 @@ def verify(
     ``policy``: the one emitted policy; ``policies``: one per layer group (call site, in
     call order) when the plan decides groups separately (then ``policy`` may be None).
     ``compiler_options``: the plan's XLA flags as compiler options (``Emitted``); the step is
-    compiled with them, because they change the schedule and so the peak: on the H200
-    (benchmarks/results/h200-2026-12-02.md) two plans verified under the default flags
-    compiled under their own flags to 33.13 GB (Llama, 32.87 GB usable) and 53.70 GB (MoE,
-    52.97 GB usable) and ran out of memory at their budgets.
+    compiled with them, because they change the schedule and so the peak: a plan verified
+    under the default flags can compile over its budget under its own flags and run out of
+    memory there (measured: benchmarks/results/h200-*.md).
 
     ``compiled_out``, when given, receives the compiled program (the numerics check runs it).
     ``precompiled``: the program :func:`precompile` compiled for this policy and these
@@ -428,9 +427,9 @@ def precompile(
     thread (the planner's policies are bound per thread, and the user's step is traced only
     here); the compiles are submitted, each in a copy of the caller's context (a deviceless
     target's scope), and this returns at once: one ``Future`` of a :class:`Precompiled` per
-    program, in order (XLA compiles without the GIL; on the H200 the four stock-policy verify
-    compiles of a budget were 12.7 of its 22.1 s, one after the other:
-    benchmarks/results/h200-2026-12-05-zoo.md)."""
+    program, in order (XLA compiles without the GIL, and one after the other the stock
+    policies' verify compiles are most of a budget's planning time; measured:
+    benchmarks/results/h200-*-zoo.md)."""
     import contextvars
 
     def compile_one(step_jaxpr, low, bound, options):
@@ -470,8 +469,8 @@ def schedule_exposure_of(
     a deviceless target ``recompile(options)`` compiles the plan again with Triton GEMMs on
     (``target.pricing_compile_options``: the device's kernels, as the recompute pricing
     compiles the anchor; with them off XLA folds the loop slices into cuBLAS calls and
-    schedules the reloads otherwise: 12 of 13 programs' reload exposure within 20% of the
-    H200 with them on, 7 of 13 off, benchmarks/results/schedule-exposure-2026-12-05.md),
+    schedules the reloads otherwise, further from the device's; measured:
+    benchmarks/results/schedule-exposure-*.md),
     and that schedule is read. ``step_s``: the model's step with the schedule's reload (h2d) exposure in place of
     the model's; the stores keep the model's figure (``ScheduleExposure``'s docstring says
     why)."""

@@ -15,8 +15,8 @@ producer for stores, the backward compute before each reader for reloads) and fi
   source that names the sweep.
 
 ``benchmarks/overlap_sweep.py --fit-profile`` runs the whole mode on a device (one fresh
-process per point); ``benchmarks/offload_windows.py`` fitted the shipped h200 profile's
-models from the 2026-12-03 sweep's results this way.
+process per point); ``benchmarks/offload_windows.py`` fits the shipped h200 profile's
+models this way from an overlap sweep's results (benchmarks/results/h200-*-sweep.md).
 """
 
 from __future__ import annotations
