@@ -45,7 +45,7 @@ _OVERLAP = "benchmarks/results/h200-2026-12-02.md, section 1"
 # that the pass may offload on its own (docs/xla-flags-research.md, finding 3). With it, a
 # verified plan run capped at its budget can abort at compile ("hlo_rematerialization.cc:2181
 # Check failed: !place_before_list.empty()", in OffloadInstruction), and the same plan runs
-# without it (measured on the H200: benchmarks/results/h200-*-zoo/capped-probe).
+# without it (measured on the H200: benchmarks/results/h200-2026-12-02-zoo/capped-probe).
 FLAG_TABLE: tuple[_FlagRow, ...] = (
     _FlagRow(
         flag=XlaFlag(
@@ -122,7 +122,7 @@ def format_xla_flags(flags: Iterable[XlaFlag]) -> str:
 # allocator's bytes_limit as device_memory_size (jaxlib/py_client.cc, CompileAndLoadIfrtProgram),
 # i.e. XLA_PYTHON_CLIENT_MEM_FRACTION x HBM (default 0.75). A plan whose temporaries come
 # near (cap - I/O) runs far slower than a plan one budget up that is not near its cap
-# (measured: benchmarks/results/h200-*.md).
+# (measured: benchmarks/results/h200-2026-12-02.md).
 XLA_GPU_MEMORY_LIMIT_SLOP = 0.95
 
 

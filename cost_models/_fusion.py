@@ -5,7 +5,7 @@ writing its outputs to HBM. XLA fuses chains of elementwise and layout operation
 reduction with the elementwise work that feeds it, into one kernel; values inside a fusion
 never touch HBM. Counting them anyway overstates a transformer layer's memory time several
 times over (one Llama layer's forward on the H200: 386 GB unfused against about 60 GB once
-fused; measured: benchmarks/results/h200-*-probe/).
+fused; measured: benchmarks/results/h200-2026-11-30-probe/).
 
 The model here is XLA's basic rule (xla/service/gpu/transforms/*fusion*, "producer-consumer
 fusion of elementwise ops"): a *fusible* equation's input costs HBM bytes only when its
@@ -20,7 +20,7 @@ broadcast's *source*. This holds across a loop boundary too: the causal mask and
 filler of XLA attention (``jnp.where(mask, scores, -inf)`` over [batch, heads, seq, seq]) are
 loop invariants JAX hoists out of the layer scan, yet on the H200 the softmax fusions inside
 the loop read the [seq, seq] comparison, not a [batch, heads, seq, seq] buffer
-(measured: benchmarks/results/cost-model-other-*.md: ``fusion_165`` of the Llama step reads
+(measured: benchmarks/results/cost-model-other-2026-12-04.md: ``fusion_165`` of the Llama step reads
 the mask as ``pred[4096,4096]``-sized ``loop_compare_fusion``). Counted at full size they
 cost 2 x (8.6 GB + 2.1 GB) per layer of the MoE example. A fusible equation therefore pays
 for an input that is broadcast-derived (``expanded_sources``; for a loop or call body, the

@@ -41,7 +41,7 @@ def exposed_seconds(copy_s: float, window_s: float, efficiency: float) -> float:
 
     `window_s` is the compute that runs while the copy may be in flight (under lax.scan XLA
     confines it to the rest of the layer's iteration; measured:
-    benchmarks/results/h200-*-shared-probe/).
+    benchmarks/results/h200-2026-11-30-shared-probe/).
     `efficiency` (HardwareProfile.overlap_efficiency) is the fraction of that window which
     actually hides copy time: 0 means copies are fully exposed, 1 means perfect overlap.
     """

@@ -28,7 +28,7 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   what the roofline's prices predict and only the differences between policies take the
   HLO's prices (the whole step from HLO kernels alone falls short of the device's walls:
   scatters and the gaps between kernels are missing; measured:
-  benchmarks/results/hlo-kernel-time-*.md, hlo-recompute-prices-*.md). Saving or
+  benchmarks/results/hlo-kernel-time-2026-12-05.md, hlo-recompute-prices-2026-12-05.md). Saving or
   offloading a fusible value instead forces the forward pass to write it, ``M_r = sum w_v / HBM
   bandwidth [need_v and a(v) in {save, offload}]`` over fusible, per-trip ``v``, where ``w_v``
   is what the forward writes only because ``v`` is kept: the fused forward's bytes with ``v``
@@ -38,13 +38,13 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   an offloaded value is written to HBM and copied from there, so this term keeps the
   solver from treating a host copy of a fusible value as cheaper than keeping it; saving
   such a value runs no faster than recomputing it, whatever the roofline of its standalone
-  kernel says; measured: benchmarks/results/h200-*.md);
+  kernel says; measured: benchmarks/results/h200-2026-12-01.md);
   and, on XLA:GPU, saving a per-trip value that is in HBM anyway (a matmul's output, a view
   of one, a fusible value a matmul reads: ``w_v = 0``) inside ``lax.scan`` costs ``S_v = bytes_v / loop_copy_rate`` (the profile's
   ``loop_copy_bytes_per_s``): XLA writes it into the scan's stacked residual with a
   device-to-device copy it cannot fuse into the producing kernel (an offloaded value is
   copied to the host instead); ``S_v`` is part of ``M_r`` for ``a(v) = save`` (measured:
-  benchmarks/results/h200-*-idle/);
+  benchmarks/results/h200-2026-12-04-idle/);
   working set of one backward trip
   ``W_r = sum bytes_v [v read by the backward, not fused away, and a(v) in {remat, offload}]
   + sum bytes_v [v recomputed only to recompute others, and read by a recomputed reduction]
@@ -58,19 +58,19 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   whatever reads it; regions under lax.scan only: in a Python loop of layers it
   under-predicts on JAX 0.12.0.1's XLA:CPU). Counting every recomputed value instead fits
   ``omega`` out of bounds on the H200's compiler (measured:
-  benchmarks/results/memory-model-*-fused.md);
+  benchmarks/results/memory-model-2026-12-05-fused.md);
   where, in a region whose output is a sum of parallel branches (graph.parallel_branches:
   ``x + attn(h) + mlp(h)``), the first two sums are taken over the shared values plus the
   largest branch's, not over every branch: the backward pass of one branch reads nothing of
   another, and XLA recomputes and back-propagates one branch, frees it, then the next
-  (measured: benchmarks/results/memory-model-*.md, memory-model-*b.md). A sequential layer
+  (measured: benchmarks/results/memory-model-2026-12-05.md, memory-model-2026-12-05b.md). A sequential layer
   has one branch (its MLP's input is recomputed through the attention): its W is the sum;
   where a *reduction* is ``REDUCTIONS`` (reduce_max, reduce_sum, ...): its operand must exist
   whole before the reduced value does, and the values computed from the reduced value read
   the operand again (softmax: ``exp(s - max(s))``), so XLA materializes it alongside the
   working set instead of one transient at a time; saving the reduced value lets the chain
   fuse, which a max-of-transients model cannot see (measured:
-  benchmarks/results/memory-model-*.md). Leaving out the *held* values: a
+  benchmarks/results/memory-model-2026-12-03.md). Leaving out the *held* values: a
   recomputed view (checkpoint_name, reshape: ``graph.VIEWS``) of a saved or reloaded value or
   of a region input is that buffer, not a new one (``held_values``); the recomputed and
   reloaded tensors the gradient reads are assumed live together, intermediates of the
@@ -104,7 +104,7 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   recompute others from (a matmul output under ``dots_saveable``) is read by that recompute
   in the forward pass and freed there. Every policy then holds the values the backward pass
   reads, once (twice where ``D_r`` says so; measured:
-  benchmarks/results/memory-model-*c.md).
+  benchmarks/results/memory-model-2026-12-04c.md).
 * slice copies ``K_r = kappa * R_r`` (per-trip device residuals) for a region under
   ``lax.scan``, added to its backward trip's working set, not scaled by ``omega``: XLA:GPU
   copies a scan's saved residuals out of the stacked buffers at the top of each backward
@@ -114,7 +114,7 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   the weight slices are in both) over the model's per-trip residual bytes of the scanned
   regions, in [0, 1]. Which residuals a compiler copies depends on their readers, so this
   is one share per step, exact at both anchors; without it ``omega`` cannot fit some
-  scanned steps on the H200's compiler (measured: benchmarks/results/memory-model-*-slices.md).
+  scanned steps on the H200's compiler (measured: benchmarks/results/memory-model-2026-12-05-slices.md).
   XLA:CPU copies slices synchronously: none counted, kappa 0.
 * ``peak = F + max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r) + W_k + K_k)`` over the regions in
 * trip-freed sources ``Q_r = sum bytes_v [need_v, a(v) = save, v not read by the backward,
@@ -125,7 +125,7 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   by that recompute at the top of its backward trip and freed there, before the recomputed
   values the trip reads are all live (``W_r``'s premise); the earlier layers' copies are
   still held. Under lax.scan the stacked residual is one buffer, freed after the loop
-  (measured: benchmarks/results/memory-model-*c.md).
+  (measured: benchmarks/results/memory-model-2026-12-05c.md).
 * ``peak = F + max(sum_r (L_r (R_r + S_r) + I_r), max_k (sum_{r <= k} (L_r (R_r + S_r) + I_r)
   + W_k + K_k - Q_k))`` (the first term, the end of the forward pass, binds only where ``Q_k``
   exceeds ``W_k``; ``K_k`` and ``Q_k`` are never both nonzero: one is for regions under
@@ -158,10 +158,10 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   ``T0`` leaves out the residual-only writes: counting them would price each f32 [batch,
   heads, seq, seq] intermediate of XLA attention's softmax (scaled, masked, shifted scores)
   in the full-remat step as a write of its own, which XLA fuses away (measured:
-  benchmarks/results/cost-model-other-*.md).
+  benchmarks/results/cost-model-other-2026-12-04.md).
   Under ``lax.scan`` XLA starts a device->host copy once its tensor exists and finishes it
   by the end of the same trip; it reads offloaded tensors back at the start of the backward
-  trip and waits for each before its first use (measured: benchmarks/results/h200-*-shared-probe/).
+  trip and waits for each before its first use (measured: benchmarks/results/h200-2026-11-30-shared-probe/).
   Per direction the copies queue on one link, and each tensor ``u`` has a *window*: for a
   store (d2h) ``after_u``, the forward compute after ``u`` is made; for a reload (h2d)
   ``before_u``, the backward compute ahead of ``u``'s first use. With the direction's
@@ -177,7 +177,7 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   ``X^bwd_r = max(0, floor' * H, H - cap', max_u (H_u - eta' * before_u))`` with the h2d
   times. A profile without calibrated models uses its single ``overlap_efficiency`` as
   ``eta`` in both directions, ``cap = inf``, ``floor = 0``, which fits a copy-heavy sweep
-  less well than the calibrated models (measured: benchmarks/results/offload-windows-*.md).
+  less well than the calibrated models (measured: benchmarks/results/offload-windows-2026-12-04.md).
 
 Sharded steps: every figure is per device. Candidate and region-input bytes are per device
 (trace.py: shard divisors read from the partitioned HLO), and so is the anchors'
@@ -512,7 +512,7 @@ def _shift_for_hlo_prices(
     score chain: +80.0 / +100.1 ms saved where the H200 saved 74.5 / 97.8 ms, the library
     16.5 / 24.6), but the whole step from HLO kernels is 5-9% short of the measured walls
     (scatters and the gaps between kernels missing), while the library's full-remat step is
-    within 3% (measured: benchmarks/results/hlo-kernel-time-*.md, section 2). So the level
+    within 3% (measured: benchmarks/results/hlo-kernel-time-2026-12-05.md, section 2). So the level
     stays the library's: ``T0 += C_lib(full remat) - C_hlo(full remat)``.
     Also says where the recompute prices came from (``recompute_priced_from``, the report).
     """
@@ -664,7 +664,7 @@ def fused_away(rg) -> tuple[bool, ...]:
 
     Regions under lax.scan only: in a Python loop of layers (every layer's backward in one
     program) the rule under-predicts on JAX 0.12.0.1's XLA:CPU, and no measurement shows
-    what XLA holds there (measured: benchmarks/results/memory-model-*-fused.md)."""
+    what XLA holds there (measured: benchmarks/results/memory-model-2026-12-05-fused.md)."""
     cands = rg.region.candidates
     if not rg.region.in_scan:
         return (False,) * len(cands)

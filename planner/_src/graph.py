@@ -167,7 +167,7 @@ def parallel_branches(r: Region, g: nx.DiGraph) -> tuple[int, ...]:
     are recomputed through the attention). Branches without bytes do not count.
     XLA:CPU's full-remat backward of tests/zoo/parallel_residual.py holds the MLP branch's
     recomputed values at its peak and none of the attention's score-sized ones (measured:
-    benchmarks/results/memory-model-*.md).
+    benchmarks/results/memory-model-2026-12-05.md).
     """
     cands = {c.index: c for c in r.candidates}
     roots = [

@@ -340,11 +340,11 @@ def loop_slice_copy_bytes(module: Module) -> int:
     XLA:GPU runs a dynamic-(update-)slice of a scan's stacked operand whose offset is the
     loop counter as a memcpy on a side stream (``async-start`` of a dynamic-slice fusion;
     thunk ``kDynamicSliceFusion``; ``fusion-start`` in the GPU's own compiled modules:
-    benchmarks/results/hlo-kernel-time-*.md): the layer's weights sliced out of the stacked
+    benchmarks/results/hlo-kernel-time-2026-12-05.md): the layer's weights sliced out of the stacked
     parameters in the forward and backward loops, the weight gradients written into the
     stacked gradient, and every residual a scan stacks whose producer the slice cannot fuse
     into (a matmul's output). These copies run on the device between the kernels, not beside
-    them, so they cost step time (measured: benchmarks/results/h200-*-idle/). XLA:CPU emits
+    them, so they cost step time (measured: benchmarks/results/h200-2026-12-04-idle/). XLA:CPU emits
     none (0)."""
     trips = while_trips(module)
     total = 0
@@ -400,9 +400,9 @@ def loop_slice_bytes(module: Module) -> int:
     buffers the forward loop wrote (and the layer's weights sliced out of the stacked
     parameters, which every policy's program does alike). The scheduler starts them at the
     top of the trip, ahead of their readers, so they are live together at the trip's peak
-    (measured: benchmarks/results/memory-model-*-slices.md). Synchronous slice copies are not
+    (measured: benchmarks/results/memory-model-2026-12-05-slices.md). Synchronous slice copies are not
     counted: XLA:CPU's are not all live together at the trip's peak, and counting them so
-    makes the plans' predictions worse (measured: benchmarks/results/memory-model-*.md).
+    makes the plans' predictions worse (measured: benchmarks/results/memory-model-2026-12-05.md).
     The cost model's ``K_r`` (cost.py) is their share."""
     trips = while_trips(module)
     comps = module.computations()

@@ -5,7 +5,7 @@ roofline), but on the H200 the time of the dense attention's score chain is deci
 few fusions XLA forms and the passes each makes over memory (full remat's backward
 recomputes the softmax inside one Triton fusion per layer, which the plans that save the row
 statistics drop, and the roofline prices that saving several times low; measured:
-benchmarks/results/h200-*-moe-kernels.md). The planner compiles the full-remat and
+benchmarks/results/h200-2026-12-04-moe-kernels.md). The planner compiles the full-remat and
 save-everything anchors and verifies each plan with a compile, so the compiled HLO of the
 programs it compares is at hand; this module prices it.
 
@@ -767,7 +767,7 @@ def region_recompute_seconds(
 
     Compile the anchor with Triton GEMMs on (XLA:GPU's default on the device): with them off
     (target.DEVICELESS_COMPILE_OPTIONS, right for the memory figures) the deviceless program
-    is not the device's (measured: benchmarks/results/hlo-kernel-time-*.md).
+    is not the device's (measured: benchmarks/results/hlo-kernel-time-2026-12-05.md).
     """
     if isinstance(remat, str):
         remat = hlo.parse(remat)

@@ -21,7 +21,7 @@ rounding alone moves that leaf. A well-conditioned step moves by about 1e-7 ther
 fixed bound decides; an ill-conditioned one is judged by its own rounding: one ulp of input,
 or a softmax's row max saved instead of recomputed, can move its gradients far past the fixed
 bound while both policies are equally right in float64 (measured:
-`benchmarks/results/jax-remat-bug-*.md`, `fuzz-programs-*-all500.md`).
+`benchmarks/results/jax-remat-bug-2026-12-03.md`, `fuzz-programs-2026-12-03-all500.md`).
 
 where ``S`` is the largest magnitude among the reference's float leaves in the same part of
 the output (the leaves sharing the first ``GROUP_DEPTH = 1`` key of their path: for a step
@@ -48,8 +48,8 @@ rounding moves a float32 leaf by is measured instead: the one-ulp run moves the 
 ulp of the coarsest dtype the step computes in (a float32 input by ``2^-8`` of itself for a
 bfloat16 step, the rounding its cast to bfloat16 makes), so the loss and the updates move as far
 as that precision moves them; the plans' float32 differences on bfloat16 steps stay inside that
-(measured: benchmarks/results/numerics-mixed-precision-*.md).
-float64 (measured: benchmarks/results/new-user-*b.md, F2): where a leaf fails that bound, the
+(measured: benchmarks/results/numerics-mixed-precision-2026-12-05.md).
+float64 (measured: benchmarks/results/new-user-2026-12-06b.md, F2): where a leaf fails that bound, the
 user's step is run once more with every float in 64 bits (:func:`run_float64`: float arguments
 cast up, ``jax.enable_x64``), and the leaf passes when the planned step is no farther from that
 answer than ``SENSITIVITY_FACTOR`` times the user's own float32 step is (largest distances), and
@@ -455,7 +455,7 @@ def run_sensitivity(step_fn: Callable, args: Sequence[Any], eps: float = 0.0) ->
     dtype's epsilon: :func:`coarsest_eps`), and the step with JAX's own ``nothing_saveable``
     in every region (full remat: every value recomputed, so XLA fuses it differently, which
     can move an Adam-updated weight as far from the user's ``everything_saveable`` as a plan
-    does; measured: benchmarks/results/fuzz-programs-*-all500.md)."""
+    does; measured: benchmarks/results/fuzz-programs-2026-12-03-all500.md)."""
     moved = run_reference(step_fn, one_ulp_up(args, eps))
     remat = run_planned(step_fn, args, lambda rid, r: jax.checkpoint_policies.nothing_saveable)
     return (moved, remat)

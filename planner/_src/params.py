@@ -14,7 +14,7 @@ again (a recomputed value) instead of keeping L device copies as residuals.
     # the update: planner.streamed_apply_updates(params, updates, host, layers)
 
 What the compiler does (deviceless XLA:GPU for the H200, JAX 0.11.2 and 0.12.0.1; measured:
-benchmarks/results/param-offload-probe-*/): the stacked parameter is an ``S(5)``
+benchmarks/results/param-offload-probe-2026-12-04/): the stacked parameter is an ``S(5)``
 entry parameter; each forward and backward trip of the ``while`` loop reads its slice with
 an asynchronous ``dynamic-slice`` from host memory (``fusion-start`` / ``fusion-done``); the
 compiled device bytes drop by exactly the parameter's bytes against the same program with the

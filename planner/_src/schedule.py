@@ -9,7 +9,7 @@ reaches the done and the copy is still running, it waits: that wait is the copy'
 
 XLA can put a reload's done right after its start, nothing between them, and then the whole
 reload is exposed where the cost model's proportional window (cost.py: the backward compute
-before the first use) would hide much of it (measured: benchmarks/results/h200-*-exposure-b/).
+before the first use) would hide much of it (measured: benchmarks/results/h200-2026-12-04-exposure-b/).
 The window that decides is the compiled schedule's, not a position in the traced program.
 
 :func:`read_windows` reads it: per host copy (both directions, in while bodies too) the
@@ -22,7 +22,7 @@ queue on one link), and a done waits for its copy's end. A computation run by a 
 once per trip (``known_trip_count``). Nothing here touches JAX: the input is the HLO text.
 
 The copy streams (``streams=4``, the default). On the H200 (measured:
-benchmarks/results/schedule-exposure-*.md) XLA:GPU runs every asynchronous copy -- the host
+benchmarks/results/schedule-exposure-2026-12-05.md) XLA:GPU runs every asynchronous copy -- the host
 copies *and* the device-to-device loop-slice copies (``fusion-start`` of a fusion that only
 slices or updates a scan's stacked operand) -- on four copy streams, each async start on one
 stream for the whole run. A stream runs its copies in issue order, so a 0.01 ms weight slice
@@ -33,7 +33,7 @@ copy as long when it waited as when it did not): one link per direction, no shar
 bandwidth.
 
 Which waiting copy takes a freed link (``link_order``; measured from the host launch and device
-times of H200 traces: benchmarks/results/schedule-race-*.md): not the one issued first. A copy
+times of H200 traces: benchmarks/results/schedule-race-2026-12-06.md): not the one issued first. A copy
 holds nothing while its stream keeps it from starting; the link goes to the copy ready first
 (issued and at the head of its stream): ``"ready"``, the default. In lc16k_dots, of the 137
 times the link freed with two or more copies waiting, the first ready took it 97 times, the
@@ -52,7 +52,7 @@ control predecessors before operands), every async start the next compute stream
 with *one counter for the module*. It matches the streams XLA dumps (``xla_dump_to``'s thunk
 sequence, read by planner/_src/streams.py) in every loop body of the H200 programs read, and
 a deal of operands first or with the counter restarted per computation does not (measured:
-benchmarks/results/schedule-streams-*.md). From jaxlib 0.12 XLA runs the
+benchmarks/results/schedule-streams-2026-12-05.md). From jaxlib 0.12 XLA runs the
 host copies on one dedicated stream per direction instead (``host_streams="memcpy"``;
 :func:`host_streams_of`).
 
@@ -314,7 +314,7 @@ def read_windows(
     report. ``streams``: copy streams the async copies are dealt over (0: the replay without
     streams, loop-slice copies free). ``stream_order``: ``"post"`` or ``"schedule"``.
     ``pricing``: ``"profile"`` (this module's pricer) or ``"kernels"`` (planner/_src/kernels.py,
-    the per-kernel pricing checked against H200 kernels: benchmarks/results/hlo-kernel-time-*.md).
+    the per-kernel pricing checked against H200 kernels: benchmarks/results/hlo-kernel-time-2026-12-05.md).
     ``link_rates``: bytes/s per direction in place of the profile's link rates (e.g. the
     in-step store rate measured on the H200, which is below the profile's device_put rate).
     ``host_streams``: ``"compute"`` or ``"memcpy"``, where XLA puts the host copies
@@ -401,7 +401,7 @@ def post_order(body: list[hlo.Instruction]) -> list[str]:
     listed first, then its operands in order. The order matters because XLA deals the async
     starts over the streams in it (:func:`stream_assignment`): with the control predecessors
     walked after the operands the deal does not match XLA's dump, with them first it does
-    (measured: benchmarks/results/schedule-streams-*.md). The list order is the text's, which
+    (measured: benchmarks/results/schedule-streams-2026-12-05.md). The list order is the text's, which
     for a scheduled module is the schedule's."""
     by = {i.name: i for i in body}
     read = {o for i in body for o in i.operands if o != i.name}
@@ -493,7 +493,7 @@ def host_streams_of(jaxlib_version: str) -> str:
     stream per direction) from 0.12 on, ``"compute"`` (dealt over the compute streams with
     every other async start) before. Read in the thunk sequences XLA dumps: jaxlib 0.12.0.1
     names ``memcpy_d2h_stream`` / ``memcpy_h2d_stream`` for them, 0.11.2
-    ``computation_stream[k]`` (benchmarks/results/schedule-streams-*.md)."""
+    ``computation_stream[k]`` (benchmarks/results/schedule-streams-2026-12-05.md)."""
     parts = [int(x) for x in re.findall(r"\d+", jaxlib_version)[:2]]
     return "memcpy" if parts and tuple(parts) >= (0, 12) else "compute"
 
@@ -569,7 +569,7 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
 # stream), copies ready at the same instant in issue order; "issue": in issue order, a copy
 # holding the link from its issue even while its stream keeps it from starting; "smallest": as
 # "ready", copies ready at the same instant smallest first (the outcome of most H200 races
-# between two stores, not of all; measured: benchmarks/results/schedule-race-*.md).
+# between two stores, not of all; measured: benchmarks/results/schedule-race-2026-12-06.md).
 LINK_ORDERS = ("ready", "issue", "smallest")
 
 # Random deals averaged for stream_order="mean" (seeded: the figure is reproducible).

@@ -211,7 +211,7 @@ def _fixed_why(fixed: int, io: int) -> str:
     fitted: the full-remat anchor's compile less the model's residuals and working set. Where
     it comes out below the step's own arguments and outputs (a compiler that reuses their
     buffers for temporaries, or holds as much under every policy, as XLA:CPU of JAX 0.10.2
-    does for a ViT; measured: benchmarks/results/new-user-*.md), it is not "parameters,
+    does for a ViT; measured: benchmarks/results/new-user-2026-12-06.md), it is not "parameters,
     optimizer state, ..." and is not called so."""
     if fixed >= io:
         return (
@@ -402,7 +402,7 @@ def _within(slack: int, budget: int) -> str:
 
 
 # The cost model's step-time error: predicted step time is -5.0% to +7.2% of measured over
-# 13 H200 budgets (measured: benchmarks/results/h200-*.md). An unverified answer must be
+# 13 H200 budgets (measured: benchmarks/results/h200-2026-12-02.md). An unverified answer must be
 # predicted faster than a verified one by more than this to be preferred.
 STEP_MODEL_ERROR = 0.072
 
@@ -644,7 +644,7 @@ class Planner:
         """numerics.judge of ``planned`` (the outputs of a step applying ``plan``); where it
         fails, once per session the step is run in float64 (numerics.run_float64): a leaf the
         float32 step computes no better than the plan does (Adam on near-zero gradients;
-        measured: benchmarks/results/new-user-*b.md, F2) passes when the plan is no farther
+        measured: benchmarks/results/new-user-2026-12-06b.md, F2) passes when the plan is no farther
         from the float64 answer than twice the user's own step is (numerics.compare)."""
 
         def judged():
@@ -958,7 +958,7 @@ class Planner:
     def _replan_without_culprits(self, plan: Plan, requested: int) -> Plan | None:
         """When the planner's own plan changes the step's outputs beyond rounding (a JAX or
         XLA bug: a valid policy must not change the math; e.g. saving softmax's row-max
-        broadcast: benchmarks/results/jax-remat-bug-*.md), find the kept classes behind
+        broadcast: benchmarks/results/jax-remat-bug-2026-12-03.md), find the kept classes behind
         it (numerics.isolate: each probe runs the step keeping only a subset), force them to
         be recomputed and plan again. At most ``MAX_NUMERICS_REPLANS`` times per session;
         None when there is nothing to do."""
@@ -1091,7 +1091,7 @@ class Planner:
         """Start the verify compile of the plan ``assignment`` on the compile threads and
         return its ``Future`` (None with fewer than two workers): the planning thread lowers
         the stock policies meanwhile, which would otherwise delay the plan's verify compile
-        by seconds (measured: benchmarks/results/planning-time-*b.md)."""
+        by seconds (measured: benchmarks/results/planning-time-2026-12-05b.md)."""
         workers = self.compile_workers()
         if workers < 2 or not self.options.verify_compile:
             return None
@@ -1289,7 +1289,7 @@ class Planner:
                 # the answer at the end: their compiles start now, beside the plan's. Within
                 # PREFETCH_MARGIN of it too: a correction of the fit rounds makes the later
                 # plan slower, and a stock policy lowered only after the fill rounds makes its
-                # verify wait for its compile (measured: benchmarks/results/planning-time-*.md).
+                # verify wait for its compile (measured: benchmarks/results/planning-time-2026-12-05.md).
                 step = (1 + PREFETCH_MARGIN) * evaluate(
                     cost, g, _normalize(g, cost, candidate)
                 ).step_s
@@ -1332,7 +1332,7 @@ class Planner:
             # The model fit nothing: its plans for larger budgets may compile within this one
             # (a refusal is then wrong), and faster than the smallest plan that did (else a
             # larger budget can get a slower plan than a smaller one; measured:
-            # benchmarks/results/new-user-*b.md, F4).
+            # benchmarks/results/new-user-2026-12-06b.md, F4).
             found, probed = self._probe_frontier(
                 tr, graph, not_kept, cost, budget, rounds, tried=best, correction=correction
             )
@@ -1655,7 +1655,7 @@ class Planner:
         compiler holds some saved values in less memory than their recompute (JAX 0.10.2's
         XLA:CPU), a plan that saves a little can compile under full remat, which the model,
         fitted at full remat and save-everything, does not see (measured:
-        benchmarks/results/new-user-*b.md, F3). At most
+        benchmarks/results/new-user-2026-12-06b.md, F3). At most
         ``len(PROBE_FRACTIONS) + 1`` compiles (the model's smallest plan first), only where the
         model fit nothing (on the way to a refusal, or after the smallest plan compiled within
         the budget against the model: ``tried``, that attempt, is not compiled again); the

@@ -531,7 +531,7 @@ def solve_assignment(
     phase1_status = status
     # Phase 2: at that step time, the fewest bytes copied to the host. A copy the model
     # predicts hidden still competes for HBM bandwidth and can be exposed by the schedule
-    # XLA picks (measured: benchmarks/results/h200-*.md), so the planner offloads only what
+    # XLA picks (measured: benchmarks/results/h200-2026-12-01.md), so the planner offloads only what
     # buys predicted time, never merely to lower a peak that already fits.
     # Phase 3: at both, the smallest peak (keeps spare memory for the user). Phase 4: at all
     # three, the fewest residual bytes: a tensor whose saving and recompute cost the same

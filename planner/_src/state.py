@@ -44,7 +44,7 @@ For a stacked parameter ``i`` on the host (``plan_state(..., stream_params=True)
 wraps its layer with :meth:`PlanState.stream_layer_params` inside ``jax.checkpoint``, so the
 forward and the backward read one slice at a time from the host, params.py). What the
 compiler does, read from deviceless XLA:GPU compiles of the Adam Llama step (measured:
-benchmarks/results/param-state-probe-*.md):
+benchmarks/results/param-state-probe-2026-12-04.md):
 
 * HBM: the parameter leaves ``F`` and so does its gradient, which the backward pass writes
   to the host slice by slice (the transpose of the device_put): ``s_i = 2 b_i`` (the
@@ -164,7 +164,7 @@ class LeafCost:
 
 
 # Slices of a streamed parameter on the device while its layer runs backward, counted from
-# the compile (measured: benchmarks/results/param-state-probe-*.md): the slice brought in,
+# the compile (measured: benchmarks/results/param-state-probe-2026-12-04.md): the slice brought in,
 # the next one prefetched, the gradient slice before it goes out. Measured 2.88 slices for
 # one leaf alone (deviceless H200, JAX 0.11.2; 2.50 on 0.12.0.1) and 2.13 for three together
 # (their slices are not all live at the peak): 3 per leaf is an upper bound, conservative
@@ -314,7 +314,7 @@ def state_shardings(opt_state: Any, placement: StatePlacement, device_sharding: 
     Create the state in them (``jax.jit(tx.init, out_shardings=state_shardings(...)) (params)``)
     rather than building it in HBM and moving it: a state built whole in HBM and then partly
     moved leaves HBM fragmented, so the plan's largest temporary can find no block under the
-    budget (measured: ``benchmarks/results/h200-*-state-offload.md``). A
+    budget (measured: ``benchmarks/results/h200-2026-12-04-state-offload.md``). A
     ``SingleDeviceSharding`` comes back as the same placement over a one-device mesh
     (``NamedSharding``): only then does JAX trace an array made in it as host memory, which
     :func:`streamed_update` needs to write it in place (jax_adapter.with_memory_kind)."""
@@ -392,7 +392,7 @@ def streamed_update(update: Callable, placement: StatePlacement, layers: int) ->
     buffer (the scan carries it and overwrites slice ``l``: donated, in place), so one slice
     per host leaf is on the device at a time. (As the scan's ys, the new slices would go to
     a new host buffer that XLA then copies whole into the donated output, a host-to-host copy
-    far slower than the link; measured: benchmarks/results/h200-*-param-state.md.) Everything
+    far slower than the link; measured: benchmarks/results/h200-2026-12-04-param-state.md.) Everything
     the scan writes in HBM is written in place: the updates over the gradients' buffer (the scan
     carries the gradients and overwrites slice ``l`` with its update), and a streamed
     parameter's state leaves that stay in HBM over their own buffers (donated). Passing every

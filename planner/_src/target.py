@@ -58,7 +58,7 @@ Known gaps of deviceless compiles (``CompilerTarget.caveats``): XLA does not aut
 device (GEMM and fusion configurations are its defaults; a device compile may choose cuBLAS
 kernels whose workspaces it then allocates), and cuDNN workspaces are not sized without a device.
 For the H200-sized Llama step the deviceless device bytes measure 1.9-2.1% below the H200's
-(measured: ``benchmarks/results/deviceless-*.md``).
+(measured: ``benchmarks/results/deviceless-2026-12-02.md``).
 
 On a machine without an NVIDIA driver, start Python with ``JAX_PLATFORMS=cpu``: otherwise the
 CUDA plugin checks its libraries against a driver, fails, and JAX does not register it
@@ -230,8 +230,8 @@ class CompilerTarget:
 # compiles turn Triton GEMMs off (DEVICELESS_COMPILE_OPTIONS), so their matmuls are cuBLAS
 # calls, as the device picks most of them; device / deviceless is then 0.938-1.030 over 12
 # plans of 3 models and 0.940-1.023 over 23 stock-policy programs of 5 models (measured:
-# benchmarks/results/deviceless-plans-*.md; with Triton GEMMs on: deviceless-*.md,
-# h200-*-offload-must-show.md).
+# benchmarks/results/deviceless-plans-2026-12-04.md; with Triton GEMMs on: deviceless-2026-12-03.md,
+# h200-2026-12-04-offload-must-show.md).
 # The margin is the largest ratio measured, rounded up to the next half percent.
 DEVICELESS_MARGIN = 0.035
 
@@ -575,7 +575,7 @@ def _mesh(target: CompilerTarget, shape: tuple, names: tuple, axis_types, what: 
 # constructors drop the kind: ``SingleDeviceSharding(d, memory_kind="pinned_host")
 # .memory_kind`` is None, and an argument placed in pinned host memory lowered as a device
 # argument (0 host argument bytes; measured:
-# benchmarks/results/state-offload-config-*.md). These subclasses answer the kind
+# benchmarks/results/state-offload-config-2026-12-04.md). These subclasses answer the kind
 # JAX's lowering reads (``memory_kind``: the entry parameter's ``mhlo.memory_kind``, hence
 # XLA's ``S(5)`` layout and its host argument bytes). Used for *arguments* only (args_for,
 # a jit's in_shardings): for outputs JAX checks the compiled executable's memory kinds
@@ -1019,14 +1019,14 @@ AUTOTUNE_OFF = {"xla_gpu_autotune_level": 0}
 # cuBLAS for most matmuls (34 of 48 in the MoE plan below, with or without autotuning) and
 # materializes those operands, so the deviceless compile with Triton GEMMs left on
 # under-counts the device's bytes far more than with them off (measured:
-# benchmarks/results/deviceless-plans-*.md). So the deviceless compile measures with every
+# benchmarks/results/deviceless-plans-2026-12-04.md). So the deviceless compile measures with every
 # matmul as a cuBLAS call.
 DEVICELESS_COMPILE_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
 # ... but the *kernels* of that program are not the device's: with Triton GEMMs off XLA splits
 # the masked score matmul from its epilogue and runs a saved matmul twice to write it into a
 # scan's stacked residual. With them on, the deviceless program's fusions are the device's
 # kernels (instruction names and per-kind device time within 1.5 ms a step of the H200's own
-# compile of the MoE example; measured: benchmarks/results/hlo-kernel-time-*.md, section 3).
+# compile of the MoE example; measured: benchmarks/results/hlo-kernel-time-2026-12-05.md, section 3).
 # So the compile whose HLO prices the recompute kernel by kernel (trace.py,
 # kernels.region_recompute_seconds) keeps XLA:GPU's default.
 PRICING_COMPILE_OPTIONS = {"xla_gpu_enable_triton_gemm": True}
@@ -1046,7 +1046,7 @@ def pricing_compile_options() -> dict[str, Any] | None:
 # compile of a step on a live GPU spends most of its time in the autotuner, whose results XLA
 # keeps for the process only. With this directory a later process reads them: its first
 # compile is about ten times faster, with equal memory figures (measured:
-# benchmarks/results/planning-time-*.md).
+# benchmarks/results/planning-time-2026-12-05.md).
 AUTOTUNE_CACHE_FLAG = "xla_gpu_per_fusion_autotune_cache_dir"
 _autotune_cache: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "planner_autotune_cache", default=None
@@ -1077,7 +1077,7 @@ def autotune_cache(path: str | None) -> Iterator[None]:
 # Triton GEMM fusion can take the tanh into its epilogue where cuBLAS cannot: the bytes, and so
 # the answer, can then depend on timing noise (the probes compile beside the anchors, four at
 # once on one GPU): a wrong answer puts the memory model off by a factor of three (measured:
-# benchmarks/results/planning-time-*b.md). The probes compile as a deviceless target
+# benchmarks/results/planning-time-2026-12-05b.md). The probes compile as a deviceless target
 # does: no autotuning, cuBLAS matmuls (deterministic kernels; also no waiting for the GPU
 # the anchors' autotuning holds).
 PROBE_COMPILE_OPTIONS = {**AUTOTUNE_OFF, **DEVICELESS_COMPILE_OPTIONS}

@@ -439,7 +439,7 @@ class SolverOptions:
     # CP-SAT's linear relaxation: 2 adds the LP of every constraint (default 1). At 2 the MoE
     # example's trace and a synthetic 1,000-candidate graph are proved optimal in 1.5 and 2.0
     # s; at 1 they stop at the limit with gaps of 56% and 39%, with worse plans
-    # (measured: benchmarks/results/solver-*.md).
+    # (measured: benchmarks/results/solver-2026-12-02.md).
     linearization_level: int = 2
 
 
@@ -507,7 +507,7 @@ class ScheduleExposure:
     kernels between them priced by planner/_src/kernels.py, the copy streams and one link per
     direction replayed), beside the cost model's figure for the same plan.
 
-    Checked on the H200 (measured: benchmarks/results/schedule-exposure-*.md): reloads
+    Checked on the H200 (measured: benchmarks/results/schedule-exposure-2026-12-05.md): reloads
     (h2d) within 20% of the trace for 12 of 13 programs from a schedule with Triton GEMMs on
     (the cost model: 5 of 13), stores (d2h) for 3-5 of 13 (the model: 6 of 13, 9 of them
     in-sample): which copies share a copy stream decides the stores, and XLA deals the

@@ -205,7 +205,7 @@ def verify(
     ``compiler_options``: the plan's XLA flags as compiler options (``Emitted``); the step is
     compiled with them, because they change the schedule and so the peak: a plan verified
     under the default flags can compile over its budget under its own flags and run out of
-    memory there (measured: benchmarks/results/h200-*.md).
+    memory there (measured: benchmarks/results/h200-2026-12-02.md).
 
     ``compiled_out``, when given, receives the compiled program (the numerics check runs it).
     ``precompiled``: the program :func:`precompile` compiled for this policy and these
@@ -429,7 +429,7 @@ def precompile(
     target's scope), and this returns at once: one ``Future`` of a :class:`Precompiled` per
     program, in order (XLA compiles without the GIL, and one after the other the stock
     policies' verify compiles are most of a budget's planning time; measured:
-    benchmarks/results/h200-*-zoo.md)."""
+    benchmarks/results/h200-2026-12-05-zoo.md)."""
     import contextvars
 
     def compile_one(step_jaxpr, low, bound, options):
@@ -470,7 +470,7 @@ def schedule_exposure_of(
     (``target.pricing_compile_options``: the device's kernels, as the recompute pricing
     compiles the anchor; with them off XLA folds the loop slices into cuBLAS calls and
     schedules the reloads otherwise, further from the device's; measured:
-    benchmarks/results/schedule-exposure-*.md),
+    benchmarks/results/schedule-exposure-2026-12-05.md),
     and that schedule is read. ``step_s``: the model's step with the schedule's reload (h2d) exposure in place of
     the model's; the stores keep the model's figure (``ScheduleExposure``'s docstring says
     why)."""

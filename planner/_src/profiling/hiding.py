@@ -16,7 +16,7 @@ producer for stores, the backward compute before each reader for reloads) and fi
 
 ``benchmarks/overlap_sweep.py --fit-profile`` runs the whole mode on a device (one fresh
 process per point); ``benchmarks/offload_windows.py`` fits the shipped h200 profile's
-models this way from an overlap sweep's results (benchmarks/results/h200-*-sweep.md).
+models this way from an overlap sweep's results (benchmarks/results/h200-2026-12-03-sweep.md).
 """
 
 from __future__ import annotations
