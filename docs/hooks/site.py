@@ -133,6 +133,28 @@ def _escape_text(text: str) -> str:
     return text.replace("[", "\\[").replace("]", "\\]")
 
 
+_RECORD = re.compile(r"`benchmarks/results/([\w.-]+\.md)`")
+
+
+def _link_records(markdown: str, src_uri: str) -> str:
+    """Each `benchmarks/results/NAME.md` cited in a page's text (not in a code block) becomes
+    a link to that record's page, so a citation of a record that is not there fails the
+    strict build."""
+    up = "../" * src_uri.count("/")
+    out, fence = [], None
+    for line in markdown.splitlines(keepends=True):
+        stripped = line.lstrip()
+        if fence is None and stripped.startswith(("```", "~~~")):
+            fence = stripped[:3]
+        elif fence is not None:
+            if stripped.startswith(fence):
+                fence = None
+        else:
+            line = _RECORD.sub(lambda m: f"[{m.group(0)}]({up}results/{m.group(1)})", line)
+        out.append(line)
+    return "".join(out)
+
+
 # ------------------------------------------------------------------------------ README
 
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -184,9 +206,9 @@ def on_page_markdown(markdown: str, page, config, files):
     if src == "cli.md":
         if CLI_MARKER not in markdown:
             log.warning("docs/cli.md lost its marker %s: the CLI reference is not generated", CLI_MARKER)
-        return markdown.replace(CLI_MARKER, cli_reference())
-    if src == "results/index.md":
+        markdown = markdown.replace(CLI_MARKER, cli_reference())
+    elif src == "results/index.md":
         return markdown.replace(RESULTS_MARKER, _results_index(config))
     if src.startswith("results/"):
         return _escape_brackets(markdown)
-    return markdown
+    return _link_records(markdown, src)
