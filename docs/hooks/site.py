@@ -205,7 +205,9 @@ def on_page_markdown(markdown: str, page, config, files):
     src = page.file.src_uri
     if src == "cli.md":
         if CLI_MARKER not in markdown:
-            log.warning("docs/cli.md lost its marker %s: the CLI reference is not generated", CLI_MARKER)
+            log.warning(
+                "docs/cli.md lost its marker %s: the CLI reference is not generated", CLI_MARKER
+            )
         markdown = markdown.replace(CLI_MARKER, cli_reference())
     elif src == "results/index.md":
         return markdown.replace(RESULTS_MARKER, _results_index(config))
