@@ -6,6 +6,7 @@
 - The measured results: every ``benchmarks/results/*.md`` becomes a page under ``results/``
   (not in the nav; ``results/index.md``, generated, lists them), so the docs link to the
   records themselves and ``mkdocs build --strict`` fails on a link to a record that is gone.
+- The API page: the docstrings' Sphinx roles (``:class:``) are dropped from the HTML.
 - README.md's relative links: each must name a file of the repository (a warning, an error
   under ``--strict``), since the README is the site's doorway and is not built by MkDocs.
 """
@@ -199,6 +200,16 @@ def on_files(files: Files, config) -> Files:
     )
     files.append(File.generated(config, "results/index.md", content=index))
     return files
+
+
+_SPHINX_ROLE = re.compile(r":(?:meth|class|func|attr|mod|obj|exc|data):(?=<code>)")
+
+
+def on_page_content(html: str, page, config, files):
+    """The docstrings' Sphinx roles (``:meth:`Planner.plan```) shown as the code they name."""
+    if page.file.src_uri == "api.md":
+        return _SPHINX_ROLE.sub("", html)
+    return html
 
 
 def on_page_markdown(markdown: str, page, config, files):
