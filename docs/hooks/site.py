@@ -134,14 +134,20 @@ def _escape_text(text: str) -> str:
     return text.replace("[", "\\[").replace("]", "\\]")
 
 
-_RECORD = re.compile(r"`benchmarks/results/([\w.-]+\.md)`")
+_RECORD = re.compile(r"`(benchmarks/results/)?([\w.-]+\.md)`")
 
 
-def _link_records(markdown: str, src_uri: str) -> str:
+def _link_records(markdown: str, src_uri: str, records: set[str]) -> str:
     """Each `benchmarks/results/NAME.md` cited in a page's text (not in a code block) becomes
     a link to that record's page, so a citation of a record that is not there fails the
-    strict build."""
+    strict build; a bare `NAME.md` too where it names a record."""
     up = "../" * src_uri.count("/")
+
+    def link(m):
+        if m.group(1) or m.group(2) in records:
+            return f"[{m.group(0)}]({up}results/{m.group(2)})"
+        return m.group(0)
+
     out, fence = [], None
     for line in markdown.splitlines(keepends=True):
         stripped = line.lstrip()
@@ -151,7 +157,7 @@ def _link_records(markdown: str, src_uri: str) -> str:
             if stripped.startswith(fence):
                 fence = None
         else:
-            line = _RECORD.sub(lambda m: f"[{m.group(0)}]({up}results/{m.group(1)})", line)
+            line = _RECORD.sub(link, line)
         out.append(line)
     return "".join(out)
 
@@ -224,4 +230,4 @@ def on_page_markdown(markdown: str, page, config, files):
         return markdown.replace(RESULTS_MARKER, _results_index(config))
     if src.startswith("results/"):
         return _escape_brackets(markdown)
-    return _link_records(markdown, src)
+    return _link_records(markdown, src, {p.name for p in _results(config)})
