@@ -56,8 +56,8 @@ from jax import lax  # noqa: E402
 from jax.ad_checkpoint import checkpoint_name  # noqa: E402
 
 import planner  # noqa: E402
+from planner._src.budget import io_bytes, requested_for, usable_bytes  # noqa: E402
 from planner._src.policies import STOCK  # noqa: E402
-from planner._src.session import io_bytes, requested_for, usable_bytes  # noqa: E402
 from planner._src.types import Status  # noqa: E402
 
 cp = jax.checkpoint_policies

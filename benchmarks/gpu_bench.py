@@ -353,7 +353,7 @@ def run_plan_worker(job: dict) -> dict:
             ],
         }
         auto = False
-    for b in session._span_budgets(job.get("points", 5)) if auto else job["budgets"]:
+    for b in session.span_budgets(job.get("points", 5)) if auto else job["budgets"]:
         t1 = time.perf_counter()
         try:  # compiled on this GPU; corrected if over; a stock policy where it is faster
             plans.append(session.plan(b))
@@ -464,7 +464,7 @@ def run_plan_worker(job: dict) -> dict:
         },
         "compile_workers": session.compile_workers(),
         "plan_s": plan_s,
-        "stock_compiled": {k: v for k, v in session._stock_bytes.items()},
+        "stock_compiled": dict(session.stock.figures),
         "unknown_primitives": list(first.cost.unknown_primitives) if first else [],
     }
 

@@ -259,7 +259,7 @@ def fit_profile(a, by: dict) -> None:
     cfg = llama.LlamaConfig(**job["config"])
     step, args = llama.make_train_step(dataclasses.replace(cfg, remat_policy=None))
     import cost_models as cm
-    from planner._src.session import resolve_compiler
+    from planner._src.planning.inputs import resolve_compiler
 
     hw = a.hardware
     tgt = resolve_compiler(cm.load_profile(hw), args, "auto")

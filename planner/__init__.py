@@ -37,9 +37,9 @@ _PUBLIC = {
             "UnsupportedError",
         )
     },
-    "MaxTextPlan": ("planner._src.maxtext", "MaxTextPlan"),
-    "MaxTextPlanner": ("planner._src.maxtext", "MaxTextPlanner"),
-    "plan_maxtext": ("planner._src.maxtext", "plan_maxtext"),
+    "MaxTextPlan": ("planner._src.planning.maxtext", "MaxTextPlan"),
+    "MaxTextPlanner": ("planner._src.planning.maxtext", "MaxTextPlanner"),
+    "plan_maxtext": ("planner._src.planning.maxtext", "plan_maxtext"),
     "NumericsResult": ("planner._src.numerics", "NumericsResult"),
     "check_numerics": ("planner._src.numerics", "check_numerics"),
     "PlanOptions": ("planner._src.options", "PlanOptions"),
@@ -56,9 +56,9 @@ _PUBLIC = {
         name: ("planner._src.params", name)
         for name in ("param_shardings", "stream_layer_params", "streamed_apply_updates")
     },
-    "Planner": ("planner._src.session", "Planner"),
-    "pareto": ("planner._src.session", "pareto"),
-    "solve": ("planner._src.session", "solve"),
+    "Planner": ("planner._src.planning.planner", "Planner"),
+    "pareto": ("planner._src.planning.planner", "pareto"),
+    "solve": ("planner._src.planning.planner", "solve"),
     **{
         name: ("planner._src.state", name)
         for name in (
@@ -74,10 +74,10 @@ _PUBLIC = {
             "with_state",
         )
     },
-    "StatePlan": ("planner._src.state_plan", "StatePlan"),
-    "plan_state": ("planner._src.state_plan", "plan_state"),
-    "ThroughputResult": ("planner._src.throughput", "ThroughputResult"),
-    "maximize_throughput": ("planner._src.throughput", "maximize_throughput"),
+    "StatePlan": ("planner._src.planning.state_placement", "StatePlan"),
+    "plan_state": ("planner._src.planning.state_placement", "plan_state"),
+    "ThroughputResult": ("planner._src.planning.throughput", "ThroughputResult"),
+    "maximize_throughput": ("planner._src.planning.throughput", "maximize_throughput"),
     "throughput_curve": ("planner._src.plots", "throughput_curve"),
     "Assignment": ("planner._src.types", "Assignment"),
     "Prediction": ("planner._src.types", "Prediction"),

@@ -91,17 +91,17 @@ def test_cli_budget_above_the_device_exits_2_before_solving(capsys):
     "value", [np.float32(40), np.float64(40), np.int64(40), jnp.array(40.0), np.array(40)]
 )
 def test_numpy_and_jax_scalar_budgets_are_numbers(value):
-    from planner._src.session import _validate_budget
+    from planner._src.planning.inputs import validate_budget
 
-    assert _validate_budget(value) == 40.0 and type(_validate_budget(value)) is float
+    assert validate_budget(value) == 40.0 and type(validate_budget(value)) is float
 
 
 @pytest.mark.parametrize("value", [np.bool_(True), jnp.array([40.0]), np.array("40")])
 def test_arrays_and_booleans_are_still_not_budgets(value):
-    from planner._src.session import _validate_budget
+    from planner._src.planning.inputs import validate_budget
 
     with pytest.raises(planner.InvalidArgumentError, match="number of gigabytes"):
-        _validate_budget(value)
+        validate_budget(value)
 
 
 def test_a_numpy_budget_plans(plan):
@@ -405,14 +405,14 @@ def test_the_budget_a_refusal_names_admits_the_plan_and_tells_small_ones_apart()
 
 
 def test_the_refusal_never_calls_less_than_the_arguments_parameters_and_state():
-    """session._fixed_why: the memory model's plan-independent term is fitted; below the
+    """refusal.fixed_why: the memory model's plan-independent term is fitted; below the
     step's own arguments and outputs it is not "parameters, optimizer state, ..." (a ViT on
     XLA:CPU of JAX 0.10.2, 2026-12-06: "0.187 MB do not depend on the plan" for 2.70 MB of
     arguments and outputs)."""
-    from planner._src.session import _fixed_why
+    from planner._src.planning.refusal import fixed_why
 
-    above = _fixed_why(3_259_000, 2_700_000)
+    above = fixed_why(3_259_000, 2_700_000)
     assert above.startswith("3.259 MB do not depend on the plan (parameters")
-    below = _fixed_why(187_000, 2_700_000)
+    below = fixed_why(187_000, 2_700_000)
     assert "arguments and outputs take 2.700 MB" in below and "0.187 MB" in below
     assert "do not depend" not in below

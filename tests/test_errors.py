@@ -87,9 +87,9 @@ def test_a_budget_is_refused_only_after_the_models_larger_plans_are_compiled():
 
 
 def test_offload_requested_without_host_memory(monkeypatch):
-    import planner._src.session as plan_module
+    import planner._src.planning.inputs as plan_module
 
-    monkeypatch.setattr(plan_module, "_host_memory_available", lambda: False)
+    monkeypatch.setattr(plan_module, "host_memory_available", lambda: False)
     with pytest.raises(planner.UnsupportedError, match="allow_offload=False"):
         planner.solve(STEP, *ARGS, hbm_gb=1, allow_offload=True, compiler="local")
 
@@ -112,7 +112,7 @@ def test_an_estimated_compiled_size_never_overrules_an_infeasible_model(exact):
     """When the model fits nothing, the smallest plan's compiled size may prove it fits after
     all, but only an exact figure: on a backend whose host arrays share device memory it is
     an estimate (host bytes subtracted) and the model's bound stands."""
-    from planner._src.session import overrules_model
+    from planner._src.planning.context import overrules_model
     from planner._src.types import Status, Verification
 
     budget = 1000

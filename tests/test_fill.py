@@ -14,9 +14,14 @@ import pytest
 
 import planner
 from examples import llama, moe
-from planner._src import session as session_mod
+from planner._src.budget import io_bytes, requested_for
+from planner._src.planning import attempt as attempt_mod
+from planner._src.planning import fill as fill_mod
+from planner._src.planning import fit as fit_mod
+from planner._src.planning import groups as groups_mod
+from planner._src.planning import planner as planner_mod
+from planner._src.planning.fill import fill_slack
 from planner._src.report import budget_use
-from planner._src.session import fill_slack, requested_for
 from planner._src.types import Status
 
 pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
@@ -33,7 +38,7 @@ def _plan(s, fraction, **options):
     to the save-everything anchor (both compiled), with ``options`` for this plan only."""
     lo, hi = s.trace.anchor.device_bytes, s.trace.anchor_saved.device_bytes
     usable = lo + fraction * (hi - lo)
-    requested = math.ceil(requested_for(usable, s.hardware, session_mod.io_bytes(s.trace)))
+    requested = math.ceil(requested_for(usable, s.hardware, io_bytes(s.trace)))
     kept = s.options
     s.options = dataclasses.replace(kept, **options)
     try:
@@ -128,14 +133,14 @@ def test_fill_rounds_are_bounded(llama_session, monkeypatch):
     # A compiler that always comes in 2 MB under the model (verify's figure shifted, its
     # compile still real): each round corrects the model by 2 MB more and finds a faster
     # plan with 2 MB left (more than the 1.3 MB fill margin), so only the bound stops it.
-    real = session_mod.verify
+    real = attempt_mod.verify
 
     def verify(*a, **k):
         ver, not_kept = real(*a, **k)
         got = ver.predicted_peak_bytes - 2_000_000
         return dataclasses.replace(ver, compiled_device_bytes=got, status=Status.OK), not_kept
 
-    monkeypatch.setattr(session_mod, "verify", verify)
+    monkeypatch.setattr(attempt_mod, "verify", verify)
     p = _plan(llama_session, 0.05, fill_rounds=2, compare_stock=False)
     fills = _fills(p)
     assert len(fills) == 2, [dataclasses.astuple(r) for r in p.rounds]
@@ -191,14 +196,15 @@ def test_a_model_corrected_past_full_remat_still_returns_full_remat_where_it_fit
     can rescue the plan. The model, proved wrong, then has its plans for larger budgets
     compiled too (probe rounds, new-user trial 2026-12-06b F4): one that compiles within the
     budget and is predicted faster than full remat is returned instead."""
-    real = session_mod.build_cost_model
+    real = fit_mod.build_cost_model
     anchor = llama_session.trace.anchor.device_bytes
 
     def inflated(*a, **k):  # every prediction 2x the anchor above the truth
         model = real(*a, **k)
         return dataclasses.replace(model, fixed_bytes=model.fixed_bytes + 2 * anchor)
 
-    monkeypatch.setattr(session_mod, "build_cost_model", inflated)
+    for module in (fit_mod, fill_mod, groups_mod, planner_mod):  # every planning step
+        monkeypatch.setattr(module, "build_cost_model", inflated)
     p = _plan(llama_session, 0.05, compare_stock=False, fill_rounds=0)
     # full remat was tried first, and fits
     assert p.rounds[0].compiled_device_bytes == anchor <= _usable(p)

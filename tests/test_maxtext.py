@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from planner._src import maxtext as mx
 from planner._src.errors import InvalidArgumentError, UnsupportedError
+from planner._src.planning import maxtext as mx
 from planner._src.units import GB
 
 
@@ -95,7 +95,7 @@ def planned(request):
         compare_stock=False,  # (test time: the stock comparison has its own tests)
         fill_rounds=0,
     )
-    from planner._src.session import io_bytes, requested_for
+    from planner._src.budget import io_bytes, requested_for
 
     s = session.session
     tr = s.trace

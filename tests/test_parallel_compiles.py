@@ -22,7 +22,7 @@ def _session(workers):
 
 
 def test_concurrent_stock_compiles_give_the_same_answer(monkeypatch):
-    from planner._src import session as S
+    from planner._src.planning import attempt as S
 
     batches = []  # the programs of each precompile call, in order
 
@@ -78,6 +78,7 @@ def test_concurrent_compiles_run_in_the_deviceless_target_scope():
 
     from planner._src import target as T
     from planner._src.cost import build_cost_model
+    from planner._src.planning.context import Timings
 
     if T.cuda_plugin() is None or T.resolve("h200").kind != "deviceless":
         if os.environ.get("PLANNER_REQUIRE_DEVICELESS") == "1":
@@ -93,9 +94,9 @@ def test_concurrent_compiles_run_in_the_deviceless_target_scope():
                 step, *args, hardware="h200", parallel_compiles=workers, check_numerics=False
             )
         cost = build_cost_model(s.trace, s.graph, s.hardware, allow_offload=s.offload)
-        s._prefetch_stock(names, s.graph, cost)
-        assert (len(s._stock_pre) == 2) == (workers == 2)
-        got[workers] = [s._stock_fit_bytes(n, s.trace, s.graph, cost) for n in names]
+        s.stock.prefetch(names, Timings(), s.graph, cost)
+        assert (len(s.stock.started) == 2) == (workers == 2)
+        got[workers] = [s.stock.fit_bytes(n, Timings(), s.trace, s.graph, cost) for n in names]
     assert got[2] == got[0] and all(b and b > s.trace.anchor.device_bytes for b in got[0]), got
 
 

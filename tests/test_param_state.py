@@ -205,7 +205,7 @@ def session():
 
 def _hbm_gb_for(session, usable: int) -> float:
     """The hbm_gb whose usable bytes (session.usable_bytes) are ``usable`` (bisection)."""
-    from planner._src.session import io_bytes, usable_bytes
+    from planner._src.budget import io_bytes, usable_bytes
 
     lo, hi = usable / GB, 4 * usable / GB
     for _ in range(60):

@@ -383,19 +383,19 @@ def test_a_gpu_budget_above_the_allocator_limit_warns(monkeypatch):
     """XLA:GPU compiles against the allocator's limit (XLA_PYTHON_CLIENT_MEM_FRACTION x HBM),
     not hbm_gb: a GPU plan for more than this process's allocator holds is warned about, with
     the limit and the fix; within the limit, or on a backend without the figure, no warning."""
-    import planner._src.session as pp
+    import planner._src.planning.inputs as pp
 
     if jax.default_backend() == "cpu":
-        assert pp._allocator_limit_bytes() is None  # XLA:CPU reports no memory statistics
+        assert pp.allocator_limit_bytes() is None  # XLA:CPU reports no memory statistics
     step, args = _unrolled_scan_step(1)
-    monkeypatch.setattr(pp, "_allocator_limit_bytes", lambda: 5_000_000)
+    monkeypatch.setattr(pp, "allocator_limit_bytes", lambda: 5_000_000)
     with pytest.warns(planner.PlanWarning, match=r"allocator limit of 0\.01 GB[\s\S]*Fix: plan"):
         planner.solve(step, *args, hbm_gb=0.02, hardware="h200", verify_compile=False)
     with pytest.warns(planner.PlanWarning, match="allocator limit"):  # automatic budgets too
         planner.pareto(step, *args, hbm_gb=None, hardware="h200", verify_compile=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", planner.PlanWarning)
-        monkeypatch.setattr(pp, "_allocator_limit_bytes", lambda: 50_000_000)
+        monkeypatch.setattr(pp, "allocator_limit_bytes", lambda: 50_000_000)
         planner.solve(step, *args, hbm_gb=0.02, hardware="h200", verify_compile=False)
-        monkeypatch.setattr(pp, "_allocator_limit_bytes", lambda: None)  # XLA:CPU
+        monkeypatch.setattr(pp, "allocator_limit_bytes", lambda: None)  # XLA:CPU
         planner.solve(step, *args, hbm_gb=0.02, hardware="h200", verify_compile=False)

@@ -592,7 +592,7 @@ def test_a_deviceless_plan_leaves_the_measured_margin_for_the_gpus_own_compile(h
     workspaces; a plan up to 3.0% measured on the H200), so the plan is held to the usable budget
     divided by 1 + DEVICELESS_MARGIN, and the report says why that much is left free."""
     import planner
-    from planner._src.session import io_bytes, usable_bytes
+    from planner._src.budget import io_bytes, usable_bytes
 
     assert h200.margin == T.DEVICELESS_MARGIN == 0.035
     assert T.resolve(None).margin == 0.0

@@ -13,8 +13,8 @@ import warnings
 import pytest
 
 import planner
+from planner._src.budget import io_bytes, requested_for
 from planner._src.policies import STOCK
-from planner._src.session import io_bytes, requested_for
 from planner._src.types import Status
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

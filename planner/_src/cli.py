@@ -289,7 +289,9 @@ def _cmd_maxtext(a) -> int:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
     import contextlib
 
-    from planner._src.maxtext import plan_maxtext  # deferred: --help answers without importing JAX
+    from planner._src.planning.maxtext import (
+        plan_maxtext,  # deferred: --help answers without importing JAX
+    )
 
     # MaxText prints to stdout as it imports and configures; stdout is the report's.
     with _Progress(a.quiet) as progress, contextlib.redirect_stdout(sys.stderr):
@@ -541,7 +543,7 @@ def _cmd_throughput(a) -> int:
     from planner._src.planfile import (
         check_writable,
     )  # deferred: --help answers without importing JAX
-    from planner._src.throughput import (
+    from planner._src.planning.throughput import (
         maximize_throughput,
     )  # deferred: --help answers without importing JAX
 

@@ -32,7 +32,7 @@ class PlanOptions:
         (more than max(2% of it, 1 MB) left) and the model has a faster plan with more
         memory, the model is corrected by the measured over-prediction and solved again; a
         new plan is kept only if it compiles within the budget and is predicted faster
-        (planner/_src/session.py, ``Planner._fill``). 0: never. Default 3.
+        (planner/_src/planning/fill.py). 0: never. Default 3.
       layer_groups: decide each checkpoint call site separately, with one policy per call
         site (``plan.policies``). True: always, where the step has several call sites. False:
         one decision for all identical regions (``plan.policy``). None (default): per call

@@ -88,9 +88,9 @@ class StatePlan:
         ``jax.device_put(opt_state, shardings)``). Compiled on the session's compiler (a
         deviceless XLA:GPU compile for a GPU target without the GPU).
         """
-        return self._compile(build)[0]
+        return self.compile_applied(build)[0]
 
-    def _compile(self, build) -> tuple[st.StateCheck, Any]:
+    def compile_applied(self, build) -> tuple[st.StateCheck, Any]:
         """``check``, and ``(compiled, args)`` where the step can run here (else None)."""
         jitted, args = build(self.policy, self.placement)
         if self.compiler is not None and self.compiler.kind == "deviceless":
@@ -257,7 +257,7 @@ def _state_loop(
         plan = plan or _solve(session, budget, correction, leaves, layers)
         if build is None:
             return plan
-        chk, applied = plan._compile(build)
+        chk, applied = plan.compile_applied(build)
         plan = dataclasses.replace(plan, applied=applied)
         if (
             estimate_on_cpu
@@ -433,7 +433,7 @@ def _as_plan(session, requested, budget, sp: StatePlan, build, state):
         headroom_bytes=requested - budget,
         choice="planner",
         choice_why="",
-        fill_why="no fill rounds: the plan moves optimizer state (planner/_src/state_plan.py)",
+        fill_why="no fill rounds: the plan moves optimizer state (planner/_src/planning/state_placement.py)",
         state=state,
         **session.plan_fields(),
     )

@@ -6,7 +6,7 @@ the policy, for the most tokens per second the HBM budget allows.
     print(result.report())
 
 ``make_step(batch_size) -> (step_fn, example_args)`` builds the train step for one batch size.
-Each batch size is traced once (a :class:`~planner._src.session.Planner` session: the step's
+Each batch size is traced once (a :class:`~planner._src.planning.planner.Planner`: the step's
 shapes scale with the batch, so every jaxpr and every compile differs; nothing is shared
 between batch sizes but the hardware profile), then planned under the budget; the same
 session compiles the stock policies, so every row of the table comes from one cost model and
@@ -18,7 +18,7 @@ largest ``per_device_batch_size`` that compiles without OOM) on a shared cache o
 double the batch from 1 while the policy fits, then bisect between the last batch that fits
 and the first that does not, down to adjacent batch sizes. "Fits" is the verifying
 compiler's figure, ``argument + output - alias + temp`` of ``memory_analysis()``, within what
-the budget leaves usable (``session.usable_bytes``). Full remat (``nothing_saveable``, the
+the budget leaves usable (``Planner.usable``). Full remat (``nothing_saveable``, the
 session's anchor compile) is searched first: past its limit, only offloading can fit. The
 planner is then also planned at every batch size where a stock policy does best, and
 ``refine`` times between its best batch and the probed neighbours, since tokens per second
@@ -56,7 +56,6 @@ import jax
 import numpy as np
 
 from planner._src.baselines import evaluate_baselines
-from planner._src.budget import io_bytes, usable_bytes
 from planner._src.cost import build_cost_model
 from planner._src.errors import (
     InfeasibleBudgetError,
@@ -66,14 +65,11 @@ from planner._src.errors import (
 )
 from planner._src.options import PlanOptions, check_fits_device
 from planner._src.plan import Plan
+from planner._src.planning.context import Timings
+from planner._src.planning.inputs import load_hardware, merge_options, validate_budget
+from planner._src.planning.planner import Planner
 from planner._src.plots import throughput_curve
 from planner._src.policies import STOCK
-from planner._src.session import (
-    Planner,
-    _load_hardware,
-    _options,
-    _validate_budget,
-)
 from planner._src.units import GB, fmt_bytes
 
 __all__ = ["ThroughputResult", "ThroughputRow", "PolicyLimit", "maximize_throughput"]
@@ -96,7 +92,7 @@ class ThroughputRow:
     predicted_step_s: float | None  # T = n x the predicted time of one step call
     predicted_peak_bytes: int | None  # cost model
     compiled_peak_bytes: int | None  # the verifying compiler (memory_analysis)
-    usable_bytes: int  # what the budget leaves usable at this batch size (session.usable_bytes)
+    usable_bytes: int  # what the budget leaves usable at this batch size (Planner.usable)
     fits: bool  # compiled_peak_bytes <= usable_bytes
     compiler: str  # which compiler made compiled_peak_bytes
     exact: bool  # False: the compiler's figure is an estimate (another backend)
@@ -275,12 +271,9 @@ class _Probe:
     def __init__(self, batch: int, session: Planner, requested: int):
         self.batch = batch
         self.session = session
-        tr = session.trace
-        self.usable = usable_bytes(
-            requested, session.hardware, io_bytes(tr), session.compiler.margin
-        )
+        self.usable = session.usable(requested)
         self.cost = build_cost_model(
-            tr, session.graph, session.hardware, allow_offload=session.offload
+            session.trace, session.graph, session.hardware, allow_offload=session.offload
         )
         self.baselines = {
             b.name: b for b in evaluate_baselines(session.graph, self.cost, self.usable)
@@ -292,7 +285,7 @@ class _Probe:
 
     def stock_bytes(self, name: str) -> int | None:
         s = self.session
-        return s._stock_fit_bytes(name, s.trace, s.graph, self.cost)
+        return s.stock.fit_bytes(name, Timings(), s.trace, s.graph, self.cost)
 
     def fits(self, policy: str, requested: int) -> bool:
         if policy == PLANNER:
@@ -305,7 +298,7 @@ class _Probe:
         if self.planned:
             return
         self.planned = True
-        full = self.session._stock_bytes.get("nothing_saveable")
+        full = self.session.stock.compiled_bytes.get("nothing_saveable")
         if not self.session.offload and full is not None and full > self.usable:
             # Nothing can keep less than full remat without offloading: no plan fits, and
             # the session would compile every stock policy to say so.
@@ -403,10 +396,10 @@ def maximize_throughput(
       progress: called with a short message per stage; None: silent.
     """
     say = progress or (lambda message: None)
-    b = _validate_budget(hbm_gb)
-    hw = _load_hardware(hardware)
+    b = validate_budget(hbm_gb)
+    hw = load_hardware(hardware)
     check_fits_device(b, hw)
-    opts = _options(options, option_fields)
+    opts = merge_options(options, option_fields)
     if not opts.verify_compile or not opts.compare_stock:
         raise InvalidArgumentError(
             "maximize_throughput needs verify_compile=True and compare_stock=True.\nWhy: "
@@ -636,7 +629,7 @@ def _positive_int(x, what: str) -> int:
 def _derived_rule(probes) -> str:
     p = probes[max(probes)]
     return (
-        f"{_derive_tokens_per_example(p.session._user_args, p.batch)} tokens per example "
+        f"{_derive_tokens_per_example(p.session.example_args, p.batch)} tokens per example "
         "(the sequence length of the example batch)"
     )
 
@@ -659,10 +652,10 @@ def _table(probes, n_of, count, rule, stock_names) -> tuple[ThroughputRow, ...]:
         p = probes[batch]
         n = n_of.get(batch, 1)
         if count is None:  # read at the largest probed batch > 1 (a leading 1 is ambiguous)
-            seq = _derive_tokens_per_example(probes[ref].session._user_args, probes[ref].batch)
+            seq = _derive_tokens_per_example(probes[ref].session.example_args, probes[ref].batch)
             tok = batch * n * seq
         else:
-            tok = count(batch * n, p.session._user_args)
+            tok = count(batch * n, p.session.example_args)
         comp = p.session.compiler
         if p.planned:
             plan = p.plan
@@ -710,10 +703,10 @@ def _table(probes, n_of, count, rule, stock_names) -> tuple[ThroughputRow, ...]:
         compared = {x.name: x for x in p.plan.baselines} if p.plan is not None else {}
         for name in stock_names:
             bl = compared.get(name, p.baselines[name])
-            if not bl.applicable or name not in p.session._stock_bytes:
+            if not bl.applicable or name not in p.session.stock.figures:
                 continue
-            got = p.session._stock_bytes[name]
-            ver = p.session._stock_ver.get(name)
+            got = p.session.stock.figures[name]
+            ver = p.session.stock.verification(name)
             rows.append(
                 ThroughputRow(
                     batch_size=batch,

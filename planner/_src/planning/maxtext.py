@@ -63,7 +63,7 @@ from planner._src import target as targets
 from planner._src.emit import _MAXTEXT_VALUE, yaml_key
 from planner._src.errors import InvalidArgumentError, UnsupportedError
 from planner._src.options import PlanOptions, check_fits_device
-from planner._src.session import Planner
+from planner._src.planning.planner import Planner
 from planner._src.units import GB
 
 MAXTEXT_VERSION = "0.2.5"

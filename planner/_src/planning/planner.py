@@ -1,0 +1,432 @@
+"""The Planner: a train step traced once, planned for any number of budgets; and the verbs
+``solve`` and ``pareto``.
+
+``Planner(step_fn, *example_args, hardware=...)`` checks its inputs, runs the trace and
+graph stages once and holds what every budget shares (the stock-policy compiles, the
+numerics reference, the CP-SAT solves). ``planner.plan(hbm_gb)`` plans one budget through
+the steps of :mod:`planner._src.planning.one_budget`; ``planner.pareto(...)`` several.
+
+What a Planner guarantees, by construction (the compiler is the judge):
+
+* A plan is "within budget" only when the verifying compiler's figure for it,
+  ``argument + output - alias + temp`` of ``memory_analysis()``, is within what the budget
+  leaves usable (:class:`~planner._src.budget.Budget`). Where the backend keeps host arrays
+  in device memory the status says "unverified", never "within budget".
+* It never returns a plan predicted slower than the fastest stock policy (JAX's, MaxText's)
+  that compiles within the budget on the same compiler (choose.py).
+* It never raises :class:`InfeasibleBudgetError` while a stock policy compiles within the
+  budget: before raising, every applicable stock policy is compiled (refusal.py).
+* A plan whose saving rests on a tensor JAX will not keep is solved again with those
+  tensors recomputed (fit.py).
+* The budget is used: fill rounds try faster plans where the compile leaves budget unused,
+  and never return one that did not verify (fill.py).
+* Per-call-site decisions (``plan.policies``) only where the user's code can pass the call
+  sites different policies, unless asked for with ``layer_groups=True`` (groups.py).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import jax
+
+from planner._src import numerics
+from planner._src import target as targets
+from planner._src.baselines import evaluate_baselines
+from planner._src.budget import Budget, io_bytes, requested_for, usable_bytes
+from planner._src.cost import build_cost_model
+from planner._src.errors import InvalidArgumentError, PlannerError, UnsupportedError
+from planner._src.graph import build_graph
+from planner._src.jax_adapter import HOST_KIND
+from planner._src.options import PlanOptions, check_fits_device
+from planner._src.plan import Plan
+from planner._src.planning import inputs
+from planner._src.planning import state_placement as placement
+from planner._src.planning.attempt import CompileThreads
+from planner._src.planning.context import Context, Solves, Subject, Timings, names_only, with_forced
+from planner._src.planning.groups import groups_pay, groups_possible
+from planner._src.planning.numerics_check import NUMERICS_FORCED_WHY, NumericsJudge
+from planner._src.planning.one_budget import plan_budget, warn_unfit
+from planner._src.planning.stock import StockCompiles
+from planner._src.trace import merge_call_sites, trace_step
+from planner._src.units import GB
+
+__all__ = ["Planner", "pareto", "solve"]
+
+
+class Planner:
+    """A train step traced once, planned for any number of budgets.
+
+        session = planner.Planner(train_step, state, batch, hardware="h200")
+        plan = session.plan(hbm_gb=80)
+        plans = session.pareto(hbm_gb=[60, 80, 100])
+
+    Args:
+      step_fn: the train step (loss, gradient and update), unmodified. Its
+        ``jax.checkpoint`` / ``jax.remat`` / Flax remat regions are what the planner decides.
+      example_args: arrays or ``jax.ShapeDtypeStruct``s, as the step takes them.
+      hardware: a profile name (``planner.list_profiles()``), a JSON file, or a profile.
+      options: a :class:`planner.PlanOptions`; its fields may also be given as keywords.
+      progress: called with a short message as each slow stage starts; None: silent.
+    """
+
+    def __init__(
+        self,
+        step_fn: Callable,
+        *example_args,
+        hardware="h200",
+        options: PlanOptions | None = None,
+        progress: Callable[[str], None] | None = None,
+        **option_fields,
+    ):
+        inputs.validate_step(step_fn, example_args)
+        opts = inputs.merge_options(options, option_fields)
+        hw = inputs.load_hardware(hardware)
+        compiler = inputs.resolve_compiler(hw, example_args, opts.compiler)
+        deviceless = compiler.kind == "deviceless"
+        args = targets.args_for(compiler, example_args) if deviceless else example_args
+        host_ok = deviceless or inputs.host_memory_available()
+        if opts.allow_offload and not host_ok:
+            raise UnsupportedError(
+                f"allow_offload=True, but the {jax.default_backend()} backend here has no "
+                f"'{HOST_KIND}' memory kind, so JAX cannot place residuals in host "
+                "memory.\nFix: run on a GPU/TPU or CPU backend with host memory kinds (JAX >= "
+                "0.4.31), or pass allow_offload=False."
+            )
+        offload, offload_why = inputs.offload_choice(opts.allow_offload, host_ok, hw.platform)
+        self.subject = Subject(
+            fn=step_fn,
+            args=args,
+            user_args=example_args,
+            hardware=hw,
+            options=opts,
+            compiler=compiler,
+            backend="cuda" if deviceless else jax.default_backend(),
+            offload=offload,
+            offload_why=offload_why,
+            say=progress or (lambda message: None),
+        )
+        self.numerics = NumericsJudge(self.subject)
+        if opts.check_numerics:
+            why = self.numerics.impossible_why()
+            if why:
+                raise InvalidArgumentError(
+                    f"check_numerics=True, but {why}.\nFix: {numerics.HOW_TO_CHECK}; or leave "
+                    "check_numerics=None, and the report says the numerics were not checked."
+                )
+        self.timings: list[tuple[str, float]] = []
+        t = time.perf_counter()
+        self.subject.say(
+            "tracing the step and compiling it under full remat and save-everything (the anchors)"
+        )
+        # One region per call site; merged, identical ones share their decisions (uniform).
+        with self.subject.scope():
+            self.sites = trace_step(
+                step_fn,
+                args,
+                split_call_sites=True,
+                backend=self.subject.backend,
+                compiler=compiler.description,
+                hardware=hw,
+                workers=self.subject.compile_workers(),
+            )
+        self.trace = merge_call_sites(self.sites)
+        self.timings.append(("trace + anchor compiles", time.perf_counter() - t))
+        t = time.perf_counter()
+        self.graph = names_only(build_graph(self.trace), opts.decide_names)
+        self._grouped = None
+        if groups_possible(self.sites, opts.layer_groups):
+            self._grouped = (self.sites, names_only(build_graph(self.sites), opts.decide_names))
+        self.timings.append(("graph", time.perf_counter() - t))
+        self._solves = Solves()
+        self._threads = CompileThreads(self.subject)
+        self.stock = StockCompiles(self.subject, self.trace, self._threads)
+
+    # ------------------------------------------------------------------ what it holds
+
+    @property
+    def options(self) -> PlanOptions:
+        """The options every plan of this Planner is made with."""
+        return self.subject.options
+
+    @property
+    def hardware(self):
+        """The hardware profile (cost_models.HardwareProfile) planned for."""
+        return self.subject.hardware
+
+    @property
+    def compiler(self):
+        """The verifying compiler (target.CompilerTarget)."""
+        return self.subject.compiler
+
+    @property
+    def offload(self) -> bool:
+        """Whether plans may offload to pinned host memory."""
+        return self.subject.offload
+
+    @property
+    def offload_why(self) -> str:
+        """Why offloading is off where the Planner turned it off ('' otherwise)."""
+        return self.subject.offload_why
+
+    @property
+    def example_args(self) -> tuple:
+        """The example arguments as given to the constructor (concrete arrays or
+        ShapeDtypeStructs; not the copies placed on a deviceless target)."""
+        return self.subject.user_args
+
+    @property
+    def backend(self) -> str:
+        """The backend this Planner traces and compiles for: ``"cuda"`` for a deviceless
+        target compile, else this machine's ``jax.default_backend()``."""
+        return self.subject.backend
+
+    def plan_fields(self) -> dict:
+        """The Plan fields every plan of this Planner shares (the verifying compiler, why
+        offloading was off); a stage that builds a Plan of this Planner passes them on."""
+        return self.subject.plan_fields()
+
+    def compile_workers(self) -> int:
+        """How many verify compiles run at once (``PlanOptions.parallel_compiles``)."""
+        return self.subject.compile_workers()
+
+    def numerics_not_checked_why(self) -> str:
+        """Why this Planner's plans get no numerics check ('' when they do):
+        ``check_numerics=False``, abstract example arguments, or a compiler for a GPU that
+        is not here."""
+        return self.numerics.not_checked_why()
+
+    def judge_run(self, plan: Plan, run: Callable):
+        """The outputs of ``run()`` (a step that applies ``plan``, on its own arguments)
+        judged against the step under the user's own policies on the example arguments
+        (run once per Planner): numerics.judge's result."""
+        return self.numerics.judge_run(plan, run, Timings())
+
+    def budget(self, requested: int) -> Budget:
+        """The budget of ``requested`` bytes per device: what a plan may use of it."""
+        return Budget.of(requested, self.hardware, io_bytes(self.trace), self.compiler.margin)
+
+    def usable(self, requested: int) -> int:
+        """Bytes a plan may use of ``requested`` (``budget(requested).usable``)."""
+        return usable_bytes(requested, self.hardware, io_bytes(self.trace), self.compiler.margin)
+
+    # ------------------------------------------------------------------ the verbs
+
+    def plan(
+        self,
+        hbm_gb: float,
+        *,
+        opt_state_argnum: int | None = None,
+        params_argnum: int | None = None,
+        build: Callable | None = None,
+        stream_params: bool | None = None,
+    ) -> Plan:
+        """The plan for one budget (GB per device); raises InfeasibleBudgetError when neither
+        a plan nor a stock policy fits.
+
+        ``opt_state_argnum`` (default: ``PlanOptions.opt_state_argnum``): which argument of
+        the step is the optimizer state; the plan then also decides which of its leaves live
+        in pinned host memory (``plan.state``; state_placement.py), and ``params_argnum``
+        names the parameters for the budget split. ``build(policy, placement) ->
+        (jitted_step, args)``: your step as you run it under a plan's policy and placement
+        (``plan.state.shardings``, ``plan.state.streamed_update``, donated), compiled to hold
+        a plan that moves state to the budget and run to check its numbers against your
+        step's; without it such a plan is not compiled (the report says so).
+        ``stream_params`` (default: ``PlanOptions.stream_params``): your step streams its
+        stacked layer parameters (``plan.state.stream_layer_params``), so the plan may put
+        them in pinned host memory too."""
+        b = inputs.validate_budget(hbm_gb)
+        inputs.warn_above_allocator_limit(b, self.hardware)
+        return self._plan_budget(int(b * GB), opt_state_argnum, params_argnum, build, stream_params)
+
+    def pareto(self, hbm_gb=None, *, points: int = 5) -> list:
+        """Plans for several budgets: ``[Plan or PlannerError per budget]``.
+
+        ``hbm_gb=None`` spans the whole trade-off (:meth:`span_budgets`)."""
+        if hbm_gb is None:
+            if isinstance(points, bool) or not isinstance(points, int) or points < 1:
+                raise InvalidArgumentError(f"points must be an int >= 1, got {points!r}.")
+            budgets = self.span_budgets(points)
+        else:
+            budgets = list(hbm_gb) if isinstance(hbm_gb, (list, tuple)) else [hbm_gb]
+            if not budgets:
+                raise InvalidArgumentError(
+                    "hbm_gb is an empty list; give at least one budget in GB."
+                )
+            budgets = [inputs.validate_budget(b) for b in budgets]
+        inputs.warn_above_allocator_limit(max(budgets), self.hardware)
+        out = []
+        for b in budgets:
+            try:
+                out.append(self._plan_budget(int(b * GB)))
+            except PlannerError as e:
+                out.append(e)
+        return out
+
+    def span_budgets(self, points: int) -> list[float]:
+        """``points`` budgets (GB) whose usable bytes are evenly spaced above the predicted
+        peak of full remat up to that of saving everything (capped at the device's HBM),
+        ``lo + (hi - lo) * k / points`` for ``k = 1..points``."""
+        tr, graph, hw = self.trace, self.graph, self.hardware
+        cost = build_cost_model(tr, graph, hw, allow_offload=self.offload)
+        ends = {
+            b.name: b.prediction.peak_bytes
+            for b in evaluate_baselines(
+                graph, cost, math.inf, names=("nothing_saveable", "everything_saveable")
+            )
+        }
+        lo = ends["nothing_saveable"]
+        hi = max(ends["everything_saveable"], ends["nothing_saveable"])
+        # No budget above the device's HBM: when saving everything would not fit, what the
+        # plans may use ends at what the HBM leaves usable.
+        io = io_bytes(tr)
+        m = self.compiler.margin
+        top = usable_bytes(int(hw.hbm_bytes), hw, io, m)
+        if lo < top < hi:
+            hi = top
+        return [
+            requested_for(lo + (hi - lo) * k / points, hw, io, m) / GB for k in range(1, points + 1)
+        ]
+
+    def plan_activations(self, requested: int) -> Plan:
+        """The plan for ``requested`` bytes per device (before headroom) that decides the
+        activations only, with the train state where the step has it: what :meth:`plan`
+        returns without ``opt_state_argnum``, whatever the options say."""
+        while True:
+            ctx = self._context(requested)
+            plan = plan_budget(ctx, self._threads, (self.trace, self.graph))
+            if not self.numerics.isolate_culprits(plan, ctx.timings):
+                break
+        if plan.choice == "planner":
+            plan = self.numerics.noting_forced(plan)
+            warn_unfit(plan, ctx.usable)
+        return plan
+
+    # ------------------------------------------------------------------ one budget
+
+    def _context(self, requested: int) -> Context:
+        """The context of one budget: the merged trace and graph, or the per-call-site ones
+        where deciding per layer group pays; the classes the numerics check forced."""
+        budget = self.budget(requested)
+        tr, graph = self.trace, self.graph
+        if self._grouped is not None and (
+            self.options.layer_groups
+            or groups_pay(self.subject, self._solves, self._grouped, budget.usable)
+        ):
+            tr, graph = self._grouped
+        return Context(
+            subject=self.subject,
+            trace=tr,
+            graph=with_forced(graph, self.numerics.forced, NUMERICS_FORCED_WHY),
+            budget=budget,
+            solves=self._solves,
+            stock=self.stock,
+            numerics=self.numerics,
+            timings=Timings(self.timings),
+        )
+
+    def _plan_budget(
+        self,
+        requested: int,
+        opt_state_argnum=None,
+        params_argnum=None,
+        build=None,
+        stream_params=None,
+    ) -> Plan:
+        """:meth:`plan_activations`, or with the train state's placement where it is asked
+        for (by the arguments or the options)."""
+        opts = self.options
+        if opt_state_argnum is None and params_argnum is None:
+            opt_state_argnum, params_argnum = opts.opt_state_argnum, opts.params_argnum
+        if stream_params is None:
+            stream_params = opts.stream_params
+        if opt_state_argnum is None:
+            if params_argnum is not None or build is not None:
+                what = "params_argnum" if params_argnum is not None else "build"
+                raise InvalidArgumentError(
+                    f"{what} was given without opt_state_argnum.\nWhy: both belong to "
+                    "planning the optimizer state's placement, which opt_state_argnum asks "
+                    "for.\nFix: pass opt_state_argnum (e.g. opt_state_argnum=1 for "
+                    "train_step(params, opt_state, batch)), or neither."
+                )
+            return self.plan_activations(requested)
+        PlanOptions(  # checks
+            opt_state_argnum=opt_state_argnum,
+            params_argnum=params_argnum,
+            stream_params=bool(stream_params),
+        )
+        return placement.plan_in_session(
+            self,
+            requested,
+            opt_state_argnum=opt_state_argnum,
+            params_argnum=params_argnum,
+            build=build,
+            stream_params=bool(stream_params),
+        )
+
+
+def solve(
+    step_fn: Callable,
+    *example_args,
+    hbm_gb: float,
+    hardware="h200",
+    options: PlanOptions | None = None,
+    progress: Callable[[str], None] | None = None,
+    build: Callable | None = None,
+    **option_fields,
+) -> Plan:
+    """Plan what the backward pass of ``step_fn(*example_args)`` keeps, under ``hbm_gb``.
+
+    With ``opt_state_argnum=`` (and ``params_argnum=``, ``build=``: :meth:`Planner.plan`),
+    also which optimizer-state leaves live in pinned host memory (``plan.state``).
+
+    Args:
+      step_fn: the train step (loss, gradient and update), unmodified.
+      example_args: arrays or ``jax.ShapeDtypeStruct``s, as the step takes them.
+      hbm_gb: device memory budget per device, GB (10^9 bytes).
+      hardware: a profile name (``planner.list_profiles()``), a JSON file, or a profile.
+      options: :class:`planner.PlanOptions`; or its fields as keywords (``allow_offload``,
+        ``verify_compile``, ``max_rounds``, ``layer_groups``, ``solver_time_limit_s``, ...).
+      progress: called with a short message as each slow stage starts; None: silent.
+    """
+    b = inputs.validate_budget(hbm_gb)
+    check_fits_device(b, inputs.load_hardware(hardware))  # before the trace, not after it
+    return Planner(
+        step_fn,
+        *example_args,
+        hardware=hardware,
+        options=options,
+        progress=progress,
+        **option_fields,
+    ).plan(b, build=build)
+
+
+def pareto(
+    step_fn: Callable,
+    *example_args,
+    hbm_gb=None,
+    hardware="h200",
+    options: PlanOptions | None = None,
+    points: int = 5,
+    progress: Callable[[str], None] | None = None,
+    **option_fields,
+) -> list:
+    """Plans for several budgets from one trace: ``[Plan or PlannerError per budget]``
+    (:meth:`Planner.pareto`)."""
+    if hbm_gb is not None:
+        budgets = list(hbm_gb) if isinstance(hbm_gb, (list, tuple)) else [hbm_gb]
+        if not budgets:
+            raise InvalidArgumentError("hbm_gb is an empty list; give at least one budget in GB.")
+        check_fits_device(
+            max(inputs.validate_budget(b) for b in budgets), inputs.load_hardware(hardware)
+        )
+    return Planner(
+        step_fn,
+        *example_args,
+        hardware=hardware,
+        options=options,
+        progress=progress,
+        **option_fields,
+    ).pareto(hbm_gb, points=points)
