@@ -15,12 +15,15 @@ updates, the loss. Tolerance: the spread of the stock policies' own losses aroun
 of the same call (the same seeded state and batch), over every call of that model (llama,
 moe), from calls with at least 3 stock policies (records with fewer are left out).
 
-Reads the JSONL records under benchmarks/results/h200-* that hold both ``plan@*`` jobs and
-``stock:nothing_saveable`` of the same model and configuration.
+Reads the JSONL records under benchmarks/results/h200-* (``--results DIR``: every JSONL file
+under DIR, as benchmarks/gpu_suite.py runs it on its own records) that hold both ``plan@*``
+jobs and ``stock:nothing_saveable`` of the same model and configuration
+(offload_must_show.py's ``MODEL:plan@*`` / ``MODEL:stock:*`` too).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -36,11 +39,16 @@ def _records(path: Path):
         job = r.get("job") or {}
         name = job.get("name") if isinstance(job, dict) else None
         if isinstance(res, dict) and "loss" in res and name:
+            for tag in (":plan@", ":stock:"):  # offload_must_show.py: MODEL:plan@B, MODEL:stock:X
+                if tag in name:
+                    name = name[name.index(tag) + 1 :]
+                    break
             yield name, float(res["loss"]), job.get("config"), job.get("model", "llama")
 
 
-def main() -> int:
-    files = sorted(RESULTS.glob("h200-*/**/*.jsonl"))
+def report(files: list[Path], root: Path) -> tuple[str, float]:
+    """The Markdown table over ``files`` (named relative to ``root``) and the largest
+    difference over its tolerance."""
     calls = []  # (file, model, {job name: loss})
     for f in files:
         by_cfg: dict[str, dict[str, float]] = {}
@@ -69,25 +77,46 @@ def main() -> int:
                 continue
             d = abs(v - ref)
             n_plans += 1
-            worst = max(worst, d / tol)
+            worst = max(worst, d / tol if tol else (0.0 if d == 0 else float("inf")))
             rows.append(
-                f"| {f.relative_to(RESULTS)} | {model} | {k} | {v:.6f} | "
+                f"| {_name(f, root)} | {model} | {k} | {v:.6f} | "
                 f"{ref:.6f} | {d:.2e} | {spread:.2e} | {tol:.2e} | "
                 f"{'yes' if d <= tol else '**no**'} |"
             )
-    print("# Planned vs unplanned losses on the H200 (issue 16)\n")
-    print("Command: `python benchmarks/loss_agreement.py` (module docstring: what and why).\n")
-    print(
+    out = []
+    out.append("# Planned vs unplanned losses on the H200 (issue 16)\n")
+    out.append("Command: `python benchmarks/loss_agreement.py` (module docstring: what and why).\n")
+    out.append(
         "| records | model | plan | loss after 11 steps | full remat's | abs diff | "
         "stock spread (this call) | tolerance (model) | agrees |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
-    print("\n".join(rows))
-    print(
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    out.append("\n".join(rows))
+    out.append(
         f"\n{n_plans} plans; the largest difference is {worst:.2f} x its tolerance. "
         "Tolerance = 2 x the largest |stock loss - full remat's loss| in one call, over the "
         f"calls of that model (largest spreads: {', '.join(f'{m} {t:.2e}' for m, t in sorted(spread_of.items()))})."
     )
+    return "\n".join(out) + "\n", worst
+
+
+def _name(f: Path, root: Path) -> str:
+    try:
+        return str(f.relative_to(root))
+    except ValueError:
+        return str(f)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--results", default=None, help="every JSONL file under this folder")
+    a = ap.parse_args(argv)
+    root = Path(a.results) if a.results else RESULTS
+    files = (
+        sorted(root.rglob("*.jsonl")) if a.results else sorted(RESULTS.glob("h200-*/**/*.jsonl"))
+    )
+    text, worst = report(files, root)
+    print(text, end="")
     return 0 if worst <= 1.0 else 1
 
 

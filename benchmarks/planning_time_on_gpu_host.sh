@@ -17,9 +17,9 @@ mkdir -p "$out"
 if [ -d .whl ] && ! python3 -c "import ortools" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl >/dev/null 2>&1
-  export PYTHONPATH=/tmp/site:.
+  export PYTHONPATH="/tmp/site:.${PYTHONPATH:+:$PYTHONPATH}"
 else
-  export PYTHONPATH=.
+  export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"  # keep a caller's /tmp/site (gpu_suite.py)
 fi
 python3 -c "import jax, ortools, os; print('jax', jax.__version__, jax.devices(), 'ortools', ortools.__version__, 'cpus', os.cpu_count())" | tee "$out/versions.txt"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >> "$out/versions.txt"

@@ -66,7 +66,11 @@ CONFIG = dict(
     attention_impl="cudnn",
 )
 TOTAL_S = 500.0
-PLANS = ROOT / "benchmarks/results/state-offload-config-2026-12-04"
+# the plans (state_offload_config.py); STATE_OFFLOAD_PLANS: another folder (gpu_suite.py plan)
+PLANS = Path(
+    os.environ.get("STATE_OFFLOAD_PLANS")
+    or ROOT / "benchmarks/results/state-offload-config-2026-12-04"
+)
 MIXED = ("mixed-m0.json", "mixed-m0.01.json", "mixed-m0.03.json")  # tried in this order
 
 
