@@ -3,7 +3,7 @@ requirement 3; benchmarks/results/memory-model-2026-12-04.md).
 
     XLA_FLAGS="--xla_dump_to=DIR --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*train_step.*" \\
         python your_step.py
-    python benchmarks/xla_peak.py DIR [--module train_step] [--min-bytes 65536]
+    python benchmarks/archive/xla_peak.py DIR [--module train_step] [--min-bytes 65536]
 
 Reads the last ``*<module>.*after_optimizations-buffer-assignment.txt`` and its
 ``-live-range.txt`` in DIR, and for every position of the flattened HLO sequence adds up the

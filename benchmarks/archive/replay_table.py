@@ -1,7 +1,7 @@
 """The table of a ``gpu_bench.py replay`` run: each plan, run capped at its budget, beside
 the fastest stock policy whose measured peak fits that budget.
 
-    python benchmarks/replay_table.py benchmarks/results/h200-2026-12-02-zoo/loop/results.jsonl
+    python benchmarks/archive/replay_table.py benchmarks/results/h200-2026-12-02-zoo/loop/results.jsonl
 
 Peak: the allocator's ``peak_bytes_in_use`` on the GPU; "compiled": ``argument + output -
 alias + temp`` of the run's ``memory_analysis()``; step: the median of the measured steps.

@@ -2,7 +2,7 @@
 the one the deviceless verify compile measured? (Issue 18, 2026-12-04: the MoE plan at 65.2 GB,
 verified at 59.02 GB deviceless, failed on the H200 to allocate a 44.35 GiB temporary.)
 
-    python benchmarks/plan_compile_check.py PLANS.json BUDGET [--cap]   # on the GPU
+    python benchmarks/archive/plan_compile_check.py PLANS.json BUDGET [--cap]   # on the GPU
 
 ``--cap``: with ``XLA_PYTHON_CLIENT_MEM_FRACTION`` = budget / HBM, as the capped run had (set
 before JAX starts, so run each variant in its own process). Prints one JSON line.
@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 

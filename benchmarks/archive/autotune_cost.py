@@ -6,7 +6,7 @@ One configuration per process (``--options`` as XLA debug options, name=value,..
 full-remat and the save-everything program of the bench model compiled in turn, each compile's
 wall seconds and its memory_analysis bytes (argument + output - alias + temp), as JSON.
 
-    python benchmarks/autotune_cost.py --out OUT/x.json --options xla_gpu_autotune_level=1
+    python benchmarks/archive/autotune_cost.py --out OUT/x.json --options xla_gpu_autotune_level=1
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ remat, next to the H200's measured steps where given (``hlo_recompute_prices.mea
 The absolute level of such an estimate is 5-9% short of the walls; the differences between
 steps are what it is for.
 
-    JAX_PLATFORMS=cpu /work/venvs/v0112/bin/python benchmarks/hlo_plan_steps.py \\
+    JAX_PLATFORMS=cpu /work/venvs/v0112/bin/python benchmarks/archive/hlo_plan_steps.py \\
         --plans benchmarks/results/offload-plans-2026-12-04-rates/moe.json --budgets 88.82,113.16 \\
         --measured benchmarks/results/h200-2026-12-04-offload-must-show
 """
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 
@@ -37,7 +37,7 @@ def main() -> None:
 
     import cost_models as cm
     from benchmarks import gpu_bench as gb
-    from benchmarks.hlo_recompute_prices import measured_steps
+    from benchmarks.archive.hlo_recompute_prices import measured_steps
     from planner._src import kernels as K
     from planner._src import target as T
 

@@ -1,6 +1,6 @@
 """The step-time model against measured H200 steps, split by kernel group (issues 18 and 20).
 
-    JAX_PLATFORMS=cpu python benchmarks/cost_model_other.py [--runs NAMES] [--steps] [--json OUT]
+    JAX_PLATFORMS=cpu python benchmarks/archive/cost_model_other.py [--runs NAMES] [--steps] [--json OUT]
 
 For each measured step below (policy, config and measured figures from the stored results),
 the planner's predicted step time for that stock policy on the ``h200`` profile, and its
@@ -20,7 +20,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 R = "benchmarks/results/"

@@ -1,8 +1,8 @@
 """Issue 18, requirement 4: what makes XLA issue the device-to-host copy (the store) earlier.
 
-    python benchmarks/store_hiding.py --out DIR                       # every variant, points 3 and 6
-    python benchmarks/store_hiding.py --out DIR --variants lhs,sol --points 6
-    python benchmarks/store_hiding.py --out DIR --summarize           # the table only
+    python benchmarks/archive/store_hiding.py --out DIR                       # every variant, points 3 and 6
+    python benchmarks/archive/store_hiding.py --out DIR --variants lhs,sol --points 6
+    python benchmarks/archive/store_hiding.py --out DIR --summarize           # the table only
 
 On 2026-12-02 the H200 trace of an offloading step hid 132.6 of 133.0 ms of reloads but 48.4 of
 130.3 ms of stores: with the planner's flags (latency-hiding scheduler, command buffers off)
@@ -40,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import overlap_sweep as sw  # noqa: E402

@@ -2,7 +2,7 @@
 # Why did a verified plan's capped run abort at compile? Runs one saved worker job (JOB, from
 # a replay's results.jsonl) in fresh processes: capped with no compilation cache, uncapped
 # (filling a cache), capped again with that cache, and capped with autotuning off.
-#   bash benchmarks/h200_capped_probe.sh JOB OUT_DIR
+#   bash benchmarks/archive/h200_capped_probe.sh JOB OUT_DIR
 set -uo pipefail
 job="$1" out="$2"
 if [ -d .whl ] && ! python3 -c "import ortools" 2>/dev/null; then

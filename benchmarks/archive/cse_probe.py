@@ -3,14 +3,14 @@ Compiles the Python-loop Llama (gpu_bench.py's BENCH, batch 4, cuDNN attention) 
 nothing_saveable and everything_saveable with prevent_cse False and True, on this device, and
 prints each program's memory_analysis() (argument + output - alias + temp, GB).
 
-    python benchmarks/cse_probe.py
+    python benchmarks/archive/cse_probe.py
 """
 
 import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import jax  # noqa: E402
 from jax.ad_checkpoint import checkpoint_policies as cp  # noqa: E402

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# benchmarks/autotune_cost.py on the GPU, one process per XLA autotuner setting (issue 14,
-# requirement 6). bash benchmarks/autotune_cost_on_gpu_host.sh OUT
+# benchmarks/archive/autotune_cost.py on the GPU, one process per XLA autotuner setting (issue 14,
+# requirement 6). bash benchmarks/archive/autotune_cost_on_gpu_host.sh OUT
 set -u
 out="${1:?OUT}"
 mkdir -p "$out"
@@ -16,7 +16,7 @@ for opts in "" "xla_gpu_autotune_level=1" "xla_gpu_autotune_level=0" \
   "xla_gpu_per_fusion_autotune_cache_dir=/tmp/atc" "xla_gpu_per_fusion_autotune_cache_dir=/tmp/atc"; do
   n=$((n + 1))
   s=$(date +%s)
-  timeout 200 python3 benchmarks/autotune_cost.py --out "$out/c$n.json" --options "$opts" \
+  timeout 200 python3 benchmarks/archive/autotune_cost.py --out "$out/c$n.json" --options "$opts" \
     > "$out/c$n.log" 2>&1
   echo "c$n [$opts] rc $? process $(( $(date +%s) - s )) s" | tee -a "$out/runs.txt"
   tail -2 "$out/c$n.log"

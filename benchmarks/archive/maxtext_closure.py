@@ -1,7 +1,7 @@
 """Which distributions planning (or running) MaxText's train step imports (issue 22's carry).
 
-    JAX_PLATFORMS=cpu python benchmarks/maxtext_closure.py --out closure.json [-- key=value ...]
-    JAX_PLATFORMS=cpu python benchmarks/maxtext_closure.py --out closure.json \
+    JAX_PLATFORMS=cpu python benchmarks/archive/maxtext_closure.py --out closure.json [-- key=value ...]
+    JAX_PLATFORMS=cpu python benchmarks/archive/maxtext_closure.py --out closure.json \
         --script benchmarks/maxtext_step.py -- --out step.json --set full=remat_policy=full ...
 
 Runs ``python -m planner maxtext`` in this process on a small Llama config (the one of

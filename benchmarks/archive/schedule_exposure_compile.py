@@ -1,14 +1,14 @@
 """Compile the exposure plans deviceless for the H200 and keep their scheduled HLO text.
 
-    JAX_PLATFORMS=cpu PYTHONPATH=. /work/venvs/v0112/bin/python benchmarks/schedule_exposure_compile.py \
+    JAX_PLATFORMS=cpu PYTHONPATH=. /work/venvs/v0112/bin/python benchmarks/archive/schedule_exposure_compile.py \
         --plans benchmarks/results/offload-exposure-plans-2026-12-04 \
         --out benchmarks/results/schedule-exposure-2026-12-05/hlo [--triton off|on|both]
 
     ... --sweep --out benchmarks/results/schedule-exposure-2026-12-05/hlo [--points 0-8]
 
 One deviceless compile per plan and variant (30-60 s each on a 2-core CPU), the text written
-gzipped so that the analysis (benchmarks/schedule_exposure.py) never compiles again. A plan's
-step is rebuilt from its plan file exactly as benchmarks/schedule_windows.py does; a sweep
+gzipped so that the analysis (benchmarks/archive/schedule_exposure.py) never compiles again. A plan's
+step is rebuilt from its plan file exactly as benchmarks/archive/schedule_windows.py does; a sweep
 point's (``--sweep``) as benchmarks/overlap_sweep.py ran it on the H200 on 2026-12-03:
 examples/llama.py H200_BENCH with cuDNN attention, full remat plus the point's named set
 offloaded, the planner's XLA flags for the h200 profile with offloading.
@@ -22,10 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.schedule_windows import compile_plan  # noqa: E402
+from benchmarks.archive.schedule_windows import compile_plan  # noqa: E402
 
 TRITON = {"off": {}, "on": {"xla_gpu_enable_triton_gemm": True}}
 

@@ -1,9 +1,9 @@
 """The memory model against the compiler: anchors, plans and stock policies, predicted vs
 compiled (issue 14, requirement 3; benchmarks/results/memory-model-2026-12-03.md).
 
-    python benchmarks/memory_model.py long_context penzai_stack --json OUT.json
-    python benchmarks/memory_model.py ex:moe ex:equinox_model --json OUT.json
-    python benchmarks/memory_model.py --probe pv_smax     # long_context under a shape policy
+    python benchmarks/archive/memory_model.py long_context penzai_stack --json OUT.json
+    python benchmarks/archive/memory_model.py ex:moe ex:equinox_model --json OUT.json
+    python benchmarks/archive/memory_model.py --probe pv_smax     # long_context under a shape policy
 
 A name is a tests/zoo model or ``ex:<module>`` of examples/ with a ``make()`` (``ex:<module>:<factory>``
 for another factory, e.g. ``ex:llama:quickstart``); each is planned
@@ -24,7 +24,7 @@ import time
 import warnings
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import jax  # noqa: E402
 

@@ -14,7 +14,7 @@ plan of the file and the stock policies that ran, next to the step the H200 meas
 
 A model traced once serves every plan file of it (same model and config).
 
-    JAX_PLATFORMS=cpu /work/venvs/v0112/bin/python benchmarks/hlo_recompute_prices.py \\
+    JAX_PLATFORMS=cpu /work/venvs/v0112/bin/python benchmarks/archive/hlo_recompute_prices.py \\
         --case benchmarks/results/offload-plans-2026-12-04-rates/llama.json benchmarks/results/h200-2026-12-04-offload-must-show \\
         --case benchmarks/results/offload-plans-2026-12-04-fusion/moe.json benchmarks/results/h200-2026-12-04-moe-fusion
 
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 

@@ -9,7 +9,7 @@ difference (~1e-12: the policy itself is correct), and the float32 gradient chan
 1-ulp input perturbation (the program is ill-conditioned).  Exit 1 when the float32
 policy difference exceeds 1e-5 relative.
 
-Run: JAX_PLATFORMS=cpu python benchmarks/jax_remat_bug_repro.py   (about a minute on CPU)
+Run: JAX_PLATFORMS=cpu python benchmarks/archive/jax_remat_bug_repro.py   (about a minute on CPU)
 Plain JAX only.  See benchmarks/results/jax-remat-bug-2026-12-03.md.
 """
 

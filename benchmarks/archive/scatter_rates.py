@@ -11,8 +11,8 @@ with replacement: a gradient's scatter into shared rows). Timed as the median of
 calls after two warm-ups, ``block_until_ready`` on each; the rate reported is the rule's
 bytes over that time, so 1.0 x the profile's HBM rate is what the model assumes.
 
-    python benchmarks/scatter_rates.py --out OUT            # on the GPU; writes OUT/rates.json
-    python benchmarks/scatter_rates.py --summarize OUT      # the table (Markdown)
+    python benchmarks/archive/scatter_rates.py --out OUT            # on the GPU; writes OUT/rates.json
+    python benchmarks/archive/scatter_rates.py --summarize OUT      # the table (Markdown)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Issue 18, requirement 2: per direction, the exposed host-copy time the compiled schedule
 predicts (planner/_src/schedule.py) against the H200 trace, for the exposure plans.
 
-    JAX_PLATFORMS=cpu python benchmarks/schedule_windows.py \
+    JAX_PLATFORMS=cpu python benchmarks/archive/schedule_windows.py \
         --plans benchmarks/results/offload-exposure-plans-2026-12-04 \
         --measured benchmarks/results/h200-2026-12-04-exposure-b/results.jsonl \
         --out benchmarks/results/schedule-windows-2026-12-04.md
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 VARIANTS = {
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
 Command (CPU, no device time; JAX {jax.__version__}, deviceless XLA:GPU for the H200 with the
 CUDA plugin, `JAX_PLATFORMS=cpu`, a 2-core CPU; wall {time.perf_counter() - t0:.0f} s):
 
-    JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/schedule_windows.py --plans {a.plans} --measured {a.measured} --out {a.out}
+    JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/archive/schedule_windows.py --plans {a.plans} --measured {a.measured} --out {a.out}
 
 Per step (8 trips), ms. Predicted: planner/_src/schedule.py on the compiled module (each host
 copy's window = the instructions the schedule runs between its start and its done, priced by

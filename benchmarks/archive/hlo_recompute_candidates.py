@@ -9,7 +9,7 @@ to its candidate (``kernels.match_shares``), and predict what each plan of a
 (save or offload). Prints the matched and unmatched seconds, the largest candidates, and
 per plan the predicted saving next to the cost library's recompute of the same candidates.
 
-    JAX_PLATFORMS=cpu /work/venvs/v0112/bin/python benchmarks/hlo_recompute_candidates.py \\
+    JAX_PLATFORMS=cpu /work/venvs/v0112/bin/python benchmarks/archive/hlo_recompute_candidates.py \\
         --remat-hlo benchmarks/results/hlo-kernel-time-2026-12-05/deviceless-triton-on/hlo-moe-remat.txt.gz \\
         --plans benchmarks/results/offload-plans-2026-12-04-fusion/moe.json
 """
@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 

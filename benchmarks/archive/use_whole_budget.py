@@ -2,10 +2,10 @@
 compiled figure against the usable budget without fill rounds and with them, and what the
 rounds cost (benchmarks/results/use-whole-budget-2026-12-03.md).
 
-    python benchmarks/use_whole_budget.py ex:equinox_model ex:flax_nnx_model ex:llama --json OUT.json
-    python benchmarks/use_whole_budget.py ex:moe --every    # the zoo's three budgets
-    python benchmarks/use_whole_budget.py ex:llama --budget-mb 420
-    python benchmarks/use_whole_budget.py ex:llama4 --budget-mb 69.675
+    python benchmarks/archive/use_whole_budget.py ex:equinox_model ex:flax_nnx_model ex:llama --json OUT.json
+    python benchmarks/archive/use_whole_budget.py ex:moe --every    # the zoo's three budgets
+    python benchmarks/archive/use_whole_budget.py ex:llama --budget-mb 420
+    python benchmarks/archive/use_whole_budget.py ex:llama4 --budget-mb 69.675
 
 A name is a tests/zoo model, ``ex:<module>`` of examples/ with a ``make()``, or ``ex:llama``
 (examples.llama:quickstart) or ``ex:llama4`` (``LlamaConfig(n_layers=4)``). Each is planned for ``hardware="cpu"`` at its largest budget:
@@ -26,7 +26,7 @@ import sys
 import time
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import jax  # noqa: E402
 

@@ -3,7 +3,7 @@
 ``.xplane.pb`` files are tens of MB, over the device tool's 16 MiB a file).
 
     python benchmarks/offload_must_show.py run ... --keep-traces --out OUT
-    python benchmarks/copy_timeline.py OUT/traces --out OUT/timelines
+    python benchmarks/archive/copy_timeline.py OUT/traces --out OUT/timelines
 
 For every ``*.xplane.pb`` in the folder: ``<name>.json.gz`` with the step windows and, for
 the first step window, every device event in it (kind compute / d2h / h2d / copy_other, the

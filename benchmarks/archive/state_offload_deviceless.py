@@ -1,6 +1,6 @@
 """Optimizer-state placement on the CPU test model, compiled deviceless for the H200.
 
-    JAX_PLATFORMS=cpu python benchmarks/state_offload_deviceless.py
+    JAX_PLATFORMS=cpu python benchmarks/archive/state_offload_deviceless.py
 
 tests/test_state.py's model (examples/llama.py, d_model 128, 4 layers under lax.scan, Adam)
 planned with planner.plan_state at several budgets; each plan is compiled as the user applies
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import jax  # noqa: E402
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 20's must-show in one command on the H200 (JAX 0.11.2 there; ortools from .whl/):
-#   bash benchmarks/throughput_on_gpu_host.sh OUT_DIR [extra throughput_h200.py arguments]
+#   bash benchmarks/archive/throughput_on_gpu_host.sh OUT_DIR [extra throughput_h200.py arguments]
 # Plans llama and moe for throughput on the device, then runs the chosen (batch, plan) and
 # the estimator procedure's best (batch, stock policy) each capped at the budget; the table
 # is OUT_DIR/summary.md (throughput_h200.py's docstring says what each column is).
