@@ -21,10 +21,11 @@ import gpu_suite as gs  # noqa: E402
 class FakeDevice:
     """The clock and the runner: each measurement "takes" its duration and writes a file."""
 
-    def __init__(self, durations: dict, timeouts=()):
+    def __init__(self, durations: dict, timeouts=(), empty=()):
         self.t = 0.0
         self.durations = durations
         self.timeouts = set(timeouts)
+        self.empty = set(empty)  # the script ran but its own budget let it measure nothing
         self.started: list[str] = []
         self.timeout_given: dict[str, float] = {}
 
@@ -35,7 +36,8 @@ class FakeDevice:
         mid = argv[-1]
         self.started.append(mid)
         self.timeout_given[mid] = timeout
-        (log_path.parent / "results.jsonl").write_text(json.dumps({"id": mid}) + "\n")
+        rec = {"kind": "skipped", "why": "out of time"} if mid in self.empty else {"ok": True}
+        (log_path.parent / "results.jsonl").write_text(json.dumps({"id": mid, **rec}) + "\n")
         log_path.write_text(f"ran {mid}\n")
         if mid in self.timeouts:
             self.t += timeout
@@ -84,8 +86,8 @@ def _status(out: Path) -> dict:
 
 @pytest.fixture
 def device(monkeypatch):
-    def make(durations, timeouts=()):
-        dev = FakeDevice(durations, timeouts)
+    def make(durations, timeouts=(), empty=()):
+        dev = FakeDevice(durations, timeouts, empty)
         monkeypatch.setattr(gs, "run_command", dev.runner)
         return dev
 
@@ -170,12 +172,23 @@ def test_tarball_written_when_a_measurement_is_cut(tmp_path, device):
     assert "raw/a.attempt1/output.log" in names and "raw/a/output.log" in names
 
 
+def test_a_run_that_measured_nothing_is_not_done(tmp_path, device):
+    ms = _measurements({"a": 10, "b": 10})
+    dev = device({"a": 10, "b": 10}, empty=("a",))
+    gs.run(_args(tmp_path, "out", 100), ms, clock=dev.clock)
+    assert _status(tmp_path / "out") == {"a": "empty", "b": "ok"}
+    dev2 = device({"a": 10, "b": 10})
+    gs.run(_args(tmp_path, "again", 100, resume_from=str(tmp_path / "out")), ms, clock=dev2.clock)
+    assert dev2.started == ["a"]
+
+
 def test_tarball_stays_under_the_limit(tmp_path, device, monkeypatch):
     monkeypatch.setattr(gs, "TARBALL_LIMIT", 64 * 1024)
     big = {}
 
     def runner(argv, env, cwd, timeout, log_path):
         (log_path.parent / "trace.bin").write_bytes(__import__("os").urandom(256 * 1024))
+        (log_path.parent / "results.jsonl").write_text('{"ok": true}\n')
         log_path.write_text("ok\n")
         big["t"] = big.get("t", 0) + 1
         return 0, False
