@@ -1753,6 +1753,8 @@ def docs(a) -> int:
     if a.from_:
         out = Path(a.from_)
         records = _read_jsonl(out / "records.jsonl")
+        if any(r.get("dry_run") for r in records if r.get("kind") == "call"):
+            raise SystemExit(f"{out} is a dry run (tiny models on a CPU): not for the docs")
         raw, _ = _raw_root(out)
         name = f"h200-suite-{[r for r in records if r.get('kind') == 'call'][0]['start'][:10]}.md"
         s, origin = suite_sources(records, raw, cite=name), f"`{_rel(out)}`"
