@@ -457,27 +457,39 @@ def _read_json(f: Path) -> dict:
 # ---------------------------------------------------------------------------- processes
 
 
+# Its own process group (killed whole at its timeout), not its own session: the device tool
+# ends a command's session when the command returns, so nothing outlives the call.
+_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+_CHILD: dict = {}  # the measurement running now, for the SIGTERM handler
+
+
+def _kill_group(p) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def run_command(argv, env, cwd, timeout, log_path) -> tuple[int, bool]:
-    """One measurement's process, in its own process group (killed whole at the timeout);
-    stdout and stderr to ``log_path``. (rc, timed out)."""
+    """One measurement's process and its children, killed together at the timeout; stdout
+    and stderr to ``log_path``. (rc, timed out)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
-        p = subprocess.Popen(
-            argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, **_GROUP)
+        _CHILD["p"] = p
         try:
-            return p.wait(timeout=timeout), False
+            rc, cut = p.wait(timeout=timeout), False
         except subprocess.TimeoutExpired:
             try:
-                os.killpg(p.pid, signal.SIGTERM)
+                os.killpg(p.pid, signal.SIGTERM)  # a driver may still write its records
                 p.wait(timeout=10)
             except (subprocess.TimeoutExpired, ProcessLookupError):
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
-            return -9, True
+                pass
+            rc, cut = -9, True
+        _kill_group(p)  # what it started and left behind (no worker keeps the GPU)
+        p.wait()
+        _CHILD.pop("p", None)
+        return rc, cut
 
 
 def _capture(argv, env=None, timeout=120) -> str:
@@ -770,7 +782,9 @@ def run(a, measurements=None, clock=time.monotonic) -> Suite:
     skip = set(filter(None, (a.skip or "").split(",")))
     base = {"call": suite.call, "git_commit": commit, "jax": versions.get("jax")}
 
-    def stop(signum, frame):  # the tool's limit: leave the tarball
+    def stop(signum, frame):  # the tool's limit: end the measurement, leave the tarball
+        if _CHILD.get("p") is not None and _CHILD["p"].poll() is None:
+            _kill_group(_CHILD["p"])
         suite.add({"kind": "end", **base, "end": _now(), "why": f"signal {signum}"})
         suite.pack()
         sys.exit(1)

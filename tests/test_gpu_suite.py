@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -187,7 +189,7 @@ def test_tarball_stays_under_the_limit(tmp_path, device, monkeypatch):
     big = {}
 
     def runner(argv, env, cwd, timeout, log_path):
-        (log_path.parent / "trace.bin").write_bytes(__import__("os").urandom(256 * 1024))
+        (log_path.parent / "trace.bin").write_bytes(os.urandom(256 * 1024))
         (log_path.parent / "results.jsonl").write_text('{"ok": true}\n')
         log_path.write_text("ok\n")
         big["t"] = big.get("t", 0) + 1
@@ -219,3 +221,13 @@ def test_the_device_command_fits_the_tool():
     text = (ROOT / "benchmarks" / "gpu_suite_call.txt").read_text()
     cmd = text.split("COMMAND:\n", 1)[1].split("\n\n", 1)[0].strip()
     assert len(cmd) <= 2000 and "gpu_suite.py run" in cmd and "--budget-s" in cmd
+
+
+def test_runner_kills_what_the_measurement_started(tmp_path):
+    marker = tmp_path / "late"
+    script = f"(sleep 3; touch {marker}) & sleep 30"
+    t = time.monotonic()
+    rc, cut = gs.run_command(["bash", "-c", script], None, tmp_path, 1, tmp_path / "log")
+    assert cut and rc == -9 and time.monotonic() - t < 15
+    time.sleep(3.5)
+    assert not marker.exists()  # the background child died with the group
