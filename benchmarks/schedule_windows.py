@@ -36,7 +36,7 @@ def compile_plan(path: Path, extra: dict) -> str:
 
     from benchmarks import gpu_bench as gb
     from planner._src import target as T
-    from planner._src.emit import flags_to_compiler_options
+    from planner._src.emit.emit import flags_to_compiler_options
 
     d = json.loads(path.read_text())
     _, spec = next(iter(d["plans"].items()))

@@ -101,7 +101,7 @@ def test_a_saved_tanh_a_fusion_rereads_is_held_twice():
     (cost.py, D_r): before, this plan was predicted 11.01 MB and compiled to 14.16 MB (-22%),
     and the verify loop's correction then made every plan but full remat infeasible."""
     from planner._src.cost import build_cost_model, evaluate
-    from planner._src.emit import emit
+    from planner._src.emit.emit import emit
     from planner._src.graph import build_graph, class_key
     from planner._src.trace import trace_step
     from planner._src.types import Assignment
@@ -284,7 +284,7 @@ def test_saved_plan_reads_like_a_plan(loop_plan, tmp_path):
 
 
 def test_an_unnamed_model_gets_no_empty_maxtext_block(loop_plan):
-    from planner._src.paste import paste_snippets
+    from planner._src.emit.paste import paste_snippets
 
     text = paste_snippets(loop_plan[0])["maxtext"]
     assert text.startswith("# No MaxText block") and "remat_policy: custom\n" not in text

@@ -434,7 +434,7 @@ def test_verify_carries_the_schedule_figure_for_an_offloading_plan():
     trips), and not when asked not to."""
     import planner
     from planner._src.cost import build_cost_model, evaluate
-    from planner._src.emit import emit
+    from planner._src.emit.emit import emit
     from planner._src.types import Assignment
     from planner._src.verify import verify
 

@@ -52,7 +52,7 @@ from planner._src import target as targets
 from planner._src.baselines import evaluate_baselines, stock_assignment
 from planner._src.budget import headroom_why, io_bytes, requested_for, usable_bytes
 from planner._src.cost import build_cost_model, evaluate
-from planner._src.emit import emit
+from planner._src.emit.emit import emit
 from planner._src.errors import (
     InfeasibleBudgetError,
     InvalidArgumentError,

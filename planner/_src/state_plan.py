@@ -44,7 +44,7 @@ from planner._src import target as targets
 from planner._src.baselines import evaluate_baselines
 from planner._src.budget import io_bytes, usable_bytes
 from planner._src.cost import build_cost_model, evaluate
-from planner._src.emit import emit
+from planner._src.emit.emit import emit
 from planner._src.errors import InvalidArgumentError, PlannerError, PlanWarning
 from planner._src.plan import Plan
 from planner._src.solve import check_solution, solve_assignment
