@@ -105,7 +105,7 @@ def test_a_saved_tanh_a_fusion_rereads_is_held_twice():
     from planner._src.graph import build_graph, class_key
     from planner._src.trace import trace_step
     from planner._src.types import Assignment
-    from planner._src.verify import verify
+    from planner._src.verify.verify import verify
 
     params = _params()
     x = jax.ShapeDtypeStruct((BATCH, D), jnp.float32)

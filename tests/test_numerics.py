@@ -20,7 +20,7 @@ import planner
 from planner._src import numerics
 from planner._src.cost import Assignment, build_cost_model, evaluate
 from planner._src.types import Status
-from planner._src.verify import verify
+from planner._src.verify.verify import verify
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -502,7 +502,7 @@ def test_the_cpu_estimate_never_subtracts_more_than_the_compiler_counted(small, 
     """On XLA:CPU host arrays are counted in temp; a program XLA emptied (temp 0) while the
     traced one holds 6,291,456 host bytes compiled to -6,291,456 bytes "within budget"."""
     step, args, session, _, _, _ = small
-    import planner._src.verify as V
+    import planner._src.verify.verify as V
 
     real = V.compiled_figures
 

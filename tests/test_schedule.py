@@ -27,7 +27,7 @@ from jax.ad_checkpoint import checkpoint_name
 import cost_models as cm
 from planner._src import hlo, schedule, streams
 from planner._src import target as T
-from planner._src.verify import schedule_exposure_of
+from planner._src.verify.exposure import schedule_exposure_of
 
 HW = cm.load_profile("h200")
 
@@ -436,7 +436,7 @@ def test_verify_carries_the_schedule_figure_for_an_offloading_plan():
     from planner._src.cost import build_cost_model, evaluate
     from planner._src.emit.emit import emit
     from planner._src.types import Assignment
-    from planner._src.verify import verify
+    from planner._src.verify.verify import verify
 
     tgt = _h200()
 

@@ -98,7 +98,7 @@ from planner._src import jax_adapter as adapter
 from planner._src.errors import InvalidArgumentError
 from planner._src.trace import _as_enum
 from planner._src.types import Check
-from planner._src.verify import policy_maker
+from planner._src.verify.sites import policy_maker
 
 __all__ = ["TOLERANCE_ULPS", "NumericsResult", "check_numerics", "compare", "is_concrete"]
 

@@ -78,11 +78,8 @@ from planner._src.types import (
     Verification,
 )
 from planner._src.units import GB, fmt_bytes, gb_at_least
-from planner._src.verify import (
-    policy_maker,
-    precompile,
-    verify,
-)
+from planner._src.verify.sites import policy_maker
+from planner._src.verify.verify import precompile, verify
 
 __all__ = ["Planner", "pareto", "solve"]
 

@@ -50,7 +50,7 @@ from planner._src.plan import Plan
 from planner._src.solve import check_solution, solve_assignment
 from planner._src.types import CostModel, Emitted, Prediction, Round, Solution, Status
 from planner._src.units import GB, fmt_bytes
-from planner._src.verify import applied_step_verification
+from planner._src.verify.applied import applied_step_verification
 
 __all__ = ["StatePlan", "plan_in_session", "plan_state", "warn_if_not_donated"]
 
