@@ -1,4 +1,4 @@
-"""planner/_src/schedule.py: host-copy windows read from a compiled (scheduled) module.
+"""planner/_src/verify/schedule/: host-copy windows read from a compiled (scheduled) module.
 
 A handwritten scheduled module checks the window contents and the replay's arithmetic (one
 link per direction: a second reload queues behind the first); another checks the copy
@@ -25,8 +25,9 @@ import pytest
 from jax.ad_checkpoint import checkpoint_name
 
 import cost_models as cm
-from planner._src import hlo, schedule, streams
+from planner._src import hlo, streams
 from planner._src import target as T
+from planner._src.verify import schedule
 from planner._src.verify.exposure import schedule_exposure_of
 
 HW = cm.load_profile("h200")

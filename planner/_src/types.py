@@ -503,7 +503,7 @@ class Check:
 @_frozen
 class ScheduleExposure:
     """Exposed host-copy time per step, per direction, read from a compiled XLA:GPU schedule
-    (planner/_src/schedule.py: the copies' starts and dones in the scheduled loop bodies, the
+    (planner/_src/verify/schedule/: the copies' starts and dones in the scheduled loop bodies, the
     kernels between them priced by planner/_src/kernels.py, the copy streams and one link per
     direction replayed), beside the cost model's figure for the same plan.
 

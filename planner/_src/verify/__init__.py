@@ -5,5 +5,7 @@
 - ``kept.py``: level 1, JAX's residual choice under the emitted policy against the plan's;
 - ``sites.py``: which emitted policy each checkpoint call site gets;
 - ``exposure.py``: the compiled schedule's exposed host-copy time for a verified plan;
-- ``applied.py``: the Verification of a plan that moves train state (the step as applied).
+- ``applied.py``: the Verification of a plan that moves train state (the step as applied);
+- ``schedule/``: the compiled XLA:GPU schedule's host-copy windows, replayed (HLO text in,
+  no JAX).
 """

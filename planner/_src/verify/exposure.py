@@ -1,14 +1,14 @@
 """The exposed host-copy time of a verified plan, read from its compiled XLA:GPU schedule
-(planner/_src/schedule.py's replay), beside the cost model's figure for the same plan."""
+(planner/_src/verify/schedule/'s replay), beside the cost model's figure for the same plan."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from planner._src import schedule as sched
 from planner._src import target as targets
 from planner._src.types import Prediction, ScheduleExposure
+from planner._src.verify import schedule as sched
 
 
 def schedule_exposure_of(
@@ -21,7 +21,7 @@ def schedule_exposure_of(
     compiler_options: Sequence[tuple[str, Any]] = (),
 ) -> ScheduleExposure:
     """The exposed host-copy time the compiled schedule predicts, per direction
-    (planner/_src/schedule.py), beside the cost model's for the same plan.
+    (planner/_src/verify/schedule/), beside the cost model's for the same plan.
 
     On a live GPU the verify compile is the device's own program: its schedule is read. On
     a deviceless target ``recompile(options)`` compiles the plan again with Triton GEMMs on
