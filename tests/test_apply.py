@@ -17,8 +17,8 @@ from jax.ad_checkpoint import print_saved_residuals
 
 import planner
 from planner._src import jax_adapter as adapter
-from planner._src.numerics import coarsest_eps, compare
 from planner._src.session import io_bytes, requested_for
+from planner._src.verify.numerics import coarsest_eps, compare
 from tests.zoo import flax_linen
 
 D, LAYERS, BATCH = 128, 4, 512
@@ -166,7 +166,7 @@ def test_a_saved_tanh_a_fusion_rereads_is_held_twice():
 
 
 def _same_numbers(got, want):
-    """Every output leaf within the numerics check's tolerance (planner/_src/numerics.py:
+    """Every output leaf within the numerics check's tolerance (planner/_src/verify/numerics/:
     recomputed and saved values round differently; AdamW's moments of tiny gradients make
     elementwise relative comparisons meaningless)."""
     leaves = compare(got, want, coarsest_eps(want))

@@ -75,7 +75,7 @@ class Plan:
     # The fraction of the usable budget left free because the compiler is not the device's
     # own (target.CompilerTarget.margin; part of headroom_bytes).
     compiler_margin: float = 0.0
-    # The numerics check (planner._src.numerics.NumericsResult): the planned step against the
+    # The numerics check (planner._src.verify.numerics.NumericsResult): the planned step against the
     # step under the user's own policies on the example arguments; None: not attempted.
     numerics: Any = None
     # The train state's part (state.PlanState), where the plan was asked to place the

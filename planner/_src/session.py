@@ -47,7 +47,6 @@ import jax
 
 import cost_models as cm
 from planner._src import jax_adapter as adapter
-from planner._src import numerics
 from planner._src import target as targets
 from planner._src.baselines import evaluate_baselines, stock_assignment
 from planner._src.budget import headroom_why, io_bytes, requested_for, usable_bytes
@@ -78,6 +77,7 @@ from planner._src.types import (
     Verification,
 )
 from planner._src.units import GB, fmt_bytes, gb_at_least
+from planner._src.verify import numerics
 from planner._src.verify.sites import policy_maker
 from planner._src.verify.verify import precompile, verify
 

@@ -38,7 +38,6 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from planner._src import numerics
 from planner._src import state as st
 from planner._src import target as targets
 from planner._src.baselines import evaluate_baselines
@@ -50,6 +49,7 @@ from planner._src.plan import Plan
 from planner._src.solve import check_solution, solve_assignment
 from planner._src.types import CostModel, Emitted, Prediction, Round, Solution, Status
 from planner._src.units import GB, fmt_bytes
+from planner._src.verify import numerics
 from planner._src.verify.applied import applied_step_verification
 
 __all__ = ["StatePlan", "plan_in_session", "plan_state", "warn_if_not_donated"]

@@ -233,7 +233,7 @@ class Trace:
     step_work: cm.Work = cm.Work()  # the whole step with nothing recomputed (global avals)
     jax_version: str = ""
     # every floating dtype the step computes in (its equations' outputs, nested jaxprs
-    # included): the numerics check's tolerance follows the coarsest (numerics.py)
+    # included): the numerics check's tolerance follows the coarsest (verify/numerics/)
     float_dtypes: tuple[str, ...] = ()
     # the step draws random bits (dropout, noise): its float64 run draws others, so the
     # numerics check never judges it against that run (numerics.run_float64)

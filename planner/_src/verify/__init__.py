@@ -6,6 +6,7 @@
 - ``sites.py``: which emitted policy each checkpoint call site gets;
 - ``exposure.py``: the compiled schedule's exposed host-copy time for a verified plan;
 - ``applied.py``: the Verification of a plan that moves train state (the step as applied);
+- ``numerics/``: the numerics check, the planned step's outputs against the user's step's;
 - ``schedule/``: the compiled XLA:GPU schedule's host-copy windows, replayed (HLO text in,
   no JAX).
 """

@@ -15,7 +15,7 @@ Three levels, as JAX's own memories tests do:
 This module runs the three levels for one plan (:func:`verify`) and compiles several plans'
 programs ahead on threads (:func:`precompile`). Level 1 is kept.py; which policy each call
 site gets, sites.py; the schedule's copy exposure, exposure.py; the Verification of a plan
-that moves train state, applied.py; the numerics check, numerics.py.
+that moves train state, applied.py; the numerics check, numerics/.
 """
 
 from __future__ import annotations
