@@ -105,7 +105,7 @@ def test_a_saved_tanh_a_fusion_rereads_is_held_twice():
     from planner._src.graph import build_graph, class_key
     from planner._src.trace import trace_step
     from planner._src.types import Assignment
-    from planner._src.verify.verify import verify
+    from planner._src.verify.verify import VerifyRequest, verify
 
     params = _params()
     x = jax.ShapeDtypeStruct((BATCH, D), jnp.float32)
@@ -119,19 +119,21 @@ def test_a_saved_tanh_a_fusion_rereads_is_held_twice():
     # The second copy is the compiler's, not JAX's: the check that JAX keeps the planned
     # residuals passes (it compares JAX's residuals with device_residual_bytes).
     emitted = emit(saving, {c.key: c.name for c in graph.classes}, cost.hardware)
-    ver, not_kept = verify(
-        _step,
-        (params, x),
-        tr,
-        graph,
-        cost,
-        saving,
-        emitted.policy,
-        predicted,
-        10**9,
-        compile=False,
-        policies=emitted.policies,
+    res = verify(
+        VerifyRequest(
+            step_fn=_step,
+            args=(params, x),
+            trace=tr,
+            graph=graph,
+            cost=cost,
+            assignment=saving,
+            emitted=emitted,
+            prediction=predicted,
+            usable_bytes=10**9,
+            compile=False,
+        )
     )
+    ver, not_kept = res.verification, res.not_kept
     assert not not_kept and all(k.ok for k in ver.checks), ver.checks
     assert predicted.regions[0].twice_held_bytes == (t.nbytes if tr.holds_rereads_twice else 0)
     assert t.read_by_kernel  # the weight gradient's matmul

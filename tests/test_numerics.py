@@ -18,10 +18,10 @@ from jax.ad_checkpoint import checkpoint_policies as cp
 
 import planner
 from planner._src.cost import Assignment, build_cost_model, evaluate
-from planner._src.types import Status
+from planner._src.types import Emitted, Status
 from planner._src.verify import numerics
 from planner._src.verify.numerics import runs as numerics_runs
-from planner._src.verify.verify import verify
+from planner._src.verify.verify import VerifyRequest, verify
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -515,18 +515,29 @@ def test_the_cpu_estimate_never_subtracts_more_than_the_compiler_counted(small, 
     monkeypatch.setattr(V, "compiled_figures", emptied)
     cost = build_cost_model(session.trace, session.graph, session.hardware, allow_offload=False)
     a = Assignment.of({})
-    ver, _ = verify(
-        step,
-        args,
-        session.trace,
-        session.graph,
-        cost,
-        a,
-        cp.nothing_saveable,
-        evaluate(cost, session.graph, a),
-        1000,  # bytes: below the arguments alone
-        backend="cpu",
+    # JAX's nothing_saveable, compiled under the default flags
+    emitted = Emitted(
+        policy=cp.nothing_saveable,
+        policy_source="",
+        names_only=False,
+        xla_flags="",
+        xla_flag_notes=(),
+        maxtext_yaml="",
     )
+    ver = verify(
+        VerifyRequest(
+            step_fn=step,
+            args=args,
+            trace=session.trace,
+            graph=session.graph,
+            cost=cost,
+            assignment=a,
+            emitted=emitted,
+            prediction=evaluate(cost, session.graph, a),
+            usable_bytes=1000,  # bytes: below the arguments alone
+            backend="cpu",
+        )
+    ).verification
     assert ver.compiled_device_bytes >= ver.compiled.argument_bytes > 0
     assert ver.status == Status.OVER
 

@@ -437,7 +437,7 @@ def test_verify_carries_the_schedule_figure_for_an_offloading_plan():
     from planner._src.cost import build_cost_model, evaluate
     from planner._src.emit.emit import emit
     from planner._src.types import Assignment
-    from planner._src.verify.verify import verify
+    from planner._src.verify.verify import VerifyRequest, verify
 
     tgt = _h200()
 
@@ -459,22 +459,22 @@ def test_verify_carries_the_schedule_figure_for_an_offloading_plan():
     got = {}
     for flag in (True, False):
         with T.target_scope(tgt):
-            got[flag], _ = verify(
-                step,
-                T.args_for(tgt, _args()),
-                tr,
-                graph,
-                cost,
-                a,
-                em.policy,
-                pred,
-                10**10,
-                policies=em.policies,
-                compiler_options=em.compiler_options,
-                backend="cuda",
-                compiler=tgt.description,
-                schedule_exposure=flag,
-            )
+            got[flag] = verify(
+                VerifyRequest(
+                    step_fn=step,
+                    args=T.args_for(tgt, _args()),
+                    trace=tr,
+                    graph=graph,
+                    cost=cost,
+                    assignment=a,
+                    emitted=em,
+                    prediction=pred,
+                    usable_bytes=10**10,
+                    backend="cuda",
+                    compiler=tgt.description,
+                    schedule_exposure=flag,
+                )
+            ).verification
     assert got[False].schedule is None
     x = got[True].schedule
     assert x is not None and x.copies == 2 and x.compiler == tgt.description

@@ -79,7 +79,7 @@ from planner._src.types import (
 from planner._src.units import GB, fmt_bytes, gb_at_least
 from planner._src.verify import numerics
 from planner._src.verify.sites import policy_maker
-from planner._src.verify.verify import precompile, verify
+from planner._src.verify.verify import VerifyRequest, precompile, verify
 
 __all__ = ["Planner", "pareto", "solve"]
 
@@ -871,29 +871,27 @@ class Planner:
         if self.options.verify_compile:
             self._say(f"compiling {label or 'the plan'} for {budget / GB:g} GB to verify it")
         t = time.perf_counter()
-        compiled: list = []
         with self._scope():
-            ver, not_kept = verify(
-                self._step,
-                self._args,
-                tr,
-                graph,
-                cost,
-                assignment,
-                emitted.policy,
-                pred,
-                budget,
-                compile=self.options.verify_compile,
-                policies=emitted.policies,
-                compiler_options=emitted.compiler_options,
-                backend=self._backend,
-                compiler=self.compiler.description,
-                compiled_out=compiled,
-                schedule_exposure=self.options.schedule_exposure,
-                precompiled=self._stock_pre.pop(stock, None) if stock else precompiled,
+            res = verify(
+                VerifyRequest(
+                    step_fn=self._step,
+                    args=self._args,
+                    trace=tr,
+                    graph=graph,
+                    cost=cost,
+                    assignment=assignment,
+                    emitted=emitted,
+                    prediction=pred,
+                    usable_bytes=budget,
+                    compile=self.options.verify_compile,
+                    backend=self._backend,
+                    compiler=self.compiler.description,
+                    schedule_exposure=self.options.schedule_exposure,
+                    precompiled=self._stock_pre.pop(stock, None) if stock else precompiled,
+                )
             )
         self._last_timings.append((f"verify ({label or 'plan'})", time.perf_counter() - t))
-        return _Attempt(assignment, pred, emitted, ver, not_kept, compiled[0] if compiled else None)
+        return _Attempt(assignment, pred, emitted, res.verification, res.not_kept, res.compiled)
 
     # -------------------------------------------------------------------- numerics
 

@@ -34,6 +34,8 @@ from planner._src.trace import compile_with, compiled_figures, lower_with
 from planner._src.types import (
     Assignment,
     Check,
+    CostModel,
+    Emitted,
     Prediction,
     Status,
     Trace,
@@ -49,64 +51,81 @@ from planner._src.verify.sites import policy_maker, region_policy
 _SEPARATE_HOST_MEMORY = ("gpu", "cuda", "rocm", "tpu")
 
 
-def verify(
-    step_fn: Callable,
-    args: Sequence[Any],
-    trace: Trace,
-    graph: LivenessGraph,
-    cost,
-    assignment: Assignment,
-    policy,
-    prediction: Prediction,
-    usable_bytes: int,
-    *,
-    compile: bool = True,
-    policies: tuple = (),
-    compiler_options: Sequence[tuple[str, Any]] = (),
-    backend: str | None = None,
-    compiler: str = "",
-    compiled_out: list | None = None,
-    schedule_exposure: bool = True,
-    precompiled: Any = None,
-) -> tuple[Verification, tuple[str, ...]]:
-    """Check a plan at the three levels of the module docstring.
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class VerifyRequest:
+    """What :func:`verify` checks, and how.
 
-    ``policy``: the one emitted policy; ``policies``: one per layer group (call site, in
-    call order) when the plan decides groups separately (then ``policy`` may be None).
-    ``compiler_options``: the plan's XLA flags as compiler options (``Emitted``); the step is
-    compiled with them, because they change the schedule and so the peak: a plan verified
-    under the default flags can compile over its budget under its own flags and run out of
-    memory there (measured: benchmarks/results/h200-2026-12-02.md).
+    The plan: ``assignment`` on the traced step (``trace``, ``graph``, ``cost``), what was
+    emitted for it (``emitted``: the one policy, or one per layer group, call site in call
+    order, when the plan decides groups separately; and its XLA flags, as compiler options:
+    the step is compiled with them, because they change the schedule and so the peak: a plan
+    verified under the default flags can compile over its budget under its own flags and run
+    out of memory there; measured: benchmarks/results/h200-2026-12-02.md), and the cost
+    model's ``prediction``; checked on ``step_fn(*args)`` against ``usable_bytes``.
 
-    ``compiled_out``, when given, receives the compiled program (the numerics check runs it).
-    ``precompiled``: the program :func:`precompile` compiled for this policy and these
-    flags (a :class:`Precompiled`, or the ``Future`` of one, waited for here); it is used
-    instead of compiling again.
-    ``schedule_exposure``: on an XLA:GPU backend, for a plan whose compile has async host
-    copies, also read the exposed copy time from the compiled schedule
-    (:func:`schedule_exposure_of`; ``Verification.schedule``).
+    The options: ``compile`` False traces the step only (level 1; status "not compiled").
+    ``backend``: the verifying compiler's backend (None: JAX's default); ``compiler``: its
+    description, for the report. ``schedule_exposure``: on an XLA:GPU backend, for a plan
+    whose compile has async host copies, also read the exposed copy time from the compiled
+    schedule (:func:`schedule_exposure_of`; ``Verification.schedule``). ``precompiled``: the
+    program :func:`precompile` compiled for this policy and these flags (a
+    :class:`Precompiled`, or the ``Future`` of one, waited for here); it is used instead of
+    compiling again."""
 
-    Returns the verification and the classes the plan keeps that JAX does not (level 1:
-    the plan is wrong about them; empty when the policy does what the plan says)."""
+    step_fn: Callable
+    args: Sequence[Any]
+    trace: Trace
+    graph: LivenessGraph
+    cost: CostModel
+    assignment: Assignment
+    emitted: Emitted
+    prediction: Prediction
+    usable_bytes: int
+    compile: bool = True
+    backend: str | None = None
+    compiler: str = ""
+    schedule_exposure: bool = True
+    precompiled: Any = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class VerifyResult:
+    """What :func:`verify` found: the ``verification``; ``not_kept``, the classes the plan
+    keeps that JAX does not (level 1: the plan is wrong about them; empty when the policy does
+    what the plan says); and ``compiled``, the compiled program (live; the numerics check runs
+    it), None when the step was not compiled."""
+
+    verification: Verification
+    not_kept: tuple[str, ...] = ()
+    compiled: Any = None
+
+
+def verify(request: VerifyRequest) -> VerifyResult:
+    """Check a plan at the three levels of the module docstring (``request``: what and how,
+    :class:`VerifyRequest`)."""
+    step_fn, args, trace, graph = request.step_fn, request.args, request.trace, request.graph
+    cost, assignment = request.cost, request.assignment
+    prediction, usable_bytes = request.prediction, request.usable_bytes
+    compile, backend, compiler = request.compile, request.backend, request.compiler
+    schedule_exposure, precompiled = request.schedule_exposure, request.precompiled
+    policy, policies = request.emitted.policy, request.emitted.policies
+    compiler_options = request.emitted.compiler_options
     backend = backend or jax.default_backend()
     make = policy_maker(graph, policy, policies)
     fallback = policy if policy is not None else policies[0]
     bound: list = []
     lowered: list = []  # the verify compile's lowered program (the schedule compiles it again)
+    compiled = None
     if compile and precompiled is not None:
         if not isinstance(precompiled, Precompiled):  # a Future of precompile's
             precompiled = precompiled.result()
         step_jaxpr, compiled = precompiled.step_jaxpr, precompiled.compiled
         bound = list(precompiled.bound)
         lowered.append(precompiled.lowered)
-        if compiled_out is not None:
-            compiled_out.append(compiled)
     elif compile:
         step_jaxpr, compiled = compile_with(
             step_fn, args, make, compiler_options, bound_out=bound, lowered_out=lowered
         )
-        if compiled_out is not None:
-            compiled_out.append(compiled)
     else:
         traced, bound = adapter.trace_step_with(step_fn, args, make)
     level1 = kept_checks(
@@ -120,17 +139,21 @@ def verify(
     checks = [k.check for k in level1]
     not_kept = tuple(sorted({c for k in level1 for c in k.not_kept}))
     if not compile:
-        return Verification(
-            status=Status.NOT_COMPILED,
-            compiled=None,
-            compiled_device_bytes=None,
-            predicted_peak_bytes=prediction.peak_bytes,
-            usable_bytes=usable_bytes,
-            checks=tuple(checks),
-            backend=backend,
-            note="compilation skipped (verify_compile=False)",
-            compiler=compiler,
-        ), not_kept
+        return VerifyResult(
+            verification=Verification(
+                status=Status.NOT_COMPILED,
+                compiled=None,
+                compiled_device_bytes=None,
+                predicted_peak_bytes=prediction.peak_bytes,
+                usable_bytes=usable_bytes,
+                checks=tuple(checks),
+                backend=backend,
+                note="compilation skipped (verify_compile=False)",
+                compiler=compiler,
+            ),
+            not_kept=not_kept,
+            compiled=compiled,
+        )
     figs = compiled_figures(compiled, step_jaxpr, backend=backend, compiler=compiler)
 
     # Level 2: stacked residuals of the traced step against the full-remat anchor.
@@ -201,19 +224,23 @@ def verify(
                 "held to a budget",
             )
         )
-        return Verification(
-            status=Status.INVALID,
-            compiled=figs,
-            compiled_device_bytes=None,
-            predicted_peak_bytes=prediction.peak_bytes,
-            usable_bytes=usable_bytes,
-            checks=tuple(checks),
-            backend=backend,
-            note="The compiler's memory figure for this plan is negative "
-            f"({device_bytes:,} bytes), so the plan is not verified: do not run it at this "
-            "budget before compiling it on the target.",
-            compiler=compiler,
-        ), not_kept
+        return VerifyResult(
+            verification=Verification(
+                status=Status.INVALID,
+                compiled=figs,
+                compiled_device_bytes=None,
+                predicted_peak_bytes=prediction.peak_bytes,
+                usable_bytes=usable_bytes,
+                checks=tuple(checks),
+                backend=backend,
+                note="The compiler's memory figure for this plan is negative "
+                f"({device_bytes:,} bytes), so the plan is not verified: do not run it at this "
+                "budget before compiling it on the target.",
+                compiler=compiler,
+            ),
+            not_kept=not_kept,
+            compiled=compiled,
+        )
     status = Status.OK if device_bytes <= usable_bytes else Status.OVER
     estimated = False
     if not separate_host and figs.jaxpr_host_bytes and status == Status.OVER:
@@ -258,19 +285,23 @@ def verify(
             recompile=lambda options: targets.compile_lowered(lowered[0], dict(options)),
             compiler_options=compiler_options,
         )
-    return Verification(
-        status=status,
-        compiled=figs,
-        compiled_device_bytes=int(device_bytes),
-        predicted_peak_bytes=prediction.peak_bytes,
-        usable_bytes=usable_bytes,
-        checks=tuple(checks),
-        backend=backend,
-        note=note,
-        exact=not estimated,
-        compiler=compiler,
-        schedule=timed,
-    ), not_kept
+    return VerifyResult(
+        verification=Verification(
+            status=status,
+            compiled=figs,
+            compiled_device_bytes=int(device_bytes),
+            predicted_peak_bytes=prediction.peak_bytes,
+            usable_bytes=usable_bytes,
+            checks=tuple(checks),
+            backend=backend,
+            note=note,
+            exact=not estimated,
+            compiler=compiler,
+            schedule=timed,
+        ),
+        not_kept=not_kept,
+        compiled=compiled,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,13 +325,13 @@ def precompile(
 ) -> list:
     """Compile several policies' programs of the step on the threads of ``pool`` (a
     ``concurrent.futures.Executor``): ``programs`` are ``(policy, policies,
-    compiler_options)`` as :func:`verify` takes them. Each is traced and lowered on this
-    thread (the planner's policies are bound per thread, and the user's step is traced only
-    here); the compiles are submitted, each in a copy of the caller's context (a deviceless
-    target's scope), and this returns at once: one ``Future`` of a :class:`Precompiled` per
-    program, in order (XLA compiles without the GIL, and one after the other the stock
-    policies' verify compiles are most of a budget's planning time; measured:
-    benchmarks/results/h200-2026-12-05-zoo.md)."""
+    compiler_options)`` as an ``Emitted`` carries them (``VerifyRequest.emitted``). Each is
+    traced and lowered on this thread (the planner's policies are bound per thread, and the
+    user's step is traced only here); the compiles are submitted, each in a copy of the
+    caller's context (a deviceless target's scope), and this returns at once: one ``Future``
+    of a :class:`Precompiled` per program, in order (XLA compiles without the GIL, and one
+    after the other the stock policies' verify compiles are most of a budget's planning
+    time; measured: benchmarks/results/h200-2026-12-05-zoo.md)."""
     import contextvars
 
     def compile_one(step_jaxpr, low, bound, options):
