@@ -22,7 +22,7 @@ _PUBLIC = {
     "HardwareProfile": ("cost_models", "HardwareProfile"),
     "list_profiles": ("cost_models", "list_profiles"),
     "load_profile": ("cost_models", "load_profile"),
-    "PlannerPolicy": ("planner._src.emit", "PlannerPolicy"),
+    "PlannerPolicy": ("planner._src.emit.emit", "PlannerPolicy"),
     **{
         name: ("planner._src.errors", name)
         for name in (
@@ -40,10 +40,10 @@ _PUBLIC = {
     "MaxTextPlan": ("planner._src.planning.maxtext", "MaxTextPlan"),
     "MaxTextPlanner": ("planner._src.planning.maxtext", "MaxTextPlanner"),
     "plan_maxtext": ("planner._src.planning.maxtext", "plan_maxtext"),
-    "NumericsResult": ("planner._src.numerics", "NumericsResult"),
-    "check_numerics": ("planner._src.numerics", "check_numerics"),
+    "NumericsResult": ("planner._src.verify.numerics.check", "NumericsResult"),
+    "check_numerics": ("planner._src.verify.numerics.check", "check_numerics"),
     "PlanOptions": ("planner._src.options", "PlanOptions"),
-    "paste_snippets": ("planner._src.paste", "paste_snippets"),
+    "paste_snippets": ("planner._src.emit.paste", "paste_snippets"),
     "Plan": ("planner._src.plan", "Plan"),
     "PlanWarning": ("planner._src.errors", "PlanWarning"),
     "SavedPlan": ("planner._src.planfile", "SavedPlan"),

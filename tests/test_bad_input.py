@@ -325,7 +325,7 @@ def test_small_sizes_are_printed_in_a_unit_that_shows_them(plan):
 
 def test_maxtext_block_is_yaml_for_any_checkpoint_name():
     yaml = pytest.importorskip("yaml")
-    from planner._src.emit import maxtext_yaml
+    from planner._src.emit.emit import maxtext_yaml
     from planner._src.types import Assignment
 
     names = {"a": "x: y", "b": "two\nlines", "c": "", "d": "mlpwi_0", "e": "null", "f": None}

@@ -15,9 +15,9 @@ from examples import llama
 from planner._src import jax_adapter as adapter
 from planner._src.baselines import evaluate_baselines
 from planner._src.cost import DECISIONS, Assignment, build_cost_model, evaluate
+from planner._src.emit.paste import paste_snippets
 from planner._src.errors import InfeasibleBudgetError, LayerGroupsError
 from planner._src.graph import build_graph
-from planner._src.paste import paste_snippets
 from planner._src.solve import SolverOptions, solve_assignment
 from planner._src.trace import merge_call_sites, stacked_residuals, trace_step
 

@@ -69,7 +69,9 @@ def import_graph(root: Path, packages=PACKAGES) -> tuple[nx.DiGraph, list[tuple[
                     graph.add_edge(name, target)
             if targets and id(node) in in_function:
                 rel = str(path.relative_to(root))
-                deferred.append((rel, node.lineno, " ".join(lines[node.lineno - 1 : node.end_lineno])))
+                deferred.append(
+                    (rel, node.lineno, " ".join(lines[node.lineno - 1 : node.end_lineno]))
+                )
     return graph, deferred
 
 

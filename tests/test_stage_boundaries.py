@@ -47,9 +47,7 @@ def _private_uses(path: Path) -> list[str]:
 def test_no_planning_step_takes_the_planner():
     for name in STEPS:
         tree = ast.parse((PLANNING / f"{name}.py").read_text())
-        imports = {
-            node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-        } | {
+        imports = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)} | {
             f"{node.module}.{a.name}"
             for node in ast.walk(tree)
             if isinstance(node, ast.ImportFrom)

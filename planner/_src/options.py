@@ -55,7 +55,7 @@ class PlanOptions:
         target's or an error saying how to get it; "local": this machine's backend.
       check_numerics: run the planned step and the step under your own policies once on the
         example arguments and compare every output leaf (loss, gradients, updated state)
-        within a dtype-aware tolerance (planner/_src/numerics.py); a mismatch fails the plan.
+        within a dtype-aware tolerance (planner/_src/verify/numerics/); a mismatch fails the plan.
         None (default): check where the example arguments are concrete arrays and this
         machine can run the step (not on a deviceless target), else the report says the
         numerics were not checked and how to check them (``planner.check_numerics``). True:

@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from planner._src.apply import apply, binding
-from planner._src.emit import differing_groups_error, policies_for
+from planner._src.emit.apply import apply, binding
+from planner._src.emit.emit import differing_groups_error, policies_for
 from planner._src.errors import PlanFileError
 from planner._src.graph import num_groups
 from planner._src.report import Report, build_report, render, report_from_dict

@@ -12,7 +12,7 @@ import io
 import json
 
 from planner._src.cost import evaluate, hiding_models
-from planner._src.paste import PLAN_FILE, apply_snippet, paste_snippets
+from planner._src.emit.paste import PLAN_FILE, apply_snippet, paste_snippets
 from planner._src.units import GB, MB, fmt_bytes, fmt_gb
 
 
@@ -107,8 +107,8 @@ class Report:
     headroom_why: str = ""  # why headroom_gb of the budget is left free
     # The status block: (what, text) lines saying what was checked where (_status_lines).
     status_lines: tuple[tuple[str, str], ...] = ()
-    # What users paste (planner._src.paste): {"python", "xla_flags", "maxtext", "apply"}, and
-    # "state" where the plan places the optimizer state (state.PlanState.snippet).
+    # What users paste (planner._src.emit.paste): {"python", "xla_flags", "maxtext",
+    # "apply"}, and "state" where the plan places the optimizer state (state.PlanState.snippet).
     snippets: dict = dataclasses.field(default_factory=dict)
     # Where the plan places the optimizer state too (plan.state): per part (parameters,
     # gradients, optimizer state, activations) {"part", "hbm_bytes", "host_bytes",

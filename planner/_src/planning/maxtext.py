@@ -60,7 +60,7 @@ from typing import Any
 
 import cost_models as cm
 from planner._src import target as targets
-from planner._src.emit import _MAXTEXT_VALUE, yaml_key
+from planner._src.emit.emit import _MAXTEXT_VALUE, yaml_key
 from planner._src.errors import InvalidArgumentError, UnsupportedError
 from planner._src.options import PlanOptions, check_fits_device
 from planner._src.planning.planner import Planner

@@ -16,7 +16,7 @@ import warnings
 
 from planner._src.baselines import stock_assignment
 from planner._src.cost import evaluate
-from planner._src.emit import emit
+from planner._src.emit.emit import emit
 from planner._src.errors import PlanWarning
 from planner._src.plan import Plan
 from planner._src.planning.attempt import CompileThreads

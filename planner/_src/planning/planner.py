@@ -32,7 +32,6 @@ from collections.abc import Callable
 
 import jax
 
-from planner._src import numerics
 from planner._src import target as targets
 from planner._src.baselines import evaluate_baselines
 from planner._src.budget import Budget, io_bytes, requested_for, usable_bytes
@@ -52,6 +51,7 @@ from planner._src.planning.one_budget import plan_budget, warn_unfit
 from planner._src.planning.stock import StockCompiles
 from planner._src.trace import merge_call_sites, trace_step
 from planner._src.units import GB
+from planner._src.verify import numerics
 
 __all__ = ["Planner", "pareto", "solve"]
 
