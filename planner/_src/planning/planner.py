@@ -26,6 +26,7 @@ What a Planner guarantees, by construction (the compiler is the judge):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -148,8 +149,18 @@ class Planner:
 
     @property
     def options(self) -> PlanOptions:
-        """The options every plan of this Planner is made with."""
+        """The options every plan of this Planner is made with. Set it to plan the next
+        budgets with other options (those that shape the trace, such as ``decide_names`` or
+        ``compiler``, keep the values the Planner was made with)."""
         return self.subject.options
+
+    @options.setter
+    def options(self, value: PlanOptions) -> None:
+        if not isinstance(value, PlanOptions):
+            raise InvalidArgumentError(f"options must be a planner.PlanOptions, got {value!r}.")
+        self.subject = dataclasses.replace(self.subject, options=value)
+        for service in (self.numerics, self.stock, self._threads):
+            service.subject = self.subject
 
     @property
     def hardware(self):
