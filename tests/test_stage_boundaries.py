@@ -37,7 +37,7 @@ def _package(name: str) -> list[Path]:
 USERS = (
     [PLANNING / "state_placement.py"]
     + _package("throughput")
-    + [PLANNING / "maxtext.py"]
+    + _package("maxtext")
     + sorted((SRC / "cli").glob("*.py") if (SRC / "cli").is_dir() else [SRC / "cli.py"])
 )
 
