@@ -261,12 +261,7 @@ class Planner:
                 raise InvalidArgumentError(f"points must be an int >= 1, got {points!r}.")
             budgets = self.span_budgets(points)
         else:
-            budgets = list(hbm_gb) if isinstance(hbm_gb, (list, tuple)) else [hbm_gb]
-            if not budgets:
-                raise InvalidArgumentError(
-                    "hbm_gb is an empty list; give at least one budget in GB."
-                )
-            budgets = [inputs.validate_budget(b) for b in budgets]
+            budgets = inputs.budget_list(hbm_gb)
         inputs.warn_above_allocator_limit(max(budgets), self.hardware)
         out = []
         for b in budgets:
@@ -427,12 +422,8 @@ def pareto(
     """Plans for several budgets from one trace: ``[Plan or PlannerError per budget]``
     (:meth:`Planner.pareto`)."""
     if hbm_gb is not None:
-        budgets = list(hbm_gb) if isinstance(hbm_gb, (list, tuple)) else [hbm_gb]
-        if not budgets:
-            raise InvalidArgumentError("hbm_gb is an empty list; give at least one budget in GB.")
-        check_fits_device(
-            max(inputs.validate_budget(b) for b in budgets), inputs.load_hardware(hardware)
-        )
+        hbm_gb = inputs.budget_list(hbm_gb)  # a generator is read once, here
+        check_fits_device(max(hbm_gb), inputs.load_hardware(hardware))
     return Planner(
         step_fn,
         *example_args,
