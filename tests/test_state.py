@@ -18,7 +18,7 @@ from planner._src import state as st
 from planner._src import target as tg
 from planner._src.errors import InfeasibleBudgetError, PlannerError
 from planner._src.numerics import coarsest_eps, compare
-from planner._src.plan import PlanWarning
+from planner._src.results.plan import PlanWarning
 from planner._src.solve import solve_assignment
 from planner._src.types import SolverOptions
 

@@ -219,7 +219,7 @@ def _emit(text: str, out: str | None = None) -> None:
 
 def _cmd_solve(a) -> int:
     import planner  # deferred: --help answers without importing JAX
-    from planner._src.planfile import (
+    from planner._src.results.planfile import (
         check_writable,
     )  # deferred: --help answers without importing JAX
 
@@ -248,7 +248,7 @@ def _cmd_solve(a) -> int:
             stream_params=a.stream_params,
         )
         if a.timeline:
-            from planner._src.plots import (
+            from planner._src.results.plots import (
                 hbm_timeline,
             )  # deferred: --help answers without importing JAX
 
@@ -419,7 +419,7 @@ def _cmd_pareto(a) -> int:
     budgets = _budgets(a.hbm_gb)
     _image_path(a.png, (".png",), "--png")
     _image_path(a.svg, (".svg",), "--svg")
-    from planner._src.planfile import (
+    from planner._src.results.planfile import (
         check_writable,
     )  # deferred: --help answers without importing JAX
 
@@ -447,7 +447,7 @@ def _cmd_pareto(a) -> int:
             budgets = [getattr(r, "budget_bytes", math.nan) / 1e9 for r in results]
         for path in (a.png, a.svg):
             if path:
-                from planner._src.plots import (
+                from planner._src.results.plots import (
                     pareto_curve,
                 )  # deferred: --help answers without importing JAX
 
@@ -538,7 +538,7 @@ def _ints(text: str, flag: str) -> tuple[int, ...] | None:
 
 
 def _cmd_throughput(a) -> int:
-    from planner._src.planfile import (
+    from planner._src.results.planfile import (
         check_writable,
     )  # deferred: --help answers without importing JAX
     from planner._src.throughput import (

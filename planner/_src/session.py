@@ -2,7 +2,7 @@
 
 ``Planner(step_fn, *example_args, hardware=...)`` runs the trace and graph stages once;
 ``planner.plan(hbm_gb)`` runs cost -> solve -> emit -> verify for one budget and returns a
-:class:`~planner._src.plan.Plan`; ``planner.pareto(...)`` does it for several.
+:class:`~planner._src.results.plan.Plan`; ``planner.pareto(...)`` does it for several.
 ``planner.solve`` and ``planner.pareto`` (the module-level verbs) are thin wrappers.
 
 What a session guarantees, by construction (the compiler is the judge):
@@ -63,8 +63,8 @@ from planner._src.errors import (
 )
 from planner._src.graph import NAMES_ONLY_WHY, LivenessGraph, build_graph, class_key
 from planner._src.options import PlanOptions, check_fits_device, real_scalar
-from planner._src.plan import UNIFORM, Plan
 from planner._src.policies import STOCK
+from planner._src.results.plan import UNIFORM, Plan
 from planner._src.solve import check_solution, min_peak_assignment, solve_assignment
 from planner._src.state_plan import plan_in_session
 from planner._src.trace import merge_call_sites, trace_step

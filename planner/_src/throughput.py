@@ -65,9 +65,9 @@ from planner._src.errors import (
     PlanWarning,
 )
 from planner._src.options import PlanOptions, check_fits_device
-from planner._src.plan import Plan
-from planner._src.plots import throughput_curve
 from planner._src.policies import STOCK
+from planner._src.results.plan import Plan
+from planner._src.results.plots import throughput_curve
 from planner._src.session import (
     Planner,
     _load_hardware,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from planner._src import planfile
 from planner._src.apply import apply as apply_to_step
 from planner._src.apply import binding
 from planner._src.budget import Budget, headroom_why
@@ -19,6 +18,7 @@ from planner._src.emit import differing_groups_error
 from planner._src.errors import PlanWarning
 from planner._src.graph import LivenessGraph, class_key
 from planner._src.report import build_report, render
+from planner._src.results import planfile
 from planner._src.types import (
     Assignment,
     Baseline,
