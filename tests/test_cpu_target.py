@@ -8,7 +8,7 @@ import pytest
 
 import planner
 from examples import llama
-from planner._src.report import build_report
+from planner._src.results.report import build_report
 from planner._src.session import CPU_OFFLOAD_WHY, STEP_MODEL_ERROR
 from planner._src.types import Status
 

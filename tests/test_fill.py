@@ -15,7 +15,7 @@ import pytest
 import planner
 from examples import llama, moe
 from planner._src import session as session_mod
-from planner._src.report import budget_use
+from planner._src.results.report.build import budget_use
 from planner._src.session import fill_slack, requested_for
 from planner._src.types import Status
 

@@ -224,7 +224,7 @@ def test_outputs_say_per_group_what_was_chosen(grouped):
     md = plan.report("markdown")
     assert "| group | source |" in md and "layer group 1: region 1" in md
     assert "policies = " in md
-    from planner._src.report import build_report
+    from planner._src.results.report import build_report
 
     rows = {r.group for r in build_report(plan).rows}
     assert rows == {0, 1}

@@ -142,7 +142,8 @@ def test_every_name_the_maxtext_block_sets_has_its_row_in_the_decision_table(pla
     """The MaxText block sets every checkpoint name; the table lists each (never folded into
     the smaller classes' line, a name no backward pass reads marked so), with the decision
     the block writes."""
-    from planner._src.report import NOT_READ, build_report
+    from planner._src.results.report import build_report
+    from planner._src.results.report.model import NOT_READ
 
     for p in (plan, maxtext_plan):
         block = _check_maxtext_block(p, paste_snippets(p)["maxtext"])
@@ -362,7 +363,7 @@ def test_pareto_curve_marks_infeasible_budgets(llama_step, tmp_path):
 def test_report_step_time_breakdown_adds_up(plan):
     """The report's predicted step = base + recompute + saving writes + exposed copies, in
     every format, and the saving writes are the model's (fusible values the plan saves)."""
-    from planner._src.report import build_report, render
+    from planner._src.results.report import build_report, render
 
     r = build_report(plan)
     assert r.step_ms == pytest.approx(r.base_ms + r.recompute_ms + r.saving_ms + r.exposed_ms)

@@ -340,7 +340,7 @@ def test_planner_plan_places_state_reports_the_split_and_checks_numerics(donated
     numerics check); no donation warning. The same decisions as plan_state."""
     import json
 
-    from planner._src.report import report_from_dict
+    from planner._src.results.report import report_from_dict
 
     session = donated_session
     with warnings.catch_warnings():

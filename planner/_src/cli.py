@@ -370,7 +370,9 @@ def _pareto_table(rows, stock) -> str:
     """The pareto rows and stock policies as two rich tables, plain text."""
     from rich.table import Table
 
-    from planner._src.report import text_console  # deferred: --help answers without importing JAX
+    from planner._src.results.report.text import (
+        text_console,
+    )  # deferred: --help answers without importing JAX
 
     con = text_console(120)
     t = Table(title="Planner: predicted peak and step time per budget")

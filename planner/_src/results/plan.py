@@ -17,8 +17,8 @@ from planner._src.budget import Budget, headroom_why
 from planner._src.emit import differing_groups_error
 from planner._src.errors import PlanWarning
 from planner._src.graph import LivenessGraph, class_key
-from planner._src.report import build_report, render
 from planner._src.results import planfile
+from planner._src.results.report import build_report, render
 from planner._src.types import (
     Assignment,
     Baseline,
