@@ -203,7 +203,7 @@ def test_apply_gives_each_layer_of_a_python_loop_its_own_policy(loop_plan, tmp_p
 def test_kept_rows_are_labelled_as_print_saved_residuals_prints_them(loop_plan):
     """The whole model under the plan, a layer per call site (no scan): every kept row of
     the decision table, in every group, is a line JAX prints, string for string."""
-    from planner._src.report import build_report
+    from planner._src.results.report import build_report
 
     plan, params, x = loop_plan
     out = io.StringIO()

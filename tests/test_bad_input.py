@@ -13,7 +13,7 @@ import pytest
 import cost_models as cm
 import planner
 from examples import llama
-from planner._src.cli import main
+from planner._src.cli.main import main
 
 TINY = llama.LlamaConfig(
     n_layers=2, d_model=128, n_heads=4, n_kv_heads=2, d_ff=384, seq=64, vocab=256
@@ -369,7 +369,7 @@ def test_a_step_raising_in_plan_check_is_a_trace_error(plan_file):
 
 
 def test_pareto_table_shows_small_figures():
-    from planner._src.cli import _pareto_table
+    from planner._src.cli.pareto import _pareto_table
 
     row = {
         "budget_gb": 0.0005,

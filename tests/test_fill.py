@@ -21,7 +21,7 @@ from planner._src.planning import fit as fit_mod
 from planner._src.planning import groups as groups_mod
 from planner._src.planning import planner as planner_mod
 from planner._src.planning.fill import fill_slack
-from planner._src.report import budget_use
+from planner._src.results.report.build import budget_use
 from planner._src.types import Status
 
 pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")

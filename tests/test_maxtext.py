@@ -271,7 +271,7 @@ def test_decide_names_is_checked():
 
 
 def test_cli_maxtext_errors_teach(capsys):
-    from planner._src.cli import main
+    from planner._src.cli.main import main
 
     assert main(["maxtext", "my.yml", "scan_layers", "--hardware", "cpu"]) == 2
     assert "neither the config file" in capsys.readouterr().err

@@ -16,8 +16,7 @@ import planner
 from examples import llama
 from planner._src import state as st
 from planner._src import target as tg
-from planner._src.errors import InfeasibleBudgetError, PlannerError
-from planner._src.plan import PlanWarning
+from planner._src.errors import InfeasibleBudgetError, PlannerError, PlanWarning
 from planner._src.solve import solve_assignment
 from planner._src.types import SolverOptions
 from planner._src.verify.numerics import coarsest_eps, compare
@@ -340,7 +339,7 @@ def test_planner_plan_places_state_reports_the_split_and_checks_numerics(donated
     numerics check); no donation warning. The same decisions as plan_state."""
     import json
 
-    from planner._src.report import report_from_dict
+    from planner._src.results.report import report_from_dict
 
     session = donated_session
     with warnings.catch_warnings():

@@ -41,7 +41,6 @@ from planner._src.errors import InvalidArgumentError, PlannerError, UnsupportedE
 from planner._src.graph import build_graph
 from planner._src.jax_adapter import HOST_KIND
 from planner._src.options import PlanOptions, check_fits_device
-from planner._src.plan import Plan
 from planner._src.planning import inputs
 from planner._src.planning import state_placement as placement
 from planner._src.planning.attempt import CompileThreads
@@ -50,6 +49,7 @@ from planner._src.planning.groups import groups_pay, groups_possible
 from planner._src.planning.numerics_check import NUMERICS_FORCED_WHY, NumericsJudge
 from planner._src.planning.one_budget import plan_budget, warn_unfit
 from planner._src.planning.stock import StockCompiles
+from planner._src.results.plan import Plan
 from planner._src.trace import merge_call_sites, trace_step
 from planner._src.units import GB
 from planner._src.verify import numerics

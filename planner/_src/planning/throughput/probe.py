@@ -8,10 +8,10 @@ import warnings
 from planner._src.baselines import evaluate_baselines
 from planner._src.cost import build_cost_model
 from planner._src.errors import InfeasibleBudgetError, PlannerError, PlanWarning
-from planner._src.plan import Plan
 from planner._src.planning.context import Timings
 from planner._src.planning.planner import Planner
 from planner._src.planning.throughput.result import PLANNER
+from planner._src.results.plan import Plan
 from planner._src.units import GB, fmt_bytes
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from planner._src.plan import Plan
-from planner._src.plots import throughput_curve
+from planner._src.results.plan import Plan
+from planner._src.results.plots import throughput_curve
 from planner._src.units import fmt_bytes
 
 PLANNER = "planner"  # the policy name of the planner's rows

@@ -11,14 +11,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from planner._src import planfile
 from planner._src.budget import Budget, headroom_why
 from planner._src.emit.apply import apply as apply_to_step
 from planner._src.emit.apply import binding
 from planner._src.emit.emit import differing_groups_error
 from planner._src.errors import PlanWarning
 from planner._src.graph import LivenessGraph, class_key
-from planner._src.report import build_report, render
+from planner._src.results import planfile
+from planner._src.results.report import build_report, render
 from planner._src.types import (
     Assignment,
     Baseline,
