@@ -248,7 +248,7 @@ def kernels(
         overrides = gb.bench_config(model, config)
     module, cfg = gb._model({"model": model, "config": overrides}, gb._policy_from_spec(spec))
     step, args = module.make_train_step(cfg, concrete=True)
-    from planner._src.emit import flags_to_compiler_options
+    from planner._src.emit.emit import flags_to_compiler_options
 
     opts = flags_to_compiler_options(flags)
     lowered = jax.jit(step, donate_argnums=(0,)).lower(*args)

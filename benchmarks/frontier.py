@@ -45,7 +45,7 @@ def _one(
     import cost_models as cm
     import planner
     from examples import frontier as F
-    from planner._src.report import build_report
+    from planner._src.results.report import build_report
 
     cfg = F.CONFIGS[model]
     hw = cm.load_profile(hardware)

@@ -499,7 +499,7 @@ def stock_spread(s, ref) -> list[float]:
     policies run in its place and the user's step on its inputs moved by one ulp (the honest
     rounding spread of this program: seed 329, 2026-12-03, a 4-layer f32 attention stack whose
     gradients move by 0.7% for one ulp of input; benchmarks/results/jax-remat-bug-2026-12-03.md)."""
-    from planner._src.numerics import one_ulp_up
+    from planner._src.verify.numerics import one_ulp_up
 
     step, args = build(s, "user")
     outs = [jax.jit(step)(*one_ulp_up(args))]

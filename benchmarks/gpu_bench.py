@@ -70,7 +70,7 @@ def _policy_from_spec(spec: dict):
             offload_dst="pinned_host",
         )
     if spec["kind"] == "plan":
-        from planner._src.emit import policies_for
+        from planner._src.emit.emit import policies_for
 
         policy, _, _, per_group, _ = policies_for(
             Assignment.of(dict(spec["decisions"])), dict(spec["names"])
@@ -106,7 +106,7 @@ def run_worker(job: dict) -> dict:
         def step(state, batch):
             return state, loss_of(state["params"], batch)
 
-    from planner._src.emit import flags_to_compiler_options
+    from planner._src.emit.emit import flags_to_compiler_options
 
     opts = flags_to_compiler_options(job.get("flags", ""))
     t0 = time.perf_counter()

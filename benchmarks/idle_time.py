@@ -61,7 +61,7 @@ def one(out: Path, model: str, batch: int, policy: str, flags: str, config: str,
     import jax
 
     from benchmarks import gpu_bench as gb
-    from planner._src.emit import flags_to_compiler_options
+    from planner._src.emit.emit import flags_to_compiler_options
     from planner._src.policies import STOCK
     from planner._src.profiling.xplane import read_trace
 

@@ -118,7 +118,7 @@ def run(
     if hbm_gb:
         cmd += ["--hbm-gb", str(hbm_gb)]
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=spec["xla_flags"])
-    if mem_fraction:  # the planner's budget follows it (planner/_src/maxtext.py budget_gb)
+    if mem_fraction:  # the planner's budget follows it (planning/maxtext/settings.py budget_gb)
         env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(mem_fraction)
     out_path = os.path.join(out_dir, f"{model}.stdout")
     err_path = os.path.join(out_dir, f"{model}.stderr")

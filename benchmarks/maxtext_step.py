@@ -6,11 +6,11 @@
         -- key=value ...              # the MaxText config overrides (base.yml), as planned
 
 For each ``--set NAME="key=value ..."`` the step is built from MaxText's config with those
-overrides (``planner._src.planning.maxtext.build``: MaxText's pyconfig, its NNX model and optimizer,
-its ``train_step`` jitted with its shardings and donation, as its train_compile does), the
-state initialised as MaxText's ``setup_initial_state`` does it (no checkpoint), and run on a
-synthetic batch (random tokens, positions 0..L-1, one segment): compile time,
-``memory_analysis()``, ``--steps`` timed steps after two warm-up steps (each ended by
+overrides (``planner._src.planning.maxtext.step.build``: MaxText's pyconfig, its NNX model
+and optimizer, its ``train_step`` jitted with its shardings and donation, as its
+train_compile does), the state initialised as MaxText's ``setup_initial_state`` does it (no
+checkpoint), and run on a synthetic batch (random tokens, positions 0..L-1, one segment):
+compile time, ``memory_analysis()``, ``--steps`` timed steps after two warm-up steps (each ended by
 ``block_until_ready``), the loss, and the device's ``peak_bytes_in_use``, each set in a
 process of its own (its allocator and peak are its own). A set that fails (compile, out of
 memory) records its error and the next one runs.
@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def run_set(name: str, overrides: dict, steps: int, config_path: str | None) -> dict:
     import jax
 
-    from planner._src.planning.maxtext import build, synthetic_batch
+    from planner._src.planning.maxtext.step import build, synthetic_batch
 
     got: dict = {"name": name, "overrides": overrides, "jax": jax.__version__}
     t0 = time.perf_counter()
@@ -118,7 +118,7 @@ def main() -> None:
     )
     ap.add_argument("overrides", nargs="*", help="MaxText key=value overrides for every set")
     a = ap.parse_args()
-    from planner._src.planning.maxtext import parse_overrides
+    from planner._src.planning.maxtext.config import parse_overrides
 
     base = parse_overrides(a.overrides)
     rows = []

@@ -70,7 +70,7 @@ def _policy(spec):
         )
     if spec["kind"] == "plan":
         from planner._src.cost import Assignment
-        from planner._src.emit import emit
+        from planner._src.emit.emit import emit
 
         a = Assignment.of(dict(spec["decisions"]))
         if spec.get("saved_instead"):
@@ -124,7 +124,7 @@ def run_profile(job):
 
     from examples import llama
     from planner import profile
-    from planner._src.emit import flags_to_compiler_options
+    from planner._src.emit.emit import flags_to_compiler_options
 
     cfg = dataclasses.replace(_config(job), remat_policy=_policy(job["policy"]))
     step, args = llama.make_train_step(cfg, concrete=True)

@@ -87,7 +87,7 @@ def _policy(spec: dict | None):
         from planner._src.policies import STOCK
 
         return STOCK[spec["name"]].policy()
-    from planner._src.emit import policies_for
+    from planner._src.emit.emit import policies_for
     from planner._src.types import Assignment
 
     policy, _, _, per_group, _ = policies_for(

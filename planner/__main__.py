@@ -1,8 +1,8 @@
-"""``python -m planner``: the command line (planner/_src/cli.py)."""
+"""``python -m planner``: the command line (planner/_src/cli/)."""
 
 import sys
 
-from planner._src.cli import main
+from planner._src.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

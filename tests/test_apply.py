@@ -18,7 +18,7 @@ from jax.ad_checkpoint import print_saved_residuals
 import planner
 from planner._src import jax_adapter as adapter
 from planner._src.budget import io_bytes, requested_for
-from planner._src.numerics import coarsest_eps, compare
+from planner._src.verify.numerics import coarsest_eps, compare
 from tests.zoo import flax_linen
 
 D, LAYERS, BATCH = 128, 4, 512
@@ -101,11 +101,11 @@ def test_a_saved_tanh_a_fusion_rereads_is_held_twice():
     (cost.py, D_r): before, this plan was predicted 11.01 MB and compiled to 14.16 MB (-22%),
     and the verify loop's correction then made every plan but full remat infeasible."""
     from planner._src.cost import build_cost_model, evaluate
-    from planner._src.emit import emit
+    from planner._src.emit.emit import emit
     from planner._src.graph import build_graph, class_key
     from planner._src.trace import trace_step
     from planner._src.types import Assignment
-    from planner._src.verify import verify
+    from planner._src.verify.verify import VerifyRequest, verify
 
     params = _params()
     x = jax.ShapeDtypeStruct((BATCH, D), jnp.float32)
@@ -119,19 +119,21 @@ def test_a_saved_tanh_a_fusion_rereads_is_held_twice():
     # The second copy is the compiler's, not JAX's: the check that JAX keeps the planned
     # residuals passes (it compares JAX's residuals with device_residual_bytes).
     emitted = emit(saving, {c.key: c.name for c in graph.classes}, cost.hardware)
-    ver, not_kept = verify(
-        _step,
-        (params, x),
-        tr,
-        graph,
-        cost,
-        saving,
-        emitted.policy,
-        predicted,
-        10**9,
-        compile=False,
-        policies=emitted.policies,
+    res = verify(
+        VerifyRequest(
+            step_fn=_step,
+            args=(params, x),
+            trace=tr,
+            graph=graph,
+            cost=cost,
+            assignment=saving,
+            emitted=emitted,
+            prediction=predicted,
+            usable_bytes=10**9,
+            compile=False,
+        )
     )
+    ver, not_kept = res.verification, res.not_kept
     assert not not_kept and all(k.ok for k in ver.checks), ver.checks
     assert predicted.regions[0].twice_held_bytes == (t.nbytes if tr.holds_rereads_twice else 0)
     assert t.read_by_kernel  # the weight gradient's matmul
@@ -166,7 +168,7 @@ def test_a_saved_tanh_a_fusion_rereads_is_held_twice():
 
 
 def _same_numbers(got, want):
-    """Every output leaf within the numerics check's tolerance (planner/_src/numerics.py:
+    """Every output leaf within the numerics check's tolerance (planner/_src/verify/numerics/:
     recomputed and saved values round differently; AdamW's moments of tiny gradients make
     elementwise relative comparisons meaningless)."""
     leaves = compare(got, want, coarsest_eps(want))
@@ -201,7 +203,7 @@ def test_apply_gives_each_layer_of_a_python_loop_its_own_policy(loop_plan, tmp_p
 def test_kept_rows_are_labelled_as_print_saved_residuals_prints_them(loop_plan):
     """The whole model under the plan, a layer per call site (no scan): every kept row of
     the decision table, in every group, is a line JAX prints, string for string."""
-    from planner._src.report import build_report
+    from planner._src.results.report import build_report
 
     plan, params, x = loop_plan
     out = io.StringIO()
@@ -284,7 +286,7 @@ def test_saved_plan_reads_like_a_plan(loop_plan, tmp_path):
 
 
 def test_an_unnamed_model_gets_no_empty_maxtext_block(loop_plan):
-    from planner._src.paste import paste_snippets
+    from planner._src.emit.paste import paste_snippets
 
     text = paste_snippets(loop_plan[0])["maxtext"]
     assert text.startswith("# No MaxText block") and "remat_policy: custom\n" not in text

@@ -13,7 +13,7 @@ import pytest
 import cost_models as cm
 import planner
 from examples import llama
-from planner._src.cli import main
+from planner._src.cli.main import main
 
 TINY = llama.LlamaConfig(
     n_layers=2, d_model=128, n_heads=4, n_kv_heads=2, d_ff=384, seq=64, vocab=256
@@ -325,7 +325,7 @@ def test_small_sizes_are_printed_in_a_unit_that_shows_them(plan):
 
 def test_maxtext_block_is_yaml_for_any_checkpoint_name():
     yaml = pytest.importorskip("yaml")
-    from planner._src.emit import maxtext_yaml
+    from planner._src.emit.emit import maxtext_yaml
     from planner._src.types import Assignment
 
     names = {"a": "x: y", "b": "two\nlines", "c": "", "d": "mlpwi_0", "e": "null", "f": None}
@@ -369,7 +369,7 @@ def test_a_step_raising_in_plan_check_is_a_trace_error(plan_file):
 
 
 def test_pareto_table_shows_small_figures():
-    from planner._src.cli import _pareto_table
+    from planner._src.cli.pareto import _pareto_table
 
     row = {
         "budget_gb": 0.0005,
@@ -416,3 +416,64 @@ def test_the_refusal_never_calls_less_than_the_arguments_parameters_and_state():
     below = fixed_why(187_000, 2_700_000)
     assert "arguments and outputs take 2.700 MB" in below and "0.187 MB" in below
     assert "do not depend" not in below
+
+
+@pytest.mark.parametrize(
+    "value", [__import__("decimal").Decimal("40"), __import__("fractions").Fraction(80, 2)]
+)
+def test_decimal_and_fraction_budgets_are_numbers(value):
+    from planner._src.planning.inputs import validate_budget
+
+    assert validate_budget(value) == 40.0 and type(validate_budget(value)) is float
+
+
+@pytest.mark.parametrize(
+    "budgets",
+    [
+        (0.04, 0.05),
+        [0.04, 0.05],
+        np.array([0.04, 0.05]),
+        jnp.array([0.04, 0.05]),
+        "generator",
+    ],
+)
+def test_pareto_takes_any_sequence_of_budgets(budgets):
+    """A generator is read once (the verb checks the budgets before the trace and plans the
+    same ones); a NumPy or JAX array is a list of budgets, not one budget."""
+    if isinstance(budgets, str):
+        budgets = (b for b in (0.04, 0.05))
+    got = planner.pareto(STEP, *ARGS, hbm_gb=budgets, hardware="cpu", verify_compile=False)
+    assert [round(p.budget_bytes / 1e9, 6) for p in got] == [0.04, 0.05]
+
+
+@pytest.mark.parametrize("budgets", ["0.05", {"a": 0.05}, np.ones((2, 2)), []])
+def test_what_is_not_a_list_of_budgets_is_refused_before_the_trace(budgets):
+    with pytest.raises(planner.InvalidArgumentError, match="hbm_gb"):
+        planner.pareto(lambda: None, 1, hbm_gb=budgets, hardware="cpu")
+
+
+def test_a_refusal_tells_the_budget_from_the_figure_one_byte_apart():
+    """The refusal at a compiled figure minus one byte read "No plan fits 1.835 MB: the
+    smallest ... compiles to 1.835 MB": rounded alike, the two are printed in bytes."""
+    from planner._src.units import fmt_pair
+
+    assert fmt_pair(1_835_000, 1_835_001) == ("1,835,000 B", "1,835,001 B")
+    assert fmt_pair(1_835_000, 1_900_000) == ("1.835 MB", "1.900 MB")
+    assert fmt_pair(1_835_000, 1_835_000) == ("1.835 MB", "1.835 MB")
+    session = planner.Planner(STEP, *ARGS, hardware="cpu")
+    smallest = min(
+        session.trace.anchor.device_bytes, session.stock.compiled_bytes["nothing_saveable"]
+    )
+    budget = session.usable(10**9)  # find the requested budget whose usable is one byte under
+    lo, hi = 1, 10**9
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if session.usable(mid) <= smallest - 1:
+            lo = mid
+        else:
+            hi = mid - 1
+    del budget
+    with pytest.raises(planner.InfeasibleBudgetError) as err:
+        session.plan(lo / 1e9)
+    first = str(err.value).splitlines()[0]
+    assert " B:" in first and " B (" in first, first

@@ -1,4 +1,4 @@
-"""The command line, in process through ``planner._src.cli.main`` and once as ``python -m``."""
+"""The command line, in process through ``planner._src.cli.main.main`` and once as ``python -m``."""
 
 import json
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from examples import llama
-from planner._src.cli import main
+from planner._src.cli.main import main
 
 pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
 
@@ -160,7 +160,7 @@ def test_pareto_table_json_and_png(capsys, tmp_path):
 
 
 def test_pareto_table_prints_an_error_as_written():
-    from planner._src.cli import _pareto_table
+    from planner._src.cli.pareto import _pareto_table
 
     # An infeasible budget's message is printed as is: the table's console reads no rich
     # markup (it ate '[cuda]' and raised on a lone '[/x]' before report.text_console).
@@ -234,7 +234,7 @@ def test_profile_without_a_gpu_says_why_and_exits_4_before_planning(capsys):
     happened, why and the fix, and the documented exit status EXIT_NO_GPU."""
     import jax
 
-    from planner._src.cli import EXIT_NO_GPU
+    from planner._src.cli.common import EXIT_NO_GPU
 
     if jax.default_backend() != "cpu":
         pytest.skip("this machine has an accelerator: profile runs there")
@@ -325,7 +325,7 @@ def test_help_and_version_answer_without_importing_jax():
     """``--help`` parses before anything imports JAX (issue 19: it took 4-6 s)."""
     code = (
         "import sys, contextlib, io\n"
-        "from planner._src.cli import main\n"
+        "from planner._src.cli.main import main\n"
         "for argv in (['--help'], ['solve', '--help'], ['--version']):\n"
         "    with contextlib.redirect_stdout(io.StringIO()) as out:\n"
         "        assert main(argv) == 0, argv\n"
@@ -345,10 +345,11 @@ def test_help_and_version_answer_without_importing_jax():
 def test_every_option_has_help_and_the_profiles_are_listed():
     import argparse
 
-    from planner._src.cli import _parser, profile_names
+    from planner._src.cli.common import profile_names
+    from planner._src.cli.parser import build_parser
 
     assert {"h200", "cpu"} <= set(profile_names())
-    ap = _parser()
+    ap = build_parser()
     sub = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
     for name, p in sub.choices.items():
         for action in p._actions:

@@ -10,7 +10,7 @@ import planner
 from examples import llama
 from planner._src.planning.choose import STEP_MODEL_ERROR
 from planner._src.planning.inputs import CPU_OFFLOAD_WHY
-from planner._src.report import build_report
+from planner._src.results.report import build_report
 from planner._src.types import Status
 
 STEP, ARGS = llama.make_train_step(llama.LlamaConfig(n_layers=2))

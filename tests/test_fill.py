@@ -21,7 +21,7 @@ from planner._src.planning import fit as fit_mod
 from planner._src.planning import groups as groups_mod
 from planner._src.planning import planner as planner_mod
 from planner._src.planning.fill import fill_slack
-from planner._src.report import budget_use
+from planner._src.results.report.build import budget_use
 from planner._src.types import Status
 
 pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
@@ -135,10 +135,12 @@ def test_fill_rounds_are_bounded(llama_session, monkeypatch):
     # plan with 2 MB left (more than the 1.3 MB fill margin), so only the bound stops it.
     real = attempt_mod.verify
 
-    def verify(*a, **k):
-        ver, not_kept = real(*a, **k)
+    def verify(request):
+        res = real(request)
+        ver = res.verification
         got = ver.predicted_peak_bytes - 2_000_000
-        return dataclasses.replace(ver, compiled_device_bytes=got, status=Status.OK), not_kept
+        ver = dataclasses.replace(ver, compiled_device_bytes=got, status=Status.OK)
+        return dataclasses.replace(res, verification=ver)
 
     monkeypatch.setattr(attempt_mod, "verify", verify)
     p = _plan(llama_session, 0.05, fill_rounds=2, compare_stock=False)

@@ -47,7 +47,7 @@ def test_flax_linen_remat_under_scan():
     # The report points at the user's code, never into Flax: nn.scan binds the remat inside
     # the loop it traces, with no user frame on the stack, so the region is at the scan's
     # line in LinenModel.__call__; every row at a line of Block.__call__.
-    from planner._src.report import build_report
+    from planner._src.results.report import build_report
 
     r = build_report(plan)
     (line,) = r.regions

@@ -114,7 +114,7 @@ def test_the_verify_checks_and_the_report_count_one_trips_residuals():
     assert "12 trips under lax.scan (3 held at once" in report
     # The Decisions table's bytes are one microbatch's (3 layers' trips), not all 12
     # executions' (every class the backward pass reads has a row).
-    from planner._src.report import build_report
+    from planner._src.results.report import build_report
 
     (region,) = plan.graph.regions
     rows = build_report(plan).rows

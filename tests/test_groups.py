@@ -15,9 +15,9 @@ from examples import llama
 from planner._src import jax_adapter as adapter
 from planner._src.baselines import evaluate_baselines
 from planner._src.cost import DECISIONS, Assignment, build_cost_model, evaluate
+from planner._src.emit.paste import paste_snippets
 from planner._src.errors import InfeasibleBudgetError, LayerGroupsError
 from planner._src.graph import build_graph
-from planner._src.paste import paste_snippets
 from planner._src.solve import SolverOptions, solve_assignment
 from planner._src.trace import merge_call_sites, stacked_residuals, trace_step
 
@@ -224,7 +224,7 @@ def test_outputs_say_per_group_what_was_chosen(grouped):
     md = plan.report("markdown")
     assert "| group | source |" in md and "layer group 1: region 1" in md
     assert "policies = " in md
-    from planner._src.report import build_report
+    from planner._src.results.report import build_report
 
     rows = {r.group for r in build_report(plan).rows}
     assert rows == {0, 1}
@@ -279,8 +279,8 @@ def test_uniform_when_groups_do_not_pay_or_are_refused(tmp_path):
 
 def test_report_shows_the_best_uniform_plan_and_the_timeline_draws(grouped, tmp_path):
     _, _, plan = grouped
-    from planner._src.plan import UNIFORM
-    from planner._src.plots import hbm_timeline
+    from planner._src.results.plan import UNIFORM
+    from planner._src.results.plots import hbm_timeline
 
     uniform = {b.name: b for b in plan.baselines}[UNIFORM]
     assert uniform.fits and uniform.prediction.step_s > plan.prediction.step_s

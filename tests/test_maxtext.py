@@ -14,13 +14,20 @@ import sys
 import pytest
 
 from planner._src.errors import InvalidArgumentError, UnsupportedError
-from planner._src.planning import maxtext as mx
+from planner._src.planning.maxtext import MaxTextPlanner
+from planner._src.planning.maxtext.config import custom_keys, import_maxtext, parse_overrides
+from planner._src.planning.maxtext.settings import (
+    DEFAULT_MEM_FRACTION,
+    budget_gb,
+    read_settings_env,
+)
+from planner._src.planning.maxtext.step import build, synthetic_batch
 from planner._src.units import GB
 
 
 def _maxtext_skip() -> str | None:
     try:
-        mx._import()
+        import_maxtext()
     except UnsupportedError as e:
         return str(e).splitlines()[0]
     return None
@@ -87,7 +94,7 @@ def planned(request):
     if SKIP is not None:
         pytest.skip(SKIP)
     name = request.param
-    session = mx.MaxTextPlanner(
+    session = MaxTextPlanner(
         None,
         CONFIGS[name],
         hardware="cpu",
@@ -152,7 +159,7 @@ def test_overrides_compile_within_budget_through_maxtext(planned):
 @needs_maxtext
 def test_overrides_the_plan_decides_are_refused():
     with pytest.raises(InvalidArgumentError, match="which the plan decides"):
-        mx.MaxTextPlanner(None, {**CONFIGS["llama-scan"], "mlpwo": "device"}, hardware="cpu")
+        MaxTextPlanner(None, {**CONFIGS["llama-scan"], "mlpwo": "device"}, hardware="cpu")
 
 
 @needs_maxtext
@@ -164,10 +171,10 @@ def test_built_step_runs_from_its_init():
 
     losses = {}
     for policy in ("full", "minimal"):
-        built = mx.build(None, {**CONFIGS["llama-scan"], "remat_policy": policy})
+        built = build(None, {**CONFIGS["llama-scan"], "remat_policy": policy})
         state = built.init()
         assert jax.tree.structure(state) == jax.tree.structure(built.args[0])
-        batch = mx.synthetic_batch(built.args[1], int(built.config.vocab_size))
+        batch = synthetic_batch(built.args[1], int(built.config.vocab_size))
         got = []
         for _ in range(2):
             state, metrics = built.step(state, batch)
@@ -181,7 +188,7 @@ def test_built_step_runs_from_its_init():
 def test_custom_keys_follow_the_config():
     """A key MaxText refuses for a config is not offered (indexer_cutoff_threshold needs
     use_indexer)."""
-    keys = mx.custom_keys(None, CONFIGS["llama-scan"])
+    keys = custom_keys(None, CONFIGS["llama-scan"])
     assert "indexer_cutoff_threshold" not in keys and "out_proj" in keys
 
 
@@ -192,18 +199,18 @@ def test_import_error_teaches(monkeypatch):
     monkeypatch.setitem(sys.modules, "maxtext", None)  # "import maxtext" raises ImportError
     if sys.version_info >= (3, 12):
         with pytest.raises(UnsupportedError, match=r"\[maxtext\]"):
-            mx._import()
+            import_maxtext()
     else:
         with pytest.raises(UnsupportedError, match="Python >= 3.12"):
-            mx._import()
+            import_maxtext()
 
 
 def test_parse_overrides():
-    assert mx.parse_overrides(["a=1", "b = x"]) == {"a": "1", "b": "x"}
-    assert mx.parse_overrides("a=1 b=2") == {"a": "1", "b": "2"}
-    assert mx.parse_overrides({"a": True}) == {"a": "True"}
+    assert parse_overrides(["a=1", "b = x"]) == {"a": "1", "b": "x"}
+    assert parse_overrides("a=1 b=2") == {"a": "1", "b": "2"}
+    assert parse_overrides({"a": True}) == {"a": "True"}
     with pytest.raises(InvalidArgumentError, match="key=value"):
-        mx.parse_overrides(["scan_layers"])
+        parse_overrides(["scan_layers"])
 
 
 def test_memory_fraction_caps_the_budget(monkeypatch):
@@ -212,23 +219,21 @@ def test_memory_fraction_caps_the_budget(monkeypatch):
     hw = cm.load_profile("h200")
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
     monkeypatch.setenv("XLA_FLAGS", "--xla_disable_hlo_passes=rematerialization")
-    s = mx.read_settings_env()
+    s = read_settings_env()
     assert s.mem_fraction == 0.5 and s.remat_pass_disabled
     cap = 0.5 * hw.hbm_bytes / GB
-    assert mx.budget_gb(None, hw, s)[0] == pytest.approx(cap)
-    got, why = mx.budget_gb(1000.0, hw, s)
+    assert budget_gb(None, hw, s)[0] == pytest.approx(cap)
+    got, why = budget_gb(1000.0, hw, s)
     assert got == pytest.approx(cap) and "capped" in why
-    assert mx.budget_gb(10.0, hw, s)[0] == 10.0
+    assert budget_gb(10.0, hw, s)[0] == 10.0
     monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION")
     monkeypatch.delenv("XLA_FLAGS")
-    s = mx.read_settings_env()
+    s = read_settings_env()
     assert s.mem_fraction is None and not s.remat_pass_disabled
-    assert mx.budget_gb(None, hw, s)[0] == pytest.approx(
-        mx.DEFAULT_MEM_FRACTION * hw.hbm_bytes / GB
-    )
+    assert budget_gb(None, hw, s)[0] == pytest.approx(DEFAULT_MEM_FRACTION * hw.hbm_bytes / GB)
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "1.5")
     with pytest.raises(InvalidArgumentError, match="outside"):
-        mx.read_settings_env()
+        read_settings_env()
     assert dataclasses.replace(
         s, compile_xla_flags="--xla_disable_hlo_passes=foo,rematerialization"
     ).remat_pass_disabled
@@ -266,7 +271,7 @@ def test_decide_names_is_checked():
 
 
 def test_cli_maxtext_errors_teach(capsys):
-    from planner._src.cli import main
+    from planner._src.cli.main import main
 
     assert main(["maxtext", "my.yml", "scan_layers", "--hardware", "cpu"]) == 2
     assert "neither the config file" in capsys.readouterr().err

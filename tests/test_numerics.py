@@ -1,4 +1,4 @@
-"""The numerics check (planner/_src/numerics.py), planning without global side effects, and
+"""The numerics check (planner/_src/verify/numerics/), planning without global side effects, and
 no negative figures presented as fitting."""
 
 import dataclasses
@@ -17,10 +17,11 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.ad_checkpoint import checkpoint_policies as cp
 
 import planner
-from planner._src import numerics
 from planner._src.cost import Assignment, build_cost_model, evaluate
-from planner._src.types import Status
-from planner._src.verify import verify
+from planner._src.types import Emitted, Status
+from planner._src.verify import numerics
+from planner._src.verify.numerics import runs as numerics_runs
+from planner._src.verify.verify import VerifyRequest, verify
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -243,16 +244,17 @@ def test_adam_on_gradients_near_zero_is_judged_against_the_step_in_float64():
 def test_a_step_that_draws_random_bits_is_never_judged_against_float64():
     """With 64-bit floats on, jax.random draws other bits for a float64 uniform: dropout
     masks differ, and the float64 run is another computation (review of 2026-12-06)."""
+    from planner._src import jax_adapter
 
     def step(w, key):
         keep = jax.random.bernoulli(key, 0.5, w.shape)
         return w * keep, jnp.sum(w)
 
     args = (jnp.ones((4, 16)), jax.random.key(0))
-    assert numerics.adapter.draws_random(jax.make_jaxpr(step)(*args))
-    assert not numerics.adapter.draws_random(jax.make_jaxpr(lambda w: w * 2)(args[0]))
+    assert jax_adapter.draws_random(jax.make_jaxpr(step)(*args))
+    assert not jax_adapter.draws_random(jax.make_jaxpr(lambda w: w * 2)(args[0]))
     assert numerics.run_float64(step, args, draws_random=True) is None
-    with numerics.adapter.float64():
+    with jax_adapter.float64():
         wide_mask = jax.random.bernoulli(args[1], 0.5, (4, 16))
     assert not np.array_equal(np.asarray(wide_mask), np.asarray(step(*args)[0] > 0))
 
@@ -347,7 +349,7 @@ def test_abstract_arguments_say_the_numerics_were_not_checked_and_how():
 @pytest.mark.slow  # plans (compiles) a model
 def test_check_numerics_false_runs_nothing(small, monkeypatch):
     step, args, _, lo, hi, _ = small
-    monkeypatch.setattr(numerics, "run_reference", lambda *a: pytest.fail("ran the step"))
+    monkeypatch.setattr(numerics_runs, "run_reference", lambda *a: pytest.fail("ran the step"))
     plan = planner.solve(
         step, *args, hbm_gb=hi * 2 / 1e9, hardware="cpu", allow_offload=False, check_numerics=False
     )
@@ -502,7 +504,7 @@ def test_the_cpu_estimate_never_subtracts_more_than_the_compiler_counted(small, 
     """On XLA:CPU host arrays are counted in temp; a program XLA emptied (temp 0) while the
     traced one holds 6,291,456 host bytes compiled to -6,291,456 bytes "within budget"."""
     step, args, session, _, _, _ = small
-    import planner._src.verify as V
+    import planner._src.verify.verify as V
 
     real = V.compiled_figures
 
@@ -513,18 +515,29 @@ def test_the_cpu_estimate_never_subtracts_more_than_the_compiler_counted(small, 
     monkeypatch.setattr(V, "compiled_figures", emptied)
     cost = build_cost_model(session.trace, session.graph, session.hardware, allow_offload=False)
     a = Assignment.of({})
-    ver, _ = verify(
-        step,
-        args,
-        session.trace,
-        session.graph,
-        cost,
-        a,
-        cp.nothing_saveable,
-        evaluate(cost, session.graph, a),
-        1000,  # bytes: below the arguments alone
-        backend="cpu",
+    # JAX's nothing_saveable, compiled under the default flags
+    emitted = Emitted(
+        policy=cp.nothing_saveable,
+        policy_source="",
+        names_only=False,
+        xla_flags="",
+        xla_flag_notes=(),
+        maxtext_yaml="",
     )
+    ver = verify(
+        VerifyRequest(
+            step_fn=step,
+            args=args,
+            trace=session.trace,
+            graph=session.graph,
+            cost=cost,
+            assignment=a,
+            emitted=emitted,
+            prediction=evaluate(cost, session.graph, a),
+            usable_bytes=1000,  # bytes: below the arguments alone
+            backend="cpu",
+        )
+    ).verification
     assert ver.compiled_device_bytes >= ver.compiled.argument_bytes > 0
     assert ver.status == Status.OVER
 

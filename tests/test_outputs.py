@@ -11,9 +11,9 @@ import planner
 from examples import llama, maxtext_style
 from planner._src import jax_adapter as adapter
 from planner._src.cost import evaluate, regions_in_order
-from planner._src.emit import emit
-from planner._src.paste import paste_snippets
-from planner._src.plots import hbm_timeline, memory_timeline, pareto_curve, policy_timeline
+from planner._src.emit.emit import emit
+from planner._src.emit.paste import paste_snippets
+from planner._src.results.plots import hbm_timeline, memory_timeline, pareto_curve, policy_timeline
 
 pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
 
@@ -142,7 +142,8 @@ def test_every_name_the_maxtext_block_sets_has_its_row_in_the_decision_table(pla
     """The MaxText block sets every checkpoint name; the table lists each (never folded into
     the smaller classes' line, a name no backward pass reads marked so), with the decision
     the block writes."""
-    from planner._src.report import NOT_READ, build_report
+    from planner._src.results.report import build_report
+    from planner._src.results.report.model import NOT_READ
 
     for p in (plan, maxtext_plan):
         block = _check_maxtext_block(p, paste_snippets(p)["maxtext"])
@@ -222,7 +223,7 @@ def _legend(fig) -> list[str]:
 
 
 def test_hbm_timeline_draws_budget_planned_to_compiled_and_trips(plan):
-    from planner._src.plots import draw_hbm_timeline
+    from planner._src.results.plots import draw_hbm_timeline
 
     fig = draw_hbm_timeline(plan)
     texts = _legend(fig)
@@ -247,7 +248,7 @@ def test_hbm_timeline_draws_budget_planned_to_compiled_and_trips(plan):
 def test_hbm_timeline_marks_a_plan_that_did_not_verify(plan):
     import dataclasses
 
-    from planner._src.plots import draw_hbm_timeline
+    from planner._src.results.plots import draw_hbm_timeline
 
     failed = dataclasses.replace(
         plan, verification=dataclasses.replace(plan.verification, status="over budget")
@@ -260,7 +261,7 @@ def test_hbm_timeline_marks_a_plan_that_did_not_verify(plan):
 def test_pareto_curve_keeps_its_y_axis_around_the_plans(plan):
     import dataclasses
 
-    from planner._src.plots import draw_pareto_curve
+    from planner._src.results.plots import draw_pareto_curve
 
     # A stock policy 10x slower than the plan must not flatten the curve: it sits on the top
     # edge, its time in the legend.
@@ -285,7 +286,7 @@ def test_pareto_curve_shows_and_names_points_that_coincide(plan):
     note names both; a policy far from every other point gets no note."""
     import dataclasses
 
-    from planner._src.plots import draw_pareto_curve
+    from planner._src.results.plots import draw_pareto_curve
 
     twin, far = plan.baselines[0], plan.baselines[1]
     twin = dataclasses.replace(twin, applicable=True, prediction=plan.prediction)
@@ -316,7 +317,7 @@ def test_pareto_curve_does_not_call_points_pinned_above_the_chart_equal(plan):
     their legend entries give each its own step time, and no note calls them equal."""
     import dataclasses
 
-    from planner._src.plots import draw_pareto_curve
+    from planner._src.results.plots import draw_pareto_curve
 
     slow = [
         dataclasses.replace(
@@ -362,7 +363,7 @@ def test_pareto_curve_marks_infeasible_budgets(llama_step, tmp_path):
 def test_report_step_time_breakdown_adds_up(plan):
     """The report's predicted step = base + recompute + saving writes + exposed copies, in
     every format, and the saving writes are the model's (fusible values the plan saves)."""
-    from planner._src.report import build_report, render
+    from planner._src.results.report import build_report, render
 
     r = build_report(plan)
     assert r.step_ms == pytest.approx(r.base_ms + r.recompute_ms + r.saving_ms + r.exposed_ms)

@@ -192,7 +192,7 @@ def test_allocator_headroom_is_left_free_and_reported(tmp_path):
     import dataclasses
 
     import cost_models as cm
-    from planner._src.report import build_report, render
+    from planner._src.results.report import build_report, render
     from planner._src.units import fmt_bytes
 
     step, args = llama.make_train_step(llama.LlamaConfig(n_layers=2, seq=64))
@@ -339,7 +339,7 @@ def test_gpu_plans_stay_under_xlas_own_memory_limit():
     why; an infeasible budget names one whose usable part fits; auto budgets span full remat
     to saving everything in usable bytes."""
     import cost_models as cm
-    from planner._src.report import build_report, render
+    from planner._src.results.report import build_report, render
 
     step, args = llama.make_train_step(llama.LlamaConfig(n_layers=2, seq=64))
     free = planner.solve(step, *args, hbm_gb=1.0, hardware="h200", verify_compile=False)

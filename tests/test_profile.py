@@ -17,7 +17,7 @@ import pytest
 from cost_models import load_profile
 from cost_models._trace_overlap import measured_overlap_efficiency, overlap_from_trace
 from planner._src import profiling as pp  # noqa: E402
-from planner._src.emit import flags_to_compiler_options  # noqa: E402
+from planner._src.emit.emit import flags_to_compiler_options  # noqa: E402
 from planner._src.errors import InvalidArgumentError
 from planner._src.profiling import overlap as _overlap  # noqa: E402, F401  (pp.overlap)
 

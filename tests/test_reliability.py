@@ -181,7 +181,7 @@ def test_autotuner_out_of_memory_compiles_again_without_autotuning():
     2026-12-04: a save-everything anchor at a large batch). compile_lowered compiles again
     with xla_gpu_autotune_level=0 and says so; other errors and deviceless scopes raise."""
     from planner._src import target as tg
-    from planner._src.plan import PlanWarning
+    from planner._src.results.plan import PlanWarning
 
     class Lowered:
         def __init__(self, message):

@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import pytest
 
 import planner
-from planner._src.report import _text, build_report, report_from_dict
+from planner._src.results.report import build_report, report_from_dict
+from planner._src.results.report.text import render_text
 from planner._src.units import fmt_bytes
 
 
@@ -56,7 +57,7 @@ def test_recomputed_rows_claim_no_false_inequality(plan):
 def test_source_lines_are_not_emoji_codes(plan):
     r = build_report(plan)
     r = dataclasses.replace(r, notes=(*r.notes, "bound at model.py:100:8 [cuda] :smile:"))
-    text = _text(r)
+    text = render_text(r)
     assert "model.py:100:8 [cuda] :smile:" in text
     assert "\U0001f4af" not in text and not re.search(r"[\U0001f300-\U0001faff]", text)
 
@@ -84,7 +85,7 @@ def test_stock_table_says_what_each_fits_rests_on(plan):
             assert line.compiled_gb == pytest.approx(b.compiled_device_bytes / 1e9)
             assert line.fits_text == ("yes" if b.fits else "no") + ", compiled"
     assert compiled_rows  # the planner compiles the stock policies it compares against
-    text = _text(r)
+    text = render_text(r)
     assert "compiled by XLA:CPU" in text and "predicted peak" in text
     for line in r.stock_policies:
         assert re.search(rf"{re.escape(line.name)}\s.*{re.escape(line.fits_text)}", text)
@@ -115,7 +116,7 @@ def test_report_says_where_the_planning_time_went(plan):
     ):
         assert want in parts, parts
     assert sum(parts.values()) <= top[0][1] * 1.01 + 0.05  # parts of the stage, not more
-    text = _text(r)
+    text = render_text(r)
     assert f"planning time {total:.1f} s: trace stage (once per session)" in text
     assert "trace stage: trace the step" in text
     assert report_from_dict(json_round_trip(r)).planning_time == r.planning_time
@@ -128,7 +129,7 @@ def json_round_trip(r):
 
 
 def test_planning_time_sums_each_stage():
-    from planner._src.report import planning_time
+    from planner._src.results.report.build import planning_time
 
     got = planning_time(
         [

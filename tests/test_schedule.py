@@ -1,4 +1,4 @@
-"""planner/_src/schedule.py: host-copy windows read from a compiled (scheduled) module.
+"""planner/_src/verify/schedule/: host-copy windows read from a compiled (scheduled) module.
 
 A handwritten scheduled module checks the window contents and the replay's arithmetic (one
 link per direction: a second reload queues behind the first); another checks the copy
@@ -25,9 +25,10 @@ import pytest
 from jax.ad_checkpoint import checkpoint_name
 
 import cost_models as cm
-from planner._src import hlo, schedule, streams
+from planner._src import hlo, streams
 from planner._src import target as T
-from planner._src.verify import schedule_exposure_of
+from planner._src.verify import schedule
+from planner._src.verify.exposure import schedule_exposure_of
 
 HW = cm.load_profile("h200")
 
@@ -434,9 +435,9 @@ def test_verify_carries_the_schedule_figure_for_an_offloading_plan():
     trips), and not when asked not to."""
     import planner
     from planner._src.cost import build_cost_model, evaluate
-    from planner._src.emit import emit
+    from planner._src.emit.emit import emit
     from planner._src.types import Assignment
-    from planner._src.verify import verify
+    from planner._src.verify.verify import VerifyRequest, verify
 
     tgt = _h200()
 
@@ -458,22 +459,22 @@ def test_verify_carries_the_schedule_figure_for_an_offloading_plan():
     got = {}
     for flag in (True, False):
         with T.target_scope(tgt):
-            got[flag], _ = verify(
-                step,
-                T.args_for(tgt, _args()),
-                tr,
-                graph,
-                cost,
-                a,
-                em.policy,
-                pred,
-                10**10,
-                policies=em.policies,
-                compiler_options=em.compiler_options,
-                backend="cuda",
-                compiler=tgt.description,
-                schedule_exposure=flag,
-            )
+            got[flag] = verify(
+                VerifyRequest(
+                    step_fn=step,
+                    args=T.args_for(tgt, _args()),
+                    trace=tr,
+                    graph=graph,
+                    cost=cost,
+                    assignment=a,
+                    emitted=em,
+                    prediction=pred,
+                    usable_bytes=10**10,
+                    backend="cuda",
+                    compiler=tgt.description,
+                    schedule_exposure=flag,
+                )
+            ).verification
     assert got[False].schedule is None
     x = got[True].schedule
     assert x is not None and x.copies == 2 and x.compiler == tgt.description

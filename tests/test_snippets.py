@@ -23,7 +23,7 @@ from jax.ad_checkpoint import print_saved_residuals
 import planner
 from examples import llama
 from planner._src import jax_adapter as adapter
-from planner._src.paste import paste_snippets
+from planner._src.emit.paste import paste_snippets
 
 pytestmark = pytest.mark.slow  # plans the quickstart (about 30 s on a laptop CPU)
 
@@ -138,7 +138,8 @@ def test_the_maxtext_block_parses_and_says_it_is_partial(quickstart):
 
 
 def test_status_block_and_rows_a_user_can_map_to_code(quickstart):
-    from planner._src.report import NOT_READ, build_report
+    from planner._src.results.report import build_report
+    from planner._src.results.report.model import NOT_READ
     from planner._src.units import fmt_bytes
 
     plan, path = quickstart
@@ -183,8 +184,9 @@ def test_decision_labels_are_what_print_saved_residuals_prints(quickstart):
     """Each decision row's label, string for string, is a line JAX prints for the layer
     (the region's body) under a policy that keeps that row: the plan's policy for the kept
     rows, a policy keeping that row's class alone for the recomputed ones."""
-    from planner._src.emit import PlannerPolicy
-    from planner._src.report import NOT_READ, build_report
+    from planner._src.emit.emit import PlannerPolicy
+    from planner._src.results.report import build_report
+    from planner._src.results.report.model import NOT_READ
 
     plan, _ = quickstart
     rows = build_report(plan).rows

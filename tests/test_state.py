@@ -16,11 +16,10 @@ import planner
 from examples import llama
 from planner._src import state as st
 from planner._src import target as tg
-from planner._src.errors import InfeasibleBudgetError, PlannerError
-from planner._src.numerics import coarsest_eps, compare
-from planner._src.plan import PlanWarning
+from planner._src.errors import InfeasibleBudgetError, PlannerError, PlanWarning
 from planner._src.solve import solve_assignment
 from planner._src.types import SolverOptions
+from planner._src.verify.numerics import coarsest_eps, compare
 
 OPTS = SolverOptions(time_limit_s=5.0)
 CFG = dataclasses.replace(llama.QUICKSTART, d_model=128, n_heads=4, d_ff=256, seq=32, batch=2)
@@ -212,7 +211,7 @@ def test_plan_state_on_cpu_places_state_and_keeps_the_numbers():
     """The whole pipeline on XLA:CPU: at a budget the all-HBM state does not fit (the plan
     with no state on the host is infeasible), plan_state puts optimizer state on the host;
     the step under the plan's policy and placement gives the unplanned step's numbers
-    within the numerics check's tolerance (planner/_src/numerics.py: a plan that keeps
+    within the numerics check's tolerance (planner/_src/verify/numerics/: a plan that keeps
     values the unplanned step recomputes changes XLA's fusions and so the rounding; bitwise
     equal while the plan kept what the unplanned step does, 3.7e-9 apart after the cost
     model's fusion rules moved the plan, 2026-12-04)."""
@@ -340,7 +339,7 @@ def test_planner_plan_places_state_reports_the_split_and_checks_numerics(donated
     numerics check); no donation warning. The same decisions as plan_state."""
     import json
 
-    from planner._src.report import report_from_dict
+    from planner._src.results.report import report_from_dict
 
     session = donated_session
     with warnings.catch_warnings():

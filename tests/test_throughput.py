@@ -11,7 +11,7 @@ import pytest
 import planner
 from examples.accumulate import TINY, make_accumulating_step, make_micro_step, make_tiny_step
 from examples.llama import make_train_step
-from planner._src.cli import main
+from planner._src.cli.main import main
 
 # Two stock policies that are the session's anchor compiles (no extra compile per batch).
 ANCHORS = ("nothing_saveable", "everything_saveable")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import planner
-from planner._src.numerics import CHECK_NAME
+from planner._src.verify.numerics import CHECK_NAME
 
 nnx = pytest.importorskip("flax.nnx")
 

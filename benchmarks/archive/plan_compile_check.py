@@ -34,7 +34,7 @@ def main() -> None:
     job = {"model": saved.get("model", "llama"), "config": saved["config"]}
     module, cfg = gb._model(job, gb._policy_from_spec(spec["policy"]))
     step, args = module.make_train_step(cfg)
-    from planner._src.emit import flags_to_compiler_options
+    from planner._src.emit.emit import flags_to_compiler_options
 
     opts = flags_to_compiler_options(spec.get("flags", ""))
     lowered = jax.jit(step, donate_argnums=(0,)).lower(*args)

@@ -1,5 +1,5 @@
 """Issue 18, requirement 2: exposed host-copy time per direction predicted from the compiled
-schedule (planner/_src/schedule.py, with the copy streams) against the H200, for the 4
+schedule (planner/_src/verify/schedule/, with the copy streams) against the H200, for the 4
 exposure plans and the 9 points of the 2026-12-03 sweep.
 
     PYTHONPATH=. /work/venvs/v0112/bin/python benchmarks/archive/schedule_exposure.py \\
@@ -75,7 +75,7 @@ def plan_rows(hlo_dir: Path, plans_dir: Path, measured_path: Path):
     """Per plan and direction: measured, the plan's model figure, the schedule's (per
     variant), ms per step."""
     from benchmarks.archive.schedule_windows import measured
-    from planner._src import schedule
+    from planner._src.verify import schedule
 
     meas = measured(measured_path)
     out = []
@@ -104,7 +104,7 @@ def sweep_rows(hlo_dir: Path):
     """The same per sweep point (per step: 8 trips x the per-trip figures)."""
     from benchmarks.offload_windows import measured
     from benchmarks.overlap_sweep import POINTS
-    from planner._src import schedule
+    from planner._src.verify import schedule
 
     meas = measured()
     out = []

@@ -36,7 +36,7 @@ def compile_sweep_point(i: int, extra: dict) -> str:
     from benchmarks import gpu_bench as gb
     from benchmarks.overlap_sweep import POINTS, _bench_config, _flags
     from planner._src import target as T
-    from planner._src.emit import flags_to_compiler_options
+    from planner._src.emit.emit import flags_to_compiler_options
 
     spec = {"kind": "names", "save": [], "offload": list(POINTS[i])}
     job = {"config": _bench_config(), "model": "llama"}

@@ -1,5 +1,5 @@
 """Issue 18, requirement 2: per direction, the exposed host-copy time the compiled schedule
-predicts (planner/_src/schedule.py) against the H200 trace, for the exposure plans.
+predicts (planner/_src/verify/schedule/) against the H200 trace, for the exposure plans.
 
     JAX_PLATFORMS=cpu python benchmarks/archive/schedule_windows.py \
         --plans benchmarks/results/offload-exposure-plans-2026-12-04 \
@@ -36,7 +36,7 @@ def compile_plan(path: Path, extra: dict) -> str:
 
     from benchmarks import gpu_bench as gb
     from planner._src import target as T
-    from planner._src.emit import flags_to_compiler_options
+    from planner._src.emit.emit import flags_to_compiler_options
 
     d = json.loads(path.read_text())
     _, spec = next(iter(d["plans"].items()))
@@ -67,7 +67,7 @@ def within(pred: float, meas: float) -> str:
 def main(argv=None) -> int:
     import jax
 
-    from planner._src import schedule
+    from planner._src.verify import schedule
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--plans", required=True)
@@ -119,7 +119,7 @@ CUDA plugin, `JAX_PLATFORMS=cpu`, a 2-core CPU; wall {time.perf_counter() - t0:.
 
     JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/archive/schedule_windows.py --plans {a.plans} --measured {a.measured} --out {a.out}
 
-Per step (8 trips), ms. Predicted: planner/_src/schedule.py on the compiled module (each host
+Per step (8 trips), ms. Predicted: planner/_src/verify/schedule/ on the compiled module (each host
 copy's window = the instructions the schedule runs between its start and its done, priced by
 the h200 profile's rates; the schedule replayed with one link per direction). In brackets: the
 H200 trace of the same plans (`{a.measured}`, median of 2 traced steps, JAX 0.11.2; "exposed":

@@ -84,7 +84,7 @@ def _figures(p) -> dict:
 
 def measure(name: str, budget_mb: float | None, every: bool = False) -> list[dict]:
     import planner
-    from planner._src.report import budget_use
+    from planner._src.results.report.build import budget_use
     from tests.test_zoo import zoo_budgets
 
     t = time.perf_counter()

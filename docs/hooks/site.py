@@ -27,8 +27,8 @@ from mkdocs.structure.files import File, Files, InclusionLevel
 log = logging.getLogger("mkdocs.hooks.site")
 
 # Where the command line's parser is built: (module, function of no arguments). The one
-# place to change when cli.py moves.
-PARSER = ("planner._src.cli", "_parser")
+# place to change when the parser moves.
+PARSER = ("planner._src.cli.parser", "build_parser")
 CLI_MARKER = "<!-- cli-reference -->"
 RESULTS_MARKER = "<!-- results-index -->"
 HELP_WIDTH = "100"  # argparse wraps to $COLUMNS: fixed, so the page is the same everywhere

@@ -55,7 +55,7 @@ class PlanOptions:
         target's or an error saying how to get it; "local": this machine's backend.
       check_numerics: run the planned step and the step under your own policies once on the
         example arguments and compare every output leaf (loss, gradients, updated state)
-        within a dtype-aware tolerance (planner/_src/numerics.py); a mismatch fails the plan.
+        within a dtype-aware tolerance (planner/_src/verify/numerics/); a mismatch fails the plan.
         None (default): check where the example arguments are concrete arrays and this
         machine can run the step (not on a deviceless target), else the report says the
         numerics were not checked and how to check them (``planner.check_numerics``). True:
@@ -235,6 +235,7 @@ def real_scalar(x):
     """``x`` as a Python float where it is a real scalar of another kind (``np.float32(40)``,
     ``np.int64(40)``, a 0-d NumPy or JAX array such as ``jnp.array(40.)``); else ``x`` as it
     is, for the budget's own checks to refuse. Booleans stay booleans (refused)."""
+    import decimal
     import numbers
 
     if isinstance(x, bool) or isinstance(x, (int, float)):
@@ -247,8 +248,11 @@ def real_scalar(x):
             return float(x)
         except Exception:  # noqa: BLE001  (an abstract value: a tracer, a ShapeDtypeStruct)
             return x
-    if isinstance(x, numbers.Real):  # fractions.Fraction, decimal-like reals
-        return float(x)
+    if isinstance(x, (numbers.Real, decimal.Decimal)):  # Fraction, Decimal
+        try:
+            return float(x)
+        except (ValueError, OverflowError):  # Decimal("sNaN")
+            return x
     return x
 
 

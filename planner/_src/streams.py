@@ -11,7 +11,7 @@ and ``*.thunk_metadata.txt``, which names each thunk id's instruction (``profile
 stream's label. The labels are ``computation_stream[k]`` (the compute streams XLA deals the
 async starts over) and, from jaxlib 0.12 on, ``memcpy_d2h_stream`` / ``memcpy_h2d_stream``
 (dedicated host-copy streams). :meth:`DumpedStreams.assignment` numbers them as
-planner/_src/schedule.py does (``k``; ``streams`` and ``streams + 1`` for the dedicated
+planner/_src/verify/schedule/ does (``k``; ``streams`` and ``streams + 1`` for the dedicated
 ones), so a dump checks ``schedule.stream_assignment`` or stands in for it
 (``schedule.read_windows(..., assignment=...)``). Text in, nothing compiled here.
 """

@@ -233,7 +233,7 @@ class Trace:
     step_work: cm.Work = cm.Work()  # the whole step with nothing recomputed (global avals)
     jax_version: str = ""
     # every floating dtype the step computes in (its equations' outputs, nested jaxprs
-    # included): the numerics check's tolerance follows the coarsest (numerics.py)
+    # included): the numerics check's tolerance follows the coarsest (verify/numerics/)
     float_dtypes: tuple[str, ...] = ()
     # the step draws random bits (dropout, noise): its float64 run draws others, so the
     # numerics check never judges it against that run (numerics.run_float64)
@@ -503,7 +503,7 @@ class Check:
 @_frozen
 class ScheduleExposure:
     """Exposed host-copy time per step, per direction, read from a compiled XLA:GPU schedule
-    (planner/_src/schedule.py: the copies' starts and dones in the scheduled loop bodies, the
+    (planner/_src/verify/schedule/: the copies' starts and dones in the scheduled loop bodies, the
     kernels between them priced by planner/_src/kernels.py, the copy streams and one link per
     direction replayed), beside the cost model's figure for the same plan.
 

@@ -20,6 +20,15 @@ def fmt_bytes(nbytes: float) -> str:
     return f"{n:.0f} B"
 
 
+def fmt_pair(a: float, b: float) -> tuple[str, str]:
+    """``fmt_bytes`` of two sizes, in exact bytes where the rounded figures would read alike
+    though the sizes differ ("1.835 MB" against "1.835 MB" one byte apart)."""
+    sa, sb = fmt_bytes(a), fmt_bytes(b)
+    if sa == sb and round(a) != round(b):
+        return f"{a:,.0f} B", f"{b:,.0f} B"
+    return sa, sb
+
+
 def fmt_gb(gb: float) -> str:
     """``fmt_bytes`` of a figure held in GB."""
     return fmt_bytes(gb * GB)

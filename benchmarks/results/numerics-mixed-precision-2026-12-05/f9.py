@@ -5,7 +5,7 @@ import dataclasses, sys, warnings, math, json
 sys.path.insert(0, "/work/scratch/newuser")
 import jax, jax.numpy as jnp, numpy as np
 import planner
-from planner._src import numerics as nm
+from planner._src.verify import numerics as nm
 from planner._src.session import requested_for, io_bytes
 from examples import moe, llama
 

@@ -9,12 +9,12 @@ import time
 import weakref
 
 from planner._src.cost import evaluate
-from planner._src.emit import emit
+from planner._src.emit.emit import emit
 from planner._src.graph import LivenessGraph
 from planner._src.planning.context import Attempt, Subject, Timings, normalize
 from planner._src.types import Assignment, CostModel, Trace
 from planner._src.units import GB
-from planner._src.verify import precompile, verify
+from planner._src.verify.verify import VerifyRequest, precompile, verify
 
 
 def attempt(
@@ -41,35 +41,33 @@ def attempt(
     if opts.verify_compile:
         subject.say(f"compiling {label or 'the plan'} for {budget / GB:g} GB to verify it")
     t = time.perf_counter()
-    compiled: list = []
     with subject.scope():
-        ver, not_kept = verify(
-            subject.fn,
-            subject.args,
-            trace,
-            graph,
-            cost,
-            assignment,
-            emitted.policy,
-            pred,
-            budget,
-            compile=opts.verify_compile,
-            policies=emitted.policies,
-            compiler_options=emitted.compiler_options,
-            backend=subject.backend,
-            compiler=subject.compiler.description,
-            compiled_out=compiled,
-            schedule_exposure=opts.schedule_exposure,
-            precompiled=precompiled,
+        res = verify(
+            VerifyRequest(
+                step_fn=subject.fn,
+                args=subject.args,
+                trace=trace,
+                graph=graph,
+                cost=cost,
+                assignment=assignment,
+                emitted=emitted,
+                prediction=pred,
+                usable_bytes=budget,
+                compile=opts.verify_compile,
+                backend=subject.backend,
+                compiler=subject.compiler.description,
+                schedule_exposure=opts.schedule_exposure,
+                precompiled=precompiled,
+            )
         )
     timings.timed(f"verify ({label or 'plan'})", t)
     return Attempt(
         assignment,
         pred,
         emitted,
-        ver,
-        not_kept,
-        compiled[0] if compiled else None,
+        res.verification,
+        res.not_kept,
+        res.compiled,
         cost=cost,
         graph=graph,
     )

@@ -8,8 +8,8 @@ from __future__ import annotations
 from planner._src.baselines import evaluate_baselines
 from planner._src.cost import build_cost_model, evaluate
 from planner._src.errors import InfeasibleBudgetError
-from planner._src.plan import UNIFORM
 from planner._src.planning.context import Solves, Subject, normalize
+from planner._src.results.plan import UNIFORM
 from planner._src.types import Baseline, Trace
 from planner._src.units import GB
 

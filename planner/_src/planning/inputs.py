@@ -52,6 +52,25 @@ def validate_budget(hbm_gb) -> float:
     return float(hbm_gb)
 
 
+def budget_list(hbm_gb) -> list[float]:
+    """Several budgets (GB): a number, or any iterable of numbers (a list, a tuple, a range,
+    a generator, a 1-d NumPy or JAX array), each checked by :func:`validate_budget`."""
+    if isinstance(hbm_gb, (str, bytes, dict)) or (
+        getattr(hbm_gb, "shape", None) is not None and len(hbm_gb.shape) > 1
+    ):
+        raise InvalidArgumentError(
+            f"hbm_gb must be a number of GB or a sequence of them, got {type(hbm_gb).__name__}."
+            "\nFix: e.g. hbm_gb=[60, 80, 100]."
+        )
+    if getattr(hbm_gb, "shape", None) == () or not hasattr(hbm_gb, "__iter__"):
+        budgets = [hbm_gb]
+    else:
+        budgets = list(hbm_gb)
+    if not budgets:
+        raise InvalidArgumentError("hbm_gb is an empty list; give at least one budget in GB.")
+    return [validate_budget(b) for b in budgets]
+
+
 def load_hardware(hardware):
     try:
         return cm.load_profile(hardware)

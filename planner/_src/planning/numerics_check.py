@@ -12,11 +12,11 @@ from typing import Any
 
 import jax
 
-from planner._src import numerics
-from planner._src.emit import emit
+from planner._src.emit.emit import emit
 from planner._src.planning.context import Subject, Timings
 from planner._src.types import Assignment, Status
-from planner._src.verify import policy_maker
+from planner._src.verify import numerics
+from planner._src.verify.sites import policy_maker
 
 MAX_NUMERICS_REPLANS = 3  # re-plans per Planner after a numerics mismatch
 NUMERICS_FORCED_WHY = (

@@ -16,9 +16,8 @@ import warnings
 
 from planner._src.baselines import stock_assignment
 from planner._src.cost import evaluate
-from planner._src.emit import emit
+from planner._src.emit.emit import emit
 from planner._src.errors import PlanWarning
-from planner._src.plan import Plan
 from planner._src.planning.attempt import CompileThreads
 from planner._src.planning.choose import choose
 from planner._src.planning.context import (
@@ -34,6 +33,7 @@ from planner._src.planning.fit import Standing, fit_rounds
 from planner._src.planning.groups import baselines_of
 from planner._src.planning.probes import probe_frontier
 from planner._src.planning.refusal import refusal
+from planner._src.results.plan import Plan
 
 
 def plan_budget(ctx: Context, threads: CompileThreads, base) -> Plan:

@@ -26,13 +26,13 @@ What a Planner guarantees, by construction (the compiler is the judge):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
 
 import jax
 
-from planner._src import numerics
 from planner._src import target as targets
 from planner._src.baselines import evaluate_baselines
 from planner._src.budget import Budget, io_bytes, requested_for, usable_bytes
@@ -41,7 +41,6 @@ from planner._src.errors import InvalidArgumentError, PlannerError, UnsupportedE
 from planner._src.graph import build_graph
 from planner._src.jax_adapter import HOST_KIND
 from planner._src.options import PlanOptions, check_fits_device
-from planner._src.plan import Plan
 from planner._src.planning import inputs
 from planner._src.planning import state_placement as placement
 from planner._src.planning.attempt import CompileThreads
@@ -50,8 +49,10 @@ from planner._src.planning.groups import groups_pay, groups_possible
 from planner._src.planning.numerics_check import NUMERICS_FORCED_WHY, NumericsJudge
 from planner._src.planning.one_budget import plan_budget, warn_unfit
 from planner._src.planning.stock import StockCompiles
+from planner._src.results.plan import Plan
 from planner._src.trace import merge_call_sites, trace_step
 from planner._src.units import GB
+from planner._src.verify import numerics
 
 __all__ = ["Planner", "pareto", "solve"]
 
@@ -148,8 +149,18 @@ class Planner:
 
     @property
     def options(self) -> PlanOptions:
-        """The options every plan of this Planner is made with."""
+        """The options every plan of this Planner is made with. Set it to plan the next
+        budgets with other options (those that shape the trace, such as ``decide_names`` or
+        ``compiler``, keep the values the Planner was made with)."""
         return self.subject.options
+
+    @options.setter
+    def options(self, value: PlanOptions) -> None:
+        if not isinstance(value, PlanOptions):
+            raise InvalidArgumentError(f"options must be a planner.PlanOptions, got {value!r}.")
+        self.subject = dataclasses.replace(self.subject, options=value)
+        for service in (self.numerics, self.stock, self._threads):
+            service.subject = self.subject
 
     @property
     def hardware(self):
@@ -250,12 +261,7 @@ class Planner:
                 raise InvalidArgumentError(f"points must be an int >= 1, got {points!r}.")
             budgets = self.span_budgets(points)
         else:
-            budgets = list(hbm_gb) if isinstance(hbm_gb, (list, tuple)) else [hbm_gb]
-            if not budgets:
-                raise InvalidArgumentError(
-                    "hbm_gb is an empty list; give at least one budget in GB."
-                )
-            budgets = [inputs.validate_budget(b) for b in budgets]
+            budgets = inputs.budget_list(hbm_gb)
         inputs.warn_above_allocator_limit(max(budgets), self.hardware)
         out = []
         for b in budgets:
@@ -416,12 +422,8 @@ def pareto(
     """Plans for several budgets from one trace: ``[Plan or PlannerError per budget]``
     (:meth:`Planner.pareto`)."""
     if hbm_gb is not None:
-        budgets = list(hbm_gb) if isinstance(hbm_gb, (list, tuple)) else [hbm_gb]
-        if not budgets:
-            raise InvalidArgumentError("hbm_gb is an empty list; give at least one budget in GB.")
-        check_fits_device(
-            max(inputs.validate_budget(b) for b in budgets), inputs.load_hardware(hardware)
-        )
+        hbm_gb = inputs.budget_list(hbm_gb)  # a generator is read once, here
+        check_fits_device(max(hbm_gb), inputs.load_hardware(hardware))
     return Planner(
         step_fn,
         *example_args,

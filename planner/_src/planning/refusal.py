@@ -10,7 +10,7 @@ from planner._src.errors import InfeasibleBudgetError
 from planner._src.planning.context import Context
 from planner._src.planning.fit import Standing
 from planner._src.policies import STOCK
-from planner._src.units import GB, fmt_bytes, gb_at_least
+from planner._src.units import GB, fmt_bytes, fmt_pair, gb_at_least
 
 
 def fixed_why(fixed: int, io: int) -> str:
@@ -32,9 +32,9 @@ def fixed_why(fixed: int, io: int) -> str:
     )
 
 
-def refusal(ctx: Context, s: Standing, base_graph, base_trace) -> InfeasibleBudgetError:
-    """The error for a budget nothing fits (``s``: where planning stopped; ``base_graph``,
-    ``base_trace``: the Planner's merged graph and trace, on which every applicable stock
+def refusal(ctx: Context, s: Standing, base_trace, base_graph) -> InfeasibleBudgetError:
+    """The error for a budget nothing fits (``s``: where planning stopped; ``base_trace``,
+    ``base_graph``: the Planner's merged trace and graph, on which every applicable stock
     policy is compiled before the refusal)."""
     hw, opts, budget = ctx.hardware, ctx.options, ctx.usable
     requested, headroom = ctx.budget.requested, ctx.budget.headroom
@@ -62,10 +62,12 @@ def refusal(ctx: Context, s: Standing, base_graph, base_trace) -> InfeasibleBudg
         figures["the planner's smallest plan"] = probed
     if figures:
         name, need = min(figures.items(), key=lambda kv: kv[1])
-        what = f"the smallest of the plans tried compiles to {fmt_bytes(need)} ({name})"
+        shown_budget, shown_need = fmt_pair(budget, need)
+        what = f"the smallest of the plans tried compiles to {shown_need} ({name})"
     else:
         need = error.min_feasible_bytes if error is not None else float(budget)
-        what = f"the model's smallest plan needs {fmt_bytes(need)} (not compiled)"
+        shown_budget, shown_need = fmt_pair(budget, need)
+        what = f"the model's smallest plan needs {shown_need} (not compiled)"
     io = io_bytes(base_trace)
     need_req = requested_for(need, hw, io, margin)
     note = (
@@ -75,7 +77,7 @@ def refusal(ctx: Context, s: Standing, base_graph, base_trace) -> InfeasibleBudg
         else ""
     )
     return InfeasibleBudgetError(
-        f"No plan fits {fmt_bytes(budget)}: {what}"
+        f"No plan fits {shown_budget}: {what}"
         + (
             ""
             if error is None

@@ -19,7 +19,7 @@ to the budget as ``Planner.plan`` holds its plans: over the budget, the model is
 the compiled figure and solved again.
 
 ``Planner.plan(hbm_gb, opt_state_argnum=..., build=...)`` and ``planner.solve(...,
-opt_state_argnum=...)`` return the same decisions as a :class:`~planner._src.plan.Plan`
+opt_state_argnum=...)`` return the same decisions as a :class:`~planner._src.results.plan.Plan`
 (:func:`plan_in_session`), with ``plan.state`` (state.PlanState: the placement, the budget
 split, what to apply) and the report's budget split. Where the solve leaves the whole state
 in HBM, that Plan is ``Planner.plan``'s own (every round, the fill rounds, the stock
@@ -38,19 +38,19 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from planner._src import numerics
 from planner._src import state as st
 from planner._src import target as targets
 from planner._src.baselines import evaluate_baselines
 from planner._src.budget import io_bytes, usable_bytes
 from planner._src.cost import build_cost_model, evaluate
-from planner._src.emit import emit
+from planner._src.emit.emit import emit
 from planner._src.errors import InvalidArgumentError, PlannerError, PlanWarning
-from planner._src.plan import Plan
+from planner._src.results.plan import Plan
 from planner._src.solve import check_solution, solve_assignment
 from planner._src.types import CostModel, Emitted, Prediction, Round, Solution, Status
 from planner._src.units import GB, fmt_bytes
-from planner._src.verify import applied_step_verification
+from planner._src.verify import numerics
+from planner._src.verify.applied import applied_step_verification
 
 __all__ = ["StatePlan", "plan_in_session", "plan_state", "warn_if_not_donated"]
 

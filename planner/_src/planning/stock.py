@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 
 from planner._src.baselines import stock_assignment
-from planner._src.emit import emit
+from planner._src.emit.emit import emit
 from planner._src.planning.attempt import CompileThreads, attempt
 from planner._src.planning.context import Attempt, Subject, Timings, normalize
 from planner._src.policies import STOCK

@@ -57,7 +57,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from planner._src.emit import flags_to_compiler_options
+from planner._src.emit.emit import flags_to_compiler_options
 from planner._src.errors import InvalidArgumentError
 from planner._src.hlo import host_transfer_ops
 from planner._src.profiling.overlap import ProfileResult, analyze_trace

@@ -17,7 +17,7 @@ Works on a :class:`planner.Plan` and on a :class:`planner.SavedPlan` read from a
 
 from __future__ import annotations
 
-from planner._src.emit import policies_for  # a SavedPlan: recompute from its assignment
+from planner._src.emit.emit import policies_for  # a SavedPlan: recompute from its assignment
 
 PLAN_FILE = "plan.json"
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from planner._src import planfile
-from planner._src.apply import apply as apply_to_step
-from planner._src.apply import binding
 from planner._src.budget import Budget, headroom_why
-from planner._src.emit import differing_groups_error
+from planner._src.emit.apply import apply as apply_to_step
+from planner._src.emit.apply import binding
+from planner._src.emit.emit import differing_groups_error
 from planner._src.errors import PlanWarning
 from planner._src.graph import LivenessGraph, class_key
-from planner._src.report import build_report, render
+from planner._src.results import planfile
+from planner._src.results.report import build_report, render
 from planner._src.types import (
     Assignment,
     Baseline,
@@ -75,7 +75,7 @@ class Plan:
     # The fraction of the usable budget left free because the compiler is not the device's
     # own (target.CompilerTarget.margin; part of headroom_bytes).
     compiler_margin: float = 0.0
-    # The numerics check (planner._src.numerics.NumericsResult): the planned step against the
+    # The numerics check (planner._src.verify.numerics.NumericsResult): the planned step against the
     # step under the user's own policies on the example arguments; None: not attempted.
     numerics: Any = None
     # The train state's part (state.PlanState), where the plan was asked to place the

@@ -1,0 +1,140 @@
+"""Running the steps the numerics check compares: the user's step as written, the step under
+the plan's policies, the user's step on inputs moved by one ulp, under full remat, and in
+float64; each on copies of the inputs (a donating step consumes them)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from planner._src import jax_adapter as adapter
+from planner._src.trace import _as_enum
+from planner._src.verify.numerics.compare import coarsest_eps, float_kind, is_key, own_eps
+
+
+def is_concrete(args) -> bool:
+    """Whether every array leaf of ``args`` holds values, none abstract
+    (``jax.ShapeDtypeStruct``); the other leaves (Python scalars, functions: an Equinox
+    model's activation) are constants of the step (``jax_adapter.is_array_leaf``)."""
+    return not any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(args))
+
+
+def _copy(args):
+    """Fresh buffers for every array leaf (a donating step consumes its inputs)."""
+
+    def one(x):
+        if isinstance(x, jax.Array):
+            return x.copy()
+        if isinstance(x, np.ndarray):
+            return x.copy()
+        return x
+
+    return jax.tree.map(one, args)
+
+
+def _ready(out):
+    return jax.block_until_ready(out)
+
+
+def _jitted(step_fn):
+    return adapter.runnable(step_fn)
+
+
+def run_reference(step_fn: Callable, args: Sequence[Any]):
+    """The user's step as they wrote it (their policies), on copies of ``args``; traced in a
+    context of its own, so it neither reuses nor fills the user's jit cache entries."""
+    with adapter.isolated_traces(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*donated buffers.*")
+        return _ready(_jitted(step_fn)(*_copy(args)))
+
+
+def run_planned(step_fn: Callable, args: Sequence[Any], make_policy, compiled=None):
+    """The step with ``make_policy(region_id, region)`` in every checkpoint region, on copies
+    of ``args``: ``compiled`` (verify's program, under the plan's flags) where it takes the
+    arguments as given, else traced, compiled and run here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*donated buffers.*")
+        if compiled is not None:
+            try:
+                return _ready(compiled(*_copy(args)))
+            except TypeError:  # static arguments: the compiled program takes the others only
+                pass
+
+        def wrap(rid, r):
+            pol = make_policy(rid, r)
+            return lambda prim, *a, **p: _as_enum(pol(prim, *a, **p))
+
+        with adapter.controlled_policies(wrap):
+            return _ready(_jitted(step_fn)(*_copy(args)))
+
+
+def reference_runs(step_fn: Callable, args: Sequence[Any], computed: Sequence[str]):
+    """``(reference, sensitivity)``: the user's step as written (:func:`run_reference`) and
+    its rounding-only runs (:func:`run_sensitivity`, the inputs moved at the precision of the
+    coarsest dtype among its arguments, its outputs and ``computed``: ``Trace.float_dtypes``).
+    Run once per session; every plan's outputs are judged against them."""
+    reference = run_reference(step_fn, args)
+    eps = coarsest_eps(args, reference, computed=computed)
+    return reference, run_sensitivity(step_fn, args, eps)
+
+
+def one_ulp_up(args, eps: float = 0.0):
+    """``args`` with every floating leaf moved up by one ulp (``nextafter``), or, where
+    ``eps`` (the machine epsilon of the coarsest dtype the step computes in) is coarser than
+    the leaf's own, by that relative amount (``x + |x| eps``; zeros by one ulp): one ulp of
+    the precision the step rounds its inputs to. Integers, booleans and keys as given."""
+
+    def one(x):
+        if is_key(x) or not (hasattr(x, "dtype") and float_kind(x.dtype)):
+            return x
+        xp = np if isinstance(x, np.ndarray | np.generic) else jax.numpy
+        up = xp.nextafter(x, xp.array(np.inf, x.dtype))
+        if eps <= own_eps(x):
+            return up
+        moved = (x + xp.abs(x) * xp.array(eps, x.dtype)).astype(x.dtype)
+        return xp.where(x == 0, up, moved)
+
+    return jax.tree.map(one, args)
+
+
+def run_float64(step_fn: Callable, args: Sequence[Any], draws_random: bool = False):
+    """The user's step computed in 64 bits: every floating argument cast to float64 (complex
+    to complex128) and 64-bit floats on (``jax.enable_x64``), so every value the step does
+    not cast down itself is computed in float64. Its outputs differ from the float32
+    reference by the reference's own rounding error: an ill-conditioned leaf (Adam's update
+    of a weight whose gradient is near 0: ``g / (|g| + eps)`` turns the gradient's rounding
+    into a sizeable fraction of the learning rate) shows that error here. None where the step
+    cannot run so (a dtype it insists on), or where it draws random bits (``draws_random``:
+    ``Trace.draws_random``; with 64-bit floats on, a float64 uniform draws other bits, so the
+    dropout masks differ and the run computes something else): the check then stands
+    without it."""
+    if draws_random:
+        return None
+
+    def up(x):
+        if is_key(x) or not (hasattr(x, "dtype") and float_kind(x.dtype)):
+            return x
+        wide = np.complex128 if np.iscomplexobj(x) else np.float64
+        return np.asarray(x).astype(wide)
+
+    try:
+        with adapter.float64():
+            return _ready(run_reference(step_fn, jax.tree.map(up, args)))
+    except Exception:  # noqa: BLE001  (a step that cannot run in 64 bits: no such run)
+        return None
+
+
+def run_sensitivity(step_fn: Callable, args: Sequence[Any], eps: float = 0.0) -> tuple:
+    """How far rounding alone moves the step's outputs: the user's step on ``args`` moved by
+    one ulp at the precision it computes in (:func:`one_ulp_up` with ``eps``, the coarsest
+    dtype's epsilon: :func:`coarsest_eps`), and the step with JAX's own ``nothing_saveable``
+    in every region (full remat: every value recomputed, so XLA fuses it differently, which
+    can move an Adam-updated weight as far from the user's ``everything_saveable`` as a plan
+    does; measured: benchmarks/results/fuzz-programs-2026-12-03-all500.md)."""
+    moved = run_reference(step_fn, one_ulp_up(args, eps))
+    remat = run_planned(step_fn, args, lambda rid, r: jax.checkpoint_policies.nothing_saveable)
+    return (moved, remat)
