@@ -129,9 +129,9 @@ def headroom_short(hw, margin: float = 0.0) -> str:
         why.append(f"{hw.allocator_headroom:.0%} allocator headroom ({hw.name} profile)")
     f = cm.compiler_temp_fraction(hw)
     if f < 1.0:
-        why.append(f"XLA:GPU's {f:.0%} compile limit on what inputs and outputs leave")
+        why.append(f"XLA:GPU's {f:.0%} limit after inputs and outputs")
     if margin:
-        why.append(f"{margin:.1%} for the GPU's own compile (deviceless figures)")
+        why.append(f"{margin:.1%} deviceless margin")
     return " + ".join(why) or "nothing left free"
 
 
