@@ -9,7 +9,7 @@ input checks that the windows of a real compiled schedule are found in the loop 
 per trip, with the arithmetic of the replay, and the verify stage's figure built on them.
 The stream deal: XLA's post-order (control predecessors first) and one round-robin for the
 module on handwritten modules, and the deal of a deviceless compile against the thunk sequence
-XLA dumps for it (planner/_src/streams.py).
+XLA dumps for it (planner/_src/verify/schedule/dump.py).
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ import pytest
 from jax.ad_checkpoint import checkpoint_name
 
 import cost_models as cm
-from planner._src import hlo, streams
+from planner._src import hlo
 from planner._src import target as T
 from planner._src.verify import schedule
 from planner._src.verify.exposure import schedule_exposure_of
+from planner._src.verify.schedule import dump as streams
 
 HW = cm.load_profile("h200")
 
@@ -506,7 +507,7 @@ def test_the_predicted_streams_are_xlas_in_a_deviceless_h200_compile(tmp_path):
 
 
 def test_streams_read_from_a_dumps_thunk_sequence(tmp_path):
-    """planner/_src/streams.py joins the thunk sequence's stream labels with the metadata's
+    """planner/_src/verify/schedule/dump.py joins the thunk sequence's stream labels with the metadata's
     instruction names (lines as XLA:GPU of jaxlib 0.11.2 / 0.12.0.1 writes them)."""
     (tmp_path / "module_0001.jit_f.thunk_sequence.txt").write_text(
         "004: kWhile        [prev=003 (1) | next=016 (1)]\n"

@@ -50,7 +50,7 @@ Which start gets which stream is XLA's ``ExecutionStreamAssignment``
 breadth-first from ENTRY, each in ``MakeInstructionPostOrder`` order (:func:`post_order`:
 control predecessors before operands), every async start the next compute stream, round-robin
 with *one counter for the module*. It matches the streams XLA dumps (``xla_dump_to``'s thunk
-sequence, read by planner/_src/streams.py) in every loop body of the H200 programs read, and
+sequence, read by planner/_src/verify/schedule/dump.py) in every loop body of the H200 programs read, and
 a deal of operands first or with the counter restarted per computation does not (measured:
 benchmarks/results/schedule-streams-2026-12-05.md). From jaxlib 0.12 XLA runs the
 host copies on one dedicated stream per direction instead (``host_streams="memcpy"``;

@@ -66,7 +66,7 @@ def read_windows(
     ``host_streams``: ``"compute"`` or ``"memcpy"``, where XLA puts the host copies
     (:func:`stream_assignment`; :func:`host_streams_of` gives it for a jaxlib version).
     ``assignment``: the stream of each async start in place of :func:`stream_assignment`'s
-    (e.g. read from an XLA dump by planner/_src/streams.py; dedicated host streams numbered
+    (e.g. read from an XLA dump by planner/_src/verify/schedule/dump.py; dedicated host streams numbered
     ``streams`` and ``streams + 1``). ``link_order``: which waiting host copy takes a freed
     link (:data:`LINK_ORDERS`; ``"ready"``, the default, as the H200 traces show).
     """

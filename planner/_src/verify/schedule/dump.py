@@ -53,7 +53,7 @@ def stream_index(label: str, streams: int = 4) -> int:
         return streams + _DEDICATED[label]
     raise ValueError(
         f"unknown stream label {label!r}: expected computation_stream[k], "
-        f"{' or '.join(_DEDICATED)} (a newer XLA's dump? extend planner/_src/streams.py)"
+        f"{' or '.join(_DEDICATED)} (a newer XLA's dump? extend planner/_src/verify/schedule/dump.py)"
     )
 
 
