@@ -53,14 +53,14 @@ _PUBLIC = {
     "ProfileResult": ("planner._src.profiling", "ProfileResult"),
     "profile": ("planner._src.profiling", "profile"),
     **{
-        name: ("planner._src.params", name)
+        name: ("planner._src.trainstate", name)
         for name in ("param_shardings", "stream_layer_params", "streamed_apply_updates")
     },
     "Planner": ("planner._src.session", "Planner"),
     "pareto": ("planner._src.session", "pareto"),
     "solve": ("planner._src.session", "solve"),
     **{
-        name: ("planner._src.state", name)
+        name: ("planner._src.trainstate", name)
         for name in (
             "PlanState",
             "StatePlacement",
@@ -71,9 +71,9 @@ _PUBLIC = {
             "state_shardings",
             "streamed_apply",
             "streamed_update",
-            "with_state",
         )
     },
+    "with_state": ("planner._src.cost.state", "with_state"),
     "StatePlan": ("planner._src.state_plan", "StatePlan"),
     "plan_state": ("planner._src.state_plan", "plan_state"),
     "ThroughputResult": ("planner._src.throughput", "ThroughputResult"),

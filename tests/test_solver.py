@@ -7,8 +7,8 @@ import pytest
 from synthetic import all_assignments, brute_force, random_problem
 
 from planner._src.cost import Assignment, evaluate
+from planner._src.cost.simulate import PlanViolation, simulate
 from planner._src.errors import InfeasibleBudgetError
-from planner._src.simulate import PlanViolation, simulate
 from planner._src.solve import SolverOptions, min_feasible_bytes, solve_assignment
 
 OPTS = SolverOptions(time_limit_s=20)
@@ -58,8 +58,8 @@ def test_cp_sat_equals_brute_force_and_simulator_agrees(seed):
 @pytest.mark.parametrize("seed", range(40))
 def test_cp_sat_equals_brute_force_with_reductions(seed):
     """Elementwise values, reductions and kernels (synthetic ``fusion``): the working set's
-    reduction-operand term (cost.py W_r) and the twice-held residuals (D_r) in CP-SAT, the
-    direct formulas and the simulator agree, and the optimum is brute force's."""
+    reduction-operand term (docs/cost-model.md W_r) and the twice-held residuals (D_r) in CP-SAT,
+    the direct formulas and the simulator agree, and the optimum is brute force's."""
     graph, cost = random_problem(seed, n_nodes=8, n_regions=1 + seed % 2, n_classes=5, fusion=True)
     _check_optimum_against_brute_force(graph, cost)
     # Every assignment: the simulator's replay of the fusion rules equals the formulas.
@@ -194,10 +194,10 @@ def test_simulator_handles_long_recompute_chains():
 
 @pytest.mark.parametrize("seed", range(30))
 def test_cp_sat_equals_brute_force_with_calibrated_hiding(seed):
-    """Per-direction calibrated hiding models (eta, capacity, floor; cost.py X^fwd, X^bwd):
-    CP-SAT's optimum is brute force's, and the simulator's replay of the copy queues (its own
-    code: a link at eta with a hidden-time budget, then the floor) gives every assignment's
-    step time as the formulas do."""
+    """Per-direction calibrated hiding models (eta, capacity, floor; docs/cost-model.md X^fwd,
+    X^bwd): CP-SAT's optimum is brute force's, and the simulator's replay of the copy queues (its
+    own code: a link at eta with a hidden-time budget, then the floor) gives every assignment's step
+    time as the formulas do."""
     graph, cost = random_problem(seed, n_nodes=8, n_regions=1 + seed % 2, n_classes=4, hiding=True)
     _check_optimum_against_brute_force(graph, cost)
     for a in all_assignments(graph, cost):
@@ -233,8 +233,8 @@ def test_capacity_and_floor_bound_the_exposed_copy_time():
 
 @pytest.mark.parametrize("seed", range(30))
 def test_cp_sat_equals_brute_force_with_parallel_branches(seed):
-    """A region of two parallel branches joined by an add (graph.parallel_branches): the
-    working set's largest-branch term (cost.py W_r) in CP-SAT, the direct formulas and the
+    """A region of two parallel branches joined by an add (graph.parallel_branches): the working
+    set's largest-branch term (docs/cost-model.md W_r) in CP-SAT, the direct formulas and the
     simulator's branch-by-branch replay agree, and the optimum is brute force's."""
     graph, cost = random_problem(
         seed, n_nodes=8, n_regions=1 + seed % 2, n_classes=5, fusion=True, parallel=True
@@ -265,8 +265,8 @@ def test_the_brute_force_problems_exercise_the_branch_term():
 @pytest.mark.parametrize("seed", range(20))
 def test_cp_sat_equals_brute_force_with_slice_copies(seed):
     """Scanned regions whose backward trip copies a share of the saved residuals out of the
-    stacked buffers (cost.py K_r): CP-SAT, the direct formulas and the simulator agree, and
-    the optimum is brute force's."""
+    stacked buffers (docs/cost-model.md K_r): CP-SAT, the direct formulas and the simulator
+    agree, and the optimum is brute force's."""
     graph, cost = random_problem(
         seed, n_nodes=8, n_regions=1 + seed % 2, n_classes=5, fusion=True, slices=True
     )

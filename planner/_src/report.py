@@ -11,7 +11,7 @@ import dataclasses
 import io
 import json
 
-from planner._src.cost import evaluate, hiding_models
+from planner._src.cost.predict import evaluate, hiding_models
 from planner._src.paste import PLAN_FILE, apply_snippet, paste_snippets
 from planner._src.units import GB, MB, fmt_bytes, fmt_gb
 

@@ -49,9 +49,9 @@ import cost_models as cm
 from planner._src import jax_adapter as adapter
 from planner._src import numerics
 from planner._src import target as targets
-from planner._src.baselines import evaluate_baselines, stock_assignment
 from planner._src.budget import headroom_why, io_bytes, requested_for, usable_bytes
 from planner._src.cost import build_cost_model, evaluate
+from planner._src.cost.baselines import evaluate_baselines, stock_assignment
 from planner._src.emit import emit
 from planner._src.errors import (
     InfeasibleBudgetError,

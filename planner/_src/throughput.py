@@ -55,9 +55,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from planner._src.baselines import evaluate_baselines
 from planner._src.budget import io_bytes, usable_bytes
 from planner._src.cost import build_cost_model
+from planner._src.cost.baselines import evaluate_baselines
 from planner._src.errors import (
     InfeasibleBudgetError,
     InvalidArgumentError,

@@ -1,6 +1,6 @@
 """Stage 4, solve: one CP-SAT model choosing save / remat / offload per class.
 
-The model encodes exactly the formulas of ``cost.py`` (read its docstring first); every
+The model encodes exactly the formulas of ``docs/cost-model.md`` (read its docstring first); every
 variable family and constraint family below says what it stands for. Four lexicographic
 phases: first the fastest predicted step under the budget; then, at that step time, the
 fewest bytes sent to the host; then, at both, the smallest peak; then the fewest residual
@@ -25,9 +25,8 @@ import time
 from ortools.sat.python import cp_model
 
 import cost_models as cm
-from planner._src.cost import (
+from planner._src.cost.predict import (
     REDUCTIONS,
-    CostModel,
     evaluate,
     has_view,
     hiding_models,
@@ -35,8 +34,8 @@ from planner._src.cost import (
 )
 from planner._src.errors import InfeasibleBudgetError, SolverError
 from planner._src.graph import VIEWS, LivenessGraph, class_key
-from planner._src.state import add_to_model
-from planner._src.types import Assignment, Solution, SolverOptions
+from planner._src.solve.state import add_to_model
+from planner._src.types import Assignment, CostModel, Solution, SolverOptions
 from planner._src.units import gb_at_least
 
 __all__ = [
@@ -177,12 +176,12 @@ class _Model:
                 return y
 
             per_trip_kib, invariant_kib, working_kib, extra_ns, offloads = [], [], [], [], []
-            # K_r (cost.py): the backward trip of a scan copies this share of each saved
+            # K_r (docs/cost-model.md): the backward trip of a scan copies this share of each saved
             # per-trip residual out of the stacked buffer; not scaled by omega.
             share = cost.slice_copy_share if rg.region.in_scan else 0.0
             slice_kib = []
-            # Q_r (cost.py): one trip's residuals kept only for its own recompute, freed by it
-            # before the trip's working set peaks (KiB rounded down: the peak stays an upper
+            # Q_r (docs/cost-model.md): one trip's residuals kept only for its own recompute, freed
+            # by it before the trip's working set peaks (KiB rounded down: the peak stays an upper
             # bound of cost.evaluate's)
             trip_freed_kib = []
             # the working-set terms of each parallel branch (graph.parallel_branches): the
@@ -230,8 +229,8 @@ class _Model:
                         m.Add(free <= held[src[1]])
                 held[i] = s + o + free
                 # A loop-invariant residual is stored once, the others once per trip; under a
-                # hoisted recompute (E_r, cost.py) a per-trip value the backward does not read
-                # is freed in the forward pass, after the recompute that reads it.
+                # hoisted recompute (E_r, docs/cost-model.md) a per-trip value the backward does not
+                # read is freed in the forward pass, after the recompute that reads it.
                 source_only = not c.needed and not c.loop_invariant and not has_view(rg, i)
                 if not (rc.hoists_recompute and source_only):
                     (invariant_kib if c.loop_invariant else per_trip_kib).append(kib * s)
@@ -239,9 +238,9 @@ class _Model:
                     slice_kib.append(math.ceil(share * kib) * s)
                 if source_only and rc.frees_sources_in_trip and not rc.hoists_recompute:
                     trip_freed_kib.append((c.nbytes // KIB) * s)
-                # Twice held (D_r, cost.py): outside lax.scan, a kept value of a producer XLA
-                # does not duplicate, read in the backward pass by a kernel and by a fusion
-                # (as traced, or through a needed recomputed reader), is held twice.
+                # Twice held (D_r, docs/cost-model.md): outside lax.scan, a kept value of a producer
+                # XLA does not duplicate, read in the backward pass by a kernel and by a fusion (as
+                # traced, or through a needed recomputed reader), is held twice.
                 if (
                     rc.twice_held
                     and rc.twice_held[i]
@@ -279,13 +278,13 @@ class _Model:
                     extra_ns.append(_ns(rc.materialize_s[i]) * o)
                 if not c.loop_invariant and rc.stack_copy_s and rc.stack_copy_s[i]:
                     # Saving (not offloading) a value in HBM inside lax.scan costs its copy
-                    # into the scan's stacked residual (S_v, cost.py).
+                    # into the scan's stacked residual (S_v, docs/cost-model.md).
                     extra_ns.append(_ns(rc.stack_copy_s[i]) * s)
                 # Working-set terms carry the measured scale, rounded up per term.
                 w_kib = math.ceil(ws_scale * kib)
                 if rc.hoists_recompute:
-                    # Hoisted (E_r, cost.py): the compiler recomputes in the forward pass and
-                    # holds what the backward reads from there on, like a saved value; the
+                    # Hoisted (E_r, docs/cost-model.md): the compiler recomputes in the forward pass
+                    # and holds what the backward reads from there on, like a saved value; the
                     # recompute's intermediates are forward transients.
                     if c.needed:
                         hoisted = r - free
@@ -309,7 +308,7 @@ class _Model:
                     host_terms.append((1 if c.loop_invariant else live) * kib * o)
                     if not isinstance(o, int) or o:
                         offloads.append((i, o))
-            # Exposed copy time of one trip, per direction (cost.py X^fwd, X^bwd): each
+            # Exposed copy time of one trip, per direction (docs/cost-model.md X^fwd, X^bwd): each
             # direction's copies queue on the link in production order; with that direction's
             # calibrated model (eta, capacity, floor), exposed_* is at least each of the terms
             # below, and the objective (which minimizes it) keeps it at their maximum.
