@@ -309,3 +309,77 @@ def test_the_brute_force_problems_exercise_the_fused_away_term():
         )
         changed += _some_peak(graph, cost, operator.lt, graph, materialized)
     assert changed >= 10, changed
+
+
+# The CP-SAT model's variable families (solve/model.py, solve/regions.py, solve/state.py).
+FAMILIES = {
+    "choose",  # the decisions: class k takes decision d
+    "need",  # per region: the backward pass needs candidate v
+    "transient_kib",  # per region: the largest recompute intermediate
+    "exposed_fwd_ns",  # per region: one trip's exposed store time
+    "exposed_bwd_ns",  # per region: one trip's exposed reload time
+    "both",  # need[v] AND decision d
+    "free",  # a recomputed view of a held value
+    "reduced",  # at least r AND any of its readers
+    "need_in",  # per region: a stacked region input is kept
+    "branch_kib",  # per region: the largest parallel branch's working set
+    "peak_kib",  # the peak
+    "state_on_host",  # a train-state leaf in pinned host memory
+}
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(fusion=True, parallel=True, hiding=True),
+        dict(fusion=True, slices=True, groups=True),
+        dict(n_regions=3, eta=0.5),
+    ],
+)
+def test_the_cp_sat_model_is_built_in_one_order(kw):
+    """The CP-SAT model, built by named pieces (solve/model.py), comes out the same from the
+    same inputs, variable for variable and constraint for constraint: with one worker and a
+    fixed seed CP-SAT returns the same optimum among ties only for the same model in the
+    same order. Its variables are the pieces' families in the pieces' order: the decisions,
+    then each region's (its need variables, its transient and exposed-copy variables, then
+    the rest of its terms), then the peak, then the train state's leaves. (Which optimum
+    each term gives is brute force's: the tests above.)"""
+    from planner._src.cost.state import with_state
+    from planner._src.solve.model import Model
+    from planner._src.trainstate import StateLeaf
+
+    graph, cost = random_problem(7, n_nodes=8, n_classes=5, **{"n_regions": 2, **kw})
+    leaves = tuple(
+        StateLeaf(
+            path=p, role="opt", nbytes=kib * 1024, layers=4, shape=(4, kib * 256), dtype="f32"
+        )
+        for p, kib in (("mu", 64), ("nu", 96))
+    )
+    cost = with_state(cost, leaves)
+    budget = _budgets(graph, cost)[1]
+    protos = [str(Model(graph, cost, budget, uniform=True).cp.Proto()) for _ in range(2)]
+    assert protos[0] == protos[1]
+    names = [v.name for v in Model(graph, cost, budget).cp.Proto().variables]
+    family = [n.split("[")[0] for n in names]
+    assert set(family) <= FAMILIES, set(family) - FAMILIES
+    decisions = ("save", "remat", "offload") if cost.allow_offload else ("save", "remat")
+    n = len(graph.classes) * len(decisions)
+    assert names[:n] == [f"choose[{c.label}|{d}]" for c in graph.classes for d in decisions]
+    assert "choose" not in family[n:]
+    peak = names.index("peak_kib")
+    assert family[peak + 1 :] == ["state_on_host"] * len(leaves)
+    starts = [names.index(f"transient_kib[{rg.region.id}]") for rg in graph.regions]
+    assert starts == sorted(starts)
+    for rg, before, start, end in zip(graph.regions, [n, *starts], starts, [*starts[1:], peak]):
+        rid = rg.region.id
+        assert names[start : start + 3] == [
+            f"transient_kib[{rid}]",
+            f"exposed_fwd_ns[{rid}]",
+            f"exposed_bwd_ns[{rid}]",
+        ]
+        mine = [k for k, x in enumerate(names) if x.startswith((f"need[{rid},", f"need_in[{rid},"))]
+        need = [k for k in mine if names[k].startswith("need[")]
+        assert all(before <= k < start for k in need)  # need first, then the region's own
+        assert all(start < k < end for k in mine if k not in need)
+        if f"branch_kib[{rid}]" in names:
+            assert names.index(f"branch_kib[{rid}]") == end - 1  # the region's last
