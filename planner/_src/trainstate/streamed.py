@@ -3,12 +3,10 @@ time inside the jitted step (streamed_update for optimizer state, streamed_apply
 parameters move too, streamed_apply_updates for an SGD-like update), and the hook that
 brings a host parameter's slice in inside the checkpointed layer (stream_layer_params).
 
-Parameters in pinned host memory, brought to HBM one layer slice at a time (issue 21).
-
-A scanned model's stacked layer weights (``[L, ...]``) may live in pinned host memory and
-still be read by the forward and the backward pass a layer at a time: the layer's slice is
-brought to the device *inside* the checkpointed layer, so the backward pass brings it in
-again (a recomputed value) instead of keeping L device copies as residuals.
+Parameters in pinned host memory (issue 21). A scanned model's stacked layer weights (``[L, ...]``)
+may live in pinned host memory and still be read by the forward and the backward pass a layer at a
+time: the layer's slice is brought to the device *inside* the checkpointed layer, so the backward
+pass brings it in again (a recomputed value) instead of keeping L device copies as residuals.
 
     layer = planner.stream_layer_params(decoder_layer, host=lambda path: path != "['norm']")
     body = jax.checkpoint(layer, policy=plan.policy)          # the hook inside the checkpoint
