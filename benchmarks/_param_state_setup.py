@@ -66,7 +66,7 @@ def build(cfg, variant: str, device) -> Setup:
 
     import planner
     from examples import llama
-    from planner._src import state as st
+    from planner._src import trainstate as st
 
     _, (params, opt, batch) = llama.make_adam_step(cfg)
     leaves = st.state_leaves(opt, layers=cfg.n_layers, params=params, stream_params=True)

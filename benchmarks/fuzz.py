@@ -28,8 +28,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from synthetic import all_assignments, brute_force, random_problem  # noqa: E402
 
 from planner._src.cost import Assignment, evaluate  # noqa: E402
+from planner._src.cost.simulate import simulate  # noqa: E402
 from planner._src.errors import InfeasibleBudgetError  # noqa: E402
-from planner._src.simulate import simulate  # noqa: E402
 from planner._src.solve import SolverOptions, solve_assignment  # noqa: E402
 
 

@@ -221,8 +221,8 @@ def run_layer_worker(job: dict) -> dict:
     import jax.numpy as jnp
 
     from examples import llama
-    from planner._src.baselines import policy_assignment
     from planner._src.cost import build_cost_model, evaluate
+    from planner._src.cost.baselines import policy_assignment
     from planner._src.graph import build_graph
     from planner._src.trace import trace_step
 
@@ -278,7 +278,7 @@ def run_layer_worker(job: dict) -> dict:
 
 def _offload_queue(p) -> list[dict]:
     """Per region, the offloaded tensors the backward pass needs, in production order: their
-    bytes, per-direction copy time and the window the hiding models were given (cost.py:
+    bytes, per-direction copy time and the window the hiding models were given (docs/cost-model.md:
     stores hide behind the forward compute after the tensor, reloads behind the backward
     compute before its first use), one trip. What ``predicted_exposed_*`` was computed from."""
     from planner._src.cost import decisions_per_candidate
@@ -396,7 +396,7 @@ def run_plan_worker(job: dict) -> dict:
             "predicted_peak": p.prediction.peak_bytes,
             "predicted_step_ms": p.prediction.step_s * 1e3,
             # Per direction, per step (every trip of every region): the copy time the model
-            # says is exposed (cost.py X^fwd, X^bwd), for the trace's figure (issue 18).
+            # says is exposed (docs/cost-model.md X^fwd, X^bwd), for the trace's figure (issue 18).
             "predicted_exposed_d2h_ms": 1e3
             * sum(
                 rc.multiplicity * rp.exposed_fwd_s

@@ -48,7 +48,7 @@ def one(name: str) -> dict:
 
     import cost_models as cm
     from examples import llama
-    from planner._src import state as st
+    from planner._src.cost import state as st
 
     cfg = llama.LlamaConfig(**CONFIG)
     s = build(cfg, name, jax.devices()[0])

@@ -49,8 +49,8 @@ def _session(over: dict):
 
 
 def probe(over: dict) -> dict:
-    from planner._src.baselines import stock_assignment
     from planner._src.cost import build_cost_model, evaluate
+    from planner._src.cost.baselines import stock_assignment
 
     h, cfg, args, s, trace_s = _session(over)
     tr, graph = s.trace, s.graph
@@ -72,9 +72,9 @@ def probe(over: dict) -> dict:
 
 def plan(over: dict, hbm_gb: float, margin: float | None) -> dict:
     import planner
-    from planner._src import state as st
     from planner._src.budget import io_bytes, usable_bytes
     from planner._src.cost import build_cost_model, evaluate
+    from planner._src.cost import state as st
     from planner._src.solve import solve_assignment
 
     h, cfg, args, s, trace_s = _session(over)

@@ -104,7 +104,7 @@ def _build(cfg, mode: str, on_host=(), *, concrete: bool = True):
 
     from examples import llama
     from planner._src import jax_adapter as adapter
-    from planner._src import state as st
+    from planner._src import trainstate as st
 
     holder = {}
 

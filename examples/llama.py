@@ -71,7 +71,7 @@ class LlamaConfig:
     parallel_residual: bool = False
     # Applied to the decoder layer function inside its jax.checkpoint (layer_groups=1 only):
     # planner.stream_layer_params(fn, host=...) there brings host-resident stacked weights in
-    # one layer slice at a time (planner/_src/params.py: outside the checkpoint it saves none).
+    # one layer slice at a time (planner/_src/trainstate/streamed.py: outside the checkpoint it saves none).
     layer_wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
 
     @property

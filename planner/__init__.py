@@ -53,14 +53,14 @@ _PUBLIC = {
     "ProfileResult": ("planner._src.profiling", "ProfileResult"),
     "profile": ("planner._src.profiling", "profile"),
     **{
-        name: ("planner._src.params", name)
+        name: ("planner._src.trainstate", name)
         for name in ("param_shardings", "stream_layer_params", "streamed_apply_updates")
     },
     "Planner": ("planner._src.planning.planner", "Planner"),
     "pareto": ("planner._src.planning.planner", "pareto"),
     "solve": ("planner._src.planning.planner", "solve"),
     **{
-        name: ("planner._src.state", name)
+        name: ("planner._src.trainstate", name)
         for name in (
             "PlanState",
             "StatePlacement",
@@ -71,9 +71,9 @@ _PUBLIC = {
             "state_shardings",
             "streamed_apply",
             "streamed_update",
-            "with_state",
         )
     },
+    "with_state": ("planner._src.cost.state", "with_state"),
     "StatePlan": ("planner._src.planning.state_placement", "StatePlan"),
     "plan_state": ("planner._src.planning.state_placement", "plan_state"),
     "ThroughputResult": ("planner._src.planning.throughput", "ThroughputResult"),

@@ -8,7 +8,8 @@ import math
 import random
 
 import cost_models as cm
-from planner._src.cost import evaluate, fused_away
+from planner._src.cost import evaluate
+from planner._src.cost.predict import fused_away
 from planner._src.graph import LivenessGraph, build_graph
 from planner._src.types import (
     DECISIONS,
@@ -45,7 +46,8 @@ def random_problem(
     ``groups=True``: each region is one call site of its own layer group (classes per group).
 
     ``slices=True``: the backward trips copy a share of the saved residuals out of the stacks
-    (cost.py K_r; a share that keeps every term a whole number of KiB, as CP-SAT counts)."""
+    (docs/cost-model.md K_r; a share that keeps every term a whole number of KiB, as CP-SAT
+    counts)."""
     rnd = random.Random(seed)
     # Draws added later come from their own stream, so the earlier draws stay the same.
     twice_rnd = random.Random(seed * 7919 + 1)
@@ -78,7 +80,7 @@ def random_problem(
                     input_reads=reads,
                     # fusion: the backward reads some values with a kernel
                     read_by_kernel=rnd.random() < 0.5 if fusion else True,
-                    # fusion: and some with a fusion (the twice-held term, cost.py D_r)
+                    # fusion: and some with a fusion (the twice-held term, docs/cost-model.md D_r)
                     read_by_fusion=twice_rnd.random() < 0.4 if fusion else False,
                     # fusion: and some with a reduction (a kernel for D_r)
                     read_by_reduction=sum_rnd.random() < 0.3 if fusion else False,
@@ -163,14 +165,15 @@ def random_problem(
                 recompute_s=tuple(rec),
                 materialize_s=tuple(mat),
                 stack_copy_s=tuple(stack),
-                # fusion: outside lax.scan some kept values are held twice (cost.py D_r)
+                # fusion: outside lax.scan some kept values are held twice (docs/cost-model.md D_r)
                 twice_held=tuple(twice_rnd.random() < 0.5 for _ in range(n)) if fusion else (),
-                # fusion: some regions' compiler recomputes in the forward pass (cost.py E_r)
+                # fusion: some regions' compiler recomputes in the forward pass (docs/cost-model.md
+                # E_r)
                 hoists_recompute=hoist_rnd.random() < 0.5 if fusion else False,
                 # fusion: values only fusions read back are recomputed inside them (W_r)
                 fused_away=fused_away(rg),
                 # fusion: some regions' trips free the residuals kept only for their own
-                # recompute before their peak (outside lax.scan; cost.py Q_r)
+                # recompute before their peak (outside lax.scan; docs/cost-model.md Q_r)
                 frees_sources_in_trip=frees_rnd.random() < 0.5 if fusion else False,
                 d2h_s=tuple(d2h),
                 h2d_s=tuple(d2h),
@@ -192,7 +195,8 @@ def random_problem(
         unknown_primitives=(),
     )
     if slices:
-        # K_r is for regions under lax.scan, Q_r for those outside it (cost.py): never both
+        # K_r is for regions under lax.scan, Q_r for those outside it (docs/cost-model.md): never
+        # both
         share = random.Random(seed * 7919 + 5).choice([0.25, 0.5, 1.0])
         cost = dataclasses.replace(
             cost,
@@ -201,7 +205,7 @@ def random_problem(
                 dataclasses.replace(r, frees_sources_in_trip=False) for r in cost.regions
             ),
         )
-    if hiding:  # calibrated per-direction hiding models (cost.py X terms): eta, cap, floor
+    if hiding:  # calibrated per-direction hiding models (docs/cost-model.md X): eta, cap, floor
         d2h_m, h2d_m = (
             cm.HidingModel(
                 eta=rnd.choice([0.0, 0.3, 1.0]),
@@ -234,7 +238,7 @@ def brute_force(graph: LivenessGraph, cost: CostModel, budget: float):
 
 def state_options(graph: LivenessGraph, cost: CostModel):
     """Every (activation assignment, host subset of the movable train-state leaves,
-    prediction) of a model with state (``state.with_state``), by enumeration: the brute
+    prediction) of a model with state (``cost.state.with_state``), by enumeration: the brute
     force the state solver's answers are checked against."""
     keys = [c.leaf.key for c in cost.state]
     subsets = [frozenset(s) for k in range(len(keys) + 1) for s in itertools.combinations(keys, k)]

@@ -80,12 +80,12 @@ def loop_plan():
         compare_stock=False,
     )
     lo, hi = session.trace.anchor.device_bytes, session.trace.anchor_saved.device_bytes
-    # Where the compiler runs a Python loop's recompute in the forward pass (JAX 0.10.2's
-    # XLA:CPU, trace.hoists_recompute; cost.py E_r), every policy that keeps matmul outputs
-    # holds what full remat holds (9.96 MB), and the layers first decide differently at 80%
-    # of the span (layer 3 keeps tanh, 11.01 MB compiled; at 20% the plan is full remat).
-    # Elsewhere (0.12.0.1) 20% (7.86 MB: two distinct per-layer sets; from 60% on every layer
-    # keeps tanh and its matmul output).
+    # Where the compiler runs a Python loop's recompute in the forward pass (JAX 0.10.2's XLA:CPU,
+    # trace.hoists_recompute; docs/cost-model.md E_r), every policy that keeps matmul outputs holds
+    # what full remat holds (9.96 MB), and the layers first decide differently at 80% of the span
+    # (layer 3 keeps tanh, 11.01 MB compiled; at 20% the plan is full remat). Elsewhere (0.12.0.1)
+    # 20% (7.86 MB: two distinct per-layer sets; from 60% on every layer keeps tanh and its matmul
+    # output).
     usable = lo + (0.8 if session.trace.hoists_recompute else 0.2) * (hi - lo)
     plan = session.plan(requested_for(usable, session.hardware, io_bytes(session.trace)) / 1e9)
     return plan, params, x
@@ -98,8 +98,8 @@ def test_a_saved_tanh_a_fusion_rereads_is_held_twice():
     which then reads tanh's own buffer, and the copy stays for the weight gradient's matmul:
     both live from the forward to the backward pass (XLA:CPU buffer assignment, 2026-12-04;
     the same on the H200's deviceless compiler). The model counts the value twice
-    (cost.py, D_r): before, this plan was predicted 11.01 MB and compiled to 14.16 MB (-22%),
-    and the verify loop's correction then made every plan but full remat infeasible."""
+    (docs/cost-model.md, D_r): before, this plan was predicted 11.01 MB and compiled to 14.16 MB
+    (-22%), and the verify loop's correction then made every plan but full remat infeasible."""
     from planner._src.cost import build_cost_model, evaluate
     from planner._src.emit.emit import emit
     from planner._src.graph import build_graph, class_key

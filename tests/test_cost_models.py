@@ -900,8 +900,8 @@ def test_the_base_step_leaves_out_writes_of_values_kept_only_as_residuals():
     the full-remat step does not write it: T0 leaves it out, M_v adds it back for a plan that
     keeps it. A fusible value a matmul reads (the probabilities) is written whatever is kept:
     keeping it costs no write (M_v = 0)."""
-    from planner._src.baselines import stock_assignment
     from planner._src.cost import build_cost_model, evaluate
+    from planner._src.cost.baselines import stock_assignment
     from planner._src.graph import build_graph
     from planner._src.trace import trace_step
 

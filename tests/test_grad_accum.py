@@ -10,8 +10,8 @@ import functools
 
 import pytest
 
-from planner._src.baselines import stock_assignment
 from planner._src.cost import build_cost_model, evaluate
+from planner._src.cost.baselines import stock_assignment
 from planner._src.graph import build_graph
 from planner._src.trace import trace_step
 from tests.zoo import grad_accum

@@ -13,8 +13,8 @@ from synthetic import brute_force, random_problem
 import planner
 from examples import llama
 from planner._src import jax_adapter as adapter
-from planner._src.baselines import evaluate_baselines
 from planner._src.cost import DECISIONS, Assignment, build_cost_model, evaluate
+from planner._src.cost.baselines import evaluate_baselines
 from planner._src.emit.paste import paste_snippets
 from planner._src.errors import InfeasibleBudgetError, LayerGroupsError
 from planner._src.graph import build_graph

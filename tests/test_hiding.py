@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 import cost_models as cm
-from planner._src.cost import evaluate, hiding_models
-from planner._src.simulate import simulate
+from planner._src.cost import evaluate
+from planner._src.cost.predict import hiding_models
+from planner._src.cost.simulate import simulate
 from planner._src.solve import SolverOptions, solve_assignment
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
 """The recompute of a Python loop's checkpointed layers, hoisted into the forward pass by the
-compiler (cost.py, E_r; trace.hoists_recompute): predicted against compiled programs.
+compiler (docs/cost-model.md, E_r; trace.hoists_recompute): predicted against compiled programs.
 
 Both answers of the probe are tested wherever the suite runs: JAX 0.10.2's XLA:CPU hoists,
 JAX 0.12.0.1's does not. Each test checks the probe (or the model built on it) against
@@ -13,8 +13,8 @@ import functools
 import jax
 import pytest
 
-from planner._src.baselines import stock_assignment
 from planner._src.cost import build_cost_model, evaluate
+from planner._src.cost.baselines import stock_assignment
 from planner._src.graph import build_graph
 from planner._src.trace import trace_step
 from tests.zoo import gpt2_loop

@@ -1,5 +1,5 @@
-"""The backward working set of parallel branches (graph.parallel_branches, cost.py W_r) on
-traced zoo models: a parallel-residual layer's branches run backward one after another, a
+"""The backward working set of parallel branches (graph.parallel_branches, docs/cost-model.md W_r)
+on traced zoo models: a parallel-residual layer's branches run backward one after another, a
 sequential layer keeps one sum."""
 
 import dataclasses

@@ -1,7 +1,7 @@
 """Parameters in pinned host memory as decisions of the train-state block (planner/_src/
-state.py): the solver against brute force with parameter leaves in the model, the cost
+solve/state.py): the solver against brute force with parameter leaves in the model, the cost
 terms by hand, and on the Adam Llama step a plan that puts parameters on the host whose
-step (stream_layer_params in the checkpointed layer, state.streamed_apply around optax's
+step (stream_layer_params in the checkpointed layer, trainstate.streamed_apply around optax's
 update) gives the unplanned step's numbers; on deviceless XLA:GPU for the H200 (skipped
 without the CUDA plugin) the compiled step's host bytes are the plan's."""
 
@@ -14,9 +14,10 @@ from synthetic import all_assignments, check_state_solve, random_problem, state_
 
 import planner
 from examples import llama
-from planner._src import state as st
 from planner._src import target as tg
+from planner._src import trainstate as st
 from planner._src.cost import evaluate
+from planner._src.cost import state as cst
 from planner._src.errors import InfeasibleBudgetError, PlannerError
 from planner._src.solve import solve_assignment
 from planner._src.types import SolverOptions
@@ -56,7 +57,7 @@ def test_param_placement_equals_brute_force(seed):
     the parameter and its moments); some budget fits only with the parameter on the host
     (every optimizer-state leaf on the host is not enough)."""
     graph, cost = random_problem(seed, n_nodes=6, n_regions=1, n_classes=3)
-    cost = st.with_state(cost, _synthetic_leaves(1 + seed % 2))
+    cost = cst.with_state(cost, _synthetic_leaves(1 + seed % 2))
     assert [c.leaf.key for c in cost.state] == ["params['w']", ".mu['w']", ".nu['w']"]
     # (the unstacked param never moves)
     options = state_options(graph, cost)
@@ -77,7 +78,7 @@ def test_host_cap_counts_a_host_parameters_gradient(seed):
     its gradient b written during the backward pass): with a host cap between b and 2 b
     the solver never puts it there, and its answer equals brute force under that cap."""
     graph, cost = random_problem(seed, n_nodes=6, n_regions=1, n_classes=3)
-    cost = st.with_state(cost, _synthetic_leaves(1))
+    cost = cst.with_state(cost, _synthetic_leaves(1))
     b = next(c.leaf.nbytes for c in cost.state if c.leaf.role == "param")
     cost = dataclasses.replace(cost, host_cap_bytes=float(b + b // 2))
     alone = evaluate(
@@ -97,25 +98,25 @@ def test_host_cap_counts_a_host_parameters_gradient(seed):
 
 
 def test_param_cost_terms_and_budget_split():
-    """state.py's parameter terms by hand on the H200 profile's link, and the budget split:
-    a parameter on the host takes its gradient with it."""
+    """The train state's parameter terms (docs/cost-model.md#the-train-state) by hand on the H200
+    profile's link, and the budget split: a parameter on the host takes its gradient with it."""
     from cost_models import transfer_seconds
 
     hw = planner.load_profile("h200")
     leaves = _synthetic_leaves(1)
     w = leaves[0]
-    costs = {c.leaf.key: c for c in st.leaf_costs(leaves, hw)}
+    costs = {c.leaf.key: c for c in cst.leaf_costs(leaves, hw)}
     c = costs["params['w']"]
     piece = w.nbytes // 4
     assert c.saved_bytes == 2 * w.nbytes  # the weight and its gradient
-    assert c.inflight_bytes == st.INFLIGHT_SLICES * piece == 3 * piece
+    assert c.inflight_bytes == cst.INFLIGHT_SLICES * piece == 3 * piece
     assert c.update_buffer_bytes == 3 * piece
     assert c.host_bytes == w.nbytes and c.host_temp_bytes == w.nbytes  # its host gradient
     want = 4 * (4 * transfer_seconds(piece, hw, "h2d") + 2 * transfer_seconds(piece, hw, "d2h"))
     assert c.exposed_s == pytest.approx(want)
     assert c.moved_bytes == 6 * w.nbytes
     on_host = frozenset({"params['w']", ".mu['w']"})
-    t = st.evaluate_state(tuple(costs.values()), on_host)
+    t = cst.evaluate_state(tuple(costs.values()), on_host)
     mu = costs[".mu['w']"]
     assert t.saved_bytes == 2 * w.nbytes + mu.saved_bytes
     assert t.inflight_bytes == 3 * piece
@@ -137,7 +138,7 @@ def test_param_cost_terms_and_budget_split():
 
 def _applied(policy, placement, cfg=CFG):
     """The Adam step as the user applies ``placement``: the host parameters streamed into
-    the checkpointed layer, state.streamed_apply around optax's update, shardings with
+    the checkpointed layer, trainstate.streamed_apply around optax's update, shardings with
     memory kinds, params and state donated. Returns (jitted, args placed)."""
     ps = st.PlanState(
         opt_state_argnum=1,
@@ -145,7 +146,7 @@ def _applied(policy, placement, cfg=CFG):
         layers=cfg.n_layers,
         placement=placement,
         parts=(),
-        terms=st.evaluate_state((), frozenset()),
+        terms=cst.evaluate_state((), frozenset()),
     )
     step, (params, opt, batch) = llama.make_adam_step(
         dataclasses.replace(cfg, remat_policy=policy, layer_wrap=ps.stream_layer_params),
@@ -228,7 +229,7 @@ def _between(session) -> tuple[int, float]:
     lowest = {
         stream: min_feasible_bytes(
             session.graph,
-            st.with_state(
+            cst.with_state(
                 base, st.state_leaves(opt, layers=L, params=params, stream_params=stream)
             ),
             OPTS,
@@ -296,7 +297,7 @@ def test_deviceless_h200_host_bytes_are_the_planned_parameter_bytes():
         pytest.skip(f"no deviceless XLA:GPU here: {target.description}")
     leaves = _leaves()
     pl = _mixed(leaves)
-    terms = st.evaluate_state(st.leaf_costs(leaves, planner.load_profile("h200")), pl.on_host)
+    terms = cst.evaluate_state(cst.leaf_costs(leaves, planner.load_profile("h200")), pl.on_host)
     none = st.check_compiled(_compiled(None, st.placement_of(leaves, set())), pl)
     mixed = st.check_compiled(_compiled(None, pl), pl, terms)
     host_params = sum(x.nbytes for x in leaves if x.role == "param" and x.key in pl.on_host)

@@ -109,8 +109,8 @@ def test_streamed_params_compile_with_one_slice_on_the_device():
     (hbm, hbm_host, _, _), (host, host_args, host_out, hlo) = figures[False], figures[True]
     assert hbm_host == 0
     assert host_args == w and host_out == w
-    # The weight and its gradient (on the host too: params.py) leave HBM; the all-HBM step
-    # also holds a gradient-accumulation workspace here (36.26 MB against 5.06 MB on JAX
+    # The weight and its gradient (on the host too: trainstate/streamed.py) leave HBM; the all-HBM
+    # step also holds a gradient-accumulation workspace here (36.26 MB against 5.06 MB on JAX
     # 0.11.2, 2026-12-04), so the drop is at least the two, less one slice in flight.
     assert hbm - host >= 2 * w - w // L, (hbm, host, w)
     assert "S(5)" in hlo

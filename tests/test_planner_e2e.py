@@ -281,7 +281,7 @@ def test_no_offload_under_an_unrolled_scan():
     sol = solve_assignment(plan.graph, free, below, opts)
     assert "offload" in dict(sol.assignment.decisions).values()
     # The independent simulator refuses that assignment on the real model.
-    from planner._src.simulate import PlanViolation, simulate
+    from planner._src.cost.simulate import PlanViolation, simulate
 
     simulate(plan.graph, free, sol.assignment)
     with pytest.raises(PlanViolation, match="unroll"):

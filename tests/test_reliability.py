@@ -11,8 +11,8 @@ from synthetic import random_problem
 
 import planner
 from planner._src.cost import Assignment, evaluate
+from planner._src.cost.simulate import simulate
 from planner._src.errors import InfeasibleBudgetError
-from planner._src.simulate import simulate
 from planner._src.solve import SolverOptions, solve_assignment
 
 

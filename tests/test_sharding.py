@@ -234,9 +234,9 @@ def test_budget_that_fits_per_device_but_not_globally():
     assert plan.verification.ok, plan.verification.checks
     pred = plan.prediction
     assert pred.peak_bytes <= plan.budget_bytes
-    # Everything fits per device: the fastest plan saves every non-elementwise value the
-    # backward pass reads (elementwise values may be recomputed: cheaper than writing them, cost.py M_r),
-    # so what is left to recompute is a few elementwise ops' arithmetic.
+    # Everything fits per device: the fastest plan saves every non-elementwise value the backward
+    # pass reads (elementwise values may be recomputed: cheaper than writing them,
+    # docs/cost-model.md M_r), so what is left to recompute is a few elementwise ops' arithmetic.
     import cost_models
 
     kept = [

@@ -7,8 +7,8 @@ import pytest
 from synthetic import all_assignments, brute_force, random_problem
 
 from planner._src.cost import Assignment, evaluate
+from planner._src.cost.simulate import PlanViolation, simulate
 from planner._src.errors import InfeasibleBudgetError
-from planner._src.simulate import PlanViolation, simulate
 from planner._src.solve import SolverOptions, min_feasible_bytes, solve_assignment
 
 OPTS = SolverOptions(time_limit_s=20)
@@ -58,8 +58,8 @@ def test_cp_sat_equals_brute_force_and_simulator_agrees(seed):
 @pytest.mark.parametrize("seed", range(40))
 def test_cp_sat_equals_brute_force_with_reductions(seed):
     """Elementwise values, reductions and kernels (synthetic ``fusion``): the working set's
-    reduction-operand term (cost.py W_r) and the twice-held residuals (D_r) in CP-SAT, the
-    direct formulas and the simulator agree, and the optimum is brute force's."""
+    reduction-operand term (docs/cost-model.md W_r) and the twice-held residuals (D_r) in CP-SAT,
+    the direct formulas and the simulator agree, and the optimum is brute force's."""
     graph, cost = random_problem(seed, n_nodes=8, n_regions=1 + seed % 2, n_classes=5, fusion=True)
     _check_optimum_against_brute_force(graph, cost)
     # Every assignment: the simulator's replay of the fusion rules equals the formulas.
@@ -194,10 +194,10 @@ def test_simulator_handles_long_recompute_chains():
 
 @pytest.mark.parametrize("seed", range(30))
 def test_cp_sat_equals_brute_force_with_calibrated_hiding(seed):
-    """Per-direction calibrated hiding models (eta, capacity, floor; cost.py X^fwd, X^bwd):
-    CP-SAT's optimum is brute force's, and the simulator's replay of the copy queues (its own
-    code: a link at eta with a hidden-time budget, then the floor) gives every assignment's
-    step time as the formulas do."""
+    """Per-direction calibrated hiding models (eta, capacity, floor; docs/cost-model.md X^fwd,
+    X^bwd): CP-SAT's optimum is brute force's, and the simulator's replay of the copy queues (its
+    own code: a link at eta with a hidden-time budget, then the floor) gives every assignment's step
+    time as the formulas do."""
     graph, cost = random_problem(seed, n_nodes=8, n_regions=1 + seed % 2, n_classes=4, hiding=True)
     _check_optimum_against_brute_force(graph, cost)
     for a in all_assignments(graph, cost):
@@ -233,8 +233,8 @@ def test_capacity_and_floor_bound_the_exposed_copy_time():
 
 @pytest.mark.parametrize("seed", range(30))
 def test_cp_sat_equals_brute_force_with_parallel_branches(seed):
-    """A region of two parallel branches joined by an add (graph.parallel_branches): the
-    working set's largest-branch term (cost.py W_r) in CP-SAT, the direct formulas and the
+    """A region of two parallel branches joined by an add (graph.parallel_branches): the working
+    set's largest-branch term (docs/cost-model.md W_r) in CP-SAT, the direct formulas and the
     simulator's branch-by-branch replay agree, and the optimum is brute force's."""
     graph, cost = random_problem(
         seed, n_nodes=8, n_regions=1 + seed % 2, n_classes=5, fusion=True, parallel=True
@@ -265,8 +265,8 @@ def test_the_brute_force_problems_exercise_the_branch_term():
 @pytest.mark.parametrize("seed", range(20))
 def test_cp_sat_equals_brute_force_with_slice_copies(seed):
     """Scanned regions whose backward trip copies a share of the saved residuals out of the
-    stacked buffers (cost.py K_r): CP-SAT, the direct formulas and the simulator agree, and
-    the optimum is brute force's."""
+    stacked buffers (docs/cost-model.md K_r): CP-SAT, the direct formulas and the simulator
+    agree, and the optimum is brute force's."""
     graph, cost = random_problem(
         seed, n_nodes=8, n_regions=1 + seed % 2, n_classes=5, fusion=True, slices=True
     )
@@ -309,3 +309,77 @@ def test_the_brute_force_problems_exercise_the_fused_away_term():
         )
         changed += _some_peak(graph, cost, operator.lt, graph, materialized)
     assert changed >= 10, changed
+
+
+# The CP-SAT model's variable families (solve/model.py, solve/regions.py, solve/state.py).
+FAMILIES = {
+    "choose",  # the decisions: class k takes decision d
+    "need",  # per region: the backward pass needs candidate v
+    "transient_kib",  # per region: the largest recompute intermediate
+    "exposed_fwd_ns",  # per region: one trip's exposed store time
+    "exposed_bwd_ns",  # per region: one trip's exposed reload time
+    "both",  # need[v] AND decision d
+    "free",  # a recomputed view of a held value
+    "reduced",  # at least r AND any of its readers
+    "need_in",  # per region: a stacked region input is kept
+    "branch_kib",  # per region: the largest parallel branch's working set
+    "peak_kib",  # the peak
+    "state_on_host",  # a train-state leaf in pinned host memory
+}
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(fusion=True, parallel=True, hiding=True),
+        dict(fusion=True, slices=True, groups=True),
+        dict(n_regions=3, eta=0.5),
+    ],
+)
+def test_the_cp_sat_model_is_built_in_one_order(kw):
+    """The CP-SAT model, built by named pieces (solve/model.py), comes out the same from the
+    same inputs, variable for variable and constraint for constraint: with one worker and a
+    fixed seed CP-SAT returns the same optimum among ties only for the same model in the
+    same order. Its variables are the pieces' families in the pieces' order: the decisions,
+    then each region's (its need variables, its transient and exposed-copy variables, then
+    the rest of its terms), then the peak, then the train state's leaves. (Which optimum
+    each term gives is brute force's: the tests above.)"""
+    from planner._src.cost.state import with_state
+    from planner._src.solve.model import Model
+    from planner._src.trainstate import StateLeaf
+
+    graph, cost = random_problem(7, n_nodes=8, n_classes=5, **{"n_regions": 2, **kw})
+    leaves = tuple(
+        StateLeaf(
+            path=p, role="opt", nbytes=kib * 1024, layers=4, shape=(4, kib * 256), dtype="f32"
+        )
+        for p, kib in (("mu", 64), ("nu", 96))
+    )
+    cost = with_state(cost, leaves)
+    budget = _budgets(graph, cost)[1]
+    protos = [str(Model(graph, cost, budget, uniform=True).cp.Proto()) for _ in range(2)]
+    assert protos[0] == protos[1]
+    names = [v.name for v in Model(graph, cost, budget).cp.Proto().variables]
+    family = [n.split("[")[0] for n in names]
+    assert set(family) <= FAMILIES, set(family) - FAMILIES
+    decisions = ("save", "remat", "offload") if cost.allow_offload else ("save", "remat")
+    n = len(graph.classes) * len(decisions)
+    assert names[:n] == [f"choose[{c.label}|{d}]" for c in graph.classes for d in decisions]
+    assert "choose" not in family[n:]
+    peak = names.index("peak_kib")
+    assert family[peak + 1 :] == ["state_on_host"] * len(leaves)
+    starts = [names.index(f"transient_kib[{rg.region.id}]") for rg in graph.regions]
+    assert starts == sorted(starts)
+    for rg, before, start, end in zip(graph.regions, [n, *starts], starts, [*starts[1:], peak]):
+        rid = rg.region.id
+        assert names[start : start + 3] == [
+            f"transient_kib[{rid}]",
+            f"exposed_fwd_ns[{rid}]",
+            f"exposed_bwd_ns[{rid}]",
+        ]
+        mine = [k for k, x in enumerate(names) if x.startswith((f"need[{rid},", f"need_in[{rid},"))]
+        need = [k for k in mine if names[k].startswith("need[")]
+        assert all(before <= k < start for k in need)  # need first, then the region's own
+        assert all(start < k < end for k in mine if k not in need)
+        if f"branch_kib[{rid}]" in names:
+            assert names.index(f"branch_kib[{rid}]") == end - 1  # the region's last

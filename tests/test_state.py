@@ -1,7 +1,8 @@
-"""Train-state placement (planner/_src/state.py): the solver against brute force with the
-optimizer state's leaves in the model, and the streamed update on a real Adam step: the same
-numbers as the unplanned step, the host leaves in pinned host memory, the compiled host and
-device bytes as planned (deviceless XLA:GPU, where the CUDA plugin is installed)."""
+"""Train-state placement (planner/_src/trainstate/, cost/state.py, solve/state.py): the solver
+against brute force with the optimizer state's leaves in the model, and the streamed update on a
+real Adam step: the same numbers as the unplanned step, the host leaves in pinned host memory, the
+compiled host and device bytes as planned (deviceless XLA:GPU, where the CUDA plugin is
+installed)."""
 
 import dataclasses
 import types
@@ -14,8 +15,9 @@ from synthetic import check_state_solve, random_problem, state_options
 
 import planner
 from examples import llama
-from planner._src import state as st
 from planner._src import target as tg
+from planner._src import trainstate as st
+from planner._src.cost import state as cst
 from planner._src.errors import InfeasibleBudgetError, PlannerError, PlanWarning
 from planner._src.solve import solve_assignment
 from planner._src.types import SolverOptions
@@ -52,7 +54,7 @@ def test_state_placement_equals_brute_force(seed):
     budgets between the smallest and largest peak; some budget fits only with state on the
     host (the all-HBM state does not fit), which is the point of the feature."""
     graph, cost = random_problem(seed, n_nodes=6, n_regions=1, n_classes=3)
-    cost = st.with_state(cost, _leaves(1 + seed % 2))
+    cost = cst.with_state(cost, _leaves(1 + seed % 2))
     assert [c.leaf.path for c in cost.state] == ["mu_w", "nu_w", "mu_emb"]  # count never moves
     options = state_options(graph, cost)
     hbm_only = min(p.peak_bytes for _, h, p in options if not h)
@@ -73,7 +75,7 @@ def test_state_cost_formulas():
     """The module docstring's terms, by hand, on the H200 profile's link."""
     hw = planner.load_profile("h200")
     (mu, _, emb, _) = _leaves(1)
-    costs = {c.leaf.path: c for c in st.leaf_costs(_leaves(1), hw)}
+    costs = {c.leaf.path: c for c in cst.leaf_costs(_leaves(1), hw)}
     assert set(costs) == {"mu_w", "nu_w", "mu_emb"}
     piece = mu.nbytes // 4
     from cost_models import transfer_seconds
@@ -82,11 +84,11 @@ def test_state_cost_formulas():
     assert costs["mu_w"].exposed_s == pytest.approx(want)
     assert costs["mu_w"].update_buffer_bytes == 2 * piece
     assert costs["mu_emb"].update_buffer_bytes == 2 * emb.nbytes  # unstacked: whole leaf
-    t = st.evaluate_state(tuple(costs.values()), frozenset({"mu_w", "mu_emb"}))
+    t = cst.evaluate_state(tuple(costs.values()), frozenset({"mu_w", "mu_emb"}))
     assert t.saved_bytes == t.host_bytes == mu.nbytes + emb.nbytes
     assert t.moved_bytes == 2 * t.host_bytes
     with pytest.raises(PlannerError, match="no such movable"):
-        st.evaluate_state(tuple(costs.values()), frozenset({"count"}))
+        cst.evaluate_state(tuple(costs.values()), frozenset({"count"}))
 
 
 def _placed_step(placement, policy=None):
@@ -146,7 +148,7 @@ def test_compiled_host_and_device_bytes_match_the_placement():
     """Deviceless XLA:GPU for the H200 (skipped without the CUDA plugin): the compiled step
     takes exactly the planned bytes as host arguments, its device arguments drop by exactly
     those bytes, and its device bytes are at most the all-HBM step's minus the saving plus
-    the streamed update's buffer U (state.py)."""
+    the streamed update's buffer U (docs/cost-model.md#the-train-state)."""
     target = tg.resolve("h200", num_devices=1)
     if target.kind != "deviceless":
         pytest.skip(f"no deviceless XLA:GPU here: {target.description}")
@@ -168,8 +170,8 @@ def test_compiled_host_and_device_bytes_match_the_placement():
     assert hbm.device_bytes == st.check_compiled(plain.compiled, empty).device_bytes
     assert hbm.host_argument_bytes == 0 and mixed.host_matches
     assert hbm.device_argument_bytes - mixed.device_argument_bytes == placement.host_bytes()
-    costs = st.leaf_costs(leaves, planner.load_profile("h200"))
-    terms = st.evaluate_state(costs, placement.on_host)
+    costs = cst.leaf_costs(leaves, planner.load_profile("h200"))
+    terms = cst.evaluate_state(costs, placement.on_host)
     assert mixed.device_bytes <= hbm.device_bytes - terms.saved_bytes + terms.update_buffer_bytes
 
 
@@ -256,12 +258,12 @@ def _compiled_bytes(placement) -> st.StateCheck:
 
 def test_streamed_update_writes_in_place():
     """The regression of 2026-12-04 (+41.4 GB on a 7.2 B Adam step): streamed_update must
-    not carry the HBM state and the updates through its scan. On XLA:CPU (no host memory
-    space: a host leaf stays in its one memory, and its new value, the scan's output, is a
-    buffer of its own), one stacked moment on the host may add at most that leaf and the
-    update's buffer U (state.py) to the donated step's bytes with the whole state in HBM.
-    The version that carried every stacked leaf compiled to +7.09 MB here (22.03 vs 14.94
-    MB, with or without a leaf on the host) against the +0.26 MB this allows."""
+    not carry the HBM state and the updates through its scan. On XLA:CPU (no host memory space: a
+    host leaf stays in its one memory, and its new value, the scan's output, is a buffer of its
+    own), one stacked moment on the host may add at most that leaf and the update's buffer U
+    (docs/cost-model.md#the-train-state) to the donated step's bytes with the whole state in HBM.
+    The version that carried every stacked leaf compiled to +7.09 MB here (22.03 vs 14.94 MB, with
+    or without a leaf on the host) against the +0.26 MB this allows."""
     _, (params, opt, _) = llama.make_adam_step(CFG)
     leaves = st.state_leaves(opt, layers=CFG.n_layers, params=params)
     one = st.placement_of(
@@ -274,7 +276,7 @@ def test_streamed_update_writes_in_place():
     plain = jax.jit(step, donate_argnums=(0, 1)).lower(*args).compile().memory_analysis()
     hbm = plain.argument_size_in_bytes + plain.output_size_in_bytes
     hbm += plain.temp_size_in_bytes - plain.alias_size_in_bytes
-    terms = st.evaluate_state(st.leaf_costs(leaves, planner.load_profile("h200")), one.on_host)
+    terms = cst.evaluate_state(cst.leaf_costs(leaves, planner.load_profile("h200")), one.on_host)
     mixed = _compiled_bytes(one)
     assert mixed.device_bytes <= hbm + one.host_bytes() + terms.update_buffer_bytes
     assert mixed.alias_bytes >= plain.alias_size_in_bytes - one.host_bytes()  # donated
@@ -298,7 +300,7 @@ def test_state_made_by_jit_in_plan_shardings_is_updated_in_place():
     single = jax.tree.map(
         lambda x, h: dev.with_memory_kind("pinned_host" if h else "device"),
         opt,
-        st._mask(opt, placement),
+        st.shardings._mask(opt, placement),
     )
     init = optax.adam(1e-3).init
     n_host = sum(1 for x in leaves if x.key in placement.on_host and x.layers > 1)
@@ -401,7 +403,7 @@ def test_plan_state_deviceless_h200_compiles_as_planned():
         )
     assert plan.placement.on_host
     assert plan.compiled.host_matches
-    assert plan.compiled.device_bytes <= plan.budget_bytes
+    assert plan.compiled.device_bytes <= plan.usable_bytes
     # The same through Planner.plan: a Plan compiled as applied, within budget, with the
     # planned host bytes (the step is not donated here: the PlanWarning says so).
     with pytest.warns(PlanWarning, match="does not donate"):

@@ -612,7 +612,7 @@ def test_a_deviceless_plan_leaves_the_measured_margin_for_the_gpus_own_compile(h
     assert "3.5% for the GPU's own compile" in " ".join(plan.report().split())
 
 
-# ------------------------------------- the backward trip's residual slice copies (cost.py K_r)
+# ---------------------- the backward trip's residual slice copies (docs/cost-model.md K_r)
 
 
 def test_the_scans_residual_slice_copies_are_measured_on_the_target(h200):
@@ -669,7 +669,7 @@ def test_values_only_fusions_read_back_take_no_buffer_on_the_target(h200):
     prim = {c.index: c.primitive for c in rg.region.candidates}
     assert any(rc.fused_away[i] for i, p in prim.items() if p == "logistic")
     assert not any(rc.fused_away[i] for i, p in prim.items() if p == "dot_general")
-    lo, hi = cost.WORKING_SET_SCALE_BOUNDS
+    lo, hi = cost.build.WORKING_SET_SCALE_BOUNDS
     assert lo <= model.working_set_scale <= hi and model.working_set_scale != 1.0
     every = Assignment.of({c.key: "save" for c in graph.classes})
     for a, compiled in ((Assignment.of({}), tr.anchor), (every, tr.anchor_saved)):

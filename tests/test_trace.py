@@ -431,7 +431,7 @@ ENTRY %main (s: f32[4,4,128,128], h: f32[4,512,64], w: f32[4,64,64]) -> f32[4,51
 
 
 def test_loop_slice_bytes_counts_the_async_slice_copies_of_one_trip():
-    """hlo.loop_slice_bytes (cost.py K_r): per run of each loop body, the buffers of the
+    """hlo.loop_slice_bytes (docs/cost-model.md K_r): per run of each loop body, the buffers of the
     asynchronous fusions that only copy a slice (through a reshape too), not the slice a
     GEMM reads at an offset, nor one fused into an elementwise reader, nor a slice outside
     any loop; once per body, not times its 4 trips."""
@@ -454,7 +454,7 @@ def scanned_figures_cpu():
 
 
 def test_saving_a_matmul_output_under_scan_costs_its_stack_copy_on_gpus(scanned):
-    """Cost rule S_v (cost.py): on a GPU profile, saving a per-trip value that is in HBM
+    """Cost rule S_v (docs/cost-model.md): on a GPU profile, saving a per-trip value that is in HBM
     anyway (a matmul's output) inside lax.scan costs bytes / loop_copy_rate per trip;
     offloading it does not, a fusible value's save costs its write (M_v) instead, and the
     CPU profile has no such copies."""

@@ -202,8 +202,8 @@ _ANCHORS = True
 def predict_step(step_row) -> dict:
     """The model's step time for one measured step (a stock policy or a saved plan)."""
     from benchmarks import gpu_bench as gb
-    from planner._src.baselines import stock_assignment
     from planner._src.cost import build_cost_model, evaluate
+    from planner._src.cost.baselines import stock_assignment
     from planner._src.types import Assignment
 
     name, model, over, policy, wall, src = step_row
@@ -279,8 +279,8 @@ def split_jaxpr(jaxpr, hw, mult: float, out: dict, prims: dict) -> None:
 def predict(run) -> dict:
     import cost_models as cm
     from benchmarks import gpu_bench as gb
-    from planner._src.baselines import stock_assignment
     from planner._src.cost import build_cost_model, evaluate
+    from planner._src.cost.baselines import stock_assignment
     from planner._src.policies import STOCK
 
     name, model, over, policy, wall, measured, src = run
@@ -314,8 +314,8 @@ def predict(run) -> dict:
                 if g == "other":
                     rec_prims[c.primitive] += rc.multiplicity * rc.recompute_s[i]
     # T0's forward writes of values kept only as residuals, which the model leaves out of the
-    # base step (cost.py); they are fusible or views, so "other".
-    from planner._src.cost import _time_divisor
+    # base step (docs/cost-model.md); they are fusible or views, so "other".
+    from planner._src.cost.build import _time_divisor
 
     left_out = 0.0
     for rg in graph.regions:

@@ -20,7 +20,7 @@ import jax  # noqa: E402
 
 import planner  # noqa: E402
 from examples import llama  # noqa: E402
-from planner._src import state as st  # noqa: E402
+from planner._src import trainstate as st  # noqa: E402
 
 CFG = dataclasses.replace(llama.QUICKSTART, d_model=128, n_heads=4, d_ff=256, seq=32, batch=2)
 

@@ -161,7 +161,7 @@ def parallel_branches(r: Region, g: nx.DiGraph) -> tuple[int, ...]:
     ancestor of several leaves (the norm ``h``, the residual stream ``x``) is shared. The
     backward pass of one branch then needs nothing of another branch: XLA recomputes and
     back-propagates one branch, frees it, then the next, so a branch's recomputed values are
-    live only while that branch runs (cost.py, W_r). A sequential layer
+    live only while that branch runs (docs/cost-model.md, W_r). A sequential layer
     (``x1 = x + attn(h1)``, ``x1 + mlp(norm(x1))``) has one branch: ``x1`` is an ancestor of
     the MLP's leaf, so the attention is shared, as it is in XLA's program (the MLP's inputs
     are recomputed through the attention). Branches without bytes do not count.

@@ -70,15 +70,17 @@ class PlanOptions:
       opt_state_argnum: None (default): the optimizer state is fixed bytes in HBM, as traced.
         An int: which positional argument of the step is the optimizer state (an optax
         state pytree); the plan then also decides which of its leaves live in pinned host
-        memory, in the same CP-SAT model as the activations (planner/_src/state.py), and
-        ``plan.state`` says what to apply (shardings with memory kinds, donation, the
-        streamed update). Trace the step as it runs, donated
+        memory, in the same CP-SAT model as the activations
+        (docs/cost-model.md#the-train-state), and ``plan.state`` says what to apply
+        (shardings with memory kinds, donation, the streamed update). Trace the step as it
+        runs, donated
         (``jax.jit(step, donate_argnums=...)``): a PlanWarning says when it is not.
       params_argnum: with ``opt_state_argnum``, which argument holds the parameters (for the
         budget split: parameters and gradients; they stay in HBM unless ``stream_params``).
       stream_params: with ``params_argnum``, the step streams its stacked layer parameters
         into the checkpointed layers (``plan.state.stream_layer_params``), so the plan may
-        put them in pinned host memory too, their gradients with them (planner/_src/state.py).
+        put them in pinned host memory too, their gradients with them
+        (docs/cost-model.md#the-train-state).
       schedule_exposure: on an XLA:GPU target, for a plan that offloads, read the exposed
         copy time per direction from the compiled schedule after the verify compile
         (``plan.verification.schedule``; the report shows it beside the model's). On a

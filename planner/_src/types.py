@@ -78,20 +78,21 @@ class Candidate:
     # The backward pass reads it with a kernel (a matmul, a custom call, a loop: an equation
     # XLA does not fuse into), directly or through views, or returns it: recomputed, it is
     # materialized; a fusible value read only by fusible backward equations is recomputed
-    # inside the fusion that reads it and takes no buffer of its own (cost.py).
+    # inside the fusion that reads it and takes no buffer of its own (docs/cost-model.md).
     read_by_kernel: bool = True
     # The backward pass reads it with a fusible equation, directly or through views (see
-    # cost.py's twice-held term: outside lax.scan XLA then holds the value twice when kept).
+    # docs/cost-model.md's twice-held term: outside lax.scan XLA then holds the value twice when
+    # kept).
     read_by_fusion: bool = False
-    # A reduction of the backward pass reads it, directly or through fusible equations (on
-    # XLA:CPU of jaxlib 0.10.2 a library kernel with its elementwise producers: cost.py D_r).
+    # A reduction of the backward pass reads it, directly or through fusible equations (on XLA:CPU
+    # of jaxlib 0.10.2 a library kernel with its elementwise producers: docs/cost-model.md D_r).
     read_by_reduction: bool = False
     # The equation's forward work (fusion-aware, global avals): cost_models.Work of one kernel.
     work: cm.Work = cm.Work()
-    # Of ``work``'s HBM bytes (global avals), those the forward writes only because the
-    # backward pass reads the value as a residual: a fusible value whose forward readers are
-    # all fused into the same kernel stays in registers when it is not kept (cost.py, M_v).
-    # None (a candidate built by hand): all of its bytes.
+    # Of ``work``'s HBM bytes (global avals), those the forward writes only because the backward
+    # pass reads the value as a residual: a fusible value whose forward readers are all fused into
+    # the same kernel stays in registers when it is not kept (docs/cost-model.md, M_v). None (a
+    # candidate built by hand): all of its bytes.
     residual_write_bytes: float | None = None
     local_elements: int = 0  # elements of its first output as cost_models counts them
     # (per device under Explicit sharding), for time divisors
@@ -208,7 +209,7 @@ class CompiledFigures:
     # (hlo.loop_slice_copy_bytes; XLA:GPU only, 0 elsewhere).
     loop_copy_bytes: int = 0
     # Bytes the while-loop bodies allocate per run for copies of their operands' slices,
-    # summed over the bodies (hlo.loop_slice_bytes; the cost model's K_r, cost.py).
+    # summed over the bodies (hlo.loop_slice_bytes; the cost model's K_r, docs/cost-model.md).
     loop_slice_bytes: int = 0
 
     @property
@@ -238,16 +239,16 @@ class Trace:
     # the step draws random bits (dropout, noise): its float64 run draws others, so the
     # numerics check never judges it against that run (numerics.run_float64)
     draws_random: bool = False
-    # The compiler holds a kept value twice outside lax.scan when the backward pass reads it
-    # with a kernel and a fusion (a probe compile, trace.holds_rereads_twice; cost.py, D_r).
+    # The compiler holds a kept value twice outside lax.scan when the backward pass reads it with a
+    # kernel and a fusion (a probe compile, trace.holds_rereads_twice; docs/cost-model.md, D_r).
     holds_rereads_twice: bool = False
     # The compiler runs the recompute of a region outside lax.scan in the forward pass and
     # holds its outputs until the backward pass (a probe compile, trace.hoists_recompute;
-    # cost.py, E_r).
+    # docs/cost-model.md, E_r).
     hoists_recompute: bool = False
-    # The profile (its name) and the compile the regions' ``hlo_recompute_s`` were priced
-    # with, e.g. "h200" and "XLA:GPU deviceless for the H200 ..., Triton GEMMs on"; "" where
-    # no region was priced from HLO (cost.py then prices every recompute from the library).
+    # The profile (its name) and the compile the regions' ``hlo_recompute_s`` were priced with, e.g.
+    # "h200" and "XLA:GPU deviceless for the H200 ..., Triton GEMMs on"; "" where no region was
+    # priced from HLO (docs/cost-model.md then prices every recompute from the library).
     hlo_priced_with: str = ""
     hlo_priced_from: str = ""
     # Where the stage's time went: (what, wall seconds) in order; compiles run at once
@@ -309,22 +310,22 @@ class RegionCost:
     recompute_s: tuple[float, ...]  # per candidate: its recompute in the backward pass
     materialize_s: tuple[float, ...]  # per candidate: the forward write saving it forces
     # per candidate: the copy into the scan's stacked residual that saving it (not offloading
-    # it) forces, where XLA cannot fuse that write into the producer (see cost.py)
+    # it) forces, where XLA cannot fuse that write into the producer (see docs/cost-model.md)
     stack_copy_s: tuple[float, ...] = ()
     # per candidate: kept, its buffer is held twice when the backward pass reads it with both
-    # a kernel and a fusion (outside lax.scan; cost.py, the twice-held term D_r)
+    # a kernel and a fusion (outside lax.scan; docs/cost-model.md, the twice-held term D_r)
     twice_held: tuple[bool, ...] = ()
     # the compiler runs this region's recompute in the forward pass and holds the recomputed
     # values the backward pass reads from there on (outside lax.scan, on a compiler whose
-    # probe says so: trace.hoists_recompute; cost.py, the hoisted term E_r)
+    # probe says so: trace.hoists_recompute; docs/cost-model.md, the hoisted term E_r)
     hoists_recompute: bool = False
     # per candidate: recomputed, XLA recomputes it inside the backward fusions that read it
     # and gives it no buffer (a fusible value no kernel and no reduction of the backward pass
-    # reads; cost.py, W_r)
+    # reads; docs/cost-model.md, W_r)
     fused_away: tuple[bool, ...] = ()
     # a backward trip frees its residuals kept only to recompute others once that recompute
     # has read them, before the trip's working set peaks (outside lax.scan, where the
-    # recompute waits for the backward pass; cost.py, the trip-freed term Q_r)
+    # recompute waits for the backward pass; docs/cost-model.md, the trip-freed term Q_r)
     frees_sources_in_trip: bool = False
     d2h_s: tuple[float, ...]  # per candidate: device->host copy of its outputs
     h2d_s: tuple[float, ...]  # per candidate: host->device copy back
@@ -344,11 +345,11 @@ class CostModel:
     hardware: Any  # cost_models.HardwareProfile (frozen data)
     regions: tuple[RegionCost, ...]
     base_step_s: float  # the step with nothing recomputed
-    fixed_bytes: int  # bytes no plan changes (measured, see cost.py)
+    fixed_bytes: int  # bytes no plan changes (measured, see docs/cost-model.md)
     correction_bytes: int  # verify's measured error: compiled - predicted (either sign)
     working_set_scale: float = 1.0  # measured, see cost.build_cost_model
     # Where the per-candidate recompute seconds came from, in words (the report says it):
-    # the cost library's roofline, or the compiled HLO for some regions (cost.py).
+    # the cost library's roofline, or the compiled HLO for some regions (docs/cost-model.md).
     recompute_priced_from: str = ""
     # Share of a scanned region's saved per-trip residuals its backward trip copies out of
     # the stacked buffers (K_r, measured from the anchors' HLO, see cost.build_cost_model)
@@ -360,13 +361,13 @@ class CostModel:
     # Classes never offloaded although offloading is allowed (a region under
     # lax.scan(unroll > 1), whose offloads XLA cannot compile).
     no_offload_classes: frozenset = frozenset()
-    # Train state (issue 21): per movable optimizer-state leaf, what placing it in pinned
-    # host memory saves and costs (state.LeafCost; formulas in state.py). Empty: no state
-    # placement is planned and nothing below changes.
+    # Train state (issue 21): per movable optimizer-state leaf, what placing it in pinned host
+    # memory saves and costs (cost.state.LeafCost; formulas: docs/cost-model.md#the-train-state).
+    # Empty: no state placement is planned and nothing below changes.
     state: tuple = ()
-    # Per direction, the profile's calibrated hiding model (cost_models.HidingModel: eta,
-    # capacity, floor; cost.py's X terms). None: the profile has none, and overlap_efficiency
-    # is the eta of both directions, with no capacity and no floor (cost.hiding_models).
+    # Per direction, the profile's calibrated hiding model (cost_models.HidingModel: eta, capacity,
+    # floor; docs/cost-model.md's X terms). None: the profile has none, and overlap_efficiency is
+    # the eta of both directions, with no capacity and no floor (cost.hiding_models).
     d2h_hiding: Any = None
     h2d_hiding: Any = None
 
@@ -387,23 +388,23 @@ class RegionPrediction:
     exposed_fwd_s: float
     exposed_bwd_s: float
     needed: tuple[bool, ...]  # per candidate: the backward pass needs it
-    # one trip: the second copy of kept values the compiler holds twice (cost.py, D_r); part
-    # of the peak, not of what JAX keeps (verify compares device_residual_bytes with that)
+    # one trip: the second copy of kept values the compiler holds twice (docs/cost-model.md, D_r);
+    # part of the peak, not of what JAX keeps (verify compares device_residual_bytes with that)
     twice_held_bytes: int = 0
-    # recomputed values the backward pass reads, held from the forward pass on where the
-    # compiler hoists the recompute (cost.py, E_r): one trip, and loop-invariant ones once;
-    # part of the peak, not of what JAX keeps
+    # recomputed values the backward pass reads, held from the forward pass on where the compiler
+    # hoists the recompute (docs/cost-model.md, E_r): one trip, and loop-invariant ones once; part
+    # of the peak, not of what JAX keeps
     hoisted_bytes: int = 0
     invariant_hoisted_bytes: int = 0
     # one trip: kept values the backward pass does not read, kept only for a hoisted recompute,
     # which reads them in the forward pass: JAX keeps them, the compiler frees them there
-    # (cost.py, E_r); subtracted from the peak, not from what JAX keeps
+    # (docs/cost-model.md, E_r); subtracted from the peak, not from what JAX keeps
     released_bytes: int = 0
     # one backward trip of a scanned region: the copies of its saved residuals' slices out of
-    # the stacked buffers (cost.py, K_r); part of the peak, not of the scaled working set
+    # the stacked buffers (docs/cost-model.md, K_r); part of the peak, not of the scaled working set
     slice_copy_bytes: int = 0
-    # one trip: kept values the backward pass does not read, kept only for a recompute that
-    # runs in the backward trip and frees them before the trip's working set peaks (cost.py,
+    # one trip: kept values the backward pass does not read, kept only for a recompute that runs in
+    # the backward trip and frees them before the trip's working set peaks (docs/cost-model.md,
     # Q_r): held while later trips run, not at this trip's own peak; not part of what JAX keeps
     trip_freed_bytes: int = 0
 
@@ -421,7 +422,7 @@ class Prediction:
     fixed_bytes: int
     residual_bytes: int  # every region's kept bytes, all trips
     working_set_bytes: int  # of the region where the peak falls
-    # of which the copies of that region's saved residuals' slices (cost.py, K_r)
+    # of which the copies of that region's saved residuals' slices (docs/cost-model.md, K_r)
     slice_copy_bytes: int = 0
     regions: tuple[RegionPrediction, ...]
 

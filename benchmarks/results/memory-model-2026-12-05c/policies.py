@@ -7,7 +7,7 @@ import jax
 
 import planner
 from planner._src import cost
-from planner._src.baselines import stock_assignment
+from planner._src.cost.baselines import stock_assignment
 from tests.zoo import MODELS
 
 jax.config.update("jax_platforms", "cpu")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from planner._src.baselines import evaluate_baselines
 from planner._src.cost import build_cost_model, evaluate
+from planner._src.cost.baselines import evaluate_baselines
 from planner._src.errors import InfeasibleBudgetError
 from planner._src.graph import LivenessGraph
 from planner._src.planning.attempt import CompileThreads, attempt, start_plan_compile

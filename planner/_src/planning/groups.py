@@ -5,8 +5,8 @@ pays: deciding per call site must predict a step faster by more than ``group_gai
 
 from __future__ import annotations
 
-from planner._src.baselines import evaluate_baselines
 from planner._src.cost import build_cost_model, evaluate
+from planner._src.cost.baselines import evaluate_baselines
 from planner._src.errors import InfeasibleBudgetError
 from planner._src.planning.context import Solves, Subject, normalize
 from planner._src.results.plan import UNIFORM

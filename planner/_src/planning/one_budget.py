@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 import warnings
 
-from planner._src.baselines import stock_assignment
 from planner._src.cost import evaluate
+from planner._src.cost.baselines import stock_assignment
 from planner._src.emit.emit import emit
 from planner._src.errors import PlanWarning
 from planner._src.planning.attempt import CompileThreads

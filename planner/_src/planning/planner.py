@@ -34,9 +34,9 @@ from collections.abc import Callable
 import jax
 
 from planner._src import target as targets
-from planner._src.baselines import evaluate_baselines
 from planner._src.budget import Budget, io_bytes, requested_for, usable_bytes
 from planner._src.cost import build_cost_model
+from planner._src.cost.baselines import evaluate_baselines
 from planner._src.errors import InvalidArgumentError, PlannerError, UnsupportedError
 from planner._src.graph import build_graph
 from planner._src.jax_adapter import HOST_KIND

@@ -4,8 +4,8 @@ stock policy has been compiled."""
 
 from __future__ import annotations
 
-from planner._src.baselines import evaluate_baselines
 from planner._src.budget import headroom_why, io_bytes, requested_for
+from planner._src.cost.baselines import evaluate_baselines
 from planner._src.errors import InfeasibleBudgetError
 from planner._src.planning.context import Context
 from planner._src.planning.fit import Standing

@@ -38,11 +38,12 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from planner._src import state as st
 from planner._src import target as targets
-from planner._src.baselines import evaluate_baselines
+from planner._src import trainstate as st
 from planner._src.budget import io_bytes, usable_bytes
 from planner._src.cost import build_cost_model, evaluate
+from planner._src.cost.baselines import evaluate_baselines
+from planner._src.cost.state import evaluate_state, with_state
 from planner._src.emit.emit import emit
 from planner._src.errors import InvalidArgumentError, PlannerError, PlanWarning
 from planner._src.results.plan import Plan
@@ -324,14 +325,14 @@ def _solve(session, budget, correction, leaves, layers) -> StatePlan:
     cost = build_cost_model(
         tr, graph, hw, allow_offload=session.offload, correction_bytes=correction
     )
-    cost = st.with_state(cost, leaves)
+    cost = with_state(cost, leaves)
     sol = solve_assignment(graph, cost, budget, session.options.solver)
     check_solution(graph, cost, sol)
     pred = evaluate(cost, graph, sol.assignment, state_on_host=sol.state_on_host)
     act = evaluate(cost, graph, sol.assignment)  # the activations' own peak above F
     emitted = emit(sol.assignment, {c.key: c.name for c in graph.classes}, hw)
     placement = st.placement_of(leaves, sol.state_on_host)
-    terms = st.evaluate_state(cost.state, sol.state_on_host)
+    terms = evaluate_state(cost.state, sol.state_on_host)
     split = st.budget_split(
         leaves,
         placement,
@@ -396,7 +397,7 @@ def plan_in_session(
             activation_bytes=pred.peak_bytes - pred.fixed_bytes,
             activation_host_bytes=pred.host_bytes,
         )
-        terms = st.evaluate_state(first.cost.state, frozenset())
+        terms = evaluate_state(first.cost.state, frozenset())
         return dataclasses.replace(plan, state=part(empty, split, terms, None))
     sp = _state_loop(
         session, budget, requested, leaves, layers, build, first=first, estimate_on_cpu=True

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from planner._src.baselines import stock_assignment
+from planner._src.cost.baselines import stock_assignment
 from planner._src.emit.emit import emit
 from planner._src.planning.attempt import CompileThreads, attempt
 from planner._src.planning.context import Attempt, Subject, Timings, normalize

@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import cost_models as cm
-from planner._src.baselines import policy_assignment
 from planner._src.cost import build_cost_model, evaluate
+from planner._src.cost.baselines import policy_assignment
 from planner._src.graph import build_graph, class_key
 from planner._src.policies import _names
 from planner._src.trace import merge_call_sites, trace_step

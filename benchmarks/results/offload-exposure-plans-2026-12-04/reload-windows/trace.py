@@ -6,7 +6,7 @@ import cost_models as cm
 from benchmarks.overlap_sweep import POINTS
 from examples import llama
 from planner._src import target as T
-from planner._src.baselines import policy_assignment
+from planner._src.cost.baselines import policy_assignment
 from planner._src.cost import build_cost_model
 from planner._src.graph import build_graph
 from planner._src.profiling.hiding import names_policy

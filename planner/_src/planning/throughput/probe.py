@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import warnings
 
-from planner._src.baselines import evaluate_baselines
 from planner._src.cost import build_cost_model
+from planner._src.cost.baselines import evaluate_baselines
 from planner._src.errors import InfeasibleBudgetError, PlannerError, PlanWarning
 from planner._src.planning.context import Timings
 from planner._src.planning.planner import Planner

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from planner._src.cost import evaluate, hiding_models
+from planner._src.cost.predict import evaluate, hiding_models
 from planner._src.emit.paste import PLAN_FILE, apply_snippet, paste_snippets
 from planner._src.results.report.model import NOT_READ, REGION_LINE, PolicyLine, Report, Row
 from planner._src.units import GB, fmt_bytes

@@ -8,7 +8,7 @@ queue on one link, and raises :class:`PlanViolation` when a plan reads a value t
 neither kept nor recomputable, runs past the HBM budget or the host cap, or overrides an
 equation JAX always keeps.
 
-It follows the same accounting conventions as the cost model (documented in ``cost.py``):
+It follows the same accounting conventions as the cost model (documented in docs/cost-model.md):
 the fixed bytes are resident throughout, a backward trip holds its recomputed and reloaded
 tensors until it ends, and copies move at ``eta`` of the link speed while compute runs, at
 most ``capacity`` of a trip's copy time per direction moves while compute runs, and a share
@@ -31,7 +31,7 @@ _REDUCING = frozenset(("reduce_max", "reduce_min", "reduce_sum", "reduce_prod", 
 
 def _kept_for_recompute_only(rg, kept) -> int:
     """Bytes of one trip's saved values that only a recompute reads: the backward pass reads
-    neither them nor a view of them (written out here, not shared with cost.py)."""
+    neither them nor a view of them (written out here, not shared with cost/predict.py)."""
     cands = rg.region.candidates
     return sum(
         cands[i].nbytes
@@ -46,7 +46,7 @@ def _kept_for_recompute_only(rg, kept) -> int:
 def _own_buffers(rg) -> list[bool]:
     """Per candidate: recomputed and read by the backward pass, it gets a buffer: a kernel
     or a reduction reads it, or it is not elementwise-fusible, or it is a view of a value
-    that does (written out here, not shared with cost.py); in a Python loop of layers
+    that does (written out here, not shared with cost/predict.py); in a Python loop of layers
     (not under lax.scan) every such value gets one."""
     if not rg.region.in_scan:
         return [True] * len(rg.region.candidates)
@@ -215,9 +215,9 @@ def simulate(
             for u in rg.reads(i):
                 if u not in kept and u not in done:
                     raise PlanViolation(f"region {rg.region.id}: recompute of {i} lacks input {u}")
-        # Held twice (cost.py, D_r): outside lax.scan, a saved value XLA does not duplicate,
-        # read in the backward trip by a kernel and by a fusion: the traced backward's reads
-        # (read_by_kernel, read_by_fusion) or the recomputed equations that read it.
+        # Held twice (docs/cost-model.md, D_r): outside lax.scan, a saved value XLA does not
+        # duplicate, read in the backward trip by a kernel and by a fusion: the traced backward's
+        # reads (read_by_kernel, read_by_fusion) or the recomputed equations that read it.
         twice_b = 0
         if rc.twice_held:
             for i, d in kept.items():
@@ -234,7 +234,7 @@ def simulate(
                 )
                 if by_kernel and by_fusion:
                     twice_b += cands[i].nbytes
-        # Hoisted (cost.py, E_r): where the compiler runs this region's recompute in the
+        # Hoisted (docs/cost-model.md, E_r): where the compiler runs this region's recompute in the
         # forward pass, the recomputed values the backward trip reads are made there and held
         # until that trip, like saved ones (loop-invariant ones once); none is made in the
         # backward trip.
@@ -330,12 +330,12 @@ def simulate(
         fresh = set() if rc.hoists_recompute else _fresh(rg, kept, order)
         # An intermediate a recomputed reduction reads exists whole before the reduction's
         # result does and is read again after it (softmax): it stays for the trip too
-        # (cost.py, W_r).
+        # (docs/cost-model.md, W_r).
         reduced = {
             u for j in fresh if cands[j].primitive in _REDUCING for u in rg.reads(j) if u in fresh
         }
-        # A fusible value that only fusions of the backward pass read is recomputed inside
-        # them: no buffer of its own, it is an intermediate like the others (cost.py, W_r).
+        # A fusible value that only fusions of the backward pass read is recomputed inside them: no
+        # buffer of its own, it is an intermediate like the others (docs/cost-model.md, W_r).
         own = _own_buffers(rg)
         live = [i for i in fresh if (cands[i].needed and own[i]) or i in reduced]
         rec_b = max((cands[i].nbytes for i in fresh if i not in live), default=0)
@@ -374,7 +374,7 @@ def simulate(
         # The working set as the cost model scales it (omega, measured from two compiles).
         ws = math.ceil(cost.working_set_scale * (reload_b + rec_b))
         # A scan's backward trip copies a measured share of its saved residuals out of the
-        # stacked buffers (cost.py, K_r), beside the working set, unscaled.
+        # stacked buffers (docs/cost-model.md, K_r), beside the working set, unscaled.
         if rg.region.in_scan:
             ws += math.ceil(
                 cost.slice_copy_share

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from planner._src import jax_adapter as adapter
-from planner._src.cost import CostModel, evaluate
+from planner._src.cost.predict import evaluate
 from planner._src.graph import NAMES_ONLY_WHY, LivenessGraph, class_key
 from planner._src.policies import DOTS, STOCK
-from planner._src.types import Assignment, Baseline
+from planner._src.types import Assignment, Baseline, CostModel
 
 __all__ = [
     "Baseline",
