@@ -332,7 +332,7 @@ def predict(run) -> dict:
     out = defaultdict(float)
     step_jaxpr = None
     try:
-        from planner._src import jax_adapter as adapter
+        from planner._src.xla import adapter
 
         module, config = gb._model({"model": model, "config": cfg}, STOCK[policy].policy())
         step, args = module.make_train_step(config)

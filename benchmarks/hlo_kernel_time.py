@@ -93,8 +93,8 @@ def compile_deviceless(
 
 def estimate(text: str, hw):
     """(kernel times, module) of one compiled program."""
-    from planner._src import hlo
     from planner._src import kernels as K
+    from planner._src.xla import hlo
 
     module = hlo.parse(text)
     return K.kernel_times(module, hw), module
@@ -199,8 +199,8 @@ def anchor_savings(dir_: Path, labels: list[str], base: str, hw, hlo_dir: Path |
     recomputing the equations its own HLO does not recompute (the planner would read that
     from its decisions, through ``kernels.match_shares``), less what its forward loop's
     kernels cost more (the residual writes); and the same two from the steps' own HLO."""
-    from planner._src import hlo
     from planner._src import kernels as K
+    from planner._src.xla import hlo
 
     def loops(label):
         module = hlo.parse(load(dir_, label, hlo_dir)[0])

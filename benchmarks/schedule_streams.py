@@ -166,7 +166,8 @@ def main(argv=None) -> int:
         return 0
 
     from benchmarks.overlap_sweep import POINTS
-    from planner._src import hlo, schedule, streams
+    from planner._src import schedule, streams
+    from planner._src.xla import hlo
 
     t0 = time.perf_counter()
     meas = measured_ms(Path(a.measured))

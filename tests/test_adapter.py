@@ -8,15 +8,15 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_policies as cp
 
-from planner._src import jax_adapter as adapter
 from planner._src.trace import compile_with, compiled_figures
+from planner._src.xla import adapter
 
 
 def test_every_jax_internal_the_adapter_uses_is_there():
     missing = adapter.check_internals()
     assert missing == [], (
         f"JAX {jax.__version__} moved these internals the planner uses: {missing}; "
-        "planner/_src/jax_adapter.py is the one place to adapt"
+        "planner/_src/xla/adapter.py is the one place to adapt"
     )
     assert len(adapter.INTERNALS) >= 20
 

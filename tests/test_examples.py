@@ -101,7 +101,7 @@ def test_maxtext_block_round_trips_through_the_config(maxtext_plan):
     # named tensor as the plan did, and the step still compiles within the budget.
     yaml = pytest.importorskip("yaml")
     from examples import maxtext_style as m
-    from planner._src import jax_adapter as adapter
+    from planner._src.xla import adapter
 
     config = m.apply_yaml(m.DEFAULT_CONFIG, yaml.safe_load(maxtext_plan.maxtext_yaml))
     policy = m.policy_from_config(config)

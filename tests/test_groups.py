@@ -12,7 +12,6 @@ from synthetic import brute_force, random_problem
 
 import planner
 from examples import llama
-from planner._src import jax_adapter as adapter
 from planner._src.baselines import evaluate_baselines
 from planner._src.cost import DECISIONS, Assignment, build_cost_model, evaluate
 from planner._src.errors import InfeasibleBudgetError, LayerGroupsError
@@ -20,6 +19,7 @@ from planner._src.graph import build_graph
 from planner._src.paste import paste_snippets
 from planner._src.solve import SolverOptions, solve_assignment
 from planner._src.trace import merge_call_sites, stacked_residuals, trace_step
+from planner._src.xla import adapter
 
 pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
 

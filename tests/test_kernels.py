@@ -13,8 +13,8 @@ import math
 import pytest
 
 import cost_models as cm
-from planner._src import hlo
 from planner._src import kernels as K
+from planner._src.xla import hlo
 
 HW = cm.load_profile("h200")
 

@@ -25,9 +25,10 @@ import pytest
 from jax.ad_checkpoint import checkpoint_name
 
 import cost_models as cm
-from planner._src import hlo, schedule, streams
+from planner._src import schedule, streams
 from planner._src import target as T
 from planner._src.verify import schedule_exposure_of
+from planner._src.xla import hlo
 
 HW = cm.load_profile("h200")
 

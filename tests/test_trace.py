@@ -10,8 +10,8 @@ from jax.ad_checkpoint import checkpoint_policies as cp
 
 import planner
 from examples import llama
-from planner._src import jax_adapter as adapter
 from planner._src.trace import compile_with, compiled_figures, stacked_residuals, trace_step
+from planner._src.xla import adapter
 
 CFG = llama.LlamaConfig(n_layers=3)
 
@@ -324,7 +324,7 @@ ENTRY %main (p: bf16[4,4096,14336]) -> bf16[4,4096,14336] {
 
 
 def test_loop_slice_copy_bytes_reads_async_slices_of_loop_bodies():
-    from planner._src import hlo
+    from planner._src.xla import hlo
 
     slab = 4096 * 14336 * 2  # one layer's slice of the stacked bf16 weight
     got = hlo.loop_slice_copy_bytes(hlo.parse(_GPU_LOOP_HLO))
@@ -355,7 +355,7 @@ ENTRY %main (p: f32[8,16]) -> (s32[], f32[8,16]) {
 
 
 def test_nested_loops_multiply_trip_counts():
-    from planner._src import hlo
+    from planner._src.xla import hlo
 
     module = hlo.parse(_NESTED_LOOP_HLO)
     assert hlo.while_trips(module) == {"outer": 3, "inner": 12}
@@ -435,7 +435,7 @@ def test_loop_slice_bytes_counts_the_async_slice_copies_of_one_trip():
     asynchronous fusions that only copy a slice (through a reshape too), not the slice a
     GEMM reads at an offset, nor one fused into an elementwise reader, nor a slice outside
     any loop; once per body, not times its 4 trips."""
-    from planner._src import hlo
+    from planner._src.xla import hlo
 
     module = hlo.parse(_GPU_SLICES_HLO)
     got = hlo.loop_slice_bytes(module)

@@ -52,7 +52,7 @@ import re
 from collections import defaultdict
 
 from cost_models._rules import CAUSAL_FRACTION
-from planner._src import hlo
+from planner._src.xla import hlo
 
 # Instructions that launch nothing (they route, alias, wrap or wait).
 FREE = frozenset(

@@ -94,11 +94,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from planner._src import jax_adapter as adapter
 from planner._src.errors import InvalidArgumentError
 from planner._src.trace import _as_enum
 from planner._src.types import Check
 from planner._src.verify import policy_maker
+from planner._src.xla import adapter
 
 __all__ = ["TOLERANCE_ULPS", "NumericsResult", "check_numerics", "compare", "is_concrete"]
 
@@ -165,7 +165,7 @@ HOW_TO_CHECK = (
 def is_concrete(args) -> bool:
     """Whether every array leaf of ``args`` holds values, none abstract
     (``jax.ShapeDtypeStruct``); the other leaves (Python scalars, functions: an Equinox
-    model's activation) are constants of the step (``jax_adapter.is_array_leaf``)."""
+    model's activation) are constants of the step (``xla.adapter.is_array_leaf``)."""
     return not any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(args))
 
 

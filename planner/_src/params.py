@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from planner._src import jax_adapter as adapter
+from planner._src.xla import adapter
 
 __all__ = ["param_shardings", "stream_layer_params", "streamed_apply_updates"]
 
@@ -92,7 +92,7 @@ def param_shardings(params: Any, host, device_sharding: Any) -> Any:
     """Shardings for ``params`` (jit in / out shardings, ``jax.device_put``): the leaf's own
     sharding (or ``device_sharding``) with memory kind ``pinned_host`` where ``host`` (a set
     of paths in ``params``, or a predicate on them) selects it, ``device`` elsewhere (a
-    ``SingleDeviceSharding`` as a one-device ``NamedSharding``: jax_adapter.with_memory_kind)."""
+    ``SingleDeviceSharding`` as a one-device ``NamedSharding``: xla.adapter.with_memory_kind)."""
     import jax
 
     flat, tree = jax.tree_util.tree_flatten_with_path(params)

@@ -77,7 +77,8 @@ from collections.abc import Mapping
 
 import cost_models as cm
 from cost_models._transfer import DIRECTIONS
-from planner._src import hlo, kernels
+from planner._src import kernels
+from planner._src.xla import hlo
 
 # Async pairs whose start and done bracket work on another stream. Their own time is not the
 # compute stream's: only host copies (S(5)) are modelled as copies; the rest (the device-side

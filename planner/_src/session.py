@@ -46,7 +46,6 @@ from typing import Any
 import jax
 
 import cost_models as cm
-from planner._src import jax_adapter as adapter
 from planner._src import numerics
 from planner._src import target as targets
 from planner._src.baselines import evaluate_baselines, stock_assignment
@@ -83,6 +82,7 @@ from planner._src.verify import (
     precompile,
     verify,
 )
+from planner._src.xla import adapter
 
 __all__ = ["Planner", "pareto", "solve"]
 

@@ -90,9 +90,9 @@ from collections.abc import Callable
 from typing import Any
 
 import cost_models as cm
-from planner._src import jax_adapter as adapter
 from planner._src.errors import PlannerError, PlanWarning
 from planner._src.params import param_shardings, stream_layer_params
+from planner._src.xla import adapter
 
 PARAM_PREFIX = "params"
 
@@ -317,7 +317,7 @@ def state_shardings(opt_state: Any, placement: StatePlacement, device_sharding: 
     budget (measured: ``benchmarks/results/h200-2026-12-04-state-offload.md``). A
     ``SingleDeviceSharding`` comes back as the same placement over a one-device mesh
     (``NamedSharding``): only then does JAX trace an array made in it as host memory, which
-    :func:`streamed_update` needs to write it in place (jax_adapter.with_memory_kind)."""
+    :func:`streamed_update` needs to write it in place (xla.adapter.with_memory_kind)."""
     import jax
 
     def one(x, host):

@@ -24,7 +24,7 @@ placed on those devices lowers and compiles as it would on the GPU.
 * :func:`compile_traced` traces, lowers and compiles for the target, once per call. JAX caches
   traces by function identity and argument types, not by the checkpoint policies a caller
   substitutes while tracing, so each call traces under a trace context of its own (a private
-  configuration value, ``jax_adapter.isolated_traces``): a second call under other policies
+  configuration value, ``xla.adapter.isolated_traces``): a second call under other policies
   gets a new program, a program traced under a caller's policies never reaches the user, and
   JAX's caches are never cleared. While it runs, for a deviceless target only and only in the calling
   context (a ``ContextVar``: other threads are untouched):
@@ -86,8 +86,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
-from planner._src import jax_adapter as adapter
 from planner._src.errors import PlanWarning  # here: plan imports this module
+from planner._src.xla import adapter
 
 try:  # the planner's error base, where the package layout puts it; ValueError otherwise
     from planner._src.errors import InvalidArgumentError as _ErrorBase
@@ -1189,7 +1189,7 @@ def compile_traced(
     onto the target's: :func:`lower`). ``target_args``: positional arguments from
     :func:`args_for`. ``compiler_options``: XLA options for this compile only (XLA_FLAGS names
     without ``--``). Each call traces anew under a trace context of its own
-    (``jax_adapter.isolated_traces``: a private configuration value in JAX's trace context),
+    (``xla.adapter.isolated_traces``: a private configuration value in JAX's trace context),
     so a caller substituting checkpoint policies gets their program, never a cached one, and
     no program traced here is ever returned to the user's own calls. JAX's caches are not
     cleared: the user's compiled programs stay (tests/test_numerics.py).

@@ -2,7 +2,7 @@
 that the backward pass could keep.
 
 ``trace_step(step_fn, args)`` traces the step once with the planner in control of every
-checkpoint region's policy (see ``_jax_adapter.controlled_policies``), then replays JAX's own
+checkpoint region's policy (see ``xla.adapter.controlled_policies``), then replays JAX's own
 residual selection on each region body to list its candidates: each equation the forward
 pass runs inside the region, with its bytes, dtype, producer, ``checkpoint_name``, source
 line, policy signature, and multiplicity (how many times the region runs per step: the
@@ -47,8 +47,7 @@ import numpy as np
 
 import cost_models as cm
 from cost_models._cost import aval_size  # per-device elements, as cost_models counts them
-from planner._src import hlo, kernels, policies, shard
-from planner._src import jax_adapter as adapter
+from planner._src import kernels, policies, shard
 from planner._src import target as targets
 from planner._src.errors import (
     NoCheckpointRegionError,
@@ -58,6 +57,7 @@ from planner._src.errors import (
     UnsupportedError,
 )
 from planner._src.types import Candidate, CompiledFigures, Region, RegionInput, Trace
+from planner._src.xla import adapter, hlo
 
 # ----------------------------------------------------------------------------- helpers
 

@@ -100,7 +100,7 @@ class Candidate:
     stock: tuple[tuple[str, str], ...] = ()
     user_decision: str = "remat"
     # What jax.ad_checkpoint.print_saved_residuals prints for it when it is kept
-    # (jax_adapter.residual_label); "" for candidates built by hand.
+    # (xla.adapter.residual_label); "" for candidates built by hand.
     jax_label: str = ""
     # Sharded steps (see trace.py and shard.py):
     global_nbytes: int = 0  # its live outputs at their global (jaxpr) shapes

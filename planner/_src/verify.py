@@ -22,7 +22,6 @@ from typing import Any
 
 import jax
 
-from planner._src import jax_adapter as adapter
 from planner._src import schedule as sched
 from planner._src import target as targets
 from planner._src.cost import evaluate
@@ -39,6 +38,7 @@ from planner._src.types import (
     Verification,
 )
 from planner._src.units import fmt_bytes
+from planner._src.xla import adapter
 
 # Backends whose compiler keeps pinned_host buffers apart from device memory in
 # memory_analysis (host_temp_size_in_bytes). On the CPU backend both kinds are the same

@@ -58,8 +58,9 @@ remat_p = _adc.remat_p
 # Source lines reported to users should point at their code, not at this adapter, nor at
 # the libraries that bind checkpoint regions for them (Flax's nn.remat / nn.scan lifting,
 # Equinox, penzai: a region "at flax/core/axes_scan.py" says nothing to the user). Found
-# without importing them.
-_siu.register_exclusion(__file__.rsplit("/", 1)[0])
+# without importing them. The planner's own frames: all of planner/_src (this file's parent
+# folder's parent), not only xla/.
+_siu.register_exclusion(__file__.rsplit("/", 2)[0])
 
 
 def _exclude_libraries(names=("flax", "equinox", "penzai")) -> None:
