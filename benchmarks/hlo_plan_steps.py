@@ -2,7 +2,7 @@
 
 Compiles each plan of a ``gpu_bench.py plan`` file (and full remat) deviceless for the H200
 with Triton GEMMs on (the device's kernels: benchmarks/results/hlo-kernel-time-2026-12-05.md,
-section 3), prices every kernel with ``planner._src.kernels`` (kernels, and the loops'
+section 3), prices every kernel with ``planner._src.xla.kernels`` (kernels, and the loops'
 device-to-device copies apart) and prints per step the estimate and what it saves over full
 remat, next to the H200's measured steps where given (``hlo_recompute_prices.measured_steps``).
 The absolute level of such an estimate is 5-9% short of the walls; the differences between
@@ -38,8 +38,8 @@ def main() -> None:
     import cost_models as cm
     from benchmarks import gpu_bench as gb
     from benchmarks.hlo_recompute_prices import measured_steps
-    from planner._src import kernels as K
     from planner._src import target as T
+    from planner._src.xla import kernels as K
 
     hw = cm.load_profile(args.hardware)
     tgt = T.resolve(args.hardware)

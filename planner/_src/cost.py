@@ -17,7 +17,7 @@ multiplicity of region ``r`` and sums over the region's candidates ``v``:
   reductions: ``cost_models.FUSIBLE``) costs only its arithmetic, because XLA recomputes it
   inside the backward fusion that reads it. On an XLA:GPU target (one device), a region under
   ``lax.scan`` whose recompute the trace stage priced from the full-remat anchor's compiled
-  HLO (``Region.hlo_recompute_s``: kernels.region_recompute_seconds on the anchor compiled
+  HLO (``Region.hlo_recompute_s``: recompute_shares.region_recompute_seconds on the anchor compiled
   with Triton GEMMs on, the device's kernels) takes ``t_v`` from there: the share of the
   backward loop's kernels that recomputes ``v`` (a recomputed row reduction costs the passes
   over its rows it adds to the fusion it runs in: the dense attention's row max, 6 ms a

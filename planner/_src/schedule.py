@@ -77,8 +77,7 @@ from collections.abc import Mapping
 
 import cost_models as cm
 from cost_models._transfer import DIRECTIONS
-from planner._src import kernels
-from planner._src.xla import hlo
+from planner._src.xla import hlo, kernels
 
 # Async pairs whose start and done bracket work on another stream. Their own time is not the
 # compute stream's: only host copies (S(5)) are modelled as copies; the rest (the device-side
@@ -314,7 +313,7 @@ def read_windows(
     rates, kernel launch time, loop-copy rate). ``compiler``: who scheduled it, for the
     report. ``streams``: copy streams the async copies are dealt over (0: the replay without
     streams, loop-slice copies free). ``stream_order``: ``"post"`` or ``"schedule"``.
-    ``pricing``: ``"profile"`` (this module's pricer) or ``"kernels"`` (planner/_src/kernels.py,
+    ``pricing``: ``"profile"`` (this module's pricer) or ``"kernels"`` (planner/_src/xla/kernels.py,
     the per-kernel pricing checked against H200 kernels: benchmarks/results/hlo-kernel-time-2026-12-05.md).
     ``link_rates``: bytes/s per direction in place of the profile's link rates (e.g. the
     in-step store rate measured on the H200, which is below the profile's device_put rate).

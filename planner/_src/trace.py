@@ -47,7 +47,7 @@ import numpy as np
 
 import cost_models as cm
 from cost_models._cost import aval_size  # per-device elements, as cost_models counts them
-from planner._src import kernels, policies, shard
+from planner._src import policies, shard
 from planner._src import target as targets
 from planner._src.errors import (
     NoCheckpointRegionError,
@@ -57,7 +57,7 @@ from planner._src.errors import (
     UnsupportedError,
 )
 from planner._src.types import Candidate, CompiledFigures, Region, RegionInput, Trace
-from planner._src.xla import adapter, hlo
+from planner._src.xla import adapter, hlo, recompute_shares
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -1226,7 +1226,7 @@ def hlo_recompute_prices(
     text: str, hardware, sites: Sequence[Region]
 ) -> list[tuple[float | None, ...] | None]:
     """Per call-site region, its candidates' recompute seconds per trip from the full-remat
-    anchor's compiled HLO ``text`` (kernels.region_recompute_seconds), None per candidate no
+    anchor's compiled HLO ``text`` (recompute_shares.region_recompute_seconds), None per candidate no
     share went to; None for a region that cannot be priced so:
 
     * outside lax.scan, or under a scan with unroll > 1: no loop body that is one trip of it;
@@ -1235,7 +1235,7 @@ def hlo_recompute_prices(
       loops of one body are divided by k (each site gets one loop's worth per trip).
     """
     module = hlo.parse(text)
-    loops = Counter(lp.trips for lp in kernels.loop_times(module, hardware) if lp.backward)
+    loops = Counter(lp.trips for lp in recompute_shares.loop_times(module, hardware) if lp.backward)
     out: list[tuple[float | None, ...] | None] = []
     for r in sites:
         n = r.multiplicity
@@ -1251,7 +1251,7 @@ def hlo_recompute_prices(
         # same primitive and size (a layer's last matmul, which no backward reads) took a
         # third of the Llama example's attention projections' shares before.
         recomputed = _recomputed_in_full_remat(r.candidates)
-        got, _left = kernels.region_recompute_seconds(
+        got, _left = recompute_shares.region_recompute_seconds(
             module, hardware, n, [c for c in r.candidates if c.index in recomputed]
         )
         k = loops[n]

@@ -174,7 +174,7 @@ class Region:
         default=None, repr=False, compare=False
     )
     # Per candidate, seconds per trip of its recompute as the full-remat anchor's compiled
-    # XLA:GPU HLO prices it (kernels.region_recompute_seconds: the share of the backward
+    # XLA:GPU HLO prices it (recompute_shares.region_recompute_seconds: the share of the backward
     # loop's kernels that recomputes it), None where no kernel share went to it; the whole
     # field None where the region was not priced from HLO (XLA:CPU, outside lax.scan, a loop
     # the anchor's HLO does not identify). Priced with the profile ``Trace.hlo_priced_with``.
@@ -504,7 +504,7 @@ class Check:
 class ScheduleExposure:
     """Exposed host-copy time per step, per direction, read from a compiled XLA:GPU schedule
     (planner/_src/schedule.py: the copies' starts and dones in the scheduled loop bodies, the
-    kernels between them priced by planner/_src/kernels.py, the copy streams and one link per
+    kernels between them priced by planner/_src/xla/kernels.py, the copy streams and one link per
     direction replayed), beside the cost model's figure for the same plan.
 
     Checked on the H200 (measured: benchmarks/results/schedule-exposure-2026-12-05.md): reloads
