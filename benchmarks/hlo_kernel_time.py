@@ -63,7 +63,9 @@ def compile_deviceless(
     import jax
 
     from benchmarks import gpu_bench as gb
-    from planner._src import target as T
+    from planner._src.xla import compile as xla_compile
+    from planner._src.xla import deviceless
+    from planner._src.xla import targets as T
 
     out.mkdir(parents=True, exist_ok=True)
     tgt = T.resolve("h200")
@@ -83,8 +85,8 @@ def compile_deviceless(
         )
         step, args = module.make_train_step(cfg, concrete=False)
         opts = {k: v == "true" for k, v in (kv.split("=") for kv in options.split(",") if kv)}
-        program = T.compile_traced(
-            tgt, jax.jit(step, donate_argnums=(0,)), T.args_for(tgt, args), opts or None
+        program = xla_compile.compile_traced(
+            tgt, jax.jit(step, donate_argnums=(0,)), deviceless.args_for(tgt, args), opts or None
         )
         text = program.compiled.as_text()
         (out / f"hlo-{label}.txt.gz").write_bytes(gzip.compress(text.encode()))

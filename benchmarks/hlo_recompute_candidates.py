@@ -38,20 +38,21 @@ def main() -> None:
 
     import cost_models as cm
     from benchmarks import gpu_bench as gb
-    from planner._src import target as T
     from planner._src.cost import build_cost_model
     from planner._src.graph import build_graph
     from planner._src.trace import trace_step
+    from planner._src.xla import deviceless
     from planner._src.xla import recompute_shares as K
+    from planner._src.xla import targets as T
 
     hw = cm.load_profile("h200")
     plans = json.loads(args.plans.read_text())
     module, config = gb._model({"model": plans["model"], "config": plans["config"]}, None)
     step, step_args = module.make_train_step(config)
     tgt = T.resolve("h200")
-    with T.target_scope(tgt):
+    with deviceless.target_scope(tgt):
         trace = trace_step(
-            step, T.args_for(tgt, step_args), backend="gpu", compiler=tgt.description
+            step, deviceless.args_for(tgt, step_args), backend="gpu", compiler=tgt.description
         )
     graph = build_graph(trace)
     model = build_cost_model(trace, graph, hw, allow_offload=False)

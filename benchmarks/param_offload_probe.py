@@ -112,7 +112,9 @@ def run(variant: str, layers: int, d: int, batch: int, hlo_dir: str | None, mode
     import jax
     import jax.numpy as jnp
 
-    from planner._src import target as tg
+    from planner._src.xla import compile as xla_compile
+    from planner._src.xla import deviceless
+    from planner._src.xla import targets as tg
 
     target = tg.resolve("h200", num_devices=1)
     if target.kind != "deviceless":
@@ -135,7 +137,7 @@ def run(variant: str, layers: int, d: int, batch: int, hlo_dir: str | None, mode
         jitted = jax.jit(_step(variant, layers), in_shardings=(wsh, xsh), donate_argnums=(0,))
     out = {"variant": variant, "mode": mode, "jax": jax.__version__, "layers": layers, "d": d}
     try:
-        prog = tg.compile_traced(target, jitted, tg.args_for(target, (W, x)))
+        prog = xla_compile.compile_traced(target, jitted, deviceless.args_for(target, (W, x)))
     except Exception as e:  # noqa: BLE001  (a probe: record what the compiler says)
         out["error"] = f"{type(e).__name__}: {str(e)[:600]}"
         return out

@@ -33,7 +33,9 @@ def main() -> None:
     import jax
 
     from examples import llama
-    from planner._src import target as tg
+    from planner._src.xla import compile as xla_compile
+    from planner._src.xla import deviceless
+    from planner._src.xla import targets as tg
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--d", type=int, default=256)
@@ -50,7 +52,7 @@ def main() -> None:
         ps, _ = VARIANTS[name]
         s = build(cfg, name, dev)
         leaves, host = s.leaves, s.host
-        args = tg.args_for(
+        args = deviceless.args_for(
             target,
             (
                 jax.device_put(s.params, s.param_shardings),
@@ -59,7 +61,7 @@ def main() -> None:
             ),
         )
         jitted = s.jitted
-        m = tg.compile_traced(target, jitted, args).compiled.memory_analysis()
+        m = xla_compile.compile_traced(target, jitted, args).compiled.memory_analysis()
         dev_b = (
             m.argument_size_in_bytes
             + m.output_size_in_bytes

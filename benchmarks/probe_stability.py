@@ -33,11 +33,11 @@ def one(mode: str) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from planner._src import target as targets
     from planner._src import trace as T
+    from planner._src.xla import compile as xla_compile
 
     if mode == "autotuned":
-        targets.probe_compile_options = lambda: {}
+        xla_compile.probe_compile_options = lambda: {}
 
     def load():
         def f(a, b, c):
@@ -62,7 +62,7 @@ def one(mode: str) -> dict:
         "N (nothing), 2 layers": lambda: T._probe_temp_bytes(T._nothing_saveable, 2),
     }
     jobs = [load, *programs.values()]
-    done = targets.at_once(jobs, 4)
+    done = xla_compile.at_once(jobs, 4)
     got = {name: r for name, (r, _) in zip(programs, done[1:])}
     secs = {name: s for name, (_, s) in zip(programs, done[1:])}
     a, c = got["A (tanh kept), 4 layers"], got["C (all but dots), 4 layers"]

@@ -35,8 +35,10 @@ def compile_plan(path: Path, extra: dict) -> str:
     import jax
 
     from benchmarks import gpu_bench as gb
-    from planner._src import target as T
     from planner._src.emit import flags_to_compiler_options
+    from planner._src.xla import compile as xla_compile
+    from planner._src.xla import deviceless
+    from planner._src.xla import targets as T
 
     d = json.loads(path.read_text())
     _, spec = next(iter(d["plans"].items()))
@@ -47,7 +49,9 @@ def compile_plan(path: Path, extra: dict) -> str:
     if tgt.kind != "deviceless":
         raise SystemExit(f"needs the deviceless H200 target, got {tgt.description}")
     opts = {**flags_to_compiler_options(spec["flags"]), **extra}
-    prog = T.compile_traced(tgt, jax.jit(step, donate_argnums=(0,)), T.args_for(tgt, args), opts)
+    prog = xla_compile.compile_traced(
+        tgt, jax.jit(step, donate_argnums=(0,)), deviceless.args_for(tgt, args), opts
+    )
     return prog.compiled.as_text()
 
 

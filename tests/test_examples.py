@@ -11,7 +11,7 @@ import pytest
 from jax.ad_checkpoint import checkpoint_policies as cp
 
 import planner
-from planner._src.trace import compiled_figures
+from planner._src.xla.compile import compiled_figures
 
 pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
 

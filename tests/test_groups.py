@@ -18,8 +18,9 @@ from planner._src.errors import InfeasibleBudgetError, LayerGroupsError
 from planner._src.graph import build_graph
 from planner._src.paste import paste_snippets
 from planner._src.solve import SolverOptions, solve_assignment
-from planner._src.trace import merge_call_sites, stacked_residuals, trace_step
+from planner._src.trace import merge_call_sites, trace_step
 from planner._src.xla import adapter
+from planner._src.xla.compile import stacked_residuals
 
 pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
 

@@ -76,8 +76,8 @@ def test_concurrent_compiles_run_in_the_deviceless_target_scope():
     CPU and its bytes XLA:CPU's)."""
     import os
 
-    from planner._src import target as T
     from planner._src.cost import build_cost_model
+    from planner._src.xla import targets as T
 
     if T.cuda_plugin() is None or T.resolve("h200").kind != "deviceless":
         if os.environ.get("PLANNER_REQUIRE_DEVICELESS") == "1":
@@ -117,7 +117,7 @@ def test_autotune_cache_dir_reaches_live_gpu_compiles_on_every_thread(monkeypatc
     CPU's own compiles, nothing is added."""
     import jax
 
-    from planner._src import target as T
+    from planner._src.xla import compile as T
 
     low = _Lowered()
     d = tmp_path / "xla-autotune"
@@ -146,7 +146,7 @@ def test_the_session_compiles_inside_its_autotune_cache(monkeypatch, tmp_path):
     """Every compile of a session with ``autotune_cache_dir`` (the anchors, the plan's verify
     compiles, the stock policies' on the compile threads) runs where the directory is in
     force."""
-    from planner._src import target as T
+    from planner._src.xla import compile as T
 
     seen = []
     real = T.compile_lowered
@@ -183,13 +183,13 @@ def test_autotune_cache_dir_is_validated(bad):
 def test_compiler_probes_compile_without_autotuning_on_a_live_gpu(monkeypatch):
     """The compiler probes (trace.holds_rereads_twice, trace.hoists_recompute) compare
     temporary bytes that differ by one tensor: on a live GPU they compile with the autotuner
-    off and cuBLAS matmuls (target.PROBE_COMPILE_OPTIONS: no timing decides their kernels,
+    off and cuBLAS matmuls (compile.PROBE_COMPILE_OPTIONS: no timing decides their kernels,
     so no timing decides the answer); this CPU's and a deviceless target's compiles get
     nothing more (a deviceless target adds its own options)."""
     import jax
 
-    from planner._src import target as T
     from planner._src import trace as TR
+    from planner._src.xla import compile as T
 
     seen = []
 

@@ -11,7 +11,7 @@ from jax.ad_checkpoint import checkpoint_policies as cp
 import planner
 from examples import llama
 from planner._src.cost import Assignment, evaluate
-from planner._src.trace import compiled_figures, stacked_residuals
+from planner._src.xla.compile import compiled_figures, stacked_residuals
 
 pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
 

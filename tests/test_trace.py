@@ -10,8 +10,9 @@ from jax.ad_checkpoint import checkpoint_policies as cp
 
 import planner
 from examples import llama
-from planner._src.trace import compile_with, compiled_figures, stacked_residuals, trace_step
+from planner._src.trace import trace_step
 from planner._src.xla import adapter
+from planner._src.xla.compile import compile_with, compiled_figures, stacked_residuals
 
 CFG = llama.LlamaConfig(n_layers=3)
 

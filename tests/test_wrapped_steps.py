@@ -239,7 +239,7 @@ def test_eqx_filter_jit_step_with_non_array_leaves_compiles_deviceless_for_the_h
     on the function leaf, and args_for handed it to jax.typeof, which refuses it)."""
     import os
 
-    from planner._src import target as T
+    from planner._src.xla import targets as T
 
     if T.cuda_plugin() is None or T.resolve("h200").kind != "deviceless":
         if os.environ.get("PLANNER_REQUIRE_DEVICELESS") == "1":

@@ -59,12 +59,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import cost_models as cm
-from planner._src import target as targets
 from planner._src.emit import _MAXTEXT_VALUE, yaml_key
 from planner._src.errors import InvalidArgumentError, UnsupportedError
 from planner._src.options import PlanOptions, check_fits_device
 from planner._src.session import Planner
 from planner._src.units import GB
+from planner._src.xla import compile as xla_compile
+from planner._src.xla import deviceless, targets
 
 MAXTEXT_VERSION = "0.2.5"
 _INSTALL = (
@@ -706,8 +707,8 @@ class MaxTextPlanner:
         t0 = time.perf_counter()
         mt = build(self.config_path, {**self.user, "remat_policy": "custom", **dict(custom)})
         compiler = self.session.compiler
-        args = targets.args_for(compiler, mt.args) if compiler.kind == "deviceless" else mt.args
-        program = targets.compile_traced(compiler, mt.step, args, options or None)
+        args = deviceless.args_for(compiler, mt.args) if compiler.kind == "deviceless" else mt.args
+        program = xla_compile.compile_traced(compiler, mt.step, args, options or None)
         fig = targets.read_figures(compiler, program.compiled)
         got = MaxTextVerification(
             compiler=fig.compiler,

@@ -95,10 +95,10 @@ import jax
 import numpy as np
 
 from planner._src.errors import InvalidArgumentError
-from planner._src.trace import _as_enum
 from planner._src.types import Check
 from planner._src.verify import policy_maker
 from planner._src.xla import adapter
+from planner._src.xla.compile import as_enum
 
 __all__ = ["TOLERANCE_ULPS", "NumericsResult", "check_numerics", "compare", "is_concrete"]
 
@@ -212,7 +212,7 @@ def run_planned(step_fn: Callable, args: Sequence[Any], make_policy, compiled=No
 
         def wrap(rid, r):
             pol = make_policy(rid, r)
-            return lambda prim, *a, **p: _as_enum(pol(prim, *a, **p))
+            return lambda prim, *a, **p: as_enum(pol(prim, *a, **p))
 
         with adapter.controlled_policies(wrap):
             return _ready(_jitted(step_fn)(*_copy(args)))

@@ -47,7 +47,6 @@ import jax
 
 import cost_models as cm
 from planner._src import numerics
-from planner._src import target as targets
 from planner._src.baselines import evaluate_baselines, stock_assignment
 from planner._src.budget import headroom_why, io_bytes, requested_for, usable_bytes
 from planner._src.cost import build_cost_model, evaluate
@@ -82,7 +81,9 @@ from planner._src.verify import (
     precompile,
     verify,
 )
-from planner._src.xla import adapter
+from planner._src.xla import adapter, gpus, targets
+from planner._src.xla import compile as xla_compile
+from planner._src.xla.deviceless import args_for, target_scope
 
 __all__ = ["Planner", "pareto", "solve"]
 
@@ -158,8 +159,8 @@ def resolve_compiler(hw, example_args, choice: str) -> targets.CompilerTarget:
     gpu = None
     if hw.platform == "gpu":
         try:
-            gpu = targets._gpu(hw.name).name
-        except targets.TargetError:
+            gpu = gpus.gpu(hw.name).name
+        except gpus.TargetError:
             gpu = None  # a GPU profile without a target config (a calibrated one, say)
     n = step_devices(example_args)
     if choice == "local" or gpu is None:
@@ -522,7 +523,7 @@ class Planner:
         self.compiler = resolve_compiler(self.hardware, example_args, self.options.compiler)
         deviceless = self.compiler.kind == "deviceless"
         if deviceless:
-            self._args = targets.args_for(self.compiler, example_args)
+            self._args = args_for(self.compiler, example_args)
         self._backend = "cuda" if deviceless else jax.default_backend()
         host_ok = deviceless or _host_memory_available()
         if self.options.allow_offload and not host_ok:
@@ -601,8 +602,8 @@ class Planner:
         """Where traces and compiles run: the target's scope for a deviceless compile; on
         this machine's compiler, XLA's autotune cache directory where one is given."""
         if self.compiler.kind == "deviceless":
-            return targets.target_scope(self.compiler)
-        return targets.autotune_cache(self.options.autotune_cache_dir)
+            return target_scope(self.compiler)
+        return xla_compile.autotune_cache(self.options.autotune_cache_dir)
 
     # ------------------------------------- for stages that plan with a session (state_plan.py)
 

@@ -48,7 +48,6 @@ import numpy as np
 import cost_models as cm
 from cost_models._cost import aval_size  # per-device elements, as cost_models counts them
 from planner._src import policies, shard
-from planner._src import target as targets
 from planner._src.errors import (
     NoCheckpointRegionError,
     PlannerError,
@@ -56,8 +55,10 @@ from planner._src.errors import (
     TraceError,
     UnsupportedError,
 )
-from planner._src.types import Candidate, CompiledFigures, Region, RegionInput, Trace
-from planner._src.xla import adapter, hlo, recompute_shares
+from planner._src.types import Candidate, Region, RegionInput, Trace
+from planner._src.xla import adapter, deviceless, hlo, recompute_shares
+from planner._src.xla import compile as xla_compile
+from planner._src.xla.fingerprint import jaxpr_fingerprint
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -780,109 +781,6 @@ def _policy_text(policy) -> str:
     return name.split(".<locals>.")[0]
 
 
-def compiled_figures(
-    compiled,
-    step_jaxpr=None,
-    text: str | None = None,
-    *,
-    backend: str | None = None,
-    compiler: str = "",
-) -> CompiledFigures:
-    """Read the compiler's memory figures and host-memory markers from a compiled step
-    (``text``: its ``as_text()``, when the caller has it already)."""
-    m = compiled.memory_analysis()
-    module = hlo.parse((compiled.as_text() if text is None else text) or "")
-    host_lines = hlo.host_memory_instructions(module)
-    async_host = hlo.async_host_copies(module)
-    stacks = (
-        stacked_residuals(adapter.open_jaxpr(step_jaxpr))
-        if step_jaxpr is not None
-        else (0, 0, 0, 0)
-    )
-    return CompiledFigures(
-        stacked_device_bytes=stacks[0],
-        stacked_host_bytes=stacks[1],
-        stacked_host_arrays=stacks[3],
-        argument_bytes=int(m.argument_size_in_bytes),
-        output_bytes=int(m.output_size_in_bytes),
-        alias_bytes=int(m.alias_size_in_bytes),
-        temp_bytes=int(m.temp_size_in_bytes),
-        host_temp_bytes=int(getattr(m, "host_temp_size_in_bytes", 0) or 0),
-        host_buffers_in_hlo=len(host_lines),
-        async_host_copies_in_hlo=len(async_host),
-        jaxpr_host_bytes=host_bytes_in_jaxpr(adapter.open_jaxpr(step_jaxpr))
-        if step_jaxpr is not None
-        else 0,
-        backend=backend or jax.default_backend(),
-        compiler=compiler,
-        loop_copy_bytes=hlo.loop_slice_copy_bytes(module),
-        loop_slice_bytes=hlo.loop_slice_bytes(module),
-    )
-
-
-def host_bytes_in_jaxpr(jaxpr) -> int:
-    """Bytes of values placed in host memory by top-level or scan-stacked outputs.
-
-    Counts the outputs of equations whose abstract value lives in a host memory space,
-    once per trip of enclosing loops for values made inside them and not stacked. Values
-    that leave a scan as stacked outputs are counted once at their full stacked size.
-    """
-    total = 0
-    inside_scan_outputs = set()
-    for site in adapter.walk(jaxpr):
-        e = site.eqn
-        if any(id(s) in inside_scan_outputs for s, _ in site.scans):
-            continue  # inside a scan already counted by its stacked outputs
-        if e.primitive.name == "scan":
-            n_carry = adapter.scan_layout(e)[1]
-            total += sum(
-                _nbytes(v.aval) for v in e.outvars[n_carry:] if adapter.memory_space_is_host(v.aval)
-            )
-            inside_scan_outputs.add(id(e))
-            continue
-        if not list(adapter.subjaxprs(e)):
-            total += site.mult * sum(
-                _nbytes(v.aval) for v in e.outvars if adapter.memory_space_is_host(v.aval)
-            )
-    return total
-
-
-def stacked_residuals(jaxpr) -> tuple[int, int, int, int]:
-    """(device bytes, host bytes, device count, host count) of arrays one scan stacks for another.
-
-    These are the residuals a scanned region hands from its forward loop to its backward
-    loop: extensive outputs of a scan that a later scan in the same jaxpr reads.
-    """
-    dev_b = host_b = dev_n = host_n = 0
-    scan_reads: dict[int, set] = {}
-    for site in adapter.walk(jaxpr):
-        e = site.eqn
-        if e.primitive.name != "scan":
-            continue
-        reads = scan_reads.get(id(site.jaxpr))
-        if reads is None:
-            reads = scan_reads[id(site.jaxpr)] = {
-                v
-                for q in site.jaxpr.eqns
-                if q.primitive.name == "scan"
-                for v in q.invars
-                if adapter.is_var(v)
-            }
-        for v in e.outvars[adapter.scan_layout(e)[1] :]:
-            if v not in reads:
-                continue
-            if adapter.memory_space_is_host(v.aval):
-                host_b, host_n = host_b + _nbytes(v.aval), host_n + 1
-            else:
-                dev_b, dev_n = dev_b + _nbytes(v.aval), dev_n + 1
-    return dev_b, host_b, dev_n, host_n
-
-
-def _fingerprint(step_jaxpr) -> str:
-    """Hash of the step's program text (shapes, dtypes, operations), without source lines."""
-    return hashlib.sha256(str(adapter.open_jaxpr(step_jaxpr)).encode()).hexdigest()[:16]
-
-
 def merge_regions(sites: Sequence[Region]) -> tuple[Region, ...]:
     """Identical regions (same body) at several call sites merged into one: multiplicities
     and call sites summed, one decision per class for all of them (group None)."""
@@ -1043,13 +941,13 @@ def trace_step(
     from jax.ad_checkpoint import checkpoint_policies as cp
 
     t = time.perf_counter()
-    anchor_jaxpr, anchor_lowered, _ = lower_with(
+    anchor_jaxpr, anchor_lowered, _ = xla_compile.lower_with(
         step_fn,
         args,
         lambda rid, r: cp.nothing_saveable,
         which="the second trace (the full-remat anchor, after a first trace that worked)",
     )
-    saved_lowered = targets.lower(traced)
+    saved_lowered = xla_compile.lower(traced)
     timings.append(("lower the two anchors", time.perf_counter() - t))
     in_scan = {
         br.region_id: _loop_form(backward[br.region_id].site)[0]
@@ -1059,7 +957,7 @@ def trace_step(
     # Deviceless, the scanned regions' recompute is priced from a second compile of the
     # full-remat anchor with Triton GEMMs on (a live GPU's anchor is the device's program).
     pricing = (
-        targets.pricing_compile_options()
+        xla_compile.pricing_compile_options()
         if _prices_hlo(hardware, backend) and any(in_scan.values())
         else None
     )
@@ -1068,14 +966,14 @@ def trace_step(
     name = compiler or backend or ""
 
     def full_remat():
-        c = targets.compile_lowered(anchor_lowered)
+        c = xla_compile.compile_lowered(anchor_lowered)
         # Again in the same job, not at once: two compiles of one lowered program at once
         # would share its MLIR module between threads. Single device only: a partitioned
         # program's HLO shapes are per device, the candidates' global, so its prices would
         # match nothing by size.
         if pricing is None or hlo.num_partitions(c.as_text() or "") != 1:
             return c, None
-        return c, targets.compile_lowered(anchor_lowered, pricing)
+        return c, xla_compile.compile_lowered(anchor_lowered, pricing)
 
     full = "compile the full-remat anchor" + (
         "" if pricing is None else " (twice: then with Triton GEMMs on, for recompute prices)"
@@ -1083,13 +981,13 @@ def trace_step(
     saved = "compile the save-everything anchor"
     jobs: dict[str, Callable[[], Any]] = {
         full: full_remat,
-        saved: lambda: targets.compile_lowered(saved_lowered),
+        saved: lambda: xla_compile.compile_lowered(saved_lowered),
     }
     if outside:
         jobs["compiler probe: twice-held re-reads"] = lambda: holds_rereads_twice(name)
         jobs["compiler probe: hoisted recompute"] = lambda: hoists_recompute(name)
     t = time.perf_counter()
-    done = dict(zip(jobs, targets.at_once(list(jobs.values()), workers), strict=True))
+    done = dict(zip(jobs, xla_compile.at_once(list(jobs.values()), workers), strict=True))
     wall = time.perf_counter() - t
     timings += [(what, s) for what, (_, s) in done.items()]
     if workers > 1 and len(jobs) > 1:
@@ -1097,12 +995,12 @@ def trace_step(
     t = time.perf_counter()
     compiled, compiled_pricing = done[full][0]
     anchor_text = compiled.as_text() or ""
-    anchor = compiled_figures(
+    anchor = xla_compile.compiled_figures(
         compiled, anchor_jaxpr, anchor_text, backend=backend, compiler=compiler
     )
     compiled_saved = done[saved][0]
     saved_text = compiled_saved.as_text() or ""
-    anchor_saved = compiled_figures(
+    anchor_saved = xla_compile.compiled_figures(
         compiled_saved, step_jaxpr, saved_text, backend=backend, compiler=compiler
     )
     # Sharded steps: the partitioned programs give per-device sizes (planner/shard.py). The
@@ -1188,7 +1086,7 @@ def trace_step(
         anchor=anchor,
         argument_bytes=arg_bytes,
         backend=backend or jax.default_backend(),
-        fingerprint=_fingerprint(step_jaxpr),
+        fingerprint=jaxpr_fingerprint(step_jaxpr),
         undifferentiated_regions=sum(1 for br in bound if br.region_id not in mult),
         anchor_saved=anchor_saved,
         num_partitions=index.num_partitions,
@@ -1218,7 +1116,7 @@ def _prices_hlo(hardware, backend: str | None) -> bool:
     return (
         hardware is not None
         and getattr(hardware, "platform", "") == "gpu"
-        and (backend or jax.default_backend()) in targets.XLA_GPU_BACKENDS
+        and (backend or jax.default_backend()) in xla_compile.XLA_GPU_BACKENDS
     )
 
 
@@ -1328,11 +1226,13 @@ def _probe_temp_bytes(policy, layers: int = 4) -> int:
         jax.ShapeDtypeStruct((4 * d, d), jnp.float32),
     )
     args = ([w] * layers, jax.ShapeDtypeStruct((n, d), jnp.float32))
-    target = targets.active_target()
+    target = deviceless.active_target()
     if target is not None:  # a deviceless compile: the arguments on the target's device
-        args = targets.args_for(target, args)
+        args = deviceless.args_for(target, args)
     traced = jax.jit(jax.grad(loss)).trace(*args)
-    compiled = targets.compile_lowered(targets.lower(traced), targets.probe_compile_options())
+    compiled = xla_compile.compile_lowered(
+        xla_compile.lower(traced), xla_compile.probe_compile_options()
+    )
     return int(compiled.memory_analysis().temp_size_in_bytes)
 
 
@@ -1464,97 +1364,3 @@ def _refuse_nested(bound) -> None:
                 "inner or the outer one; MaxText wraps each decoder layer once). Nested "
                 "lax.scan loops around one checkpoint level are fine."
             )
-
-
-def again_error(e: Exception, which: str) -> TraceError:
-    """The teaching error of a step that raised on one of the planner's later traces."""
-    return TraceError(
-        f"The train step raised {type(e).__name__} on {which}: {e}\n"
-        "Why: the planner traces step_fn(*example_args) several times (the candidates, the "
-        "anchors, the verify compile, plan-file checks); a step that traced once must trace "
-        "again the same way, so it must not depend on Python state it changes (a counter, a "
-        "generator, an iterator it consumes, a global it sets).\n"
-        "Fix: make the step a pure function of its arguments (keep mutable state out of it, "
-        "or pass it in as an argument), and check that calling jax.jit(step_fn).lower(*args) "
-        "twice works. (If it does, the policy of this trace made JAX fail: please report it "
-        "with this message.)"
-    )
-
-
-def step_fingerprint(step_fn: Callable, args: Sequence[Any]) -> str:
-    """The fingerprint ``trace_step`` records, without the rest of the trace."""
-    try:
-        traced, _ = adapter.trace_step_with(
-            step_fn, args, lambda rid, r: adapter.everything_saveable
-        )
-    except PlannerError:
-        raise
-    except Exception as e:  # noqa: BLE001  (the user's step, traced for plan.check)
-        raise TraceError(
-            f"Tracing the train step for the plan file's check failed with "
-            f"{type(e).__name__}: {e}\nFix: check that jax.jit(step_fn).lower(*example_args) "
-            "works on its own with the arguments passed to check()."
-        ) from e
-    return _fingerprint(traced.jaxpr)
-
-
-def compile_with(
-    step_fn: Callable,
-    args: Sequence[Any],
-    make_policy,
-    compiler_options: Sequence[tuple[str, Any]] = (),
-    *,
-    bound_out: list | None = None,
-    lowered_out: list | None = None,
-    which: str = "a later trace (a compile under the plan's or a stock policy)",
-):
-    """Trace and compile the step with ``make_policy(rid, region)`` in every region.
-
-    ``compiler_options``: XLA debug options for this compile only (``(name, value)`` pairs,
-    the same names as XLA_FLAGS without ``--``), e.g. a plan's flags: the latency-hiding
-    scheduler changes the schedule and with it the peak. Returns ``(step_jaxpr, compiled)``;
-    ``bound_out``, when given, receives the regions the trace bound (the verify stage replays
-    JAX's residual choice on them); ``lowered_out`` the lowered program (to compile it again
-    with other options). ``which`` names this trace in the TraceError of a step that raises
-    here after tracing once.
-    """
-
-    step_jaxpr, lowered, bound = lower_with(step_fn, args, make_policy, which=which)
-    if bound_out is not None:
-        bound_out.extend(bound)
-    if lowered_out is not None:
-        lowered_out.append(lowered)
-    compiled = targets.compile_lowered(lowered, dict(compiler_options))
-    return step_jaxpr, compiled
-
-
-def lower_with(
-    step_fn: Callable,
-    args: Sequence[Any],
-    make_policy,
-    *,
-    which: str = "a later trace (a compile under the plan's or a stock policy)",
-):
-    """The first half of :func:`compile_with`: ``(step_jaxpr, lowered, bound regions)``,
-    traced and lowered on this thread (the planner's policies are bound per thread); the
-    compile of ``lowered`` may then run on another (verify.precompile)."""
-
-    def wrap(rid, r):
-        pol = make_policy(rid, r)
-        return lambda prim, *a, **p: _as_enum(pol(prim, *a, **p))
-
-    try:
-        traced, bound = adapter.trace_step_with(step_fn, args, wrap)
-    except PlannerError:
-        raise
-    except Exception as e:  # noqa: BLE001  (the user's step traced before: it changed)
-        raise again_error(e, which) from e
-    return traced.jaxpr, targets.lower(traced), bound
-
-
-def _as_enum(decision):
-    if decision is True:
-        return adapter.Saveable
-    if decision is False:
-        return adapter.Recompute
-    return decision

@@ -23,10 +23,8 @@ from typing import Any
 import jax
 
 from planner._src import schedule as sched
-from planner._src import target as targets
 from planner._src.cost import evaluate
 from planner._src.graph import LivenessGraph, class_key
-from planner._src.trace import compile_with, compiled_figures, lower_with
 from planner._src.types import (
     Assignment,
     Check,
@@ -38,7 +36,9 @@ from planner._src.types import (
     Verification,
 )
 from planner._src.units import fmt_bytes
-from planner._src.xla import adapter
+from planner._src.xla import adapter, targets
+from planner._src.xla import compile as xla_compile
+from planner._src.xla.compile import compile_with, compiled_figures, lower_with
 
 # Backends whose compiler keeps pinned_host buffers apart from device memory in
 # memory_analysis (host_temp_size_in_bytes). On the CPU backend both kinds are the same
@@ -377,14 +377,18 @@ def verify(
     timed = None
     # schedule.py reads XLA:GPU's async host copies and copy streams (XLA:CPU has none; a
     # TPU's copies are not XLA:GPU's streams)
-    if schedule_exposure and backend in targets.XLA_GPU_BACKENDS and figs.async_host_copies_in_hlo:
+    if (
+        schedule_exposure
+        and backend in xla_compile.XLA_GPU_BACKENDS
+        and figs.async_host_copies_in_hlo
+    ):
         timed = schedule_exposure_of(
             compiled,
             cost,
             prediction,
             compiler,
             # the same lowered program, compiled under other options: no second trace
-            recompile=lambda options: targets.compile_lowered(lowered[0], dict(options)),
+            recompile=lambda options: xla_compile.compile_lowered(lowered[0], dict(options)),
             compiler_options=compiler_options,
         )
     return Verification(
@@ -433,7 +437,7 @@ def precompile(
     import contextvars
 
     def compile_one(step_jaxpr, low, bound, options):
-        compiled = targets.compile_lowered(low, options)
+        compiled = xla_compile.compile_lowered(low, options)
         return Precompiled(step_jaxpr=step_jaxpr, lowered=low, compiled=compiled, bound=bound)
 
     futures = []
@@ -474,7 +478,9 @@ def schedule_exposure_of(
     and that schedule is read. ``step_s``: the model's step with the schedule's reload (h2d) exposure in place of
     the model's; the stores keep the model's figure (``ScheduleExposure``'s docstring says
     why)."""
-    pricing = targets.pricing_compile_options()  # None on a live GPU: its compile is the device's
+    pricing = (
+        xla_compile.pricing_compile_options()
+    )  # None on a live GPU: its compile is the device's
     source = "the verify compile"
     if pricing is not None and recompile is not None:
         options = {**dict(compiler_options), **pricing}
@@ -486,7 +492,7 @@ def schedule_exposure_of(
         compiler=compiler,
         pricing="kernels",
         # (the module was compiled by this process's XLA: its streams are this jaxlib's)
-        host_streams=sched.host_streams_of(targets._jaxlib_version()),
+        host_streams=sched.host_streams_of(targets.jaxlib_version()),
     )
     by = w.by_direction()
     regions = list(zip(cost.regions, prediction.regions))

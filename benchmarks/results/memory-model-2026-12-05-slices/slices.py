@@ -5,7 +5,7 @@ import re
 import sys
 
 sys.path.insert(0, "/work/main")
-from planner._src.xla import hlo
+from planner._src import hlo
 
 MOVE = {"parameter", "dynamic-slice", "bitcast", "reshape", "copy", "transpose", "constant"}
 
