@@ -4,7 +4,7 @@ layer slice at a time, forward and backward? (issue 21, requirement 1, the param
     JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/param_offload_probe.py [--layers 8] \
         [--d 1024] [--variants a,b,c] [--hlo DIR]
 
-Deviceless XLA:GPU for the H200 (planner/_src/target.py): each variant is one jitted step
+Deviceless XLA:GPU for the H200 (planner/_src/xla/): each variant is one jitted step
 ``W, x -> (loss, new W)`` (SGD, W donated) over ``L`` layers ``x = tanh(x @ W[l])`` under
 ``lax.scan``; W is ``[L, d, d]`` f32. Printed per variant, from ``memory_analysis()``: device
 arguments, host arguments, outputs, aliased, temporaries, device bytes (arguments + outputs -

@@ -3,7 +3,7 @@ compiled step holds (issue 21, requirement 1, the parameters' cost terms).
 
     JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/param_state_probe.py [--d 256] [--ff 1024]
 
-Deviceless XLA:GPU for the H200 (planner/_src/target.py; needs the CUDA plugin). The step:
+Deviceless XLA:GPU for the H200 (planner/_src/xla/; needs the CUDA plugin). The step:
 examples/llama.py's Adam step (4 layers under ``lax.scan``, each layer checkpointed with
 nothing saved), ``cfg.layer_wrap = stream_layer_params`` for the host parameters,
 ``state.streamed_apply`` around ``tx.update``, params and state donated, shardings with

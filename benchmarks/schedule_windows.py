@@ -6,9 +6,9 @@ predicts (planner/_src/schedule.py) against the H200 trace, for the exposure pla
         --measured benchmarks/results/h200-2026-12-04-exposure-b/results.jsonl \
         --out benchmarks/results/schedule-windows-2026-12-04.md
 
-Each plan is compiled deviceless for the H200 (planner/_src/target.py; the plan's XLA flags)
+Each plan is compiled deviceless for the H200 (planner/_src/xla/; the plan's XLA flags)
 twice: as the planner's verify stage compiles (Triton GEMMs off,
-target.DEVICELESS_COMPILE_OPTIONS) and with Triton GEMMs on (XLA's default, what the H200's
+xla.compile.DEVICELESS_COMPILE_OPTIONS) and with Triton GEMMs on (XLA's default, what the H200's
 own compile used: its trace names gemm_fusion_dot kernels and asynchronous loop-slice copies).
 The schedule windows of both are read with the h200 profile's rates and set against the
 trace's medians (the "exposed" reading: copy time with no kernel running).

@@ -1,5 +1,5 @@
 """The cost stage's use of recompute prices from the compiled HLO (Region.hlo_recompute_s,
-priced by trace.py from the full-remat anchor; cost.py build_cost_model), on a synthetic
+priced by the trace stage (trace/prices.py) from the full-remat anchor; cost.py build_cost_model), on a synthetic
 scanned layer: no JAX tracing, no compile. The deviceless end-to-end test is in
 tests/test_target.py."""
 

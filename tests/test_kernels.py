@@ -269,7 +269,7 @@ def test_shares_go_to_the_candidates_of_their_equation():
 
 
 def test_shares_match_the_source_lines_as_the_trace_writes_them():
-    """trace.py's sources carry a column and the function ("/p/llama.py:131:24 (attn)"):
+    """The trace stage's sources carry a column and the function ("/p/llama.py:131:24 (attn)"):
     the HLO's (file, line) picks the candidate of that line among equal-sized ones (two
     projections of one shape, 2026-12-05: split evenly before)."""
     shares = [R.RecomputeShare("dot_general", "bf16[8,4096,4096]", 3e-3, ("llama.py", 131))]

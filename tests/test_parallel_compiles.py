@@ -188,7 +188,7 @@ def test_compiler_probes_compile_without_autotuning_on_a_live_gpu(monkeypatch):
     nothing more (a deviceless target adds its own options)."""
     import jax
 
-    from planner._src import trace as TR
+    from planner._src.trace import probes as TR
     from planner._src.xla import compile as T
 
     seen = []

@@ -1,4 +1,4 @@
-"""Deviceless compiles for a GPU target on this CPU (planner/_src/target.py).
+"""Deviceless compiles for a GPU target on this CPU (planner/_src/xla/: targets, deviceless, compile).
 
 Needs the CUDA PJRT plugin (``pip install -e ".[cuda]"``; no GPU needed): without it the whole
 file is skipped with the reason. The step is a small decoder written here in plain JAX: layers
@@ -483,7 +483,7 @@ def test_device_put_and_shard_map_on_the_cpu_mesh_move_to_the_target():
 @pytest.mark.parametrize("kw", ["in_shardings", "out_shardings"])
 def test_a_step_jitted_with_this_machines_shardings_compiles_on_the_target_mesh(kw):
     """Issue 17: a step jitted with in / out shardings on a CPU mesh raised a raw ValueError
-    ('incompatible devices') in trace.compile_with; its shardings now move onto the target."""
+    ('incompatible devices') in compile_with; its shardings now move onto the target."""
     from planner._src.xla.compile import compile_with
 
     target = T.resolve(GPU, num_devices=8)

@@ -553,7 +553,7 @@ def eqn_source(eqn) -> str:
 
 def eqn_where(eqn) -> tuple[str, int] | None:
     """(file basename, line) of the innermost user frame of ``eqn``: what the compiled HLO's
-    metadata names (``source_file``/``source_line`` or its stack frame), used by planner.shard
+    metadata names (``source_file``/``source_line`` or its stack frame), used by trace/shard.py
     to find the equation's partitioned instructions."""
     for frame in _siu.user_frames(eqn.source_info.traceback):
         return frame.file_name.rsplit("/", 1)[-1], int(frame.start_line)

@@ -138,7 +138,7 @@ DEVICELESS_COMPILE_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
 # scan's stacked residual. With them on, the deviceless program's fusions are the device's
 # kernels (instruction names and per-kind device time within 1.5 ms a step of the H200's own
 # compile of the MoE example; measured: benchmarks/results/hlo-kernel-time-2026-12-05.md, section 3).
-# So the compile whose HLO prices the recompute kernel by kernel (trace.py,
+# So the compile whose HLO prices the recompute kernel by kernel (trace/prices.py,
 # recompute_shares.region_recompute_seconds) keeps XLA:GPU's default.
 PRICING_COMPILE_OPTIONS = {"xla_gpu_enable_triton_gemm": True}
 

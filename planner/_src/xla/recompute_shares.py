@@ -254,7 +254,7 @@ def match_shares(shares: list[RecomputeShare], candidates) -> tuple[dict[int, fl
 
 def _file_line(source: str) -> tuple[str, int] | None:
     """``(file basename, line)`` of a candidate's source, ``"/p/llama.py:131:24 (fn)"`` or
-    ``"model.py:11"`` (trace.py writes the first: with the column and function, which a
+    ``"model.py:11"`` (the trace stage writes the first: with the column and function, which a
     plain suffix test against the HLO's file and line never matched)."""
     m = re.match(r"\s*(\S+?):(\d+)(?::\d+)?(?:\s|$)", source)
     return (m.group(1).rsplit("/", 1)[-1], int(m.group(2))) if m else None
@@ -269,7 +269,7 @@ def region_recompute_seconds(
     candidates (:func:`match_shares`); seconds per trip, and the seconds no candidate took.
 
     Compile the anchor with Triton GEMMs on (XLA:GPU's default on the device): with them off
-    (target.DEVICELESS_COMPILE_OPTIONS, right for the memory figures) the deviceless program
+    (compile.DEVICELESS_COMPILE_OPTIONS, right for the memory figures) the deviceless program
     is not the device's (measured: benchmarks/results/hlo-kernel-time-2026-12-05.md).
     """
     if isinstance(remat, str):
