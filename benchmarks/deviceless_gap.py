@@ -135,12 +135,14 @@ def run_one(job: dict) -> dict:
     step, args = _step(job["model"], job["config"], job["policy"])
     t0 = time.perf_counter()
     if job["where"] == "deviceless":
-        from planner._src import target as T
+        from planner._src.xla import compile as xla_compile
+        from planner._src.xla import deviceless
+        from planner._src.xla import targets as T
 
         target = T.resolve("h200")
         assert target.kind == "deviceless", target.how_to_get_exact
-        program = T.compile_traced(
-            target, jax.jit(step, donate_argnums=(0,)), T.args_for(target, args)
+        program = xla_compile.compile_traced(
+            target, jax.jit(step, donate_argnums=(0,)), deviceless.args_for(target, args)
         )
         compiled = program.compiled
         compiler = target.description

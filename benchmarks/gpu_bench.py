@@ -457,7 +457,7 @@ def run_plan_worker(job: dict) -> dict:
         "wall_s": time.perf_counter() - t,
         "trace_s": trace_s,
         "trace_timings": list(session.trace.timings),
-        # the compiler probes' answers (trace.py): they shape the memory model outside scan
+        # the compiler probes' answers (trace/probes.py): they shape the memory model outside scan
         "probes": {
             "holds_rereads_twice": session.trace.holds_rereads_twice,
             "hoists_recompute": session.trace.hoists_recompute,

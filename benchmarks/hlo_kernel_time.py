@@ -2,7 +2,7 @@
 
 Reads what ``benchmarks/compute_rates.py kernels`` brought back from the H200 (per kernel
 name: device ms and calls per step; the compiled HLO of the same program), prices every
-instruction of the HLO that launches work with ``planner._src.kernels`` (bytes moved over
+instruction of the HLO that launches work with ``planner._src.xla.kernels`` (bytes moved over
 the HBM rate, or flops over the matmul rate, the larger; one read per reduction pass; runs
 per step from the while loops' trip counts), matches each measured kernel to the
 instructions it ran for, and prints, per kind of work (the kinds of
@@ -63,7 +63,9 @@ def compile_deviceless(
     import jax
 
     from benchmarks import gpu_bench as gb
-    from planner._src import target as T
+    from planner._src.xla import compile as xla_compile
+    from planner._src.xla import deviceless
+    from planner._src.xla import targets as T
 
     out.mkdir(parents=True, exist_ok=True)
     tgt = T.resolve("h200")
@@ -83,8 +85,8 @@ def compile_deviceless(
         )
         step, args = module.make_train_step(cfg, concrete=False)
         opts = {k: v == "true" for k, v in (kv.split("=") for kv in options.split(",") if kv)}
-        program = T.compile_traced(
-            tgt, jax.jit(step, donate_argnums=(0,)), T.args_for(tgt, args), opts or None
+        program = xla_compile.compile_traced(
+            tgt, jax.jit(step, donate_argnums=(0,)), deviceless.args_for(tgt, args), opts or None
         )
         text = program.compiled.as_text()
         (out / f"hlo-{label}.txt.gz").write_bytes(gzip.compress(text.encode()))
@@ -93,8 +95,8 @@ def compile_deviceless(
 
 def estimate(text: str, hw):
     """(kernel times, module) of one compiled program."""
-    from planner._src import hlo
-    from planner._src import kernels as K
+    from planner._src.xla import hlo
+    from planner._src.xla import kernels as K
 
     module = hlo.parse(text)
     return K.kernel_times(module, hw), module
@@ -177,16 +179,17 @@ def compare(dir_: Path, label: str, hw, hlo_dir: Path | None = None) -> dict:
 
 def _recomputed_keys(module, body: str) -> set[tuple[str, str]]:
     """(primitive, dims) of every recomputed equation in a loop body and what it calls."""
-    from planner._src import kernels as K
+    from planner._src.xla import kernels as K
+    from planner._src.xla import recompute_shares as R
 
     comps = module.computations()
     keys: set[tuple[str, str]] = set()
     todo, seen = [body], {body}
     while todo:
         for ins in comps.get(todo.pop(), ()):
-            if K.REMAT in ins.op_name and ins.opcode not in K._ELEMENTWISE_FREE:
-                keys.add((ins.primitive, K._dims(ins.shape)))
-            callee = K._called(ins)
+            if R.REMAT in ins.op_name and ins.opcode not in K.ELEMENTWISE_FREE:
+                keys.add((ins.primitive, R._dims(ins.shape)))
+            callee = K.called(ins)
             if callee and callee not in seen:
                 seen.add(callee)
                 todo.append(callee)
@@ -195,21 +198,21 @@ def _recomputed_keys(module, body: str) -> set[tuple[str, str]]:
 
 def anchor_savings(dir_: Path, labels: list[str], base: str, hw, hlo_dir: Path | None):
     """Per step, ms per step: what the full-remat program's recompute shares
-    (``kernels.recompute_shares`` of its backward loop) say the step saves by no longer
+    (``recompute_shares.recompute_shares`` of its backward loop) say the step saves by no longer
     recomputing the equations its own HLO does not recompute (the planner would read that
-    from its decisions, through ``kernels.match_shares``), less what its forward loop's
+    from its decisions, through ``recompute_shares.match_shares``), less what its forward loop's
     kernels cost more (the residual writes); and the same two from the steps' own HLO."""
-    from planner._src import hlo
-    from planner._src import kernels as K
+    from planner._src.xla import hlo
+    from planner._src.xla import recompute_shares as R
 
     def loops(label):
         module = hlo.parse(load(dir_, label, hlo_dir)[0])
-        lt = K.loop_times(module, hw)
+        lt = R.loop_times(module, hw)
         return module, next(x for x in lt if x.backward), next(x for x in lt if not x.backward)
 
     rm, rb, rf = loops(base)
     shares: dict[tuple[str, str], float] = collections.defaultdict(float)
-    for sh in K.recompute_shares(rm, hw, rb.body):
+    for sh in R.recompute_shares(rm, hw, rb.body):
         shares[(sh.primitive, sh.shape)] += sh.seconds
     out = {"_shares_ms_per_trip": 1e3 * sum(shares.values())}
     for lb in labels:

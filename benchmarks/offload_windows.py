@@ -60,11 +60,12 @@ def main(argv=None) -> int:
     import cost_models as cm
     from benchmarks.overlap_sweep import POINTS
     from examples import llama
-    from planner._src import target as T
     from planner._src.cost import build_cost_model
     from planner._src.graph import build_graph
     from planner._src.profiling import calibrate_hiding, sweep_windows
     from planner._src.trace import merge_call_sites, trace_step
+    from planner._src.xla import deviceless
+    from planner._src.xla import targets as T
 
     t0 = time.perf_counter()
     cfg = dataclasses.replace(llama.H200_BENCH, attention_impl="cudnn")
@@ -72,13 +73,13 @@ def main(argv=None) -> int:
     tgt = T.resolve("h200", num_devices=1)
     if tgt.kind != "deviceless":
         raise SystemExit(f"needs deviceless XLA:GPU (JAX_PLATFORMS=cpu, CUDA plugin): {tgt}")
-    args = T.args_for(tgt, args)
+    args = deviceless.args_for(tgt, args)
     shipped = cm.load_profile("h200")
     # "before": the same profile without calibrated models (the single overlap efficiency)
     before_hw = shipped.replace(
         link=dataclasses.replace(shipped.link, d2h_hiding=None, h2d_hiding=None)
     )
-    with T.target_scope(tgt):
+    with deviceless.target_scope(tgt):
         tr = merge_call_sites(
             trace_step(step, args, split_call_sites=True, backend="cuda", compiler=tgt.description)
         )

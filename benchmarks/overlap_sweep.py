@@ -247,8 +247,8 @@ def fit_profile(a, by: dict) -> None:
     import dataclasses
 
     from examples import llama
-    from planner._src import target as T
     from planner._src.profiling import calibrate_hiding, measured_per_trip, sweep_windows
+    from planner._src.xla import deviceless
 
     points = [
         i for i in sorted(by) if ((by[i].get("offload") or {}).get("result") or {}).get("profile")
@@ -264,8 +264,8 @@ def fit_profile(a, by: dict) -> None:
     hw = a.hardware
     tgt = resolve_compiler(cm.load_profile(hw), args, "auto")
     if tgt.kind == "deviceless":
-        args = T.args_for(tgt, args)
-    scope = T.target_scope(tgt) if tgt.kind == "deviceless" else contextlib.nullcontext()
+        args = deviceless.args_for(tgt, args)
+    scope = deviceless.target_scope(tgt) if tgt.kind == "deviceless" else contextlib.nullcontext()
     with scope:
         windows = sweep_windows(step, args, [POINTS[i] for i in points], hw)
     measured = [measured_per_trip(by[i]["offload"]["result"]["profile"]) for i in points]

@@ -4,7 +4,7 @@ layer slice at a time, forward and backward? (issue 21, requirement 1, the param
     JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/param_offload_probe.py [--layers 8] \
         [--d 1024] [--variants a,b,c] [--hlo DIR]
 
-Deviceless XLA:GPU for the H200 (planner/_src/target.py): each variant is one jitted step
+Deviceless XLA:GPU for the H200 (planner/_src/xla/): each variant is one jitted step
 ``W, x -> (loss, new W)`` (SGD, W donated) over ``L`` layers ``x = tanh(x @ W[l])`` under
 ``lax.scan``; W is ``[L, d, d]`` f32. Printed per variant, from ``memory_analysis()``: device
 arguments, host arguments, outputs, aliased, temporaries, device bytes (arguments + outputs -
@@ -112,7 +112,9 @@ def run(variant: str, layers: int, d: int, batch: int, hlo_dir: str | None, mode
     import jax
     import jax.numpy as jnp
 
-    from planner._src import target as tg
+    from planner._src.xla import compile as xla_compile
+    from planner._src.xla import deviceless
+    from planner._src.xla import targets as tg
 
     target = tg.resolve("h200", num_devices=1)
     if target.kind != "deviceless":
@@ -135,7 +137,7 @@ def run(variant: str, layers: int, d: int, batch: int, hlo_dir: str | None, mode
         jitted = jax.jit(_step(variant, layers), in_shardings=(wsh, xsh), donate_argnums=(0,))
     out = {"variant": variant, "mode": mode, "jax": jax.__version__, "layers": layers, "d": d}
     try:
-        prog = tg.compile_traced(target, jitted, tg.args_for(target, (W, x)))
+        prog = xla_compile.compile_traced(target, jitted, deviceless.args_for(target, (W, x)))
     except Exception as e:  # noqa: BLE001  (a probe: record what the compiler says)
         out["error"] = f"{type(e).__name__}: {str(e)[:600]}"
         return out

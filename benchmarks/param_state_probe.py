@@ -3,7 +3,7 @@ compiled step holds (issue 21, requirement 1, the parameters' cost terms).
 
     JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/param_state_probe.py [--d 256] [--ff 1024]
 
-Deviceless XLA:GPU for the H200 (planner/_src/target.py; needs the CUDA plugin). The step:
+Deviceless XLA:GPU for the H200 (planner/_src/xla/; needs the CUDA plugin). The step:
 examples/llama.py's Adam step (4 layers under ``lax.scan``, each layer checkpointed with
 nothing saved), ``cfg.layer_wrap = stream_layer_params`` for the host parameters,
 ``state.streamed_apply`` around ``tx.update``, params and state donated, shardings with
@@ -33,7 +33,9 @@ def main() -> None:
     import jax
 
     from examples import llama
-    from planner._src import target as tg
+    from planner._src.xla import compile as xla_compile
+    from planner._src.xla import deviceless
+    from planner._src.xla import targets as tg
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--d", type=int, default=256)
@@ -50,7 +52,7 @@ def main() -> None:
         ps, _ = VARIANTS[name]
         s = build(cfg, name, dev)
         leaves, host = s.leaves, s.host
-        args = tg.args_for(
+        args = deviceless.args_for(
             target,
             (
                 jax.device_put(s.params, s.param_shardings),
@@ -59,7 +61,7 @@ def main() -> None:
             ),
         )
         jitted = s.jitted
-        m = tg.compile_traced(target, jitted, args).compiled.memory_analysis()
+        m = xla_compile.compile_traced(target, jitted, args).compiled.memory_analysis()
         dev_b = (
             m.argument_size_in_bytes
             + m.output_size_in_bytes

@@ -1,5 +1,5 @@
 """Are the compiler probes' answers stable on a live GPU? (trace.holds_rereads_twice,
-trace.hoists_recompute; target.PROBE_COMPILE_OPTIONS says why this is asked.)
+trace.hoists_recompute; xla.compile.PROBE_COMPILE_OPTIONS says why this is asked.)
 
     python benchmarks/probe_stability.py --out DIR [--repeats 3]
 
@@ -10,7 +10,7 @@ on the same GPU (the anchors' autotuning does so in the trace stage). Two modes 
 
 - ``autotuned``: the probes compiled with XLA's defaults (before 2026-12-05: the autotuner
   picks each matmul's kernel by timing it, beside the load);
-- ``probe``: with ``target.PROBE_COMPILE_OPTIONS`` (no autotuning, cuBLAS matmuls).
+- ``probe``: with ``xla.compile.PROBE_COMPILE_OPTIONS`` (no autotuning, cuBLAS matmuls).
 
 Results: DIR/probe-stability.jsonl (one record per process: each program's temporary bytes
 and the two answers, computed with the probes' own rules) and DIR/summary.md.
@@ -33,11 +33,11 @@ def one(mode: str) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from planner._src import target as targets
-    from planner._src import trace as T
+    from planner._src.trace import probes as T
+    from planner._src.xla import compile as xla_compile
 
     if mode == "autotuned":
-        targets.probe_compile_options = lambda: {}
+        xla_compile.probe_compile_options = lambda: {}
 
     def load():
         def f(a, b, c):
@@ -62,7 +62,7 @@ def one(mode: str) -> dict:
         "N (nothing), 2 layers": lambda: T._probe_temp_bytes(T._nothing_saveable, 2),
     }
     jobs = [load, *programs.values()]
-    done = targets.at_once(jobs, 4)
+    done = xla_compile.at_once(jobs, 4)
     got = {name: r for name, (r, _) in zip(programs, done[1:])}
     secs = {name: s for name, (_, s) in zip(programs, done[1:])}
     a, c = got["A (tanh kept), 4 layers"], got["C (all but dots), 4 layers"]

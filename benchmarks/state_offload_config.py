@@ -12,7 +12,7 @@ this batch. ``plan``: the mixed plan (planner.plan_state, compiled as applied) a
 ``--hbm-gb`` and the activation plan of (a) (the whole optimizer state on the host, the
 same solve with the state's bytes out of the fixed bytes, its copies added as the model's
 state terms) with their predicted step times; ``--margin`` overrides the deviceless compile
-margin (target.DEVICELESS_MARGIN) the budget is divided by, for plans that the device's
+margin (xla.targets.DEVICELESS_MARGIN) the budget is divided by, for plans that the device's
 own compile checks before they run (state_offload_h200.py). Prints one JSON line.
 """
 

@@ -103,8 +103,8 @@ def _build(cfg, mode: str, on_host=(), *, concrete: bool = True):
     import jax
 
     from examples import llama
-    from planner._src import jax_adapter as adapter
     from planner._src import trainstate as st
+    from planner._src.xla import adapter
 
     holder = {}
 

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ._gpus import for_device_kind
 from ._profiles import HardwareProfile, load_profile
 
 
@@ -33,16 +34,6 @@ class CalibrationError(RuntimeError):
     """A measurement that could not be made on this device or in this environment."""
 
 
-# Shipped profile to start from, by substring of `device.device_kind`; first match wins, so
-# "GH200" is tested before "H200" and "GB200" before "B200".
-_BASE_BY_DEVICE_KIND: tuple[tuple[str, str], ...] = (
-    ("GH200", "gh200"),
-    ("GB200", "gb200"),
-    ("B200", "b200"),
-    ("H200", "h200"),
-    ("H100 PCIe", "h100-pcie"),
-    ("H100", "h100-sxm"),
-)
 # Matmul size: 8192^3 on accelerators, the size of the bf16 measurement in the device pool's
 # machine notes (KINDS.md, outside this repository: 788 TFLOP/s on an H200, about 1.4 ms per
 # product); 512^3 on CPU keeps it ~10 ms.
@@ -319,9 +310,9 @@ def measure_overlap(
 def _default_base(device: Any) -> str:
     if device.platform == "cpu":
         return "cpu"
-    for fragment, name in _BASE_BY_DEVICE_KIND:
-        if fragment in device.device_kind:
-            return name
+    gpu = for_device_kind(device.device_kind)  # the shipped profile of the same GPU
+    if gpu is not None:
+        return gpu.name
     raise CalibrationError(
         f"no shipped profile matches device kind {device.device_kind!r}; pass base= (a profile "
         "name or path) for the figures calibrate does not measure (HBM size, ici, copy engines)."

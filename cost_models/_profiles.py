@@ -385,7 +385,7 @@ class HardwareProfile:
 
     def loop_copy_rate(self) -> float:
         """Bytes per second of the device-to-device copies XLA makes to slice a loop's stacked
-        operands (``planner._src.hlo.loop_slice_copy_bytes``): the measured figure, or half
+        operands (``planner._src.xla.hlo.loop_slice_copy_bytes``): the measured figure, or half
         the HBM bandwidth where the profile has none (each byte read once, written once)."""
         return self.loop_copy_bytes_per_s or self.hbm_bytes_per_s / 2
 

@@ -512,7 +512,7 @@ def make_train_step(
     (default: ``make_mesh(cfg)``). ``out_shardings=False`` leaves the outputs' shardings to
     XLA's propagation. A step compiled for a GPU target on a CPU (deviceless) may keep its
     ``out_shardings`` on this machine's devices: the planner moves them onto the target mesh
-    (planner/_src/target.py's ``lower``)."""
+    (planner/_src/xla/compile.py's ``lower``)."""
     mesh = make_mesh(cfg) if mesh is None else mesh
     args = abstract_args(cfg, mesh)
 

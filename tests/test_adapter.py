@@ -2,23 +2,75 @@
 apart from the user's (no cache cleared, no program swapped), and a concurrent user thread
 sees JAX as it is."""
 
+import importlib
+import inspect
 import threading
 
 import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_policies as cp
 
-from planner._src import jax_adapter as adapter
-from planner._src.trace import compile_with, compiled_figures
+from planner._src.xla import adapter
+from planner._src.xla.compile import compile_with, compiled_figures
 
 
 def test_every_jax_internal_the_adapter_uses_is_there():
     missing = adapter.check_internals()
     assert missing == [], (
         f"JAX {jax.__version__} moved these internals the planner uses: {missing}; "
-        "planner/_src/jax_adapter.py is the one place to adapt"
+        "planner/_src/xla/adapter.py is the one place to adapt"
     )
     assert len(adapter.INTERNALS) >= 20
+
+
+def test_check_internals_names_what_moved(monkeypatch):
+    """A module, an attribute, an attribute of an attribute (``Traced._params``) and a private
+    keyword argument that JAX no longer has are each named, as module.attribute."""
+    monkeypatch.setattr(
+        adapter,
+        "INTERNALS",
+        (
+            ("jax._src.core", "Var"),
+            ("jax._src.no_such_module", "x"),
+            ("jax._src.core", "NoSuchThing"),
+            ("jax._src.stages", "Traced._no_such_slot"),
+        ),
+    )
+    monkeypatch.setattr(
+        adapter, "INTERNAL_KEYWORDS", (("jax", "ShapeDtypeStruct", "_no_such_keyword", "0.0.1"),)
+    )
+    assert adapter.check_internals() == [
+        "jax._src.no_such_module.x",
+        "jax._src.core.NoSuchThing",
+        "jax._src.stages.Traced._no_such_slot",
+        "jax.ShapeDtypeStruct(_no_such_keyword=)",
+    ]
+
+
+def test_the_deviceless_hooks_find_what_they_patch():
+    """What the hooks of a deviceless compile wrap (xla/deviceless.py through the adapter) is
+    there, does what they expect, and is not left wrapped; if JAX moves one, this names it."""
+    for name in adapter.CAPABILITY_CHECKS:
+        fn = adapter.internal(adapter.FUSED_ATTENTION, name)
+        assert callable(fn), f"{adapter.FUSED_ATTENTION}.{name} is no longer a function"
+        assert not hasattr(fn, "_planner_original"), f"{name} was left wrapped"
+    fa = importlib.import_module(adapter.FUSED_ATTENTION)
+    source = inspect.getsource(fa.check_is_flash_attention)
+    assert "check_compute_capability(" in source, (
+        "check_is_flash_attention no longer calls check_compute_capability: the cuDNN scope "
+        "in planner/_src/xla/adapter.py needs updating"
+    )
+    traced = jax.jit(lambda x: x, out_shardings=None).trace(jnp.zeros(2))
+    params = getattr(traced, "_params", None)
+    assert isinstance(params, dict) and set(adapter.TRACED_SHARDINGS) <= set(params), (
+        "jax.stages.Traced no longer keeps in_shardings / out_shardings in _params: "
+        "planner/_src/xla/adapter.py's traced_shardings needs updating"
+    )
+    assert hasattr(traced, "_lojax"), "jax.stages.Traced no longer caches _lojax"
+    for module, name in adapter.SHARDING_PRIMITIVES:
+        prim = adapter.internal(module, name)
+        assert isinstance(prim, jax.extend.core.Primitive), f"{module}.{name} is not a Primitive"
+        assert "bind" not in vars(prim), f"{module}.{name}.bind was left wrapped"
 
 
 def test_float64_computes_in_64_bits_inside_the_block_only():

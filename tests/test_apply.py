@@ -16,9 +16,9 @@ import pytest
 from jax.ad_checkpoint import print_saved_residuals
 
 import planner
-from planner._src import jax_adapter as adapter
 from planner._src.budget import io_bytes, requested_for
 from planner._src.verify.numerics import coarsest_eps, compare
+from planner._src.xla import adapter
 from tests.zoo import flax_linen
 
 D, LAYERS, BATCH = 128, 4, 512

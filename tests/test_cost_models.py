@@ -803,7 +803,7 @@ def test_every_rule_met_in_real_programs_is_non_negative_and_fusible_ones_launch
     import jax.numpy as jnp
 
     from examples import llama, moe
-    from planner._src import jax_adapter as adapter
+    from planner._src.xla import adapter
 
     jaxprs = [jax.make_jaxpr(s)(*a) for s, a in (llama.make_train_step(), moe.make_train_step())]
     jaxprs.append(

@@ -11,7 +11,7 @@ import pytest
 from jax.ad_checkpoint import checkpoint_policies as cp
 
 import planner
-from planner._src.trace import compiled_figures
+from planner._src.xla.compile import compiled_figures
 
 pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
 
@@ -101,7 +101,7 @@ def test_maxtext_block_round_trips_through_the_config(maxtext_plan):
     # named tensor as the plan did, and the step still compiles within the budget.
     yaml = pytest.importorskip("yaml")
     from examples import maxtext_style as m
-    from planner._src import jax_adapter as adapter
+    from planner._src.xla import adapter
 
     config = m.apply_yaml(m.DEFAULT_CONFIG, yaml.safe_load(maxtext_plan.maxtext_yaml))
     policy = m.policy_from_config(config)

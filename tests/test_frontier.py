@@ -12,7 +12,7 @@ import pytest
 from jax.sharding import AbstractMesh, NamedSharding
 
 from examples import frontier as F
-from planner._src import jax_adapter as adapter
+from planner._src.xla import adapter
 
 pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
 

@@ -1,6 +1,6 @@
 """Gradient accumulation (tests/zoo/grad_accum.py: ``jax.grad`` inside ``lax.scan`` over 4
 microbatches, 3 checkpointed layers in a Python loop): the region's forward and backward run in
-one scan trip, so its residuals are held for one trip (trace._in_trip, Region.in_trip), never
+one scan trip, so its residuals are held for one trip (trace.loops.in_trip, Region.in_trip), never
 stacked across trips. Checked against compiled programs (memory_analysis of the stock
 policies) and a plan compiled at a budget between the anchors."""
 

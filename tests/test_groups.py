@@ -12,14 +12,15 @@ from synthetic import brute_force, random_problem
 
 import planner
 from examples import llama
-from planner._src import jax_adapter as adapter
 from planner._src.cost import DECISIONS, Assignment, build_cost_model, evaluate
 from planner._src.cost.baselines import evaluate_baselines
 from planner._src.emit.paste import paste_snippets
 from planner._src.errors import InfeasibleBudgetError, LayerGroupsError
 from planner._src.graph import build_graph
 from planner._src.solve import SolverOptions, solve_assignment
-from planner._src.trace import merge_call_sites, stacked_residuals, trace_step
+from planner._src.trace import merge_call_sites, trace_step
+from planner._src.xla import adapter
+from planner._src.xla.compile import stacked_residuals
 
 pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
 

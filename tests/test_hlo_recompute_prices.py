@@ -1,5 +1,5 @@
 """The cost stage's use of recompute prices from the compiled HLO (Region.hlo_recompute_s,
-priced by trace.py from the full-remat anchor; cost/build.py build_cost_model), on a synthetic
+priced by the trace stage (trace/prices.py) from the full-remat anchor; cost/build.py build_cost_model), on a synthetic
 scanned layer: no JAX tracing, no compile. The deviceless end-to-end test is in
 tests/test_target.py."""
 
@@ -177,19 +177,19 @@ def test_an_xla_cpu_compile_prices_nothing_and_compiles_nothing_more(monkeypatch
     import jax
 
     from examples import llama
-    from planner._src import target as targets
     from planner._src.trace import trace_step
+    from planner._src.xla import compile as xla_compile
 
     if jax.default_backend() != "cpu":
         pytest.skip("an XLA:CPU test")
     compiles = []
-    real = targets.compile_lowered
+    real = xla_compile.compile_lowered
 
     def counted(lowered, options=None):
         compiles.append(options)
         return real(lowered, options)
 
-    monkeypatch.setattr(targets, "compile_lowered", counted)
+    monkeypatch.setattr(xla_compile, "compile_lowered", counted)
     step, args = llama.make_train_step(llama.LlamaConfig(n_layers=2))
     tr = trace_step(step, args, hardware=cm.load_profile(profile))
     assert len(compiles) == 2, compiles  # full remat and save-everything

@@ -112,7 +112,7 @@ def test_the_probes_rules_on_the_recorded_readings():
     """The probes' yes/no rules (trace.rereads_twice_rule, trace.hoists_rule; also used by
     benchmarks/probe_stability.py) on the temporary bytes recorded in their docstrings, in
     MB: each compiler's answer, and no reading where keeping everything adds under a tensor."""
-    from planner._src import trace as T
+    from planner._src.trace import probes as T
 
     mb = 1e6
     assert T.rereads_twice_rule(167.8 * mb, 167.8 * mb, 100.7 * mb)  # 0.10.2 XLA:CPU

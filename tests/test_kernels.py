@@ -1,4 +1,4 @@
-"""planner._src.kernels: device time of compiled XLA:GPU HLO, kernel by kernel.
+"""planner._src.xla.kernels and recompute_shares: device time of compiled XLA:GPU HLO, kernel by kernel.
 
 Small hand-written modules in the form ``compiled.as_text()`` prints (the shapes of the
 H200 MoE step's score chain, scaled down), with the bytes each rule must count worked out
@@ -13,8 +13,9 @@ import math
 import pytest
 
 import cost_models as cm
-from planner._src import hlo
-from planner._src import kernels as K
+from planner._src.xla import hlo
+from planner._src.xla import kernels as K
+from planner._src.xla import recompute_shares as R
 
 HW = cm.load_profile("h200")
 
@@ -84,7 +85,7 @@ def test_a_saved_row_statistic_removes_its_pass():
     """The recompute's share of the kernel is the pass its recomputed reduction adds: with
     the row max read as a parameter (saved), the fusion reads the scores twice, not three
     times; the backward's own row sum is not a recompute and keeps its pass."""
-    shares = K.recompute_shares(SOFTMAX_BWD, HW, "main")
+    shares = R.recompute_shares(SOFTMAX_BWD, HW, "main")
     by_prim = {s.primitive: s.seconds for s in shares}
     assert set(by_prim) == {"reduce_max"}  # the kernel also does backward work: no split
     # one read of the scores, less the saved row max (256 f32) that both remaining passes read
@@ -208,7 +209,7 @@ def test_loop_times_and_anchor_gaps_difference_the_backward_loops():
         "while(%arg.o)", 'while(%arg.o), metadata={op_name="jit(f)/transpose(jvp())/while"}'
     )
     saved = remat.replace("custom_call_target", "custom_call_target_unused")  # no matmul
-    gaps = K.anchor_gaps(remat, saved, HW)
+    gaps = R.anchor_gaps(remat, saved, HW)
     mm = next(k for k in K.kernel_times(remat, HW) if k.kind == "gemm")
     assert len(gaps) == 1 and gaps[0].trips == 8
     # the second program's call is an unknown custom-call: priced by its bytes only
@@ -247,10 +248,10 @@ def test_shares_go_to_the_candidates_of_their_equation():
     """By primitive, element type and size (XLA's bitcast dims do not matter) and, where
     both know it, the source line; an equation that is no candidate stays unmatched."""
     shares = [
-        K.RecomputeShare("reduce_max", "f32[128,4096]", 2e-3, ("model.py", 10)),
-        K.RecomputeShare("exp", "f32[8,16,4096,4096]", 1e-3, ("model.py", 11)),
-        K.RecomputeShare("exp", "f32[8,16,4096,4096]", 3e-3, None),
-        K.RecomputeShare("scatter", "u32[16,8]", 5e-4, None),
+        R.RecomputeShare("reduce_max", "f32[128,4096]", 2e-3, ("model.py", 10)),
+        R.RecomputeShare("exp", "f32[8,16,4096,4096]", 1e-3, ("model.py", 11)),
+        R.RecomputeShare("exp", "f32[8,16,4096,4096]", 3e-3, None),
+        R.RecomputeShare("scatter", "u32[16,8]", 5e-4, None),
     ]
     cands = [
         _cand(0, "reduce_max", (8, 16, 4096)),  # same size, other dims: the same value
@@ -258,7 +259,7 @@ def test_shares_go_to_the_candidates_of_their_equation():
         _cand(2, "exp", (8, 16, 4096, 4096), source="model.py:12"),
         _cand(3, "exp", (8, 16, 4096, 4096), dtype="bfloat16"),
     ]
-    got, left = K.match_shares(shares, cands)
+    got, left = R.match_shares(shares, cands)
     assert got[0] == pytest.approx(2e-3)
     # the line picks candidate 1; the share with no line splits over both f32 exps
     assert got[1] == pytest.approx(1e-3 + 1.5e-3)
@@ -268,15 +269,15 @@ def test_shares_go_to_the_candidates_of_their_equation():
 
 
 def test_shares_match_the_source_lines_as_the_trace_writes_them():
-    """trace.py's sources carry a column and the function ("/p/llama.py:131:24 (attn)"):
+    """The trace stage's sources carry a column and the function ("/p/llama.py:131:24 (attn)"):
     the HLO's (file, line) picks the candidate of that line among equal-sized ones (two
     projections of one shape, 2026-12-05: split evenly before)."""
-    shares = [K.RecomputeShare("dot_general", "bf16[8,4096,4096]", 3e-3, ("llama.py", 131))]
+    shares = [R.RecomputeShare("dot_general", "bf16[8,4096,4096]", 3e-3, ("llama.py", 131))]
     cands = [
         _cand(0, "dot_general", (8, 4096, 4096), "bfloat16", "/w/examples/llama.py:131:24 (attn)"),
         _cand(1, "dot_general", (8, 4096, 4096), "bfloat16", "/w/examples/llama.py:139:31 (attn)"),
     ]
-    got, left = K.match_shares(shares, cands)
+    got, left = R.match_shares(shares, cands)
     assert got == {0: pytest.approx(3e-3)} and left == 0
 
 
@@ -294,9 +295,9 @@ def test_region_recompute_seconds_prices_the_backward_loop_of_the_region():
     )
     mm = next(k for k in K.kernel_times(remat, HW) if k.kind == "gemm")
     cands = [_cand(5, "dot_general", (1024, 512), dtype="bfloat16"), _cand(6, "exp", (1024, 512))]
-    got, left = K.region_recompute_seconds(remat, HW, 8, cands)
+    got, left = R.region_recompute_seconds(remat, HW, 8, cands)
     assert got == {5: pytest.approx(mm.seconds)} and left == 0
-    assert K.region_recompute_seconds(remat, HW, 4, cands) == ({}, 0.0)
+    assert R.region_recompute_seconds(remat, HW, 4, cands) == ({}, 0.0)
 
 
 ATTENTION = """

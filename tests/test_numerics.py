@@ -120,7 +120,7 @@ def test_the_tolerance_follows_dtypes_computed_inside_the_step():
     """Fuzz seeds 125, 173, 184 (2026-12-03): a float32 step with a bfloat16 matmul inside
     its layer was judged at float32's tolerance and its stock answer called "numerics
     differ". The dtypes every equation computes (nested jaxprs included) set the tolerance."""
-    from planner._src import jax_adapter
+    from planner._src.xla import adapter
 
     def step(w, x):
         def loss(w):
@@ -131,14 +131,14 @@ def test_the_tolerance_follows_dtypes_computed_inside_the_step():
 
     args = (jnp.ones((8, 8)), jnp.ones((4, 8)))
     jaxpr = jax.make_jaxpr(step)(*args)
-    assert jax_adapter.float_dtypes(jaxpr) == ("bfloat16", "float32")
+    assert adapter.float_dtypes(jaxpr) == ("bfloat16", "float32")
     eps32 = float(jnp.finfo(jnp.float32).eps)
     assert numerics.coarsest_eps(args, step(*args)) == eps32  # inputs and outputs: f32 only
-    got = numerics.coarsest_eps(args, step(*args), computed=jax_adapter.float_dtypes(jaxpr))
+    got = numerics.coarsest_eps(args, step(*args), computed=adapter.float_dtypes(jaxpr))
     assert got == float(jnp.finfo(jnp.bfloat16).eps)
     # a float32 step computing only in float32 keeps float32's
     f32 = jax.make_jaxpr(lambda w, x: jnp.tanh(x @ w))(*args)
-    assert jax_adapter.float_dtypes(f32) == ("float32",)
+    assert adapter.float_dtypes(f32) == ("float32",)
 
 
 def test_a_mixed_precision_step_holds_float32_leaves_to_their_own_rounding():
@@ -244,7 +244,7 @@ def test_adam_on_gradients_near_zero_is_judged_against_the_step_in_float64():
 def test_a_step_that_draws_random_bits_is_never_judged_against_float64():
     """With 64-bit floats on, jax.random draws other bits for a float64 uniform: dropout
     masks differ, and the float64 run is another computation (review of 2026-12-06)."""
-    from planner._src import jax_adapter
+    from planner._src.xla import adapter as jax_adapter
 
     def step(w, key):
         keep = jax.random.bernoulli(key, 0.5, w.shape)

@@ -9,11 +9,11 @@ import pytest
 
 import planner
 from examples import llama, maxtext_style
-from planner._src import jax_adapter as adapter
 from planner._src.cost import evaluate, regions_in_order
 from planner._src.emit.emit import emit
 from planner._src.emit.paste import paste_snippets
 from planner._src.results.plots import hbm_timeline, memory_timeline, pareto_curve, policy_timeline
+from planner._src.xla import adapter
 
 pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
 

@@ -76,9 +76,9 @@ def test_concurrent_compiles_run_in_the_deviceless_target_scope():
     CPU and its bytes XLA:CPU's)."""
     import os
 
-    from planner._src import target as T
     from planner._src.cost import build_cost_model
     from planner._src.planning.context import Timings
+    from planner._src.xla import targets as T
 
     if T.cuda_plugin() is None or T.resolve("h200").kind != "deviceless":
         if os.environ.get("PLANNER_REQUIRE_DEVICELESS") == "1":
@@ -118,19 +118,21 @@ def test_autotune_cache_dir_reaches_live_gpu_compiles_on_every_thread(monkeypatc
     CPU's own compiles, nothing is added."""
     import jax
 
-    from planner._src import target as T
+    from planner._src.xla import compile as xla_compile
 
     low = _Lowered()
     d = tmp_path / "xla-autotune"
-    T.compile_lowered(low)
-    with T.autotune_cache(str(d)):
-        T.compile_lowered(low)  # this CPU: no autotuner, nothing added
+    xla_compile.compile_lowered(low)
+    with xla_compile.autotune_cache(str(d)):
+        xla_compile.compile_lowered(low)  # this CPU: no autotuner, nothing added
         monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-        T.compile_lowered(low, {"xla_gpu_autotune_level": 4})
-        T.at_once([lambda: T.compile_lowered(low), lambda: T.compile_lowered(low)], 2)
-        T.compile_lowered(low, {T.AUTOTUNE_CACHE_FLAG: "/elsewhere"})
-    T.compile_lowered(low)
-    flag = T.AUTOTUNE_CACHE_FLAG
+        xla_compile.compile_lowered(low, {"xla_gpu_autotune_level": 4})
+        xla_compile.at_once(
+            [lambda: xla_compile.compile_lowered(low), lambda: xla_compile.compile_lowered(low)], 2
+        )
+        xla_compile.compile_lowered(low, {xla_compile.AUTOTUNE_CACHE_FLAG: "/elsewhere"})
+    xla_compile.compile_lowered(low)
+    flag = xla_compile.AUTOTUNE_CACHE_FLAG
     assert low.options == [
         None,
         None,
@@ -147,16 +149,16 @@ def test_the_session_compiles_inside_its_autotune_cache(monkeypatch, tmp_path):
     """Every compile of a session with ``autotune_cache_dir`` (the anchors, the plan's verify
     compiles, the stock policies' on the compile threads) runs where the directory is in
     force."""
-    from planner._src import target as T
+    from planner._src.xla import compile as xla_compile
 
     seen = []
-    real = T.compile_lowered
+    real = xla_compile.compile_lowered
 
     def spy(lowered, options=None):
-        seen.append(T._autotune_cache.get())
+        seen.append(xla_compile._autotune_cache.get())
         return real(lowered, options)
 
-    monkeypatch.setattr(T, "compile_lowered", spy)
+    monkeypatch.setattr(xla_compile, "compile_lowered", spy)
     step, args = llama.make_train_step(llama.LlamaConfig(n_layers=2))
     d = str(tmp_path / "at")
     with warnings.catch_warnings():
@@ -184,13 +186,13 @@ def test_autotune_cache_dir_is_validated(bad):
 def test_compiler_probes_compile_without_autotuning_on_a_live_gpu(monkeypatch):
     """The compiler probes (trace.holds_rereads_twice, trace.hoists_recompute) compare
     temporary bytes that differ by one tensor: on a live GPU they compile with the autotuner
-    off and cuBLAS matmuls (target.PROBE_COMPILE_OPTIONS: no timing decides their kernels,
+    off and cuBLAS matmuls (compile.PROBE_COMPILE_OPTIONS: no timing decides their kernels,
     so no timing decides the answer); this CPU's and a deviceless target's compiles get
     nothing more (a deviceless target adds its own options)."""
     import jax
 
-    from planner._src import target as T
-    from planner._src import trace as TR
+    from planner._src.trace import probes as TR
+    from planner._src.xla import compile as xla_compile
 
     seen = []
 
@@ -198,11 +200,14 @@ def test_compiler_probes_compile_without_autotuning_on_a_live_gpu(monkeypatch):
         seen.append(dict(options or {}))
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr(T, "compile_lowered", record)
+    monkeypatch.setattr(xla_compile, "compile_lowered", record)
     with pytest.raises(RuntimeError, match="stop here"):
         TR._probe_temp_bytes(TR._nothing_saveable, layers=2)
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     with pytest.raises(RuntimeError, match="stop here"):
         TR._probe_temp_bytes(TR._nothing_saveable, layers=2)
     assert seen == [{}, {"xla_gpu_autotune_level": 0, "xla_gpu_enable_triton_gemm": False}]
-    assert T.PROBE_COMPILE_OPTIONS == {**T.AUTOTUNE_OFF, **T.DEVICELESS_COMPILE_OPTIONS}
+    assert xla_compile.PROBE_COMPILE_OPTIONS == {
+        **xla_compile.AUTOTUNE_OFF,
+        **xla_compile.DEVICELESS_COMPILE_OPTIONS,
+    }

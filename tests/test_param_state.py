@@ -14,7 +14,6 @@ from synthetic import all_assignments, check_state_solve, random_problem, state_
 
 import planner
 from examples import llama
-from planner._src import target as tg
 from planner._src import trainstate as st
 from planner._src.cost import evaluate
 from planner._src.cost import state as cst
@@ -22,6 +21,9 @@ from planner._src.errors import InfeasibleBudgetError, PlannerError
 from planner._src.solve import solve_assignment
 from planner._src.types import SolverOptions
 from planner._src.units import GB
+from planner._src.xla import compile as xla_compile
+from planner._src.xla import deviceless
+from planner._src.xla import targets as tg
 
 OPTS = SolverOptions(time_limit_s=5.0)
 CFG = dataclasses.replace(llama.QUICKSTART, d_model=128, n_heads=4, d_ff=256, seq=32, batch=2)
@@ -281,7 +283,7 @@ def test_plan_puts_parameters_on_the_host_and_keeps_the_numbers(session):
 def _compiled(policy, placement):
     target = tg.resolve("h200", num_devices=1)
     jitted, placed = _applied(policy, placement)
-    prog = tg.compile_traced(target, jitted, tg.args_for(target, placed))
+    prog = xla_compile.compile_traced(target, jitted, deviceless.args_for(target, placed))
     return prog.compiled
 
 

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import planner
-from planner._src import target as tg
+from planner._src.xla import compile as xla_compile
+from planner._src.xla import deviceless
+from planner._src.xla import targets as tg
 
 L, D, B = 4, 256, 8
 HOST = {"['layers']['w']"}
@@ -93,8 +95,10 @@ def test_streamed_params_compile_with_one_slice_on_the_device():
         params = jax.tree.map(
             lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), _params(), psh
         )
-        args = tg.args_for(target, (params, jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=xsh)))
-        prog = tg.compile_traced(target, jitted, args)
+        args = deviceless.args_for(
+            target, (params, jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=xsh))
+        )
+        prog = xla_compile.compile_traced(target, jitted, args)
         m = prog.compiled.memory_analysis()
         figures[streamed] = (
             m.argument_size_in_bytes

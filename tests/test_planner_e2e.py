@@ -11,7 +11,7 @@ from jax.ad_checkpoint import checkpoint_policies as cp
 import planner
 from examples import llama
 from planner._src.cost import Assignment, evaluate
-from planner._src.trace import compiled_figures, stacked_residuals
+from planner._src.xla.compile import compiled_figures, stacked_residuals
 
 pytestmark = pytest.mark.slow  # compiles whole models (the fast tier is -m "not slow")
 
@@ -81,7 +81,7 @@ def test_pasted_policy_keeps_exactly_the_planned_residuals(plans):
 def test_saved_names_are_saved_and_remat_names_absent(plans):
     # The emitted policy, called as JAX calls it on each checkpoint_name equation, decides
     # exactly what the plan decided for that name.
-    from planner._src import jax_adapter as adapter
+    from planner._src.xla import adapter
 
     step, args = llama.make_train_step(CFG)
     for p in plans:
@@ -131,9 +131,9 @@ def test_planning_leaves_the_users_program_alone(peaks):
     assert _user_compile(cp.nothing_saveable)[1].device_bytes == lo
     from jax._src import ad_checkpoint
 
-    from planner._src import jax_adapter
+    from planner._src.xla import adapter
 
-    assert ad_checkpoint.remat_p.bind is jax_adapter._orig_bind
+    assert ad_checkpoint.remat_p.bind is adapter._orig_bind
 
 
 def test_plan_file_round_trips_and_detects_a_stale_step(plans, tmp_path):
@@ -148,7 +148,7 @@ def test_plan_file_round_trips_and_detects_a_stale_step(plans, tmp_path):
     assert len(saved.candidates()) == len(p.candidates())
     e = saved.policy
     # The loaded policy decides every candidate as the plan did.
-    from planner._src import jax_adapter as adapter
+    from planner._src.xla import adapter
 
     step, args = llama.make_train_step(CFG)
     got = adapter.decisions_of(step, args, e)

@@ -180,8 +180,8 @@ def test_autotuner_out_of_memory_compiles_again_without_autotuning():
     """On a live GPU, XLA's autotuner fails when the program does not fit the free HBM (H200,
     2026-12-04: a save-everything anchor at a large batch). compile_lowered compiles again
     with xla_gpu_autotune_level=0 and says so; other errors and deviceless scopes raise."""
-    from planner._src import target as tg
     from planner._src.results.plan import PlanWarning
+    from planner._src.xla import compile as xla_compile
 
     class Lowered:
         def __init__(self, message):
@@ -196,7 +196,8 @@ def test_autotuner_out_of_memory_compiles_again_without_autotuning():
     oom = Lowered("INTERNAL: All configs failed during profiling: RESOURCE_EXHAUSTED 32GiB")
     with pytest.warns(PlanWarning, match="autotune_level=0"):
         assert (
-            tg.compile_lowered(oom, {"xla_gpu_enable_latency_hiding_scheduler": True}) == "compiled"
+            xla_compile.compile_lowered(oom, {"xla_gpu_enable_latency_hiding_scheduler": True})
+            == "compiled"
         )
     assert oom.calls == [
         {"xla_gpu_enable_latency_hiding_scheduler": True},
@@ -204,5 +205,5 @@ def test_autotuner_out_of_memory_compiles_again_without_autotuning():
     ]
     other = Lowered("INVALID_ARGUMENT: something else")
     with pytest.raises(RuntimeError, match="something else"):
-        tg.compile_lowered(other)
+        xla_compile.compile_lowered(other)
     assert len(other.calls) == 1

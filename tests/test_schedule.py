@@ -25,11 +25,12 @@ import pytest
 from jax.ad_checkpoint import checkpoint_name
 
 import cost_models as cm
-from planner._src import hlo
-from planner._src import target as T
 from planner._src.verify import schedule
 from planner._src.verify.exposure import schedule_exposure_of
 from planner._src.verify.schedule import dump as streams
+from planner._src.xla import compile as xla_compile
+from planner._src.xla import deviceless, hlo
+from planner._src.xla import targets as T
 
 HW = cm.load_profile("h200")
 
@@ -358,7 +359,9 @@ def _args():
 @functools.cache
 def _compiled_text() -> str:
     tgt = _h200()
-    return T.compile_traced(tgt, _step, T.args_for(tgt, _args())).compiled.as_text()
+    return xla_compile.compile_traced(
+        tgt, _step, deviceless.args_for(tgt, _args())
+    ).compiled.as_text()
 
 
 def test_windows_of_a_deviceless_h200_compile():
@@ -403,13 +406,15 @@ def test_the_verify_figure_recompiles_with_triton_gemms_on_a_deviceless_target()
 
     def recompile(options):
         seen.append(dict(options))
-        return T.compile_traced(tgt, _step, T.args_for(tgt, _args()), dict(options)).compiled
+        return xla_compile.compile_traced(
+            tgt, _step, deviceless.args_for(tgt, _args()), dict(options)
+        ).compiled
 
     cost = SimpleNamespace(hardware=HW, regions=(SimpleNamespace(multiplicity=L),))
     pred = SimpleNamespace(
         step_s=1.0, regions=(SimpleNamespace(exposed_fwd_s=0.0, exposed_bwd_s=0.0),)
     )
-    with T.target_scope(tgt):
+    with deviceless.target_scope(tgt):
         got = schedule_exposure_of(
             SimpleNamespace(as_text=lambda: text),
             cost,
@@ -459,11 +464,11 @@ def test_verify_carries_the_schedule_figure_for_an_offloading_plan():
     em = emit(a, {c.key: c.name for c in graph.classes}, session.hardware)
     got = {}
     for flag in (True, False):
-        with T.target_scope(tgt):
+        with deviceless.target_scope(tgt):
             got[flag] = verify(
                 VerifyRequest(
                     step_fn=step,
-                    args=T.args_for(tgt, _args()),
+                    args=deviceless.args_for(tgt, _args()),
                     trace=tr,
                     graph=graph,
                     cost=cost,
@@ -491,12 +496,12 @@ def test_the_predicted_streams_are_xlas_in_a_deviceless_h200_compile(tmp_path):
     loop's reload and weight-slice copies, one round-robin over both loops (jaxlib 0.11) or
     with the host copies on their dedicated streams (0.12)."""
     tgt = _h200()
-    compiled = T.compile_traced(
-        tgt, _step, T.args_for(tgt, _args()), {"xla_dump_to": str(tmp_path)}
+    compiled = xla_compile.compile_traced(
+        tgt, _step, deviceless.args_for(tgt, _args()), {"xla_dump_to": str(tmp_path)}
     ).compiled
     dumped = streams.read_module(tmp_path, "_step").assignment(4)
     module = hlo.parse(compiled.as_text())
-    mode = schedule.host_streams_of(T._jaxlib_version())
+    mode = schedule.host_streams_of(T.jaxlib_version())
     predicted = schedule.stream_assignment(module, 4, host_streams=mode)
     assert len(dumped) >= 3  # the store, the reload and at least one weight slice
     assert predicted == dumped

@@ -18,12 +18,11 @@ from jax.sharding import PartitionSpec as P
 
 import cost_models as cm
 import planner
-from planner._src import shard
 from planner._src.cost import Assignment, build_cost_model, evaluate
 from planner._src.graph import build_graph
 from planner._src.results.report import build_report, render
 from planner._src.results.report.build import sharding_notes
-from planner._src.trace import trace_step
+from planner._src.trace import shard, trace_step
 
 B, D, F, L = 16, 32, 64, 2  # batch, model width, hidden width, layers (scan trips)
 F32 = 4

@@ -22,8 +22,8 @@ from jax.ad_checkpoint import print_saved_residuals
 
 import planner
 from examples import llama
-from planner._src import jax_adapter as adapter
 from planner._src.emit.paste import paste_snippets
+from planner._src.xla import adapter
 
 pytestmark = pytest.mark.slow  # plans the quickstart (about 30 s on a laptop CPU)
 

@@ -15,13 +15,15 @@ from synthetic import check_state_solve, random_problem, state_options
 
 import planner
 from examples import llama
-from planner._src import target as tg
 from planner._src import trainstate as st
 from planner._src.cost import state as cst
 from planner._src.errors import InfeasibleBudgetError, PlannerError, PlanWarning
 from planner._src.solve import solve_assignment
 from planner._src.types import SolverOptions
 from planner._src.verify.numerics import coarsest_eps, compare
+from planner._src.xla import compile as xla_compile
+from planner._src.xla import deviceless
+from planner._src.xla import targets as tg
 
 OPTS = SolverOptions(time_limit_s=5.0)
 CFG = dataclasses.replace(llama.QUICKSTART, d_model=128, n_heads=4, d_ff=256, seq=32, batch=2)
@@ -157,15 +159,15 @@ def test_compiled_host_and_device_bytes_match_the_placement():
     checks = {}
     for name, pl in (("hbm", empty), ("mixed", placement)):
         jitted, (params, opt, batch), osh = _placed_step(pl)
-        args = tg.args_for(target, (params, jax.device_put(opt, osh), batch))
-        prog = tg.compile_traced(target, jitted, args)
+        args = deviceless.args_for(target, (params, jax.device_put(opt, osh), batch))
+        prog = xla_compile.compile_traced(target, jitted, args)
         checks[name] = st.check_compiled(prog.compiled, pl)
     hbm, mixed = checks["hbm"], checks["mixed"]
     # With nothing on the host the wrapper is the optimizer itself: the plain donated step's
     # bytes (the version that carried every stacked leaf through its scan doubled both).
     step, args = llama.make_adam_step(CFG)
-    plain = tg.compile_traced(
-        target, jax.jit(step, donate_argnums=(0, 1)), tg.args_for(target, args)
+    plain = xla_compile.compile_traced(
+        target, jax.jit(step, donate_argnums=(0, 1)), deviceless.args_for(target, args)
     )
     assert hbm.device_bytes == st.check_compiled(plain.compiled, empty).device_bytes
     assert hbm.host_argument_bytes == 0 and mixed.host_matches

@@ -1,4 +1,4 @@
-"""Deviceless compiles for a GPU target on this CPU (planner/_src/target.py).
+"""Deviceless compiles for a GPU target on this CPU (planner/_src/xla/: targets, deviceless, compile).
 
 Needs the CUDA PJRT plugin (``pip install -e ".[cuda]"``; no GPU needed): without it the whole
 file is skipped with the reason. The step is a small decoder written here in plain JAX: layers
@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
-import inspect
 import mmap
 import os
 import re
@@ -25,7 +24,9 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from planner._src import target as T
+from planner._src.xla import adapter, deviceless, gpus
+from planner._src.xla import compile as xla_compile
+from planner._src.xla import targets as T
 
 
 # CI sets this where it installed the plugin: a skip there would hide a broken install.
@@ -45,11 +46,11 @@ if T.cuda_plugin() is None:
 GPU = next((g for g in ("h200", "h100") if T.resolve(g).kind == "deviceless"), None)
 if GPU is None:
     _skip(
-        f"no deviceless GPU target for jaxlib {T._jaxlib_version()}: "
+        f"no deviceless GPU target for jaxlib {T.jaxlib_version()}: "
         f"{T.resolve('h200').how_to_get_exact}",
         allow_module_level=True,
     )
-LABEL = T._gpu(GPU).label
+LABEL = gpus.gpu(GPU).label
 
 cp = jax.checkpoint_policies
 
@@ -128,7 +129,7 @@ def h200():
 def _compile(target, fn, args, policy, options=None):
     _POLICY[0] = policy
     try:
-        program = T.compile_traced(target, fn, T.args_for(target, args), options)
+        program = xla_compile.compile_traced(target, fn, deviceless.args_for(target, args), options)
     finally:
         _POLICY[0] = cp.nothing_saveable
     return T.read_figures(target, program.compiled)
@@ -150,7 +151,7 @@ def remat_and_saved(h200):
 def test_h200_resolves_to_a_deviceless_xla_gpu_target(h200):
     assert h200.kind == "deviceless" and h200.platform == "cuda" and h200.exact
     assert h200.description == f"XLA:GPU for {LABEL} (deviceless)"
-    assert h200.gpu_name == T._gpu(GPU).name and h200.compute_capability == "9.0"
+    assert h200.gpu_name == gpus.gpu(GPU).name and h200.compute_capability == "9.0"
     assert h200.topology == "1x1x1" and LABEL.split()[0] in h200.device_kind
     assert h200.spec_path.startswith("cost_models/targets/jaxlib-")
     assert h200.caveats and not h200.how_to_get_exact
@@ -186,7 +187,7 @@ def test_every_profile_gpu_has_a_target(gpu, cc, topology):
     if t.kind != "deviceless" and "No " in t.how_to_get_exact:
         pytest.skip(t.how_to_get_exact.split(";")[0])
     assert t.kind == "deviceless" and t.compute_capability == cc and t.topology == topology
-    assert T._devices(t)[0].platform == "gpu" and len(T._devices(t)) == 16
+    assert T.devices(t)[0].platform == "gpu" and len(T.devices(t)) == 16
 
 
 class _FakeGpu:
@@ -227,7 +228,9 @@ def test_gh200_is_the_h100_spec_with_gh200_memory():
 
 
 def test_unknown_gpu_name_raises_with_the_known_names():
-    with pytest.raises(T.TargetError, match=r"(?s)No GPU target config is known for .h300.*h200"):
+    with pytest.raises(
+        gpus.TargetError, match=r"(?s)No GPU target config is known for .h300.*h200"
+    ):
         T.resolve("h300")
 
 
@@ -238,11 +241,11 @@ def test_missing_plugin_gives_the_local_backend_marked_as_an_estimate(monkeypatc
     assert t.description == "XLA:CPU (another backend: an estimate)"
     assert 'pip install -e ".[cuda]"' in t.how_to_get_exact and "H200" in t.how_to_get_exact
     assert "the CUDA plugin is not installed" in t.how_to_get_exact
-    assert T.args_for(t, (1, 2)) == (1, 2)  # identity for a local target
+    assert deviceless.args_for(t, (1, 2)) == (1, 2)  # identity for a local target
 
 
 def test_jaxlib_without_a_recorded_spec_is_an_estimate_not_an_error(monkeypatch):
-    monkeypatch.setattr(T, "_jaxlib_version", lambda: "0.9.9")
+    monkeypatch.setattr(T, "jaxlib_version", lambda: "0.9.9")
     t = T.resolve("h200")
     assert not t.exact
     assert "No H200 target config is recorded for jaxlib 0.9.9" in t.how_to_get_exact
@@ -257,8 +260,8 @@ def test_cpu_profile_is_the_local_cpu_exactly():
 def test_recorded_specs_of_this_jaxlib_parse_and_match_the_plugin_build():
     """Every target config recorded for the installed jaxlib builds a topology, and where the
     plugin binary embeds XLA's specs (jaxlib >= 0.12) the recorded text is one of them."""
-    version = T._jaxlib_version()
-    sets = T._sets_for(version)
+    version = T.jaxlib_version()
+    sets = gpus.sets_for(version)
     assert sets, f"no target configs recorded for jaxlib {version}"
     plugin = importlib.util.find_spec(T.cuda_plugin())
     so = next(iter(plugin.submodule_search_locations)) + "/xla_cuda_plugin.so"
@@ -269,8 +272,8 @@ def test_recorded_specs_of_this_jaxlib_parse_and_match_the_plugin_build():
             embedded.add(bytes(data[start:end]).decode("utf-8", "replace"))
     for s in sets:
         for name in s["files"]:
-            text = (T._targets_dir() / s["dir"] / name).read_text()
-            T._topology(text, "1x1x1")
+            text = (gpus.targets_dir() / s["dir"] / name).read_text()
+            T.topology_desc(text, "1x1x1")
             if embedded:
                 assert text in embedded, f"{s['dir']}/{name} is not the plugin's own spec"
 
@@ -342,7 +345,7 @@ def test_compile_traced_leaves_the_users_compiled_programs_alone(h200, monkeypat
     x = jnp.ones((8, 8), jnp.float32)
     want = jitted(x)
     monkeypatch.setattr(jax, "clear_caches", lambda: pytest.fail("compile_traced cleared caches"))
-    T.compile_traced(h200, jitted, T.args_for(h200, (x,)))
+    xla_compile.compile_traced(h200, jitted, deviceless.args_for(h200, (x,)))
     n = len(traces)
     assert n == 2  # the user's trace, then the target's own
     np.testing.assert_array_equal(jitted(x), want)
@@ -373,16 +376,16 @@ def test_cudnn_attention_code_traces_and_compiles_for_the_target(h200):
     """Head dim 256: JAX refuses it below Hopper, and on a CPU backend it sees no Hopper."""
     args = decoder_args()
     with pytest.raises(NotImplementedError, match="head dim must be <= 128"):
-        jax.jit(_cudnn_step).trace(*T.args_for(h200, args))
-    program = T.compile_traced(h200, _cudnn_step, T.args_for(h200, args))
+        jax.jit(_cudnn_step).trace(*deviceless.args_for(h200, args))
+    program = xla_compile.compile_traced(h200, _cudnn_step, deviceless.args_for(h200, args))
     text = program.compiled.as_text()
     assert "__cudnn$fmha" in text, "cuDNN flash attention did not compile to its custom calls"
     with pytest.raises(NotImplementedError):  # the scope is undone afterwards
-        jax.jit(_cudnn_step).trace(*T.args_for(h200, args))
+        jax.jit(_cudnn_step).trace(*deviceless.args_for(h200, args))
 
 
 def test_the_cudnn_scope_is_per_context(h200):
-    fa = importlib.import_module(T._FUSED_ATTENTION)
+    fa = importlib.import_module(adapter.FUSED_ATTENTION)
     seen = {}
     inside, done = threading.Event(), threading.Event()
 
@@ -393,7 +396,7 @@ def test_the_cudnn_scope_is_per_context(h200):
 
     thread = threading.Thread(target=other_thread)
     thread.start()
-    with T.target_scope(h200):
+    with deviceless.target_scope(h200):
         seen["here"] = fa.check_compute_capability("9.0")
         seen["equal"] = fa.is_cuda_compute_capability_equal("9.0")
         inside.set()
@@ -418,7 +421,7 @@ def test_sharded_step_compiles_per_device_on_the_same_mesh():
         "x": P("data", None, None),
     }
     args = decoder_args(sharding=lambda n: NamedSharding(cpu_mesh, specs[n]))
-    placed = T.args_for(target, args)
+    placed = deviceless.args_for(target, args)
     mesh = placed[1].sharding.mesh
     assert mesh.shape == cpu_mesh.shape and mesh.devices.flat[0].platform == "gpu"
     assert placed[0]["up"].sharding.spec == specs["up"]
@@ -438,7 +441,7 @@ def test_sharded_step_compiles_per_device_on_the_same_mesh():
 
         return jax.grad(loss)(params)
 
-    fig = T.read_figures(target, T.compile_traced(target, step, placed).compiled)
+    fig = T.read_figures(target, xla_compile.compile_traced(target, step, placed).compiled)
     per_device = sum(
         int(np.prod(a.sharding.shard_shape(a.shape))) * 2 for a in jax.tree.leaves(placed)
     )
@@ -471,15 +474,17 @@ def test_device_put_and_shard_map_on_the_cpu_mesh_move_to_the_target():
         )(y)
         return z.sum()
 
-    fig = T.read_figures(target, T.compile_traced(target, f, T.args_for(target, (x,))).compiled)
+    fig = T.read_figures(
+        target, xla_compile.compile_traced(target, f, deviceless.args_for(target, (x,))).compiled
+    )
     assert fig.argument_bytes == 64 * 128 * 4 // 8 and "all-reduce" in fig.hlo_text
 
 
 @pytest.mark.parametrize("kw", ["in_shardings", "out_shardings"])
 def test_a_step_jitted_with_this_machines_shardings_compiles_on_the_target_mesh(kw):
     """Issue 17: a step jitted with in / out shardings on a CPU mesh raised a raw ValueError
-    ('incompatible devices') in trace.compile_with; its shardings now move onto the target."""
-    from planner._src.trace import compile_with
+    ('incompatible devices') in compile_with; its shardings now move onto the target."""
+    from planner._src.xla.compile import compile_with
 
     target = T.resolve(GPU, num_devices=8)
     cpu_mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
@@ -489,27 +494,30 @@ def test_a_step_jitted_with_this_machines_shardings_compiles_on_the_target_mesh(
         **{kw: NamedSharding(cpu_mesh, P("data"))},
     )
     x = jax.ShapeDtypeStruct((64,), jnp.float32, sharding=NamedSharding(cpu_mesh, P("data")))
-    args = T.args_for(target, (x,))
-    with T.target_scope(target):
+    args = deviceless.args_for(target, (x,))
+    with deviceless.target_scope(target):
         _, compiled = compile_with(step, args, lambda rid, r: cp.nothing_saveable)
     (out,) = jax.tree.leaves(compiled.output_shardings)
-    assert out.device_set == set(T._devices(target)) and out.spec == P("data")
+    assert out.device_set == set(T.devices(target)) and out.spec == P("data")
     assert compiled.memory_analysis().argument_size_in_bytes == 64 * 4 // 8
     # the same through compile_traced, and the user's jit is untouched
-    fig = T.read_figures(target, T.compile_traced(target, step, args).compiled)
+    fig = T.read_figures(target, xla_compile.compile_traced(target, step, args).compiled)
     assert fig.alias_bytes == 64 * 4 // 8  # donation kept
     assert step.lower(x).compile() is not None  # still compiles for this machine
 
 
 def test_out_shardings_that_cannot_move_to_the_target_are_refused_with_the_fix():
-    from planner._src.trace import compile_with
+    from planner._src.xla.compile import compile_with
 
     target = T.resolve(GPU, num_devices=8)
     cpu4 = Mesh(np.array(jax.devices()[:4]), ("data",))
     step = jax.jit(lambda x: x * 2, out_shardings=NamedSharding(cpu4, P("data")))
     x = jax.ShapeDtypeStruct((64,), jnp.float32)
-    args = T.args_for(target, (x,))
-    with T.target_scope(target), pytest.raises(T.TargetError, match="(?s)has 4 devices.*Fix"):
+    args = deviceless.args_for(target, (x,))
+    with (
+        deviceless.target_scope(target),
+        pytest.raises(gpus.TargetError, match="(?s)has 4 devices.*Fix"),
+    ):
         compile_with(step, args, lambda rid, r: cp.nothing_saveable)
 
 
@@ -524,14 +532,14 @@ def test_a_compile_that_needs_the_device_raises_a_teaching_target_error():
     """Issue 17: DeepSeek-V3's ragged dispatch, deviceless for GB200, raised XLA's raw
     `cudaErrorInvalidDevice: invalid device ordinal`. The op: a sort of more than ~4,000
     elements (XLA rewrites it to a CUB radix sort and asks the device for its scratch)."""
-    from planner._src.trace import compile_with
+    from planner._src.xla.compile import compile_with
 
     target = T.resolve("gb200")
-    args = T.args_for(target, (jax.ShapeDtypeStruct((65536,), jnp.float32),))
+    args = deviceless.args_for(target, (jax.ShapeDtypeStruct((65536,), jnp.float32),))
     grad = jax.grad(_big_sort_step)
-    with T.target_scope(target):
+    with deviceless.target_scope(target):
         with pytest.raises(
-            T.TargetError,
+            gpus.TargetError,
             match="(?s)GB200 .deviceless. could not compile.*CUDA runtime.*cudaErrorInvalid"
             "Device.*Why:.*CUB radix sort.*1 sort.*Fix: compile on the GB200.*capacity.*"
             "xla_gpu_enable_cub_radix_sort=false",
@@ -546,42 +554,59 @@ def test_a_compile_that_needs_the_device_raises_a_teaching_target_error():
         )
     # the same program for the H200 compiles (XLA falls back to its own sort there)
     h200 = T.resolve(GPU)
-    T.compile_traced(h200, grad, T.args_for(h200, (jax.ShapeDtypeStruct((65536,), jnp.float32),)))
+    xla_compile.compile_traced(
+        h200, grad, deviceless.args_for(h200, (jax.ShapeDtypeStruct((65536,), jnp.float32),))
+    )
 
 
 def test_mesh_of_another_size_is_refused_with_the_fix():
     cpu_mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
     x = jax.ShapeDtypeStruct((8, 4), jnp.float32, sharding=NamedSharding(cpu_mesh, P("data")))
-    with pytest.raises(T.TargetError, match="(?s)has 4 devices.*num_devices=4"):
-        T.args_for(T.resolve(GPU, num_devices=8), x)
+    with pytest.raises(gpus.TargetError, match="(?s)has 4 devices.*num_devices=4"):
+        deviceless.args_for(T.resolve(GPU, num_devices=8), x)
 
 
-# ------------------------------------------------------------- JAX internals
+# ------------------------------------------------------------------ the one GPU table
 
 
-def test_jax_internals_are_where_the_module_expects_them():
-    """planner/_src/target.py wraps these; if JAX moves one, this names it."""
-    for name in T._CAPABILITY_CHECKS:
-        fn = T._internal(T._FUSED_ATTENTION, name)
-        assert callable(fn), f"{T._FUSED_ATTENTION}.{name} is no longer a function"
-        assert not hasattr(fn, "_planner_original"), f"{name} was left wrapped"
-    fa = importlib.import_module(T._FUSED_ATTENTION)
-    source = inspect.getsource(fa.check_is_flash_attention)
-    assert "check_compute_capability(" in source, (
-        "check_is_flash_attention no longer calls check_compute_capability: the cuDNN scope "
-        "in planner/_src/target.py needs updating"
-    )
-    traced = jax.jit(lambda x: x, out_shardings=None).trace(jnp.zeros(2))
-    params = getattr(traced, "_params", None)
-    assert isinstance(params, dict) and set(T._TRACED_SHARDINGS) <= set(params), (
-        "jax.stages.Traced no longer keeps in_shardings / out_shardings in _params: "
-        "planner/_src/target.py's lower() needs updating"
-    )
-    assert hasattr(traced, "_lojax"), "jax.stages.Traced no longer caches _lojax"
-    for module, name in T._SHARDING_PRIMITIVES:
-        prim = T._internal(module, name)
-        assert isinstance(prim, jax.extend.core.Primitive), f"{module}.{name} is not a Primitive"
-        assert "bind" not in vars(prim), f"{module}.{name}.bind was left wrapped"
+@pytest.mark.parametrize(
+    "kind, name",
+    [
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA H200 141GB HBM3e", "h200"),
+        ("NVIDIA GH200 480GB", "gh200"),
+        ("NVIDIA B200", "b200"),
+        ("NVIDIA GB200", "gb200"),
+        ("NVIDIA A100-SXM4-80GB", None),
+    ],
+)
+def test_one_gpu_table_names_a_device_for_targets_and_calibration(kind, name):
+    """cost_models/_gpus.py is the one device-kind matcher: the compiler target of a live GPU
+    and the shipped profile calibrate() starts from read the same row."""
+    from types import SimpleNamespace
+
+    from cost_models import _calibrate, _gpus
+
+    got = _gpus.for_device_kind(kind)
+    assert (got.name if got else None) == name
+    device = SimpleNamespace(platform="gpu", device_kind=kind)
+    if name is None:
+        with pytest.raises(_calibrate.CalibrationError, match="no shipped profile"):
+            _calibrate._default_base(device)
+    else:
+        assert _calibrate._default_base(device) == name
+
+
+def test_every_gpu_of_the_table_has_its_profile_and_every_gpu_profile_its_row():
+    import cost_models as cm
+    from cost_models import _gpus
+
+    table = {g.name for g in _gpus.GPUS}
+    gpu_profiles = {n for n in cm.list_profiles() if cm.load_profile(n).platform == "gpu"}
+    assert table == gpu_profiles
+    assert gpus.names() == tuple(g.name for g in _gpus.GPUS)
 
 
 # ------------------------------------------------- the margin for the GPU's own compile
@@ -750,16 +775,18 @@ def test_a_partitioned_step_is_not_priced_from_its_hlo(monkeypatch):
     mesh = Mesh(np.array(jax.devices()[:2]), ("model",))
     specs = {n: P(None, None, "model") for n in ("q", "k", "v", "up")}
     specs.update(o=P(None, "model", None), down=P(None, "model", None), x=P())
-    placed = T.args_for(target, decoder_args(sharding=lambda n: NamedSharding(mesh, specs[n])))
+    placed = deviceless.args_for(
+        target, decoder_args(sharding=lambda n: NamedSharding(mesh, specs[n]))
+    )
     compiles = []
-    real = T.compile_lowered
+    real = xla_compile.compile_lowered
 
     def counted(lowered, options=None):
         compiles.append(options)
         return real(lowered, options)
 
-    monkeypatch.setattr(T, "compile_lowered", counted)
-    with T.target_scope(target):
+    monkeypatch.setattr(xla_compile, "compile_lowered", counted)
+    with deviceless.target_scope(target):
         tr = trace_step(
             decoder_step, placed, backend="cuda", compiler=target.description,
             hardware=cm.load_profile(GPU),

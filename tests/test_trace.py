@@ -10,8 +10,9 @@ from jax.ad_checkpoint import checkpoint_policies as cp
 
 import planner
 from examples import llama
-from planner._src import jax_adapter as adapter
-from planner._src.trace import compile_with, compiled_figures, stacked_residuals, trace_step
+from planner._src.trace import trace_step
+from planner._src.xla import adapter
+from planner._src.xla.compile import compile_with, compiled_figures, stacked_residuals
 
 CFG = llama.LlamaConfig(n_layers=3)
 
@@ -182,7 +183,7 @@ def test_a_residual_xla_drops_is_not_counted():
     dropped ones: the plan's peak then matches the compiled one."""
     import warnings
 
-    from planner._src.trace import compiled_loop_stacks
+    from planner._src.trace.loops import compiled_loop_stacks
 
     loss, args = _scatter_dispatch_step()
     grad_all = jax.grad(lambda w, x: loss(w, x, cp.everything_saveable))
@@ -220,11 +221,11 @@ def test_a_residual_xla_drops_is_not_counted():
 def test_residuals_xla_drops_matches_sizes_and_dtypes():
     from collections import Counter
 
-    from planner._src.trace import (
+    from planner._src.trace.loops import (
         _hlo_dtype,
-        _stacks_of_trip_count,
         compiled_loop_stacks,
         residuals_xla_drops,
+        stacks_of_trip_count,
     )
 
     text = (
@@ -237,11 +238,11 @@ def test_residuals_xla_drops_matches_sizes_and_dtypes():
     stacks = compiled_loop_stacks(text)
     # The forward and backward loops carry the same stacks: counted once (max, not sum).
     assert stacks[("f32", 4, 2560 * 256)] == 1 and stacks[("f8e4m3fn", 4, 16)] == 1
-    per_trip = _stacks_of_trip_count(stacks, 4)
+    per_trip = stacks_of_trip_count(stacks, 4)
     assert per_trip == Counter(
         {("f32", 2560 * 256): 1, ("pred", 2048): 1, ("u32", 2048 * 256): 1, ("f8e4m3fn", 16): 1}
     )
-    assert _stacks_of_trip_count(stacks, 8) is None  # no loop of 8 trips: nothing to say
+    assert stacks_of_trip_count(stacks, 8) is None  # no loop of 8 trips: nothing to say
     a = jax.ShapeDtypeStruct
     avals = [
         a((2048, 256), jnp.uint32),  # exact match
@@ -324,7 +325,7 @@ ENTRY %main (p: bf16[4,4096,14336]) -> bf16[4,4096,14336] {
 
 
 def test_loop_slice_copy_bytes_reads_async_slices_of_loop_bodies():
-    from planner._src import hlo
+    from planner._src.xla import hlo
 
     slab = 4096 * 14336 * 2  # one layer's slice of the stacked bf16 weight
     got = hlo.loop_slice_copy_bytes(hlo.parse(_GPU_LOOP_HLO))
@@ -355,7 +356,7 @@ ENTRY %main (p: f32[8,16]) -> (s32[], f32[8,16]) {
 
 
 def test_nested_loops_multiply_trip_counts():
-    from planner._src import hlo
+    from planner._src.xla import hlo
 
     module = hlo.parse(_NESTED_LOOP_HLO)
     assert hlo.while_trips(module) == {"outer": 3, "inner": 12}
@@ -435,7 +436,7 @@ def test_loop_slice_bytes_counts_the_async_slice_copies_of_one_trip():
     asynchronous fusions that only copy a slice (through a reshape too), not the slice a
     GEMM reads at an offset, nor one fused into an elementwise reader, nor a slice outside
     any loop; once per body, not times its 4 trips."""
-    from planner._src import hlo
+    from planner._src.xla import hlo
 
     module = hlo.parse(_GPU_SLICES_HLO)
     got = hlo.loop_slice_bytes(module)
@@ -502,14 +503,14 @@ def _chain_into_sum(first, second):
 
 @pytest.mark.parametrize("order", ["a_first", "b_first"])
 def test_residuals_read_by_a_reduction_do_not_depend_on_visit_order(order):
-    """trace._backward_reads finds the residuals a reduction reads through at most 32 fusible
+    """trace.candidates.backward_reads finds the residuals a reduction reads through at most 32 fusible
     equations. It memoized per value what it found under a depth bound, so a value first
     reached deep (the bound cut it) stayed False for a residual that reaches it shallow, and
     the answer depended on which residual came first: a then b gave {} (b is 21 away), b
     then a gave {a, b} (a is 41 away). Now: {b} in both orders."""
     import types
 
-    from planner._src.trace import _backward_reads
+    from planner._src.trace.candidates import backward_reads
 
     if order == "a_first":
         closed = jax.make_jaxpr(_chain_into_sum)(1.0, 2.0)
@@ -518,5 +519,5 @@ def test_residuals_read_by_a_reduction_do_not_depend_on_visit_order(order):
         closed = jax.make_jaxpr(lambda b, a: _chain_into_sum(a, b))(2.0, 1.0)
         known = ("b", "a")
     replay = types.SimpleNamespace(staged_jaxpr=closed.jaxpr, residuals=known)
-    _, _, by_reduction = _backward_reads(replay)
+    _, _, by_reduction = backward_reads(replay)
     assert by_reduction == {"b"}, by_reduction

@@ -102,7 +102,7 @@ def _state_bytes(tree):
 
 def test_nnx_jit_step_keeps_its_donation():
     """nnx.jit's trace donates in its own flattened argument form; the planner maps that back
-    onto whole positional arguments (``jax_adapter.wrapper_donation``) and traces the step
+    onto whole positional arguments (``xla.adapter.wrapper_donation``) and traces the step
     donated, so the compiled figures alias the model state as the step runs. Before, the
     plain trace dropped the donation (a PlanWarning said so) and counted the state twice."""
     step, args = _nnx_natural()
@@ -120,7 +120,7 @@ def test_nnx_jit_step_keeps_its_donation():
 def test_nnx_jit_step_with_shardings_warns_that_the_plain_trace_drops_them():
     """What the plain trace cannot keep (nnx.jit's in_shardings, given in its own prefix
     form) is said in a PlanWarning with the fix."""
-    from planner._src import jax_adapter as adapter
+    from planner._src.xla import adapter
 
     step, args = _nnx_natural()
     sharded = nnx.jit(step.fun, in_shardings=(None, None))
@@ -219,7 +219,7 @@ def test_eqx_filter_jit_donation_is_kept(donate, want):
     """``eqx.filter_jit(donate=...)`` has no JAX ``.trace``: the planner jits the step itself
     and now donates what the wrapper donates (its ``donate_first`` / ``donate_rest``), so
     the anchors alias the model as the step runs; before, every figure counted it twice."""
-    from planner._src import jax_adapter as adapter
+    from planner._src.xla import adapter
 
     step = eqx.filter_jit(_eqx_step, donate=donate)
     model, x = _EqxModel(jax.random.key(0)), jax.random.normal(jax.random.key(1), (64, 32))
@@ -239,7 +239,7 @@ def test_eqx_filter_jit_step_with_non_array_leaves_compiles_deviceless_for_the_h
     on the function leaf, and args_for handed it to jax.typeof, which refuses it)."""
     import os
 
-    from planner._src import target as T
+    from planner._src.xla import targets as T
 
     if T.cuda_plugin() is None or T.resolve("h200").kind != "deviceless":
         if os.environ.get("PLANNER_REQUIRE_DEVICELESS") == "1":

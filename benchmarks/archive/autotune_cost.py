@@ -33,8 +33,8 @@ def main() -> None:
     from jax.ad_checkpoint import checkpoint_policies as cp
 
     from benchmarks.gpu_bench import _bench, _model
-    from planner._src import target as targets
-    from planner._src.trace import lower_with
+    from planner._src.xla import compile as xla_compile
+    from planner._src.xla.compile import lower_with
 
     jax.devices()
     init_s = time.perf_counter() - t0
@@ -62,7 +62,7 @@ def main() -> None:
         _, low, _ = lower_with(step, ex, lambda rid, r, p=pol: p)
         lower_s = time.perf_counter() - t
         t = time.perf_counter()
-        c = targets.compile_lowered(low, options)
+        c = xla_compile.compile_lowered(low, options)
         s = time.perf_counter() - t
         m = c.memory_analysis()
         b = (

@@ -176,9 +176,10 @@ def _traced(model: str, cfg: dict, policy=None):
     does on a CPU: the anchors compiled deviceless for the H200 (their loop-slice copies join
     T0), or not compiled at all with --no-anchors."""
     from benchmarks import gpu_bench as gb
-    from planner._src import target as T
     from planner._src.graph import build_graph
     from planner._src.trace import trace_step
+    from planner._src.xla import deviceless
+    from planner._src.xla import targets as T
 
     key = json.dumps([model, cfg], sort_keys=True)
     if key not in _TRACES:
@@ -186,9 +187,12 @@ def _traced(model: str, cfg: dict, policy=None):
         step, args = module.make_train_step(config)
         if _ANCHORS:
             target = T.resolve("h200")
-            with T.target_scope(target):
+            with deviceless.target_scope(target):
                 trace = trace_step(
-                    step, T.args_for(target, args), backend="gpu", compiler=target.description
+                    step,
+                    deviceless.args_for(target, args),
+                    backend="gpu",
+                    compiler=target.description,
                 )
         else:
             trace = trace_step(step, args)
@@ -227,7 +231,7 @@ def predict_step(step_row) -> dict:
 
 def _no_compile():
     """Skip the trace stage's anchor compiles: they feed the memory model, not the time."""
-    from planner._src import trace as tr
+    from planner._src.xla import compile as xla_compile
 
     class _Mem:
         argument_size_in_bytes = output_size_in_bytes = alias_size_in_bytes = 0
@@ -240,8 +244,8 @@ def _no_compile():
         def as_text(self):
             return ""
 
-    tr.targets.compile_lowered = lambda *a, **k: _Compiled()
-    tr.targets.lower = lambda traced, *a, **k: None
+    xla_compile.compile_lowered = lambda *a, **k: _Compiled()
+    xla_compile.lower = lambda traced, *a, **k: None
 
 
 def group_of(key: str, cost) -> str:
@@ -332,7 +336,7 @@ def predict(run) -> dict:
     out = defaultdict(float)
     step_jaxpr = None
     try:
-        from planner._src import jax_adapter as adapter
+        from planner._src.xla import adapter
 
         module, config = gb._model({"model": model, "config": cfg}, STOCK[policy].policy())
         step, args = module.make_train_step(config)

@@ -2,7 +2,7 @@
 
 Compiles each plan of a ``gpu_bench.py plan`` file (and full remat) deviceless for the H200
 with Triton GEMMs on (the device's kernels: benchmarks/results/hlo-kernel-time-2026-12-05.md,
-section 3), prices every kernel with ``planner._src.kernels`` (kernels, and the loops'
+section 3), prices every kernel with ``planner._src.xla.kernels`` (kernels, and the loops'
 device-to-device copies apart) and prints per step the estimate and what it saves over full
 remat, next to the H200's measured steps where given (``hlo_recompute_prices.measured_steps``).
 The absolute level of such an estimate is 5-9% short of the walls; the differences between
@@ -38,8 +38,10 @@ def main() -> None:
     import cost_models as cm
     from benchmarks import gpu_bench as gb
     from benchmarks.archive.hlo_recompute_prices import measured_steps
-    from planner._src import kernels as K
-    from planner._src import target as T
+    from planner._src.xla import compile as xla_compile
+    from planner._src.xla import deviceless
+    from planner._src.xla import kernels as K
+    from planner._src.xla import targets as T
 
     hw = cm.load_profile(args.hardware)
     tgt = T.resolve(args.hardware)
@@ -55,11 +57,11 @@ def main() -> None:
         )
         step, step_args = module.make_train_step(cfg, concrete=False)
         t = time.perf_counter()
-        program = T.compile_traced(
+        program = xla_compile.compile_traced(
             tgt,
             jax.jit(step, donate_argnums=(0,)),
-            T.args_for(tgt, step_args),
-            dict(T.PRICING_COMPILE_OPTIONS),
+            deviceless.args_for(tgt, step_args),
+            dict(xla_compile.PRICING_COMPILE_OPTIONS),
         )
         ks = K.kernel_times(program.compiled.as_text(), hw)
         kern = 1e3 * K.step_seconds(ks, include_d2d=False)

@@ -1,10 +1,10 @@
 """The full-remat anchor's recompute, priced from its HLO, on the planner's own candidates.
 
-What the cost stage would do with ``planner._src.kernels.region_recompute_seconds``: trace
+What the cost stage would do with ``planner._src.xla.recompute_shares.region_recompute_seconds``: trace
 the MoE example as ``planner.solve(hardware="h200")`` does on a CPU (deviceless XLA:GPU for
 the H200), take its scanned region's candidates, price the full-remat program's backward
 recompute from its compiled HLO (Triton GEMMs on, as the device compiles), give each share
-to its candidate (``kernels.match_shares``), and predict what each plan of a
+to its candidate (``recompute_shares.match_shares``), and predict what each plan of a
 ``gpu_bench.py plan`` file saves over full remat: the shares of the candidates it keeps
 (save or offload). Prints the matched and unmatched seconds, the largest candidates, and
 per plan the predicted saving next to the cost library's recompute of the same candidates.
@@ -38,20 +38,21 @@ def main() -> None:
 
     import cost_models as cm
     from benchmarks import gpu_bench as gb
-    from planner._src import kernels as K
-    from planner._src import target as T
     from planner._src.cost import build_cost_model
     from planner._src.graph import build_graph
     from planner._src.trace import trace_step
+    from planner._src.xla import deviceless
+    from planner._src.xla import recompute_shares as K
+    from planner._src.xla import targets as T
 
     hw = cm.load_profile("h200")
     plans = json.loads(args.plans.read_text())
     module, config = gb._model({"model": plans["model"], "config": plans["config"]}, None)
     step, step_args = module.make_train_step(config)
     tgt = T.resolve("h200")
-    with T.target_scope(tgt):
+    with deviceless.target_scope(tgt):
         trace = trace_step(
-            step, T.args_for(tgt, step_args), backend="gpu", compiler=tgt.description
+            step, deviceless.args_for(tgt, step_args), backend="gpu", compiler=tgt.description
         )
     graph = build_graph(trace)
     model = build_cost_model(trace, graph, hw, allow_offload=False)

@@ -84,11 +84,12 @@ def main() -> None:
 
     import cost_models as cm
     from benchmarks import gpu_bench as gb
-    from planner._src import target as T
     from planner._src.cost import build_cost_model, evaluate
     from planner._src.graph import build_graph
     from planner._src.trace import merge_call_sites, trace_step
     from planner._src.types import Assignment
+    from planner._src.xla import deviceless
+    from planner._src.xla import targets as T
 
     hw = cm.load_profile(args.hardware)
     tgt = T.resolve(args.hardware)
@@ -101,11 +102,11 @@ def main() -> None:
             module, config = gb._model({"model": saved["model"], "config": saved["config"]}, None)
             step, step_args = module.make_train_step(config)
             t = time.perf_counter()
-            with T.target_scope(tgt):
+            with deviceless.target_scope(tgt):
                 trace = merge_call_sites(
                     trace_step(
                         step,
-                        T.args_for(tgt, step_args),
+                        deviceless.args_for(tgt, step_args),
                         split_call_sites=True,
                         backend="cuda",
                         compiler=tgt.description,

@@ -136,7 +136,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*")
     ap.add_argument("--json", default=None)
-    # "h200": deviceless XLA:GPU compiles for that GPU (planner/_src/target.py; needs a jaxlib
+    # "h200": deviceless XLA:GPU compiles for that GPU (planner/_src/xla/; needs a jaxlib
     # with the CUDA plugin, /work/venvs/v0112), so the anchors and plans are its figures.
     ap.add_argument("--hardware", default="cpu")
     ap.add_argument("--probe", action="append", default=[], choices=sorted(PROBES))

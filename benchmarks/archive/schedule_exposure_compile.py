@@ -35,8 +35,10 @@ def compile_sweep_point(i: int, extra: dict) -> str:
 
     from benchmarks import gpu_bench as gb
     from benchmarks.overlap_sweep import POINTS, _bench_config, _flags
-    from planner._src import target as T
     from planner._src.emit.emit import flags_to_compiler_options
+    from planner._src.xla import compile as xla_compile
+    from planner._src.xla import deviceless
+    from planner._src.xla import targets as T
 
     spec = {"kind": "names", "save": [], "offload": list(POINTS[i])}
     job = {"config": _bench_config(), "model": "llama"}
@@ -46,7 +48,9 @@ def compile_sweep_point(i: int, extra: dict) -> str:
     if tgt.kind != "deviceless":
         raise SystemExit(f"needs the deviceless H200 target, got {tgt.description}")
     opts = {**flags_to_compiler_options(_flags()), **extra}
-    prog = T.compile_traced(tgt, jax.jit(step, donate_argnums=(0,)), T.args_for(tgt, args), opts)
+    prog = xla_compile.compile_traced(
+        tgt, jax.jit(step, donate_argnums=(0,)), deviceless.args_for(tgt, args), opts
+    )
     return prog.compiled.as_text()
 
 

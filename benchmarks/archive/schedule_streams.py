@@ -166,9 +166,9 @@ def main(argv=None) -> int:
         return 0
 
     from benchmarks.overlap_sweep import POINTS
-    from planner._src import hlo
     from planner._src.verify import schedule
     from planner._src.verify.schedule import dump as streams
+    from planner._src.xla import hlo
 
     t0 = time.perf_counter()
     meas = measured_ms(Path(a.measured))

@@ -6,9 +6,9 @@ predicts (planner/_src/verify/schedule/) against the H200 trace, for the exposur
         --measured benchmarks/results/h200-2026-12-04-exposure-b/results.jsonl \
         --out benchmarks/results/schedule-windows-2026-12-04.md
 
-Each plan is compiled deviceless for the H200 (planner/_src/target.py; the plan's XLA flags)
+Each plan is compiled deviceless for the H200 (planner/_src/xla/; the plan's XLA flags)
 twice: as the planner's verify stage compiles (Triton GEMMs off,
-target.DEVICELESS_COMPILE_OPTIONS) and with Triton GEMMs on (XLA's default, what the H200's
+xla.compile.DEVICELESS_COMPILE_OPTIONS) and with Triton GEMMs on (XLA's default, what the H200's
 own compile used: its trace names gemm_fusion_dot kernels and asynchronous loop-slice copies).
 The schedule windows of both are read with the h200 profile's rates and set against the
 trace's medians (the "exposed" reading: copy time with no kernel running).
@@ -35,8 +35,10 @@ def compile_plan(path: Path, extra: dict) -> str:
     import jax
 
     from benchmarks import gpu_bench as gb
-    from planner._src import target as T
     from planner._src.emit.emit import flags_to_compiler_options
+    from planner._src.xla import compile as xla_compile
+    from planner._src.xla import deviceless
+    from planner._src.xla import targets as T
 
     d = json.loads(path.read_text())
     _, spec = next(iter(d["plans"].items()))
@@ -47,7 +49,9 @@ def compile_plan(path: Path, extra: dict) -> str:
     if tgt.kind != "deviceless":
         raise SystemExit(f"needs the deviceless H200 target, got {tgt.description}")
     opts = {**flags_to_compiler_options(spec["flags"]), **extra}
-    prog = T.compile_traced(tgt, jax.jit(step, donate_argnums=(0,)), T.args_for(tgt, args), opts)
+    prog = xla_compile.compile_traced(
+        tgt, jax.jit(step, donate_argnums=(0,)), deviceless.args_for(tgt, args), opts
+    )
     return prog.compiled.as_text()
 
 

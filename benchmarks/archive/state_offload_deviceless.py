@@ -5,7 +5,7 @@
 tests/test_state.py's model (examples/llama.py, d_model 128, 4 layers under lax.scan, Adam)
 planned with planner.plan_state at several budgets; each plan is compiled as the user applies
 it (state_shardings, donation, streamed_update) by XLA:GPU for the H200 without the GPU
-(planner/_src/target.py) and held to the budget. Prints the budget split, the compiled device
+(planner/_src/xla/) and held to the budget. Prints the budget split, the compiled device
 bytes and host argument bytes against the plan's.
 """
 

@@ -76,7 +76,7 @@ def usable_bytes(requested: int, hw, io: int, margin: float = 0.0) -> int:
 
     divided by ``1 + margin`` where the verifying compiler is not the device's own
     (``CompilerTarget.margin``: a deviceless XLA:GPU compile with its matmuls as cuBLAS calls
-    read up to 3.0% below the GPU's; ``target.DEVICELESS_MARGIN`` rounds that up to 3.5%),
+    read up to 3.0% below the GPU's; ``xla.targets.DEVICELESS_MARGIN`` rounds that up to 3.5%),
     so that a plan verified deviceless fits on the GPU.
     """
     alloc = requested - int(requested * hw.allocator_headroom)
@@ -117,7 +117,7 @@ def headroom_why(hw, short: bool = False, margin: float = 0.0) -> str:
         why.append(
             f"a {margin:.1%} margin because the figures come from a deviceless compile: the "
             f"GPU's own compile autotunes and sizes cuDNN workspaces, and measured up to "
-            f"{margin:.1%} more device bytes (planner/_src/target.py DEVICELESS_MARGIN)"
+            f"{margin:.1%} more device bytes (planner/_src/xla/targets.py DEVICELESS_MARGIN)"
         )
     return " and ".join(why)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from jax.ad_checkpoint import checkpoint_policies as cp
 
-from planner._src import jax_adapter as adapter
+from planner._src.xla import adapter
 
 
 def _names(saved=(), offloaded=()):

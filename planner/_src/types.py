@@ -7,7 +7,7 @@ stages need off the jaxpr (bytes, shapes, hardware-independent work, what each s
 policy decides) and the verify stage traces the step again when it needs JAX. So each stage
 can be tested from a golden input, and a plan's data round-trips through JSON.
 
-Units: bytes are per device (see trace.py on sharded steps); times are seconds.
+Units: bytes are per device (see trace/per_device.py on sharded steps); times are seconds.
 """
 
 from __future__ import annotations
@@ -57,11 +57,11 @@ class Candidate:
     shape: tuple[int, ...]  # of the (first) output
     dtype: str
     nbytes: int  # its live outputs, per device, one trip of the region
-    # (global bytes / shard_divisor, see trace.py)
+    # (global bytes / shard_divisor, see trace/per_device.py)
     source: str  # file:line of the user's code
     inputs: tuple[int, ...]  # candidates whose outputs it reads (the graph stage's edges)
     needed: bool  # the backward pass reads an output (residual when all is saved)
-    # and the compiled program keeps it (trace.residuals_xla_drops)
+    # and the compiled program keeps it (trace.loops.residuals_xla_drops)
     effectful: bool  # JAX always runs effectful equations forward; never recomputed
     loop_invariant: bool  # depends only on loop constants: JAX hoists it out of the scan,
     # so as a residual it is stored once, not once per trip
@@ -69,7 +69,7 @@ class Candidate:
     # Whether a checkpoint policy decides this equation: JAX's partial evaluation asks the
     # policy about first-order equations only; a higher-order one (cond, while, a scan inside
     # the region) is split by its own rule, which asks the policy about the equations inside
-    # it, so the policy cannot keep its outputs: it is recomputed from its inputs (trace.py).
+    # it, so the policy cannot keep its outputs: it is recomputed from its inputs (trace/candidates.py).
     decidable: bool = True
     # Positions of the outputs that can be residuals: read by the backward pass or by a forward
     # equation that may be recomputed for it. None (a candidate built by hand): every output.
@@ -101,9 +101,9 @@ class Candidate:
     stock: tuple[tuple[str, str], ...] = ()
     user_decision: str = "remat"
     # What jax.ad_checkpoint.print_saved_residuals prints for it when it is kept
-    # (jax_adapter.residual_label); "" for candidates built by hand.
+    # (xla.adapter.residual_label); "" for candidates built by hand.
     jax_label: str = ""
-    # Sharded steps (see trace.py and shard.py):
+    # Sharded steps (see trace/per_device.py and trace/shard.py):
     global_nbytes: int = 0  # its live outputs at their global (jaxpr) shapes
     shard_divisor: int = 1  # global elements / per-device elements of its outputs
     shard_source: str = (
@@ -162,7 +162,7 @@ class Region:
     bind_ids: tuple[int, ...] = ()  # the region ids the adapter gave its call sites (bind order)
     body: str = ""  # hash of the body: equal bodies are identical regions
     # Where the user's code can give this call site a policy of its own: the source line of
-    # the jax.checkpoint call and the identity of the policy it passed (trace.call_site_key).
+    # the jax.checkpoint call and the identity of the policy it passed (trace.site_key).
     # Call sites with equal keys take one policy whatever the planner decides.
     site_key: str = ""
     # Signatures of the equations inside the region's higher-order equations (cond branches,
@@ -175,7 +175,7 @@ class Region:
         default=None, repr=False, compare=False
     )
     # Per candidate, seconds per trip of its recompute as the full-remat anchor's compiled
-    # XLA:GPU HLO prices it (kernels.region_recompute_seconds: the share of the backward
+    # XLA:GPU HLO prices it (recompute_shares.region_recompute_seconds: the share of the backward
     # loop's kernels that recomputes it), None where no kernel share went to it; the whole
     # field None where the region was not priced from HLO (XLA:CPU, outside lax.scan, a loop
     # the anchor's HLO does not identify). Priced with the profile ``Trace.hlo_priced_with``.
@@ -505,7 +505,7 @@ class Check:
 class ScheduleExposure:
     """Exposed host-copy time per step, per direction, read from a compiled XLA:GPU schedule
     (planner/_src/verify/schedule/: the copies' starts and dones in the scheduled loop bodies, the
-    kernels between them priced by planner/_src/kernels.py, the copy streams and one link per
+    kernels between them priced by planner/_src/xla/kernels.py, the copy streams and one link per
     direction replayed), beside the cost model's figure for the same plan.
 
     Checked on the H200 (measured: benchmarks/results/schedule-exposure-2026-12-05.md): reloads

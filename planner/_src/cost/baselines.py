@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from planner._src import jax_adapter as adapter
 from planner._src.cost.predict import evaluate
 from planner._src.graph import NAMES_ONLY_WHY, LivenessGraph, class_key
 from planner._src.policies import DOTS, STOCK
 from planner._src.types import Assignment, Baseline, CostModel
+from planner._src.xla import adapter
 
 __all__ = [
     "Baseline",
@@ -46,7 +46,7 @@ def user_assignment(graph: LivenessGraph) -> Assignment:
 
 def policy_assignment(graph: LivenessGraph, step_fn, args, policy) -> Assignment:
     """What any checkpoint policy decides for each class, read by tracing the step with it
-    (the calls JAX makes: jax_adapter.decisions_of)."""
+    (the calls JAX makes: xla.adapter.decisions_of)."""
     got = adapter.decisions_of(step_fn, args, policy)
     out: dict[str, str] = {}
     for rg in graph.regions:

@@ -3,7 +3,7 @@
 The returned function is the user's step with every checkpoint region it binds under the
 plan's policy: each call site (in bind order, as the trace stage numbered them) gets its layer
 group's policy where the plan decides per group, else the one policy. It works the way the
-planner's own traces do (``jax_adapter.applied_policies``: the policy parameter of each
+planner's own traces do (``xla.adapter.applied_policies``: the policy parameter of each
 ``remat`` equation is replaced where the user's code binds it), so a Python loop over one
 ``jax.checkpoint(layer)`` gets one policy per layer, and Flax ``nn.remat`` / ``nn.scan``
 regions are covered. The applied step has a trace context of its own, fixed for its lifetime:
@@ -21,8 +21,8 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from planner._src import jax_adapter as adapter
 from planner._src.errors import InvalidArgumentError
+from planner._src.xla import adapter
 
 __all__ = ["Binding", "apply", "binding"]
 

@@ -21,11 +21,11 @@ import re
 from jax.ad_checkpoint import checkpoint_policies as cp
 
 import cost_models as cm
-from planner._src import jax_adapter as adapter
 from planner._src.errors import LayerGroupsError
 from planner._src.graph import num_groups, split_key
 from planner._src.policies import STOCK
 from planner._src.types import Assignment, Emitted
+from planner._src.xla import adapter
 
 flags_to_compiler_options = cm.flags_to_compiler_options  # (where the CLI and profile find it)
 

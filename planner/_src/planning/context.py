@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from planner._src import target as targets
 from planner._src.budget import Budget
 from planner._src.cost import evaluate
 from planner._src.errors import InfeasibleBudgetError
@@ -32,6 +31,8 @@ from planner._src.types import (
     Trace,
     Verification,
 )
+from planner._src.xla import compile as xla_compile
+from planner._src.xla import deviceless
 
 # Two predicted step times closer than this (relative) are equal: the same decisions summed
 # in another order differ by float rounding, far below any decision's time.
@@ -64,8 +65,8 @@ class Subject:
         """Where traces and compiles run: the target's scope for a deviceless compile; on
         this machine's compiler, XLA's autotune cache directory where one is given."""
         if self.compiler.kind == "deviceless":
-            return targets.target_scope(self.compiler)
-        return targets.autotune_cache(self.options.autotune_cache_dir)
+            return deviceless.target_scope(self.compiler)
+        return xla_compile.autotune_cache(self.options.autotune_cache_dir)
 
     def compile_workers(self) -> int:
         """How many verify compiles run at once (``PlanOptions.parallel_compiles``; by

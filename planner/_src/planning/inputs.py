@@ -11,11 +11,10 @@ import warnings
 import jax
 
 import cost_models as cm
-from planner._src import jax_adapter as adapter
-from planner._src import target as targets
 from planner._src.errors import InvalidArgumentError, PlanWarning, UnsupportedError
 from planner._src.options import PlanOptions, check_fits_device, real_scalar
 from planner._src.units import GB
+from planner._src.xla import adapter, gpus, targets
 
 
 def validate_step(step_fn, example_args) -> None:
@@ -105,8 +104,8 @@ def resolve_compiler(hw, example_args, choice: str) -> targets.CompilerTarget:
     gpu = None
     if hw.platform == "gpu":
         try:
-            gpu = targets._gpu(hw.name).name
-        except targets.TargetError:
+            gpu = gpus.gpu(hw.name).name
+        except gpus.TargetError:
             gpu = None  # a GPU profile without a target config (a calibrated one, say)
     n = step_devices(example_args)
     if choice == "local" or gpu is None:
@@ -117,8 +116,7 @@ def resolve_compiler(hw, example_args, choice: str) -> targets.CompilerTarget:
                 description="XLA:CPU (another backend: an estimate)",
                 exact=False,
                 how_to_get_exact=f"the {hw.name} profile names no GPU the planner has a "
-                "target config for; plan with one of h100-sxm, h100-pcie, h200, b200, gb200, "
-                "gh200, or on that GPU",
+                f"target config for; plan with one of {', '.join(gpus.names())}, or on that GPU",
             )
         if choice == "local" and hw.platform == "gpu" and jax.default_backend() == "cpu":
             return dataclasses.replace(

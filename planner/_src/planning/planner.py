@@ -33,13 +33,11 @@ from collections.abc import Callable
 
 import jax
 
-from planner._src import target as targets
 from planner._src.budget import Budget, io_bytes, requested_for, usable_bytes
 from planner._src.cost import build_cost_model
 from planner._src.cost.baselines import evaluate_baselines
 from planner._src.errors import InvalidArgumentError, PlannerError, UnsupportedError
 from planner._src.graph import build_graph
-from planner._src.jax_adapter import HOST_KIND
 from planner._src.options import PlanOptions, check_fits_device
 from planner._src.planning import inputs
 from planner._src.planning import state_placement as placement
@@ -53,6 +51,7 @@ from planner._src.results.plan import Plan
 from planner._src.trace import merge_call_sites, trace_step
 from planner._src.units import GB
 from planner._src.verify import numerics
+from planner._src.xla.adapter import HOST_KIND
 
 __all__ = ["Planner", "pareto", "solve"]
 
@@ -87,7 +86,7 @@ class Planner:
         hw = inputs.load_hardware(hardware)
         compiler = inputs.resolve_compiler(hw, example_args, opts.compiler)
         deviceless = compiler.kind == "deviceless"
-        args = targets.args_for(compiler, example_args) if deviceless else example_args
+        args = deviceless.args_for(compiler, example_args) if deviceless else example_args
         host_ok = deviceless or inputs.host_memory_available()
         if opts.allow_offload and not host_ok:
             raise UnsupportedError(

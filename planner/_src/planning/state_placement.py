@@ -38,7 +38,6 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from planner._src import target as targets
 from planner._src import trainstate as st
 from planner._src.budget import io_bytes, usable_bytes
 from planner._src.cost import build_cost_model, evaluate
@@ -52,6 +51,8 @@ from planner._src.types import CostModel, Emitted, Prediction, Round, Solution, 
 from planner._src.units import GB, fmt_bytes
 from planner._src.verify import numerics
 from planner._src.verify.applied import applied_step_verification
+from planner._src.xla import compile as xla_compile
+from planner._src.xla import deviceless
 
 __all__ = ["StatePlan", "plan_in_session", "plan_state", "warn_if_not_donated"]
 
@@ -95,8 +96,8 @@ class StatePlan:
         """``check``, and ``(compiled, args)`` where the step can run here (else None)."""
         jitted, args = build(self.policy, self.placement)
         if self.compiler is not None and self.compiler.kind == "deviceless":
-            prog = targets.compile_traced(
-                self.compiler, jitted, targets.args_for(self.compiler, args)
+            prog = xla_compile.compile_traced(
+                self.compiler, jitted, deviceless.args_for(self.compiler, args)
             )
             return st.check_compiled(prog.compiled, self.placement, self.terms), None
         compiled = jitted.lower(*args).compile()

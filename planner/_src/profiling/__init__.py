@@ -9,7 +9,6 @@ host-copy time hid behind compute (``planner.profile``).
   (:func:`calibrate_hiding`, :func:`sweep_windows`, :func:`measured_per_trip`).
 """
 
-from planner._src.hlo import host_transfer_ops
 from planner._src.profiling.hiding import (
     calibrate_hiding,
     measured_per_trip,
@@ -45,6 +44,7 @@ from planner._src.profiling.xplane import (
     find_xplane,
     read_trace,
 )
+from planner._src.xla.hlo import host_transfer_ops
 
 __all__ = [
     "CPU_STATUS",

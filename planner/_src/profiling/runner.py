@@ -59,9 +59,9 @@ from collections.abc import Callable
 
 from planner._src.emit.emit import flags_to_compiler_options
 from planner._src.errors import InvalidArgumentError
-from planner._src.hlo import host_transfer_ops
 from planner._src.profiling.overlap import ProfileResult, analyze_trace
 from planner._src.profiling.xplane import STEP_ANNOTATION, find_xplane
+from planner._src.xla.hlo import host_transfer_ops
 
 
 def _device_description(dev) -> str:

@@ -185,7 +185,7 @@ class Plan:
                         "dtype": c.dtype,
                         "bytes_per_trip": c.nbytes,
                         # Sharded steps: bytes_per_trip is per device = global / shard_divisor;
-                        # shard_source says how the divisor was found (planner/shard.py).
+                        # shard_source says how the divisor was found (planner/_src/trace/shard.py).
                         "global_bytes_per_trip": c.global_nbytes,
                         "shard_divisor": c.shard_divisor,
                         "shard_source": c.shard_source,

@@ -19,8 +19,8 @@ from planner._src.emit.emit import differing_groups_error, policies_for
 from planner._src.errors import PlanFileError
 from planner._src.graph import num_groups
 from planner._src.results.report import Report, build_report, render, report_from_dict
-from planner._src.trace import step_fingerprint
 from planner._src.types import DECISIONS, Assignment
+from planner._src.xla.fingerprint import step_fingerprint
 from planner._version import __version__
 
 FORMAT = "jax-offload-planner/plan"

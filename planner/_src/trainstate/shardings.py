@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner._src import jax_adapter as adapter
 from planner._src.trainstate.records import StatePlacement
+from planner._src.xla import adapter
 
 __all__ = ["host_mask", "param_shardings", "state_shardings"]
 
@@ -50,7 +50,7 @@ def state_shardings(opt_state: Any, placement: StatePlacement, device_sharding: 
     budget (measured: ``benchmarks/results/h200-2026-12-04-state-offload.md``). A
     ``SingleDeviceSharding`` comes back as the same placement over a one-device mesh
     (``NamedSharding``): only then does JAX trace an array made in it as host memory, which
-    :func:`streamed_update` needs to write it in place (jax_adapter.with_memory_kind)."""
+    :func:`streamed_update` needs to write it in place (xla.adapter.with_memory_kind)."""
     import jax
 
     def one(x, host):
@@ -64,7 +64,7 @@ def param_shardings(params: Any, host, device_sharding: Any) -> Any:
     """Shardings for ``params`` (jit in / out shardings, ``jax.device_put``): the leaf's own
     sharding (or ``device_sharding``) with memory kind ``pinned_host`` where ``host`` (a set
     of paths in ``params``, or a predicate on them) selects it, ``device`` elsewhere (a
-    ``SingleDeviceSharding`` as a one-device ``NamedSharding``: jax_adapter.with_memory_kind)."""
+    ``SingleDeviceSharding`` as a one-device ``NamedSharding``: xla.adapter.with_memory_kind)."""
     import jax
 
     flat, tree = jax.tree_util.tree_flatten_with_path(params)

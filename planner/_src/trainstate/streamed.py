@@ -48,10 +48,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from planner._src import jax_adapter as adapter
 from planner._src.errors import PlannerError, PlanWarning
 from planner._src.trainstate.records import StatePlacement
 from planner._src.trainstate.shardings import host_mask
+from planner._src.xla import adapter
 
 __all__ = ["stream_layer_params", "streamed_apply", "streamed_apply_updates", "streamed_update"]
 

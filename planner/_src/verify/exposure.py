@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from planner._src import target as targets
 from planner._src.types import Prediction, ScheduleExposure
 from planner._src.verify import schedule as sched
+from planner._src.xla import compile as xla_compile
+from planner._src.xla import targets
 
 
 def schedule_exposure_of(
@@ -32,7 +33,9 @@ def schedule_exposure_of(
     and that schedule is read. ``step_s``: the model's step with the schedule's reload (h2d) exposure in place of
     the model's; the stores keep the model's figure (``ScheduleExposure``'s docstring says
     why)."""
-    pricing = targets.pricing_compile_options()  # None on a live GPU: its compile is the device's
+    pricing = (
+        xla_compile.pricing_compile_options()
+    )  # None on a live GPU: its compile is the device's
     source = "the verify compile"
     if pricing is not None and recompile is not None:
         options = {**dict(compiler_options), **pricing}
@@ -44,7 +47,7 @@ def schedule_exposure_of(
         compiler=compiler,
         pricing="kernels",
         # (the module was compiled by this process's XLA: its streams are this jaxlib's)
-        host_streams=sched.host_streams_of(targets._jaxlib_version()),
+        host_streams=sched.host_streams_of(targets.jaxlib_version()),
     )
     by = w.by_direction()
     regions = list(zip(cost.regions, prediction.regions))

@@ -8,10 +8,10 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from planner._src import jax_adapter as adapter
 from planner._src.cost import evaluate
 from planner._src.graph import LivenessGraph, class_key
 from planner._src.types import Assignment, Check
+from planner._src.xla import adapter
 
 CHECK_KEPT = "JAX keeps the planned residuals"
 

@@ -26,11 +26,8 @@ from typing import Any
 
 import jax
 
-from planner._src import jax_adapter as adapter
-from planner._src import target as targets
 from planner._src.cost import evaluate
 from planner._src.graph import LivenessGraph
-from planner._src.trace import compile_with, compiled_figures, lower_with
 from planner._src.types import (
     Assignment,
     Check,
@@ -44,6 +41,9 @@ from planner._src.types import (
 from planner._src.verify.exposure import schedule_exposure_of
 from planner._src.verify.kept import as_traced, at_global_sizes, kept_checks
 from planner._src.verify.sites import policy_maker, region_policy
+from planner._src.xla import adapter
+from planner._src.xla import compile as xla_compile
+from planner._src.xla.compile import compile_with, compiled_figures, lower_with
 
 # Backends whose compiler keeps pinned_host buffers apart from device memory in
 # memory_analysis (host_temp_size_in_bytes). On the CPU backend both kinds are the same
@@ -275,14 +275,18 @@ def verify(request: VerifyRequest) -> VerifyResult:
     timed = None
     # schedule.py reads XLA:GPU's async host copies and copy streams (XLA:CPU has none; a
     # TPU's copies are not XLA:GPU's streams)
-    if schedule_exposure and backend in targets.XLA_GPU_BACKENDS and figs.async_host_copies_in_hlo:
+    if (
+        schedule_exposure
+        and backend in xla_compile.XLA_GPU_BACKENDS
+        and figs.async_host_copies_in_hlo
+    ):
         timed = schedule_exposure_of(
             compiled,
             cost,
             prediction,
             compiler,
             # the same lowered program, compiled under other options: no second trace
-            recompile=lambda options: targets.compile_lowered(lowered[0], dict(options)),
+            recompile=lambda options: xla_compile.compile_lowered(lowered[0], dict(options)),
             compiler_options=compiler_options,
         )
     return VerifyResult(
@@ -335,7 +339,7 @@ def precompile(
     import contextvars
 
     def compile_one(step_jaxpr, low, bound, options):
-        compiled = targets.compile_lowered(low, options)
+        compiled = xla_compile.compile_lowered(low, options)
         return Precompiled(step_jaxpr=step_jaxpr, lowered=low, compiled=compiled, bound=bound)
 
     futures = []

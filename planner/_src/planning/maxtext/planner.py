@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 import cost_models as cm
-from planner._src import target as targets
 from planner._src.errors import InvalidArgumentError
 from planner._src.options import PlanOptions, check_fits_device
 from planner._src.planning.maxtext.config import base_config_path, custom_keys, parse_overrides
@@ -17,6 +16,8 @@ from planner._src.planning.maxtext.result import MaxTextPlan, MaxTextVerificatio
 from planner._src.planning.maxtext.settings import budget_gb, read_settings_env
 from planner._src.planning.maxtext.step import build
 from planner._src.planning.planner import Planner
+from planner._src.xla import compile as xla_compile
+from planner._src.xla import deviceless, targets
 
 
 class MaxTextPlanner:
@@ -118,8 +119,8 @@ class MaxTextPlanner:
         t0 = time.perf_counter()
         mt = build(self.config_path, {**self.user, "remat_policy": "custom", **dict(custom)})
         compiler = self.session.compiler
-        args = targets.args_for(compiler, mt.args) if compiler.kind == "deviceless" else mt.args
-        program = targets.compile_traced(compiler, mt.step, args, options or None)
+        args = deviceless.args_for(compiler, mt.args) if compiler.kind == "deviceless" else mt.args
+        program = xla_compile.compile_traced(compiler, mt.step, args, options or None)
         fig = targets.read_figures(compiler, program.compiled)
         got = MaxTextVerification(
             compiler=fig.compiler,

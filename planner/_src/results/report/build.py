@@ -43,7 +43,7 @@ def _reason(d: str, rec_ms: float, exposed: float, nbytes: int, plan, room: int)
 def jax_label(c) -> str:
     """A candidate as ``print_saved_residuals`` prints it when kept, string for string:
     ``f32[4,256] output of dot_general from /path/model.py:12:8 (layer)`` (recorded at trace
-    time, jax_adapter.residual_label). Candidates built by hand: the same form from their
+    time, xla.adapter.residual_label). Candidates built by hand: the same form from their
     fields."""
     if c.jax_label:
         return c.jax_label
@@ -489,7 +489,7 @@ def sharding_notes(trace) -> list[str]:
         f"Sharded step over {trace.num_partitions} devices: bytes, times and the budget are "
         "per device; per-device sizes of the candidates: "
         + ", ".join(f"{n} {src}" for src, n in sorted(by_src.items()))
-        + " (see planner/shard.py)."
+        + " (see planner/_src/trace/shard.py)."
     ]
     fallback = [c for c in cands if c.shard_source == "unsharded (conservative)" and c.shape]
     fallback_in = [

@@ -11,15 +11,15 @@ from typing import Any
 import jax
 import numpy as np
 
-from planner._src import jax_adapter as adapter
-from planner._src.trace import _as_enum
 from planner._src.verify.numerics.compare import coarsest_eps, float_kind, is_key, own_eps
+from planner._src.xla import adapter
+from planner._src.xla.compile import as_enum
 
 
 def is_concrete(args) -> bool:
     """Whether every array leaf of ``args`` holds values, none abstract
     (``jax.ShapeDtypeStruct``); the other leaves (Python scalars, functions: an Equinox
-    model's activation) are constants of the step (``jax_adapter.is_array_leaf``)."""
+    model's activation) are constants of the step (``xla.adapter.is_array_leaf``)."""
     return not any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(args))
 
 
@@ -66,7 +66,7 @@ def run_planned(step_fn: Callable, args: Sequence[Any], make_policy, compiled=No
 
         def wrap(rid, r):
             pol = make_policy(rid, r)
-            return lambda prim, *a, **p: _as_enum(pol(prim, *a, **p))
+            return lambda prim, *a, **p: as_enum(pol(prim, *a, **p))
 
         with adapter.controlled_policies(wrap):
             return _ready(_jitted(step_fn)(*_copy(args)))

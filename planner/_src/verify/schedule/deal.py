@@ -9,7 +9,7 @@ import collections
 import re
 
 from cost_models._transfer import DIRECTIONS
-from planner._src import hlo
+from planner._src.xla import hlo
 
 
 def post_order(body: list[hlo.Instruction]) -> list[str]:

@@ -1,6 +1,6 @@
 """Pricing the compiled schedule: the seconds of each instruction on the compute stream,
 by the hardware profile's rates (matmuls and fused attention by their FLOPs, other kernels by
-their HBM bytes; a ``while`` at its trip count), or per kernel by planner/_src/kernels.py."""
+their HBM bytes; a ``while`` at its trip count), or per kernel by planner/_src/xla/kernels.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import re
 
 import cost_models as cm
-from planner._src import hlo
+from planner._src.xla import hlo
 
 # Async pairs whose start and done bracket work on another stream. Their own time is not the
 # compute stream's: only host copies (S(5)) are modelled as copies; the rest (the device-side

@@ -10,8 +10,8 @@ import random
 
 import cost_models as cm
 from cost_models._transfer import DIRECTIONS
-from planner._src import hlo
 from planner._src.verify.schedule.pricing import ASYNC_DONE, shape_bytes
+from planner._src.xla import hlo
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -9,10 +9,10 @@ from collections.abc import Mapping
 
 import cost_models as cm
 from cost_models._transfer import DIRECTIONS
-from planner._src import hlo, kernels
 from planner._src.verify.schedule.deal import copy_starts, stream_assignment
 from planner._src.verify.schedule.pricing import Pricer
 from planner._src.verify.schedule.replay import LINK_ORDERS, HostCopy, replay
+from planner._src.xla import hlo, kernels
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -59,7 +59,7 @@ def read_windows(
     rates, kernel launch time, loop-copy rate). ``compiler``: who scheduled it, for the
     report. ``streams``: copy streams the async copies are dealt over (0: the replay without
     streams, loop-slice copies free). ``stream_order``: ``"post"`` or ``"schedule"``.
-    ``pricing``: ``"profile"`` (this module's pricer) or ``"kernels"`` (planner/_src/kernels.py,
+    ``pricing``: ``"profile"`` (this module's pricer) or ``"kernels"`` (planner/_src/xla/kernels.py,
     the per-kernel pricing checked against H200 kernels: benchmarks/results/hlo-kernel-time-2026-12-05.md).
     ``link_rates``: bytes/s per direction in place of the profile's link rates (e.g. the
     in-step store rate measured on the H200, which is below the profile's device_put rate).

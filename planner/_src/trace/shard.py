@@ -43,7 +43,7 @@ import math
 import re
 from collections.abc import Iterable
 
-from planner._src import hlo
+from planner._src.xla import hlo
 
 # HLO opcodes whose shape is not the output of the equation named in their metadata.
 # (custom-call stays: a cuBLAS gemm is one, its first tuple element is the matmul's output.)

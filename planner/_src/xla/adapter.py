@@ -28,16 +28,30 @@ program traced under another policy, and the user's own cached programs are neit
 nor replaced. A user thread tracing at the same time sees JAX as it is: the patched bind
 passes through whenever the calling thread is not the planner's.
 
-Every JAX internal used here is listed in :data:`INTERNALS` and checked by
-:func:`check_internals` (tests/test_adapter.py), which names what moved when JAX changes.
+* the hooks of a deviceless compile (``xla/deviceless.py`` decides what they answer): JAX's
+  cuDNN fused-attention capability checks replaced (:func:`patch_capability_checks`), the
+  ``bind`` of the primitives whose parameters carry shardings wrapped
+  (:func:`patch_sharding_binds`), a traced jit's own in / out shardings read and replaced
+  (:func:`traced_shardings`, :func:`with_traced_shardings`), and an argument's aval placed in
+  host memory (:func:`shape_dtype_struct`).
+
+Every JAX internal the planner uses is listed in :data:`INTERNALS` (and the private keyword
+arguments in :data:`INTERNAL_KEYWORDS`) and checked by :func:`check_internals`
+(tests/test_adapter.py), which names what moved when JAX changes. This module is over 600
+lines on purpose: every JAX internal in one place, so that a JAX upgrade is adapted here and
+nowhere else.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
+import importlib
+import inspect
 import itertools
+import re
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -58,8 +72,9 @@ remat_p = _adc.remat_p
 # Source lines reported to users should point at their code, not at this adapter, nor at
 # the libraries that bind checkpoint regions for them (Flax's nn.remat / nn.scan lifting,
 # Equinox, penzai: a region "at flax/core/axes_scan.py" says nothing to the user). Found
-# without importing them.
-_siu.register_exclusion(__file__.rsplit("/", 1)[0])
+# without importing them. The planner's own frames: all of planner/_src (this file's parent
+# folder's parent), not only xla/.
+_siu.register_exclusion(__file__.rsplit("/", 2)[0])
 
 
 def _exclude_libraries(names=("flax", "equinox", "penzai")) -> None:
@@ -538,7 +553,7 @@ def eqn_source(eqn) -> str:
 
 def eqn_where(eqn) -> tuple[str, int] | None:
     """(file basename, line) of the innermost user frame of ``eqn``: what the compiled HLO's
-    metadata names (``source_file``/``source_line`` or its stack frame), used by planner.shard
+    metadata names (``source_file``/``source_line`` or its stack frame), used by trace/shard.py
     to find the equation's partitioned instructions."""
     for frame in _siu.user_frames(eqn.source_info.traceback):
         return frame.file_name.rsplit("/", 1)[-1], int(frame.start_line)
@@ -1027,6 +1042,113 @@ def _plain_trace(step_fn: Callable, args, donate: tuple[int, ...] | None = None)
     return traced
 
 
+# ------------------------------------------------------ the hooks of a deviceless compile
+
+# JAX internal: jax/_src/cudnn/fused_attention_stablehlo.py (0.10.0 to 0.12.0.1).
+# check_is_flash_attention calls these module globals to decide head-dim limits (128 below
+# Hopper, 256 from 9.0), packed layouts, MLA and cc 10.3 rules; both ask the default backend
+# (XLA:CPU here) and answer False. While a deviceless compile runs they answer for the target
+# (xla/deviceless.py).
+FUSED_ATTENTION = "jax._src.cudnn.fused_attention_stablehlo"
+CAPABILITY_CHECKS = ("check_compute_capability", "is_cuda_compute_capability_equal")
+
+# JAX internal: primitives whose parameters carry shardings or meshes of this machine's
+# devices when the user's step names them (jax/_src/pjit.py sharding_constraint_p, from
+# with_sharding_constraint; jax/_src/dispatch.py device_put_p, from jax.device_put inside a
+# step; jax/_src/shard_map.py shard_map_p's mesh). Wrapping the instance's ``bind`` (as this
+# module does for remat_p) lets the parameters be moved onto the target mesh.
+SHARDING_PRIMITIVES = (
+    ("jax._src.pjit", "sharding_constraint_p"),
+    ("jax._src.dispatch", "device_put_p"),
+    ("jax._src.shard_map", "shard_map_p"),
+)
+
+# JAX internal: jax.stages.Traced keeps the jit's own shardings in ``_params`` (jax/_src/
+# stages.py, the same keys in JAX 0.10.2 and 0.12.0.1): a tuple per flattened argument /
+# output, UnspecifiedValue where the user gave none; ``_lojax``, its low-level form, is
+# derived from them.
+TRACED_SHARDINGS = ("in_shardings", "out_shardings")
+
+
+def internal(module: str, name: str):
+    """A JAX internal of :data:`INTERNALS` this module patches, or a clear error naming what
+    moved."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise RuntimeError(
+            f"planner/_src/xla/adapter.py needs the JAX internal {module}.{name}, which JAX "
+            f"{jax.__version__} does not have ({e}); see tests/test_adapter.py::"
+            f"test_every_jax_internal_the_adapter_uses_is_there"
+        ) from e
+
+
+def patch_capability_checks(
+    make_check: Callable[[str, Callable[[str], bool]], Callable[[str], bool]],
+    undo: list[Callable[[], None]],
+) -> None:
+    """Replace each of JAX's cuDNN capability checks (:data:`CAPABILITY_CHECKS`) by
+    ``make_check(name, original)``; ``undo`` receives, one per check replaced, the call that
+    puts the original back."""
+    fa = importlib.import_module(FUSED_ATTENTION)
+    for name in CAPABILITY_CHECKS:
+        original = internal(FUSED_ATTENTION, name)
+        setattr(fa, name, make_check(name, original))
+        undo.append(functools.partial(setattr, fa, name, original))
+
+
+def patch_sharding_binds(
+    make_bind: Callable[[Callable], Callable], undo: list[Callable[[], None]]
+) -> None:
+    """Wrap the ``bind`` of each primitive of :data:`SHARDING_PRIMITIVES` by
+    ``make_bind(bind)``; ``undo`` receives, one per primitive, the call that restores it."""
+    for module, name in SHARDING_PRIMITIVES:
+        prim = internal(module, name)
+        had = "bind" in vars(prim)
+        before = vars(prim).get("bind")
+        prim.bind = make_bind(prim.bind)
+        undo.append(functools.partial(_restore_bind, prim, had, before))
+
+
+def _restore_bind(prim, had: bool, before) -> None:
+    if had:
+        prim.bind = before
+    else:
+        del prim.bind
+
+
+def traced_shardings(traced) -> dict[str, Any] | None:
+    """The jit's own shardings of a ``jax.stages.Traced``, ``{key: value}`` for the keys of
+    :data:`TRACED_SHARDINGS` it has; None where it keeps no ``_params``."""
+    params = getattr(traced, "_params", None)
+    if not isinstance(params, dict):
+        return None
+    return {k: params[k] for k in TRACED_SHARDINGS if k in params}
+
+
+def with_traced_shardings(traced, moved: dict[str, Any]):
+    """A copy of ``traced`` that lowers with the shardings ``moved`` (keys of
+    :data:`TRACED_SHARDINGS`) in place of its own."""
+    out = copy.copy(traced)
+    out._params = {**traced._params, **moved}
+    if hasattr(out, "_lojax"):
+        out._lojax = None  # the low-level form is derived from _params: derive it again
+    return out
+
+
+def shape_dtype_struct(shape, dtype, *, host: bool = False, **kw):
+    """``jax.ShapeDtypeStruct(shape, dtype, **kw)``; ``host``: its aval in host memory too
+    (JAX internal: ShapeDtypeStruct's ``_memory_space``, JAX 0.11.2 and 0.12.0.1): JAX takes
+    an array's memory space from its aval, not from a SingleDeviceSharding's memory kind. A
+    JAX without the private argument gets the sharding's kind alone."""
+    if host:
+        try:
+            return jax.ShapeDtypeStruct(shape, dtype, _memory_space=jax.memory.Space.Host, **kw)
+        except TypeError:  # a JAX without the private argument: the kind alone
+            pass
+    return jax.ShapeDtypeStruct(shape, dtype, **kw)
+
+
 # --------------------------------------------------------------------------- the guard
 
 # Every JAX internal this module uses: (module, attribute). check_internals() names what a
@@ -1060,21 +1182,48 @@ INTERNALS = (
     ("jax._src.interpreters.partial_eval", "SaveableType"),
     ("jax._src.interpreters.partial_eval", "RecomputeType"),
     ("jax", "enable_x64"),  # float64(): a public config context, checked as the others
+    # the hooks of a deviceless compile (a dotted name: an attribute of an attribute)
+    (FUSED_ATTENTION, "check_compute_capability"),
+    (FUSED_ATTENTION, "is_cuda_compute_capability_equal"),
+    (FUSED_ATTENTION, "check_is_flash_attention"),  # the caller of the two above
+    ("jax._src.pjit", "sharding_constraint_p"),
+    ("jax._src.dispatch", "device_put_p"),
+    ("jax._src.shard_map", "shard_map_p"),
+    ("jax._src.stages", "Traced._params"),
+    ("jax._src.stages", "Traced._lojax"),
 )
+
+# Private keyword arguments used where the installed JAX takes them, with a fallback where it
+# does not: (module, callable, keyword, the first JAX version that takes it).
+INTERNAL_KEYWORDS = (("jax", "ShapeDtypeStruct", "_memory_space", "0.11.2"),)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
 
 def check_internals() -> list[str]:
     """The JAX internals of :data:`INTERNALS` missing from the installed JAX (empty: all
-    there), each as ``module.attribute``."""
-    import importlib
-
+    there), each as ``module.attribute``, and the keywords of :data:`INTERNAL_KEYWORDS` a JAX
+    of their version or later does not take, as ``module.callable(keyword=)``."""
     missing = []
     for mod, attr in INTERNALS:
         try:
-            if not hasattr(importlib.import_module(mod), attr):
-                missing.append(f"{mod}.{attr}")
-        except ImportError:
+            obj = importlib.import_module(mod)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError):
             missing.append(f"{mod}.{attr}")
+    for mod, name, keyword, since in INTERNAL_KEYWORDS:
+        if _version(jax.__version__) < _version(since):
+            continue
+        try:
+            fn = getattr(importlib.import_module(mod), name)
+            takes = keyword in inspect.signature(fn).parameters
+        except (ImportError, AttributeError, TypeError, ValueError):
+            takes = False
+        if not takes:
+            missing.append(f"{mod}.{name}({keyword}=)")
     return missing
 
 

@@ -52,7 +52,7 @@ import re
 from collections import defaultdict
 
 from cost_models._rules import CAUSAL_FRACTION
-from planner._src import hlo
+from planner._src.xla import hlo
 
 # Instructions that launch nothing (they route, alias, wrap or wait).
 FREE = frozenset(
@@ -78,7 +78,7 @@ FREE = frozenset(
     }
 )
 _GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul")
-_ELEMENTWISE_FREE = frozenset(
+ELEMENTWISE_FREE = frozenset(
     {"parameter", "constant", "bitcast", "broadcast", "reshape", "tuple", "get-tuple-element"}
 )
 # Reads of a parameter that touch only part of it: the bytes read are the result's.
@@ -150,12 +150,12 @@ def _target(ins: hlo.Instruction) -> str:
     return m.group(1) if m else ""
 
 
-def _called(ins: hlo.Instruction) -> str | None:
+def called(ins: hlo.Instruction) -> str | None:
     m = re.search(r"calls=%?([\w.\-]+)", ins.attrs)
     return m.group(1) if m else None
 
 
-def _nbytes(shape: str) -> int:
+def shape_bytes(shape: str) -> int:
     return sum(hlo.array_bytes(t, d) for t, d in hlo.array_shapes(shape))
 
 
@@ -168,7 +168,7 @@ def _dedup(ins: hlo.Instruction) -> str:
     return m.group(1) if m else ins.name
 
 
-def _start_operands(ins: hlo.Instruction) -> str:
+def start_operands(ins: hlo.Instruction) -> str:
     """The operand shapes of an async ``*-start``: the first element of its result tuple
     ``((operands...), output, context)``."""
     top = hlo.split_top(ins.shape[1:-1]) if ins.shape.startswith("(") else [ins.shape]
@@ -252,7 +252,7 @@ def fusion_cost(body: list[hlo.Instruction], operand_shapes: list[str]) -> Fusio
     def pbytes(p: str) -> int:
         idx = params[p]
         text = operand_shapes[idx] if idx < len(operand_shapes) else shapes[p]
-        return _nbytes(text)
+        return shape_bytes(text)
 
     # What each parameter costs to read once: all of it, the slices it is read through, or
     # nothing when it is only the buffer of an in-place update (counted with the update).
@@ -262,7 +262,7 @@ def fusion_cost(body: list[hlo.Instruction], operand_shapes: list[str]) -> Fusio
         uses = _through_bitcasts(p, users, by_name)
         full = pbytes(p)
         if uses and all(u.opcode in _PARTIAL_READS and u.operands[0] == nm for u, nm in uses):
-            read_once[p] = min(full, sum(_nbytes(u.shape) for u, _ in uses))
+            read_once[p] = min(full, sum(shape_bytes(u.shape) for u, _ in uses))
         elif uses and all(u.opcode in _IN_PLACE and u.operands[0] == nm for u, nm in uses):
             read_once[p] = 0
         else:
@@ -281,16 +281,16 @@ def fusion_cost(body: list[hlo.Instruction], operand_shapes: list[str]) -> Fusio
         if base.opcode in _IN_PLACE and base.operands and base.operands[0] in params:
             # the update (dynamic-update-slice operand 1; scatter: its updates, the last)
             upd = base.operands[1] if base.opcode == "dynamic-update-slice" else base.operands[-1]
-            ub = _nbytes(shapes.get(upd, ""))
+            ub = shape_bytes(shapes.get(upd, ""))
             written += ub
             in_place_written += ub  # the touched part of the buffer is read too
         elif base.opcode == "custom-call" and base.shape.startswith("("):
-            written += _nbytes(hlo.split_top(base.shape[1:-1])[0])  # not the workspace
+            written += shape_bytes(hlo.split_top(base.shape[1:-1])[0])  # not the workspace
         else:
-            written += _nbytes(o.shape)
+            written += shape_bytes(o.shape)
 
     # Passes: reductions in levels; each level reads what its reductions reach.
-    reduces = [i for i in body if i.opcode == "reduce" and _is_row_reduction(i, shapes)]
+    reduces = [i for i in body if i.opcode == "reduce" and is_row_reduction(i, shapes)]
     reduce_names = {r.name for r in reduces}
     cone_cache: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
 
@@ -360,7 +360,7 @@ def fusion_cost(body: list[hlo.Instruction], operand_shapes: list[str]) -> Fusio
             computes = True
         elif ins.opcode in ("dynamic-slice", "dynamic-update-slice", "slice"):
             moves = True
-        elif ins.opcode not in _ELEMENTWISE_FREE:
+        elif ins.opcode not in ELEMENTWISE_FREE:
             src = shapes.get(ins.operands[0], "") if ins.operands else ""
             elems = _elements(src) if ins.opcode == "reduce" else _elements(ins.shape)
             vec += elems
@@ -377,7 +377,7 @@ def fusion_cost(body: list[hlo.Instruction], operand_shapes: list[str]) -> Fusio
     )
 
 
-def _is_row_reduction(ins: hlo.Instruction, shapes: dict[str, str]) -> bool:
+def is_row_reduction(ins: hlo.Instruction, shapes: dict[str, str]) -> bool:
     """A ``reduce`` that shrinks its operand (not a tuple-of-scalars bookkeeping reduce)."""
     src = _elements(shapes.get(ins.operands[0], "")) if ins.operands else 0
     return src > _elements(ins.shape)
@@ -397,7 +397,7 @@ def _gemm_custom_call(ins: hlo.Instruction, shapes: dict[str, str]) -> tuple[flo
         k = math.prod(lhs[0][1][int(i)] for i in dims.get("lhs_contracting_dimensions", []))
     types = [t for o in ins.operands[:2] for t, _ in hlo.array_shapes(shapes.get(o, ""))]
     highest = '"HIGHEST"' in ins.line
-    return 2.0 * _elements(out) * k, _matmul_dtype(types, highest), _nbytes(out)
+    return 2.0 * _elements(out) * k, _matmul_dtype(types, highest), shape_bytes(out)
 
 
 def _attention_custom_call(ins: hlo.Instruction, shapes: dict[str, str]) -> tuple[float, str]:
@@ -452,19 +452,17 @@ def kernel_times(module: hlo.Module | str, hw) -> list[KernelTime]:
 
 def _one(ins, comps, shapes, hw, hbm, n) -> KernelTime | None:
     operand_shapes = [shapes.get(o, "") for o in ins.operands]
-    read = sum(_nbytes(s) for s in operand_shapes)
-    written = _nbytes(ins.shape)
+    read = sum(shape_bytes(s) for s in operand_shapes)
+    written = shape_bytes(ins.shape)
     mm = vec = 0.0
     dtype = "bfloat16"
     passes = 1
     kind = "other"
     seconds = None
     if ins.opcode in ("fusion", "fusion-start"):
-        body = comps.get(_called(ins) or "", [])
+        body = comps.get(called(ins) or "", [])
         if ins.opcode == "fusion-start":
-            operand_shapes = [
-                s for s in hlo.split_top(_start_operands(ins)[1:-1])
-            ] or operand_shapes
+            operand_shapes = [s for s in hlo.split_top(start_operands(ins)[1:-1])] or operand_shapes
         fc = fusion_cost(body, operand_shapes)
         read, written, passes = fc.bytes_read, fc.bytes_written, fc.passes
         mm, dtype, vec = fc.matmul_flops, fc.matmul_dtype, fc.vector_flops
@@ -487,7 +485,7 @@ def _one(ins, comps, shapes, hw, hbm, n) -> KernelTime | None:
             mm = flops
     elif ins.opcode in ("copy", "copy-start"):
         kind = "copy"
-        written = _nbytes(_start_output(ins)) if ins.opcode == "copy-start" else written
+        written = shape_bytes(_start_output(ins)) if ins.opcode == "copy-start" else written
         if ins.opcode == "copy" and operand_shapes and operand_shapes[0] == ins.shape:
             # Same dims, same layout: XLA:GPU runs it as a device-to-device memcpy.
             kind = "d2d"
@@ -515,264 +513,3 @@ def _one(ins, comps, shapes, hw, hbm, n) -> KernelTime | None:
 def step_seconds(kernels: list[KernelTime], *, include_d2d: bool = True) -> float:
     """The sum of the kernels' device time per step."""
     return sum(k.step_seconds for k in kernels if include_d2d or k.kind != "d2d")
-
-
-# ------------------------------------------------------------ what the anchors tell the planner
-
-REMAT = "rematted_computation"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class LoopTime:
-    """Kernel time of one while loop's body, per trip (``d2d``: its memcpys apart)."""
-
-    body: str
-    trips: int
-    backward: bool  # the loop of a ``transpose(...)`` (JAX's backward pass)
-    kernel_s: float  # per trip
-    d2d_s: float  # per trip
-
-
-def loop_times(module: hlo.Module | str, hw) -> list[LoopTime]:
-    """Per while loop of the program, in text order: its body's kernel time per trip."""
-    if isinstance(module, str):
-        module = hlo.parse(module)
-    ks = kernel_times(module, hw)
-    out = []
-    for ins in module.instructions:
-        loop = hlo.while_loop(ins)
-        if not loop:
-            continue
-        body, trips = loop
-        mine = [k for k in ks if k.computation == body]
-        out.append(
-            LoopTime(
-                body=body,
-                trips=trips,
-                backward="transpose(" in ins.op_name,
-                kernel_s=sum(k.seconds for k in mine if k.kind != "d2d"),
-                d2d_s=sum(k.seconds for k in mine if k.kind == "d2d"),
-            )
-        )
-    return out
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RecomputeShare:
-    """One recomputed JAX equation's share of a backward loop's kernel time, per trip."""
-
-    primitive: str  # the JAX primitive (last part of op_name), e.g. "reduce_max"
-    shape: str  # its result's dims in the HLO (after XLA's layout bitcasts), e.g. "f32[8,16,4096]"
-    seconds: float
-    where: tuple[str, int] | None = None  # (file basename, line) of the user's code
-
-    @property
-    def dtype(self) -> str:
-        return self.shape.split("[", 1)[0]
-
-    @property
-    def elements(self) -> int:
-        return sum(int(math.prod(d)) for _, d in hlo.array_shapes(self.shape))
-
-
-def recompute_shares(module: hlo.Module | str, hw, body: str) -> list[RecomputeShare]:
-    """The recompute a full-remat program's backward loop body runs, per recomputed equation.
-
-    A kernel of ``body`` whose instructions carry ``rematted_computation`` in their op_name
-    recomputes forward values; its time per trip is split over those equations:
-
-    * a recomputed *row reduction* (a ``reduce`` of the fusion) costs the passes it adds:
-      the fusion's time less its time with that reduction's result read as a parameter (a
-      saved value: the passes its cone made are gone) -- the softmax row max and sum that
-      make full remat's backward softmax fusion read the f32 scores three times;
-    * the rest of a kernel that computes nothing but recomputed values (a recomputed matmul,
-      the recomputed probabilities) is split over its recomputed equations by the bytes of
-      their results; a kernel that mixes backward and recomputed work keeps the rest (the
-      backward pays it under any policy).
-
-    This is what a planner candidate's ``t_v`` would be priced from (the equation's primitive
-    and result dims identify it); the sum over a loop is at most the body's kernel time.
-    """
-    if isinstance(module, str):
-        module = hlo.parse(module)
-    comps = module.computations()
-    shapes = {i.name: i.shape for i in module.instructions}
-    out: list[RecomputeShare] = []
-    for k in kernel_times(module, hw):
-        if k.computation != body or k.kind == "d2d":
-            continue
-        ins = next(i for i in comps[body] if i.name == k.name)
-        callee = _called(ins)
-        inner = comps.get(callee or "", []) if ins.opcode in ("fusion", "fusion-start") else []
-        if not inner:  # a custom-call (cuBLAS): its own op_name says
-            if REMAT in ins.op_name:
-                out.append(RecomputeShare(ins.primitive, _dims(ins.shape), k.seconds, ins.where))
-            continue
-        rem = [i for i in inner if REMAT in i.op_name and i.opcode not in _ELEMENTWISE_FREE]
-        if not rem:
-            continue
-        operand_shapes = [shapes.get(o, "") for o in ins.operands]
-        if ins.opcode == "fusion-start":
-            operand_shapes = hlo.split_top(_start_operands(ins)[1:-1])
-        whole = k.seconds
-        left = whole
-        for r in rem:
-            if r.opcode != "reduce" or not _is_row_reduction(r, {i.name: i.shape for i in inner}):
-                continue
-            without = _seconds_of(_as_parameter(inner, r.name), operand_shapes + [r.shape], hw)
-            delta = max(0.0, whole - without)
-            out.append(RecomputeShare(r.primitive, _dims(r.shape), delta, r.where))
-            left -= delta
-        pure = all(REMAT in i.op_name for i in inner if i.opcode not in _ELEMENTWISE_FREE)
-        if pure and left > 0:
-            rest = [r for r in rem if r.opcode != "reduce"] or rem
-            total = sum(_nbytes(r.shape) for r in rest) or 1
-            for r in rest:
-                out.append(
-                    RecomputeShare(
-                        r.primitive, _dims(r.shape), left * _nbytes(r.shape) / total, r.where
-                    )
-                )
-    return out
-
-
-def _dims(shape: str) -> str:
-    """``"f32[8,16]"``; of a tuple (a cuBLAS call's), its first element: the rest is
-    workspace."""
-    if shape.startswith("("):
-        shape = hlo.split_top(shape[1:-1])[0]
-    return ", ".join(f"{t}[{','.join(map(str, d))}]" for t, d in hlo.array_shapes(shape))
-
-
-def _as_parameter(body: list[hlo.Instruction], name: str) -> list[hlo.Instruction]:
-    """The fused computation with instruction ``name`` replaced by a new last parameter."""
-    n_params = sum(1 for i in body if i.opcode == "parameter")
-    out = []
-    for i in body:
-        if i.name == name:
-            i = dataclasses.replace(
-                i, opcode="parameter", operands=(), operand_text=str(n_params), attrs=""
-            )
-        out.append(i)
-    return out
-
-
-def _seconds_of(body: list[hlo.Instruction], operand_shapes: list[str], hw) -> float:
-    fc = fusion_cost(body, operand_shapes)
-    compute = (fc.matmul_flops / hw.matmul_rate(fc.matmul_dtype) if fc.matmul_flops else 0.0) + (
-        fc.vector_flops / hw.vector_flops_per_s
-    )
-    return max((fc.bytes_read + fc.bytes_written) / hw.hbm_bytes_per_s, compute)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class AnchorGap:
-    """What the two anchors' HLO says one layer trip of a scanned region costs, per trip:
-    the backward loop's kernel time under full remat less under save-everything (the
-    recompute the device runs), and the forward loop's the other way round (the residual
-    writes saving costs), each with its d2d memcpys apart."""
-
-    trips: int
-    recompute_s: float  # backward: full remat - save everything, kernels
-    recompute_d2d_s: float
-    residual_write_s: float  # forward: save everything - full remat, kernels
-    residual_write_d2d_s: float
-
-
-def anchor_gaps(remat: hlo.Module | str, saved: hlo.Module | str, hw) -> list[AnchorGap]:
-    """Pair the forward and backward loops of the full-remat and save-everything anchors
-    (in text order, by direction and trip count) and difference their kernel times."""
-    a, b = loop_times(remat, hw), loop_times(saved, hw)
-    out = []
-    for back in (True,):
-        ra = [x for x in a if x.backward == back]
-        sb = [x for x in b if x.backward == back]
-        fa = [x for x in a if not x.backward]
-        fb = [x for x in b if not x.backward]
-        for x, y in zip(ra, sb):
-            if x.trips != y.trips:
-                continue
-            fx = next((f for f in fa if f.trips == x.trips), None)
-            fy = next((f for f in fb if f.trips == x.trips), None)
-            out.append(
-                AnchorGap(
-                    trips=x.trips,
-                    recompute_s=x.kernel_s - y.kernel_s,
-                    recompute_d2d_s=x.d2d_s - y.d2d_s,
-                    residual_write_s=(fy.kernel_s - fx.kernel_s) if fx and fy else 0.0,
-                    residual_write_d2d_s=(fy.d2d_s - fx.d2d_s) if fx and fy else 0.0,
-                )
-            )
-    return out
-
-
-_HLO_DTYPES = {
-    "float32": "f32",
-    "bfloat16": "bf16",
-    "float16": "f16",
-    "int32": "s32",
-    "bool": "pred",
-    "uint32": "u32",
-    "int8": "s8",
-    "float64": "f64",
-}
-
-
-def match_shares(shares: list[RecomputeShare], candidates) -> tuple[dict[int, float], float]:
-    """Seconds per trip of each candidate (``types.Candidate``: by its ``index``) that the
-    shares price, and the seconds no candidate took.
-
-    A share belongs to the candidates of the same primitive, element type and element count
-    (XLA's bitcasts change dims, not sizes), at the same source line where both sides know
-    it; several such candidates split it evenly. Shares of equations that are not
-    candidates (the intermediates of a gather, a scatter's index arithmetic) stay unmatched:
-    the caller keeps its own price for those.
-    """
-    out: dict[int, float] = defaultdict(float)
-    left = 0.0
-    for s in shares:
-        same = [
-            c
-            for c in candidates
-            if c.primitive == s.primitive
-            and _HLO_DTYPES.get(str(c.dtype), str(c.dtype)) == s.dtype
-            and int(math.prod(c.shape)) == s.elements
-        ]
-        if s.where:
-            here = [c for c in same if _file_line(str(c.source)) == s.where]
-            same = here or same
-        if not same:
-            left += s.seconds
-            continue
-        for c in same:
-            out[c.index] += s.seconds / len(same)
-    return dict(out), left
-
-
-def _file_line(source: str) -> tuple[str, int] | None:
-    """``(file basename, line)`` of a candidate's source, ``"/p/llama.py:131:24 (fn)"`` or
-    ``"model.py:11"`` (trace.py writes the first: with the column and function, which a
-    plain suffix test against the HLO's file and line never matched)."""
-    m = re.match(r"\s*(\S+?):(\d+)(?::\d+)?(?:\s|$)", source)
-    return (m.group(1).rsplit("/", 1)[-1], int(m.group(2))) if m else None
-
-
-def region_recompute_seconds(
-    remat: hlo.Module | str, hw, trips: int, candidates
-) -> tuple[dict[int, float], float]:
-    """What the planner's cost stage would use as ``t_v`` for the candidates of one scanned
-    region (``trips``: its multiplicity): the full-remat anchor's recompute shares
-    (:func:`recompute_shares`) of every backward loop of that trip count, matched to the
-    candidates (:func:`match_shares`); seconds per trip, and the seconds no candidate took.
-
-    Compile the anchor with Triton GEMMs on (XLA:GPU's default on the device): with them off
-    (target.DEVICELESS_COMPILE_OPTIONS, right for the memory figures) the deviceless program
-    is not the device's (measured: benchmarks/results/hlo-kernel-time-2026-12-05.md).
-    """
-    if isinstance(remat, str):
-        remat = hlo.parse(remat)
-    shares: list[RecomputeShare] = []
-    for loop in loop_times(remat, hw):
-        if loop.backward and loop.trips == trips:
-            shares += recompute_shares(remat, hw, loop.body)
-    return match_shares(shares, candidates)

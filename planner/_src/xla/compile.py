@@ -1,0 +1,501 @@
+"""Compiling: a step traced under the planner's policies and lowered (:func:`lower_with`), a
+lowered program compiled (:func:`compile_lowered`), both at once (:func:`compile_with`), a
+step traced, lowered and compiled for a compiler target (:func:`compile_traced`), compiles run
+side by side (:func:`at_once`), the XLA options the planner's compiles use (deviceless,
+pricing, probe, autotune cache), and a compiled step's memory figures with the stacked
+residuals and host bytes of its jaxpr (:func:`compiled_figures`).
+
+* :func:`lower` and :func:`compile_lowered` are the lowering and compile every planner compile
+  goes through (the anchors, the verify step). Under a deviceless target's scope
+  (``deviceless.target_scope``), a step the user jitted with ``out_shardings`` /
+  ``in_shardings`` on this machine's mesh lowers with them moved onto the target mesh (the
+  outputs are re-sharded as the user asked, on the target's devices), and an XLA:GPU compile
+  that calls the CUDA runtime (it needs a device: measured for large sorts on GB200, which
+  XLA rewrites to CUB radix sorts) raises :class:`TargetError` saying what, why and what to do.
+* :func:`compile_traced` traces, lowers and compiles for the target, once per call. JAX caches
+  traces by function identity and argument types, not by the checkpoint policies a caller
+  substitutes while tracing, so each call traces under a trace context of its own (a private
+  configuration value, ``adapter.isolated_traces``): a second call under other policies
+  gets a new program, a program traced under a caller's policies never reaches the user, and
+  JAX's caches are never cleared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import re
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+
+from planner._src.errors import PlannerError, PlanWarning, TraceError
+from planner._src.types import CompiledFigures
+from planner._src.xla import adapter, deviceless, gpus, hlo, targets
+from planner._src.xla.gpus import TargetError
+
+# ------------------------------------------------------------- lowering and compiling
+
+# What jax.jit says when a step it traces or lowers mixes this machine's devices (or their
+# memory kinds) with the target's: a user's jit with in_shardings / out_shardings on a CPU mesh
+# that could not be moved onto the target (see lower()).
+_FOREIGN_DEVICE_ERRORS = (
+    "incompatible devices",
+    "Memory kinds passed to jax.jit",
+    "device assignment",
+)
+
+# What the CUDA runtime says when XLA:GPU, compiling without a device, calls it anyway.
+_NEEDS_DEVICE = re.compile(
+    r"cudaErrorInvalidDevice|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|CUDA_ERROR_INVALID_DEVICE"
+    r"|no CUDA-capable device"
+)
+
+
+def lower(traced):
+    """``traced.lower()``, for the target in scope (:func:`target_scope`): a step the user
+    jitted with ``out_shardings`` / ``in_shardings`` on this machine's mesh lowers with them
+    on the target mesh (the outputs re-sharded as the user asked, on the target's devices).
+    A placement that cannot be moved raises :class:`TargetError` with the fix. Outside a
+    deviceless scope: ``traced.lower()``.
+
+    JAX's "Some donated buffers were not usable" warning is silenced here: the planner
+    lowers the step once per anchor, verify and fill round, and the warning (about the
+    step's own donation, e.g. ``eqx.filter_jit(donate="all")`` donating the batch, which
+    Equinox itself silences) says nothing about the plan; the step warns as it always did
+    when the user runs it."""
+    scope = deviceless.active_scope()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+        if scope is None:
+            return traced.lower()
+        try:
+            return deviceless.traced_on_target(scope, traced).lower()
+        except ValueError as e:
+            if any(m in str(e) for m in _FOREIGN_DEVICE_ERRORS):
+                raise _foreign_device_error(scope.target, e) from e
+            raise
+
+
+def at_once(calls: Sequence[Callable[[], Any]], workers: int) -> list[tuple[Any, float]]:
+    """Run ``calls`` (compiles: XLA compiles without holding the GIL) on ``workers`` threads,
+    each in a copy of the caller's context (a deviceless target's scope, a ``ContextVar``,
+    travels with it), and return each call's result with its own wall seconds, in order.
+    Fewer than two workers or calls: one after the other on this thread. A call that raises
+    raises here, after the others have finished."""
+    import concurrent.futures
+    import time
+
+    def timed(call):
+        t = time.perf_counter()
+        return call(), time.perf_counter() - t
+
+    if workers < 2 or len(calls) < 2:
+        return [timed(c) for c in calls]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(contextvars.copy_context().run, timed, c) for c in calls]
+        concurrent.futures.wait(futures)
+    return [f.result() for f in futures]
+
+
+def _foreign_device_error(target: targets.CompilerTarget, e: Exception) -> TargetError:
+    return TargetError(
+        f"The step names devices of this machine where {target.description} needs its own: "
+        f"{str(e)[:400]}\nWhy: a deviceless compile runs on the target's compile-only "
+        "devices; the planner moves NamedShardings of this machine's mesh onto the target mesh "
+        "of the same shape and axis names, and this placement is not one of those.\nFix: pass "
+        "the step un-jitted (or jitted with in_shardings / out_shardings as NamedSharding on "
+        "a Mesh of the step's devices, or as PartitionSpecs); args_for() places the arguments."
+    )
+
+
+# ---------------------------------------------------------------------- compile options
+
+# What XLA:GPU says when its autotuner, compiling on a live GPU, cannot allocate the buffers to
+# time a kernel's candidates: the program is bigger than the free HBM (e.g. a save-everything
+# anchor at a large batch: "All configs failed during profiling"). The compile itself needs no
+# such memory.
+_AUTOTUNE_FAILED = re.compile(
+    r"All configs failed during profiling|[Aa]utotun\w*[^\n]*(RESOURCE_EXHAUSTED|out of memory)"
+)
+
+AUTOTUNE_OFF = {"xla_gpu_autotune_level": 0}
+
+# A deviceless compile cannot autotune, and left alone XLA keeps every matmul as a Triton GEMM
+# fusion, which fuses its operands' converts and transposes; the GPU's own compile picks
+# cuBLAS for most matmuls (34 of 48 in the MoE plan below, with or without autotuning) and
+# materializes those operands, so the deviceless compile with Triton GEMMs left on
+# under-counts the device's bytes far more than with them off (measured:
+# benchmarks/results/deviceless-plans-2026-12-04.md). So the deviceless compile measures with every
+# matmul as a cuBLAS call.
+DEVICELESS_COMPILE_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
+
+# ... but the *kernels* of that program are not the device's: with Triton GEMMs off XLA splits
+# the masked score matmul from its epilogue and runs a saved matmul twice to write it into a
+# scan's stacked residual. With them on, the deviceless program's fusions are the device's
+# kernels (instruction names and per-kind device time within 1.5 ms a step of the H200's own
+# compile of the MoE example; measured: benchmarks/results/hlo-kernel-time-2026-12-05.md, section 3).
+# So the compile whose HLO prices the recompute kernel by kernel (trace/prices.py,
+# recompute_shares.region_recompute_seconds) keeps XLA:GPU's default.
+PRICING_COMPILE_OPTIONS = {"xla_gpu_enable_triton_gemm": True}
+
+# The JAX backends whose compiled programs are XLA:GPU's (CUDA), deviceless ("cuda") or live:
+# what kernels.py prices and schedule.py replays.
+XLA_GPU_BACKENDS = frozenset({"cuda", "gpu"})
+
+
+def pricing_compile_options() -> dict[str, Any] | None:
+    """The options of the compile whose HLO prices kernels, where that is not the compile
+    already made: a deviceless target in scope -> :data:`PRICING_COMPILE_OPTIONS` (one more
+    compile); a live GPU (no target in scope) -> None: its own compile is the device's program."""
+    return dict(PRICING_COMPILE_OPTIONS) if deviceless.active_scope() is not None else None
+
+
+# XLA:GPU's per-fusion autotune cache on disk (PlanOptions.autotune_cache_dir): the first
+# compile of a step on a live GPU spends most of its time in the autotuner, whose results XLA
+# keeps for the process only. With this directory a later process reads them: its first
+# compile is about ten times faster, with equal memory figures (measured:
+# benchmarks/results/planning-time-2026-12-05.md).
+AUTOTUNE_CACHE_FLAG = "xla_gpu_per_fusion_autotune_cache_dir"
+
+_autotune_cache: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "planner_autotune_cache", default=None
+)
+
+
+@contextlib.contextmanager
+def autotune_cache(path: str | None) -> Iterator[None]:
+    """Within this context (and the compile threads started from it: ``at_once`` and the
+    session's pool copy the context), live-GPU compiles of :func:`compile_lowered` read and
+    write XLA's autotune results in ``path`` (created at the first such compile). None:
+    nothing changes. (JAX's persistent compilation cache, where enabled, already points XLA
+    at ``<its directory>/xla_gpu_per_fusion_autotune_cache_dir``:
+    ``jax_persistent_cache_enable_xla_caches``.)"""
+    if path is None:
+        yield
+        return
+    token = _autotune_cache.set(str(Path(path).expanduser()))
+    try:
+        yield
+    finally:
+        _autotune_cache.reset(token)
+
+
+# The compiler probes (trace.holds_rereads_twice, trace.hoists_recompute) read the structure of
+# XLA's buffer assignment from the temporary bytes of a few small programs, differences of one
+# 16.8 MB tensor. On a live GPU the autotuner picks each matmul's kernel by timing it, and a
+# Triton GEMM fusion can take the tanh into its epilogue where cuBLAS cannot: the bytes, and so
+# the answer, can then depend on timing noise (the probes compile beside the anchors, four at
+# once on one GPU): a wrong answer puts the memory model off by a factor of three (measured:
+# benchmarks/results/planning-time-2026-12-05b.md). The probes compile as a deviceless target
+# does: no autotuning, cuBLAS matmuls (deterministic kernels; also no waiting for the GPU
+# the anchors' autotuning holds).
+PROBE_COMPILE_OPTIONS = {**AUTOTUNE_OFF, **DEVICELESS_COMPILE_OPTIONS}
+
+
+def probe_compile_options() -> dict[str, Any]:
+    """XLA options for a compiler probe's compile: :data:`PROBE_COMPILE_OPTIONS` on a live
+    GPU, none elsewhere (a deviceless target adds its own; XLA:CPU does not autotune)."""
+    if deviceless.active_scope() is None and jax.default_backend() == "gpu":
+        return dict(PROBE_COMPILE_OPTIONS)
+    return {}
+
+
+def compile_lowered(lowered, compiler_options: dict[str, Any] | None = None):
+    """``lowered.compile(compiler_options)``; for a deviceless target in scope, an XLA:GPU
+    compile that calls the CUDA runtime (which needs a GPU) raises :class:`TargetError`
+    saying so, instead of XLA's raw ``cudaErrorInvalidDevice``. On a live GPU, a compile
+    whose autotuner ran out of device memory (the program does not fit the free HBM) is
+    compiled again without autotuning, with a warning: its bytes are the compiler's, its
+    kernels XLA's defaults (as in a deviceless compile). Within :func:`autotune_cache`, a
+    live-GPU compile keeps its autotune results in that directory."""
+    scope = deviceless.active_scope()
+    options = dict(compiler_options or {})
+    if scope is not None:  # deviceless: see DEVICELESS_COMPILE_OPTIONS (the caller's win)
+        options = {**DEVICELESS_COMPILE_OPTIONS, **options}
+    elif _autotune_cache.get() is not None and jax.default_backend() == "gpu":
+        Path(_autotune_cache.get()).mkdir(parents=True, exist_ok=True)
+        options.setdefault(AUTOTUNE_CACHE_FLAG, _autotune_cache.get())
+    try:
+        return lowered.compile(compiler_options=options or None)
+    except RuntimeError as e:  # jax.errors.JaxRuntimeError is one
+        if scope is None and _AUTOTUNE_FAILED.search(str(e)) and not options.keys() & AUTOTUNE_OFF:
+            warnings.warn(
+                "XLA:GPU's autotuner ran out of device memory while compiling the step (the "
+                "program needs more HBM than is free, as a save-everything compile at a large "
+                "batch can); compiled again with xla_gpu_autotune_level=0. Its memory figures "
+                "are the compiler's; its kernels are XLA's defaults.",
+                PlanWarning,
+                stacklevel=2,
+            )
+            return lowered.compile(compiler_options={**options, **AUTOTUNE_OFF})
+        if scope is None or not _NEEDS_DEVICE.search(str(e)):
+            raise
+        raise _needs_device_error(scope.target, lowered, e) from e
+
+
+def _sorts(lowered) -> int:
+    """How many sorts the lowered program has (its StableHLO text); -1 when unreadable."""
+    try:
+        return len(re.findall(r"\bstablehlo\.sort\b|\bmhlo\.sort\b", lowered.as_text()))
+    except Exception:  # noqa: BLE001  (only for the message)
+        return -1
+
+
+def _gpu_label(target: targets.CompilerTarget) -> str:
+    try:
+        return gpus.gpu(target.gpu_name).label if target.gpu_name else "target GPU"
+    except TargetError:
+        return target.gpu_name or "target GPU"
+
+
+def _needs_device_error(target: targets.CompilerTarget, lowered, e: Exception) -> TargetError:
+    sorts = _sorts(lowered)
+    here = (
+        f"this step has {sorts} sort(s) in its lowered program (a dropless / ragged MoE "
+        "dispatch sorts every token's expert choices: jnp.argsort)"
+        if sorts > 0
+        else "no sort was found in this step's lowered program, so another pass asked"
+        if sorts == 0
+        else "the step's program could not be read to say which op"
+    )
+    return TargetError(
+        f"{target.description} could not compile the step: XLA's GPU compiler called the "
+        f"CUDA runtime, which needs a GPU, and this machine has none ({str(e).strip()[:200]}).\n"
+        "Why: a few XLA:GPU passes ask the device while compiling. The one measured "
+        "(benchmarks/results/frontier-deviceless-2026-12-03.md, 'The GB200 error'): a sort "
+        "of more than about "
+        "4,000 elements is rewritten to a CUB radix sort, and XLA sizes its scratch buffer "
+        "from data it records per GPU; where it has none for this GPU it asks CUB, i.e. the "
+        f"device (jaxlib 0.12.0: it does so for GB200; for H200 it falls back to its own sort "
+        f"kernel). Here {here}.\n"
+        f"Fix: compile on the {_gpu_label(target)} itself (plan on that machine: the "
+        "figures are then XLA:GPU's own); or avoid the large sort (capacity-limited expert "
+        "dispatch: examples/frontier.py's moe_impl='capacity'); or start Python with "
+        "XLA_FLAGS=--xla_gpu_enable_cub_radix_sort=false (XLA's own sort kernel: the compile "
+        "works without a device, but a compile on the GPU would use CUB and its scratch, so "
+        "the sort's bytes are then an estimate); or plan with compiler='local' (this "
+        "machine's backend: an estimate)."
+    )
+
+
+# ------------------------------------------------------- a step traced and compiled
+
+
+class TargetProgram(NamedTuple):
+    """One trace and its compile for a target."""
+
+    traced: Any  # jax.stages.Traced (.jaxpr: the traced program)
+    compiled: Any  # jax.stages.Compiled
+
+
+def compile_traced(
+    target: targets.CompilerTarget,
+    fn_to_trace: Callable,
+    target_args: Sequence[Any],
+    compiler_options: dict[str, Any] | None = None,
+) -> TargetProgram:
+    """Trace ``fn_to_trace(*target_args)`` once, lower and compile it for ``target``.
+
+    ``fn_to_trace`` may be a plain function or one the user already ``jax.jit``-ed (its own
+    options, donation included, are kept; its in / out shardings on this machine's mesh move
+    onto the target's: :func:`lower`). ``target_args``: positional arguments from
+    :func:`args_for`. ``compiler_options``: XLA options for this compile only (XLA_FLAGS names
+    without ``--``). Each call traces anew under a trace context of its own
+    (``xla.adapter.isolated_traces``: a private configuration value in JAX's trace context),
+    so a caller substituting checkpoint policies gets their program, never a cached one, and
+    no program traced here is ever returned to the user's own calls. JAX's caches are not
+    cleared: the user's compiled programs stay (tests/test_numerics.py).
+    """
+    with deviceless.target_scope(target), adapter.isolated_traces():
+        try:
+            traced = adapter.jit_trace(fn_to_trace, target_args)
+        except ValueError as e:
+            if any(m in str(e) for m in _FOREIGN_DEVICE_ERRORS):
+                raise _foreign_device_error(target, e) from e
+            raise
+        compiled = compile_lowered(lower(traced), compiler_options)
+    return TargetProgram(traced=traced, compiled=compiled)
+
+
+def again_error(e: Exception, which: str) -> TraceError:
+    """The teaching error of a step that raised on one of the planner's later traces."""
+    return TraceError(
+        f"The train step raised {type(e).__name__} on {which}: {e}\n"
+        "Why: the planner traces step_fn(*example_args) several times (the candidates, the "
+        "anchors, the verify compile, plan-file checks); a step that traced once must trace "
+        "again the same way, so it must not depend on Python state it changes (a counter, a "
+        "generator, an iterator it consumes, a global it sets).\n"
+        "Fix: make the step a pure function of its arguments (keep mutable state out of it, "
+        "or pass it in as an argument), and check that calling jax.jit(step_fn).lower(*args) "
+        "twice works. (If it does, the policy of this trace made JAX fail: please report it "
+        "with this message.)"
+    )
+
+
+def compile_with(
+    step_fn: Callable,
+    args: Sequence[Any],
+    make_policy,
+    compiler_options: Sequence[tuple[str, Any]] = (),
+    *,
+    bound_out: list | None = None,
+    lowered_out: list | None = None,
+    which: str = "a later trace (a compile under the plan's or a stock policy)",
+):
+    """Trace and compile the step with ``make_policy(rid, region)`` in every region.
+
+    ``compiler_options``: XLA debug options for this compile only (``(name, value)`` pairs,
+    the same names as XLA_FLAGS without ``--``), e.g. a plan's flags: the latency-hiding
+    scheduler changes the schedule and with it the peak. Returns ``(step_jaxpr, compiled)``;
+    ``bound_out``, when given, receives the regions the trace bound (the verify stage replays
+    JAX's residual choice on them); ``lowered_out`` the lowered program (to compile it again
+    with other options). ``which`` names this trace in the TraceError of a step that raises
+    here after tracing once.
+    """
+
+    step_jaxpr, lowered, bound = lower_with(step_fn, args, make_policy, which=which)
+    if bound_out is not None:
+        bound_out.extend(bound)
+    if lowered_out is not None:
+        lowered_out.append(lowered)
+    compiled = compile_lowered(lowered, dict(compiler_options))
+    return step_jaxpr, compiled
+
+
+def lower_with(
+    step_fn: Callable,
+    args: Sequence[Any],
+    make_policy,
+    *,
+    which: str = "a later trace (a compile under the plan's or a stock policy)",
+):
+    """The first half of :func:`compile_with`: ``(step_jaxpr, lowered, bound regions)``,
+    traced and lowered on this thread (the planner's policies are bound per thread); the
+    compile of ``lowered`` may then run on another (verify.precompile)."""
+
+    def wrap(rid, r):
+        pol = make_policy(rid, r)
+        return lambda prim, *a, **p: as_enum(pol(prim, *a, **p))
+
+    try:
+        traced, bound = adapter.trace_step_with(step_fn, args, wrap)
+    except PlannerError:
+        raise
+    except Exception as e:  # noqa: BLE001  (the user's step traced before: it changed)
+        raise again_error(e, which) from e
+    return traced.jaxpr, lower(traced), bound
+
+
+def as_enum(decision):
+    if decision is True:
+        return adapter.Saveable
+    if decision is False:
+        return adapter.Recompute
+    return decision
+
+
+# ------------------------------------------------------------------ compiled figures
+
+
+def compiled_figures(
+    compiled,
+    step_jaxpr=None,
+    text: str | None = None,
+    *,
+    backend: str | None = None,
+    compiler: str = "",
+) -> CompiledFigures:
+    """Read the compiler's memory figures and host-memory markers from a compiled step
+    (``text``: its ``as_text()``, when the caller has it already)."""
+    m = compiled.memory_analysis()
+    module = hlo.parse((compiled.as_text() if text is None else text) or "")
+    host_lines = hlo.host_memory_instructions(module)
+    async_host = hlo.async_host_copies(module)
+    stacks = (
+        stacked_residuals(adapter.open_jaxpr(step_jaxpr))
+        if step_jaxpr is not None
+        else (0, 0, 0, 0)
+    )
+    return CompiledFigures(
+        stacked_device_bytes=stacks[0],
+        stacked_host_bytes=stacks[1],
+        stacked_host_arrays=stacks[3],
+        argument_bytes=int(m.argument_size_in_bytes),
+        output_bytes=int(m.output_size_in_bytes),
+        alias_bytes=int(m.alias_size_in_bytes),
+        temp_bytes=int(m.temp_size_in_bytes),
+        host_temp_bytes=int(getattr(m, "host_temp_size_in_bytes", 0) or 0),
+        host_buffers_in_hlo=len(host_lines),
+        async_host_copies_in_hlo=len(async_host),
+        jaxpr_host_bytes=host_bytes_in_jaxpr(adapter.open_jaxpr(step_jaxpr))
+        if step_jaxpr is not None
+        else 0,
+        backend=backend or jax.default_backend(),
+        compiler=compiler,
+        loop_copy_bytes=hlo.loop_slice_copy_bytes(module),
+        loop_slice_bytes=hlo.loop_slice_bytes(module),
+    )
+
+
+def host_bytes_in_jaxpr(jaxpr) -> int:
+    """Bytes of values placed in host memory by top-level or scan-stacked outputs.
+
+    Counts the outputs of equations whose abstract value lives in a host memory space,
+    once per trip of enclosing loops for values made inside them and not stacked. Values
+    that leave a scan as stacked outputs are counted once at their full stacked size.
+    """
+    total = 0
+    inside_scan_outputs = set()
+    for site in adapter.walk(jaxpr):
+        e = site.eqn
+        if any(id(s) in inside_scan_outputs for s, _ in site.scans):
+            continue  # inside a scan already counted by its stacked outputs
+        if e.primitive.name == "scan":
+            n_carry = adapter.scan_layout(e)[1]
+            total += sum(
+                adapter.nbytes(v.aval)
+                for v in e.outvars[n_carry:]
+                if adapter.memory_space_is_host(v.aval)
+            )
+            inside_scan_outputs.add(id(e))
+            continue
+        if not list(adapter.subjaxprs(e)):
+            total += site.mult * sum(
+                adapter.nbytes(v.aval) for v in e.outvars if adapter.memory_space_is_host(v.aval)
+            )
+    return total
+
+
+def stacked_residuals(jaxpr) -> tuple[int, int, int, int]:
+    """(device bytes, host bytes, device count, host count) of arrays one scan stacks for another.
+
+    These are the residuals a scanned region hands from its forward loop to its backward
+    loop: extensive outputs of a scan that a later scan in the same jaxpr reads.
+    """
+    dev_b = host_b = dev_n = host_n = 0
+    scan_reads: dict[int, set] = {}
+    for site in adapter.walk(jaxpr):
+        e = site.eqn
+        if e.primitive.name != "scan":
+            continue
+        reads = scan_reads.get(id(site.jaxpr))
+        if reads is None:
+            reads = scan_reads[id(site.jaxpr)] = {
+                v
+                for q in site.jaxpr.eqns
+                if q.primitive.name == "scan"
+                for v in q.invars
+                if adapter.is_var(v)
+            }
+        for v in e.outvars[adapter.scan_layout(e)[1] :]:
+            if v not in reads:
+                continue
+            if adapter.memory_space_is_host(v.aval):
+                host_b, host_n = host_b + adapter.nbytes(v.aval), host_n + 1
+            else:
+                dev_b, dev_n = dev_b + adapter.nbytes(v.aval), dev_n + 1
+    return dev_b, host_b, dev_n, host_n
