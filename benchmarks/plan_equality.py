@@ -455,11 +455,12 @@ def _run_child(name, budgets, env, timeout) -> dict:
             with open(os.path.join(d, "budgets.json"), "w") as f:
                 json.dump(budgets, f)
             cmd += ["--budgets", os.path.join(d, "budgets.json")]
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), _children_cpu_s()
         try:
             p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"model": name, "status": "timeout", "wall_s": round(time.perf_counter() - t, 2)}
+        cpu = round(_children_cpu_s() - cpu, 1)
         if p.returncode != 0 or not os.path.exists(out):
             return {
                 "model": name,
@@ -467,11 +468,27 @@ def _run_child(name, budgets, env, timeout) -> dict:
                 "returncode": p.returncode,
                 "stderr_tail": p.stderr[-4000:],
                 "wall_s": round(time.perf_counter() - t, 2),
+                "process_cpu_s": cpu,
             }
         with open(out) as f:
             rec = json.load(f)
         rec["process_wall_s"] = round(time.perf_counter() - t, 2)
+        rec["process_cpu_s"] = cpu  # user + system seconds of the model's process
         return rec
+
+
+def _children_cpu_s() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _load() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
 
 
 def _summary(rec: dict) -> str:
@@ -521,6 +538,7 @@ def record(a) -> int:
         f"{' (dirty)' if head['git_dirty'] else ''}, {sys.executable}, XLA_FLAGS={flags!r}",
         flush=True,
     )
+    head["load_at_start"] = _load()
     models, t0 = [], time.perf_counter()
     for i, name in enumerate(names):
         budgets = None
@@ -539,16 +557,23 @@ def record(a) -> int:
             print(f"planner: {rec['planner_file']}  jax {rec['jax']}", flush=True)
         print(
             f"[{i + 1}/{len(names)}] {name}: {_summary(rec)} "
-            f"({rec.get('process_wall_s', rec.get('wall_s', 0)):.1f} s)",
+            f"({rec.get('process_wall_s', rec.get('wall_s', 0)):.1f} s, "
+            f"{rec.get('process_cpu_s') or 0:.1f} s CPU, load {_load()[:1]})",
             flush=True,
         )
     head["total_s"] = round(time.perf_counter() - t0, 1)
+    head["total_cpu_s"] = round(sum(m.get("process_cpu_s") or 0 for m in models), 1)
+    head["load_at_end"] = _load()
     head["models"] = models
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(head, f, indent=1, sort_keys=True)
         f.write("\n")
-    print(f"wrote {a.out} in {head['total_s']:.0f} s", flush=True)
+    print(
+        f"wrote {a.out} in {head['total_s']:.0f} s ({head['total_cpu_s']:.0f} s CPU; load "
+        f"average {head['load_at_start'][:1]} at the start, {head['load_at_end'][:1]} at the end)",
+        flush=True,
+    )
     bad = [m["model"] for m in models if m["status"] not in ("ok", "skipped")]
     if bad:
         print(f"not recorded: {', '.join(bad)}", flush=True)
@@ -734,6 +759,57 @@ def compare(a) -> int:
     return 1 if fail else 0
 
 
+# --------------------------------------------------------------------------- table
+
+
+def table(a) -> int:
+    """A Markdown table of one record: per (model, budget) the answer and its figures."""
+    with open(a.file) as f:
+        R = json.load(f)
+    print(
+        f"commit {R.get('git_commit', '')[:7]}, JAX {R.get('jax')}, Python {R.get('python')}, "
+        f"XLA_FLAGS {R.get('xla_flags')!r}, {R.get('total_s')} s wall, "
+        f"{R.get('total_cpu_s', '?')} s CPU\n"
+    )
+    print(
+        "| model | budget | budget GB | answer | non-remat decisions | compiled bytes "
+        "| rounds | model s wall |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for m in R["models"]:
+        wall = m.get("process_wall_s", m.get("wall_s", ""))
+        cpu = m.get("process_cpu_s")
+        wall = f"{wall} ({cpu} CPU)" if cpu is not None else wall
+        if m["status"] != "ok":
+            why = m.get("skip_reason") or (m.get("error") or {}).get("type") or ""
+            print(f"| {m['model']} | | | {m['status']}: {why} | | | | {wall} |")
+            continue
+        if m["model"].startswith("synthetic/"):
+            plans = m["plans"].values()
+            n = sum(p.get("choice") == "planner" for p in plans)
+            print(
+                f"| {m['model']} | tight, mid x {len(m['plans']) // 2} problems | (bytes) "
+                f"| planner (solver only): {n} of {len(m['plans'])} solved "
+                f"| {sum(p.get('non_remat', 0) for p in plans)} in all | - | - | {wall} |"
+            )
+            continue
+        for b in m["budgets"]:
+            p = m["plans"][b["label"]]
+            if p.get("error"):
+                answer = f"{p['error']['type']}"
+            elif p["choice"] == "planner":
+                answer = "planner (own plan)"
+            else:
+                answer = f"{p['choice']} (stock answer)"
+            print(
+                f"| {m['model']} | {b['label']} (f={b.get('fraction')}) | {b['hbm_gb']!r} "
+                f"| {answer} | {p.get('non_remat', '')} "
+                f"| {p.get('compiled_device_bytes')} | {len(p.get('rounds') or [])} | {wall} |"
+            )
+            wall = ""
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -753,6 +829,8 @@ def main(argv=None) -> int:
     c.add_argument("--strict-text", action="store_true", help="a changed text fails too")
     c.add_argument("--models", default="", help="compare these models only (comma-separated)")
     sub.add_parser("list", help="the default models, and those left out")
+    t = sub.add_parser("table", help="a Markdown table of one record")
+    t.add_argument("file")
     o = sub.add_parser("_one", help=argparse.SUPPRESS)
     o.add_argument("name")
     o.add_argument("--out", required=True)
@@ -763,6 +841,8 @@ def main(argv=None) -> int:
         return record(a)
     if a.cmd == "compare":
         return compare(a)
+    if a.cmd == "table":
+        return table(a)
     if a.cmd == "list":
         for n in default_models():
             print(n)
