@@ -507,6 +507,14 @@ def _summary(rec: dict) -> str:
     return ", ".join(parts)
 
 
+def _write(path: str, data: dict) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+
+
 def record(a) -> int:
     if a.models == "all":
         names = all_models()
@@ -551,6 +559,7 @@ def record(a) -> int:
             budgets = prev["budgets"]
         rec = _run_child(name, budgets, env, a.timeout)
         models.append(rec)
+        _write(a.out, {**head, "models": models, "partial": True})  # a stopped run keeps these
         if "planner_file" in rec and "planner_file" not in head:
             head["planner_file"] = rec["planner_file"]
             head["jax"] = rec["jax"]
@@ -565,10 +574,7 @@ def record(a) -> int:
     head["total_cpu_s"] = round(sum(m.get("process_cpu_s") or 0 for m in models), 1)
     head["load_at_end"] = _load()
     head["models"] = models
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump(head, f, indent=1, sort_keys=True)
-        f.write("\n")
+    _write(a.out, head)
     print(
         f"wrote {a.out} in {head['total_s']:.0f} s ({head['total_cpu_s']:.0f} s CPU; load "
         f"average {head['load_at_start'][:1]} at the start, {head['load_at_end'][:1]} at the end)",
@@ -719,7 +725,11 @@ def compare(a) -> int:
         B = json.load(f)
     print(f"A: {a.a}  (commit {A.get('git_commit', '')[:10]}, jax {A.get('jax')})")
     print(f"B: {a.b}  (commit {B.get('git_commit', '')[:10]}, jax {B.get('jax')})")
-    notes = []
+    notes = [
+        f"{n} is a partial record (its run stopped)"
+        for n, R in ((a.a, A), (a.b, B))
+        if R.get("partial")
+    ]
     if A.get("jax") != B.get("jax"):
         notes.append(f"different JAX versions ({A.get('jax')} vs {B.get('jax')}): plans may differ")
     if A.get("xla_flags") != B.get("xla_flags"):
