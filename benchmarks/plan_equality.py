@@ -552,11 +552,14 @@ def record(a) -> int:
         budgets = None
         if old is not None:
             prev = old.get(name)
-            if prev is None or "budgets" not in prev:
+            if prev is not None and prev.get("status") == "skipped":
+                budgets = None  # skipped there: run it as it is here (skipped again, or not)
+            elif prev is None or "budgets" not in prev:
                 print(f"[{i + 1}/{len(names)}] {name}: no budgets in {a.budgets_from}", flush=True)
                 models.append({"model": name, "status": "no budgets"})
                 continue
-            budgets = prev["budgets"]
+            else:
+                budgets = prev["budgets"]
         rec = _run_child(name, budgets, env, a.timeout)
         models.append(rec)
         _write(a.out, {**head, "models": models, "partial": True})  # a stopped run keeps these
