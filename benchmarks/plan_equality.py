@@ -781,8 +781,9 @@ def table(a) -> int:
         R = json.load(f)
     print(
         f"commit {R.get('git_commit', '')[:7]}, JAX {R.get('jax')}, Python {R.get('python')}, "
-        f"XLA_FLAGS {R.get('xla_flags')!r}, {R.get('total_s')} s wall, "
-        f"{R.get('total_cpu_s', '?')} s CPU\n"
+        f"XLA_FLAGS {R.get('xla_flags')!r}, {R.get('total_s')} s wall"
+        + (f", {R['total_cpu_s']} s CPU" if "total_cpu_s" in R else "")
+        + "\n"
     )
     print(
         "| model | budget | budget GB | answer | non-remat decisions | compiled bytes "
