@@ -255,7 +255,7 @@ def _session(step, args):
 
 def _requested(session, f: float) -> int:
     """Bytes to request so that the usable part is a + f (b - a) (tests/test_zoo.py)."""
-    from planner._src.session import io_bytes, requested_for
+    from planner._src.budget import io_bytes, requested_for
 
     lo = session.trace.anchor.device_bytes
     hi = session.trace.anchor_saved.device_bytes
