@@ -632,9 +632,9 @@ def test_a_deviceless_plan_leaves_the_measured_margin_for_the_gpus_own_compile(h
     assert plan.budget_bytes - plan.headroom_bytes == usable
     assert plan.compiler_margin == 0.035
     assert plan.verification.compiled_device_bytes <= usable
-    assert "3.5% for the GPU's own compile" in plan.headroom_why(short=True)
+    assert "3.5% deviceless margin" in plan.headroom_why(short=True)
     assert "deviceless" in plan.headroom_why() and "DEVICELESS_MARGIN" in plan.headroom_why()
-    assert "3.5% for the GPU's own compile" in " ".join(plan.report().split())
+    assert "3.5% deviceless margin" in " ".join(plan.report().split())
 
 
 # ---------------------- the backward trip's residual slice copies (docs/cost-model.md K_r)

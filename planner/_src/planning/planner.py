@@ -51,6 +51,7 @@ from planner._src.results.plan import Plan
 from planner._src.trace import merge_call_sites, trace_step
 from planner._src.units import GB
 from planner._src.verify import numerics
+from planner._src.xla import deviceless
 from planner._src.xla.adapter import HOST_KIND
 
 __all__ = ["Planner", "pareto", "solve"]
@@ -85,9 +86,9 @@ class Planner:
         opts = inputs.merge_options(options, option_fields)
         hw = inputs.load_hardware(hardware)
         compiler = inputs.resolve_compiler(hw, example_args, opts.compiler)
-        deviceless = compiler.kind == "deviceless"
-        args = deviceless.args_for(compiler, example_args) if deviceless else example_args
-        host_ok = deviceless or inputs.host_memory_available()
+        for_absent_gpu = compiler.kind == "deviceless"
+        args = deviceless.args_for(compiler, example_args) if for_absent_gpu else example_args
+        host_ok = for_absent_gpu or inputs.host_memory_available()
         if opts.allow_offload and not host_ok:
             raise UnsupportedError(
                 f"allow_offload=True, but the {jax.default_backend()} backend here has no "
@@ -103,7 +104,7 @@ class Planner:
             hardware=hw,
             options=opts,
             compiler=compiler,
-            backend="cuda" if deviceless else jax.default_backend(),
+            backend="cuda" if for_absent_gpu else jax.default_backend(),
             offload=offload,
             offload_why=offload_why,
             say=progress or (lambda message: None),
