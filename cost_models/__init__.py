@@ -7,7 +7,12 @@ host-link transfer times, XLA flags, and calibration on a live device.
     cost.seconds(hw), cm.transfer_seconds(cost_bytes, hw, "d2h")
 """
 
-from . import _rules  # noqa: F401  (registers the cost rules)
+from . import (  # noqa: F401  (registers the cost rules)
+    _rules_arrays,
+    _rules_calls,
+    _rules_collectives,
+    _rules_matrix,
+)
 from ._calibrate import (
     CalibrationError,
     OverlapMeasurement,
