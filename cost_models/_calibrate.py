@@ -27,7 +27,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from ._gpus import for_device_kind
-from ._profiles import HardwareProfile, load_profile
+from ._profile_files import load_profile
+from ._profiles import HardwareProfile
 
 
 class CalibrationError(RuntimeError):
