@@ -2,7 +2,7 @@
 state, and with ``stream_params=True`` the stacked parameters).
 
     session = planner.Planner(train_step, params, opt_state, batch, hardware="h200")
-    sp = planner.plan_state(session, hbm_gb=60, opt_state_argnum=1, params_argnum=0)
+    sp = planner.state.plan_state(session, hbm_gb=60, opt_state_argnum=1, params_argnum=0)
     sp.policy            # jax.checkpoint policy for the layers (as Plan.policy)
     sp.placement         # which optimizer-state leaves live in pinned host memory
     print(sp.summary())  # the budget split: parameters, gradients, optimizer state, activations
