@@ -22,7 +22,7 @@ import cost_models as cm
 DECISIONS = ("save", "remat", "offload")
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     """What the verifying compiler said of a plan. A ``str``: each member equals, prints and
     serialises as its text, which reports and plan files carry."""
 
@@ -32,12 +32,6 @@ class Status(str, enum.Enum):
     NOT_COMPILED = "not compiled"
     INVALID = "compiled, figure invalid"  # a negative memory_analysis() figure: never fits
     NUMERICS = "compiled, numerics differ"  # the planned step computes something else
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
 
 _frozen = dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
