@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import cost_models as cm
+from planner._src.fingerprints import StepFingerprint
 
 DECISIONS = ("save", "remat", "offload")
 
@@ -221,7 +222,7 @@ class Trace:
     anchor: CompiledFigures  # the step compiled with every region fully rematerialized
     argument_bytes: int  # per device (each argument's shard shape)
     backend: str
-    fingerprint: str  # of the step's program, to detect stale plans
+    fingerprint: StepFingerprint  # program, arguments, JAX: stale plans, caches
     undifferentiated_regions: int  # checkpoint regions the gradient never reached
     anchor_saved: CompiledFigures | None = None  # ... and with everything saved
     num_partitions: int = 1  # devices the step is partitioned over (SPMD)
