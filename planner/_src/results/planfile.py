@@ -17,10 +17,12 @@ from typing import Any
 from planner._src.emit.apply import apply, binding
 from planner._src.emit.emit import differing_groups_error, policies_for
 from planner._src.errors import PlanFileError
+from planner._src.fingerprints import StepFingerprint
 from planner._src.graph import num_groups
 from planner._src.results.report import Report, build_report, render, report_from_dict
+from planner._src.results.stale import first_call_check, refuse_another_step
 from planner._src.types import DECISIONS, Assignment
-from planner._src.xla.fingerprint import step_fingerprint
+from planner._src.xla.fingerprint import step_fingerprint_and_bodies
 from planner._version import __version__
 
 FORMAT = "jax-offload-planner/plan"
@@ -46,6 +48,19 @@ class SavedPlan:
     bind_group_pairs: tuple[tuple[int, int | None], ...] = ()
     # Plan.candidates() as saved (JSON: shapes are lists); () for files written before
     candidates_data: tuple = dataclasses.field(default=(), compare=False)
+    # The step's whole fingerprint (program, arguments, JAX); files written before it was
+    # recorded give the program hash and the recorded JAX only.
+    step: StepFingerprint | None = dataclasses.field(default=None, compare=False)
+
+    @property
+    def step_fingerprint(self) -> StepFingerprint:
+        """The fingerprint of the step the plan was made for (``StepFingerprint``)."""
+        if self.step is not None:
+            return self.step
+        v = self.versions or {}
+        return StepFingerprint(
+            program=self.fingerprint, jax=str(v.get("jax", "")), jaxlib=str(v.get("jaxlib", ""))
+        )
 
     @property
     def policy(self):
@@ -67,9 +82,11 @@ class SavedPlan:
         """How many layer groups the plan decides separately (0: one decision for all)."""
         return num_groups(dict(self.class_names))
 
-    def apply(self, step_fn):
+    def apply(self, step_fn, *, check: bool = True):
         """``step_fn`` with every checkpoint region under this plan's policy, per call site
-        where it decides per layer group (``Plan.apply``)."""
+        where it decides per layer group (``Plan.apply``): its first call refuses a step that
+        is not the one the plan was made for (PlanFileError, ``.differences``) unless
+        ``check=False``."""
         policy, _, _, policies, _ = policies_for(self.assignment, dict(self.class_names))
         if policies and not self.bind_group_pairs and policy is None:
             raise PlanFileError(
@@ -77,15 +94,18 @@ class SavedPlan:
                 "record which call site is which group (it was written by an older planner).\n"
                 "Fix: save the plan again with plan.save(path), then load_plan(path).apply(step)."
             )
-        return apply(step_fn, binding(self.bind_groups(), policy, policies))
+        where = f"The plan in {self.path or 'this file'}"
+        guard = first_call_check(step_fn, self.step_fingerprint, where) if check else None
+        return apply(step_fn, binding(self.bind_groups(), policy, policies), guard)
 
     def bind_groups(self) -> dict[int, int | None]:
         """Bind order of the step's checkpoint call sites -> layer group (``Plan.bind_groups``)."""
         return dict(self.bind_group_pairs)
 
     def decisions(self) -> dict[str, str]:
-        """Decision per tensor label, as ``Plan.decisions()``."""
-        return {row.label: row.decision for row in report_from_dict(self.report_data).rows}
+        """Decision per tensor label, as ``Plan.decisions()``: the file's decisions, which
+        ``apply`` applies (a decision edited by hand shows here)."""
+        return {row.label: row.decision for row in self._report().rows}
 
     def candidates(self) -> list[dict]:
         """Every candidate tensor with its decision, as ``Plan.candidates()`` (shapes as
@@ -95,28 +115,51 @@ class SavedPlan:
     def report(self, fmt: str = "text") -> str:
         """The plan's report as it was made: ``text`` (as the CLI prints it), ``markdown``
         or ``json`` (``Plan.report``)."""
+        return render(self._report(), fmt)
+
+    def _report(self) -> Report:
+        """The saved report with the file's decisions in its rows: a plan file's decisions
+        are its truth (``apply`` applies them), so a decision edited by hand shows in its
+        row, marked, and a note says the figures are of the plan as it was made."""
         r = report_from_dict(self.report_data)
         assert isinstance(r, Report)
-        return render(r, fmt)
+        decided = dict(self.assignment.decisions)
+        rows, edited = [], []
+        for row in r.rows:
+            d = decided.get(row.key, row.decision) if row.key else row.decision
+            if d != row.decision:
+                edited.append(f"{row.label}: {row.decision} -> {d}")
+                row = dataclasses.replace(
+                    row,
+                    decision=d,
+                    reason=f"edited in the plan file (planned: {row.decision}); {row.reason}",
+                )
+            rows.append(row)
+        saved = {c.get("class"): c.get("decision") for c in self.candidates_data}
+        if not any(row.key for row in r.rows) and any(
+            k in decided and decided[k] != d for k, d in saved.items() if d is not None
+        ):
+            edited.append("(rows of this file do not name their classes: see decisions)")
+        if not edited:
+            return r
+        note = (
+            f"{len(edited)} decision(s) of this plan file differ from the plan as it was made "
+            f"({'; '.join(edited[:5])}{' ...' if len(edited) > 5 else ''}): apply applies the "
+            "file's decisions; the memory and time figures are of the plan as it was made, "
+            "not verified for these. Plan again to get figures the compiler checked."
+        )
+        return dataclasses.replace(r, rows=tuple(rows), notes=(note, *r.notes))
 
     def check(self, step_fn, *example_args) -> None:
         """Raise PlanFileError unless ``step_fn(*example_args)`` is the step this plan is for."""
-        got = step_fingerprint(step_fn, example_args).program
-        if got != self.fingerprint:
-            note = _version_note(self.versions)
-            why = (
-                "the model, its shapes, dtypes or the step's code changed since the plan was "
-                "made, or JAX traces it differently now"
-                if note
-                else "the model, its shapes, dtypes or the step's code changed since the plan "
-                "was made"
-            )
-            raise PlanFileError(
-                f"The plan in {self.path or 'this file'} was made for another step (its program "
-                f"fingerprint is {self.fingerprint}, this step's is {got}).\nWhy: {why}, so its "
-                f"decisions may not fit.{note}\nFix: plan again with planner.solve on this step"
-                + (" (or check it with the versions it was made with)." if note else ".")
-            )
+        here, bodies = step_fingerprint_and_bodies(step_fn, example_args)
+        refuse_another_step(
+            here,
+            self.step_fingerprint,
+            f"The plan in {self.path or 'this file'}",
+            note=_version_note(self.versions),
+            bodies=bodies,
+        )
 
 
 def versions() -> dict[str, str]:
@@ -179,6 +222,7 @@ def save(plan, path: str | os.PathLike) -> None:
         "version": VERSION,
         "versions": versions(),
         "fingerprint": plan.trace.fingerprint.program,
+        "step": plan.trace.fingerprint.to_json(),
         "budget_bytes": plan.budget_bytes,
         "hardware": plan.hardware.name,
         "decisions": [list(x) for x in plan.assignment.decisions],
@@ -319,7 +363,30 @@ def _parse(data: dict, path: Path) -> SavedPlan:
         versions=dict(recorded or {}),
         bind_group_pairs=bind_groups,
         candidates_data=_candidates(data.get("candidates", []), path),
+        step=_step(data.get("step"), fingerprint, path),
     )
+
+
+def _step(raw, program: str, path) -> StepFingerprint | None:
+    """The recorded ``StepFingerprint`` (None for files written before it was recorded)."""
+    if raw is None:
+        return None
+    ok = (
+        isinstance(raw, dict)
+        and isinstance(raw.get("program"), str)
+        and isinstance(raw.get("arguments", []), list)
+        and all(isinstance(a, str) for a in raw.get("arguments", []))
+        and all(isinstance(raw.get(k, ""), str) for k in ("jax", "jaxlib"))
+    )
+    if not ok:
+        raise _damaged(path, f"'step' is {raw!r:.80}, not the step's fingerprint record")
+    if raw["program"] != program:
+        raise _damaged(
+            path,
+            f"'step' records the program {raw['program']!r}, 'fingerprint' {program!r}: one "
+            "of them was edited",
+        )
+    return StepFingerprint.from_json(raw)
 
 
 def _candidates(raw, path) -> tuple:

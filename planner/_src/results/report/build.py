@@ -280,6 +280,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
                 group=cls.group,
                 jax_label=label,
                 name=cls.name,
+                key=cls.key,
             )
         )
 

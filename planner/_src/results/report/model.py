@@ -28,6 +28,9 @@ class Row:
     # (string for string; the renderers show the path relative to the working directory).
     jax_label: str = ""
     name: str | None = None  # the class's checkpoint_name (a MaxText key), if any
+    # the class key the row decides (plan files: a decision edited by hand shows in its row);
+    # "" in plan files written before it was recorded
+    key: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
