@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from planner._src.emit.emit import differing_groups_error, policies_for
 from planner._src.errors import PlanFileError
 from planner._src.fingerprints import StepFingerprint
 from planner._src.graph import num_groups
+from planner._src.results.files import as_path, target_of, write_text_atomically
 from planner._src.results.report import Report, build_report, render, report_from_dict
 from planner._src.results.stale import first_call_check, refuse_another_step
 from planner._src.types import DECISIONS, Assignment
@@ -191,8 +193,10 @@ def _version_note(recorded: dict | None) -> str:
 
 def check_writable(path: str | os.PathLike, what: str = "the plan file") -> Path:
     """Raise PlanFileError unless a plan file can be written at ``path`` (checked before a
-    slow solve, so a typo costs a second, not the solve). Leaves nothing behind."""
-    path = Path(path)
+    slow solve, so a typo costs a second, not the solve). Leaves nothing behind. A symlink is
+    checked at its target (saving writes through it); a FIFO or device is refused
+    (results/files.py)."""
+    path = as_path(path, what, "plan.save" if what == "the plan file" else "save")
     why = None
     if path.is_dir():
         why = "it is a directory"
@@ -201,13 +205,13 @@ def check_writable(path: str | os.PathLike, what: str = "the plan file") -> Path
     elif not path.parent.is_dir():
         why = f"{path.parent} is not a folder"
     else:
-        probe = path.with_name(f".{path.name}.{os.getpid()}.probe")
+        real = target_of(path, what)
         try:
-            probe.write_text("")
+            fd, probe = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".probe", dir=real.parent)
+            os.close(fd)
+            os.unlink(probe)
         except OSError as e:
             why = e.strerror or str(e)
-        finally:
-            probe.unlink(missing_ok=True)
     if why is not None:
         raise PlanFileError(
             f"Cannot write {what} {path}: {why}.\nFix: pass a file path in an existing "
@@ -217,6 +221,7 @@ def check_writable(path: str | os.PathLike, what: str = "the plan file") -> Path
 
 
 def save(plan, path: str | os.PathLike) -> None:
+    path = check_writable(path)
     data = {
         "format": FORMAT,
         "version": VERSION,
@@ -234,19 +239,7 @@ def save(plan, path: str | os.PathLike) -> None:
         "candidates": plan.candidates(),
         "report": dataclasses.asdict(build_report(plan, str(path))),
     }
-    text = json.dumps(data, indent=1, sort_keys=True)
-    path = check_writable(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)  # never a half-written plan file
-    except OSError as e:
-        raise PlanFileError(
-            f"Cannot write the plan file {path}: {e.strerror or e}.\nFix: free space on its "
-            "disk or pass a path on a writable file system; nothing was written."
-        ) from e
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text_atomically(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def _damaged(path, what: str) -> PlanFileError:
@@ -267,9 +260,21 @@ def _field(data: dict, path, key: str, kinds, what: str):
 
 
 def load(path: str | os.PathLike) -> SavedPlan:
-    path = Path(path)
+    path = as_path(path, "the plan file", "planner.load_plan")
+    if path.exists() and not (path.is_file() or path.is_dir()):
+        # a FIFO would block the read forever; a device streams without end
+        raise PlanFileError(
+            f"{path} is not a plan file: it is not a regular file (a FIFO, device or "
+            "socket).\nFix: pass the file plan.save(path) wrote."
+        )
     try:
         data: Any = json.loads(path.read_text())
+    except RecursionError:
+        raise PlanFileError(
+            f"{path} is not a plan file: its JSON is nested deeper than Python's parser "
+            "goes (a plan file is a few levels deep).\nFix: pass a file written by "
+            "plan.save(path)."
+        ) from None
     except FileNotFoundError:
         raise PlanFileError(
             f"No plan file at {path}. Fix: save one with plan.save(path)."
@@ -294,7 +299,14 @@ def load(path: str | os.PathLike) -> SavedPlan:
             f'{path} is not a jax-offload-planner plan (no \'"format": '
             f'"{FORMAT}"\' field).\nFix: pass a file written by plan.save().'
         )
-    if data.get("version") != VERSION:
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise _damaged(
+            path,
+            f"its 'version' is {version!r} ({type(version).__name__}), not a version "
+            f'number (this planner writes "version": {VERSION}, a JSON number)',
+        )
+    if version != VERSION:
         raise PlanFileError(
             f"{path} is a plan file of version {data.get('version')!r}; this "
             f"planner reads version {VERSION}.\nFix: plan again with this version."
