@@ -3,10 +3,13 @@ the documented exit status and a message on stderr."""
 
 from __future__ import annotations
 
+import os
 import sys
 
-from planner._src.cli.common import EXIT_FACTORY, FactoryError
+from planner._src.cli.common import EXIT_FACTORY, FactoryError, StdoutError
 from planner._src.cli.parser import build_parser
+
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 
 def main(argv=None) -> int:
@@ -21,6 +24,20 @@ def main(argv=None) -> int:
 
     try:
         return a.run(a)
+    except KeyboardInterrupt:
+        if sys.stderr.isatty():
+            sys.stderr.write("\x1b[?25h")  # the spinner hid the cursor: show it again
+        print("\ninterrupted (Ctrl-C): nothing more was planned or written", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except StdoutError as e:
+        print(
+            f"error: cannot write the output to standard output: {e.strerror or e}.\nFix: "
+            "redirect it to a disk with space (or pass --out FILE); with --save the plan "
+            "was saved before this.",
+            file=sys.stderr,
+        )
+        _silence_stdout()
+        return 2
     except FactoryError as e:  # the user's code: its traceback, then what to check
         import traceback
 
@@ -40,6 +57,15 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
+
+
+def _silence_stdout() -> None:
+    """After a failed write to stdout, the interpreter's own flush at exit would fail again
+    ("Exception ignored ..."): point stdout at /dev/null."""
+    try:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (kept open until exit)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":
