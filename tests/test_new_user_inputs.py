@@ -204,3 +204,21 @@ def test_memory_error_at_one_batch_size_keeps_the_others():
     assert result.batch_size in (1, 2)
     assert any("make_step(4) raised MemoryError" in str(w.message) for w in ws)
     assert {r.batch_size for r in result.table} == {1, 2}
+
+
+def test_opt_state_argnum_that_cannot_be_the_optimizer_state_is_refused():
+    """Equal to params_argnum, or pointing at the batch (token ids): accepted before and
+    reported as "optimizer state"."""
+    from examples import llama
+
+    cfg = llama.LlamaConfig(
+        n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128, seq=16, vocab=64, batch=2
+    )
+    step, args = llama.make_adam_step(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", planner.PlanWarning)
+        session = planner.Planner(step, *args, hardware="cpu")
+        with pytest.raises(planner.InvalidArgumentError, match="cannot be the parameters and"):
+            planner.state.plan_state(session, 0.02, opt_state_argnum=0, params_argnum=0)
+        with pytest.raises(planner.InvalidArgumentError, match="no floating leaf"):
+            planner.state.plan_state(session, 0.02, opt_state_argnum=2, params_argnum=0)

@@ -130,7 +130,9 @@ def budget_use(plan) -> str:
         else f"uses {fmt_bytes(got)}"
     )
     if plan.choice != "planner":
-        why = f"the stock policy {plan.choice} was returned (why: above)"
+        why = (
+            f'the stock policy {plan.choice} was returned (why: the note "The answer is ..." below)'
+        )
     else:
         why = plan.fill_why or "no fill rounds: the plan was not verified within budget"
     rounds = f"; {fills} fill round{'s' if fills != 1 else ''} compiled" if fills else ""
@@ -285,6 +287,8 @@ def build_report(plan, plan_file: str | None = None) -> Report:
         )
 
     compiled = plan.verification.compiled_device_bytes
+    # the verifying compiler compiles the stock policies too (planning/stock.py)
+    short_compiler = (plan.compiler or plan.verification.compiler or "").split(" (")[0]
     planner_fits = (pred.peak_bytes if compiled is None else compiled) <= plan.budget.usable
     policies = [
         PolicyLine(
@@ -295,6 +299,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
             fits=planner_fits,
             applicable=True,
             compiled_gb=None if compiled is None else compiled / GB,
+            compiler=short_compiler,
         )
     ]
     for b in plan.baselines:
@@ -309,6 +314,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
                 compiled_gb=(
                     None if b.compiled_device_bytes is None else b.compiled_device_bytes / GB
                 ),
+                compiler=short_compiler,
             )
         )
     ver = plan.verification
@@ -437,7 +443,10 @@ def build_report(plan, plan_file: str | None = None) -> Report:
         residual_gb=pred.residual_bytes / GB,
         working_set_gb=pred.working_set_bytes / GB,
         solver=(
-            f"CP-SAT {sol.status}, gap {sol.gap:.2%}, {sol.num_classes} classes, "
+            f"no CP-SAT solve for this answer: it is the stock policy {plan.choice} "
+            f"({sol.num_classes} classes)"
+            if plan.choice != "planner"
+            else f"CP-SAT {sol.status}, gap {sol.gap:.2%}, {sol.num_classes} classes, "
             f"{sol.num_variables} variables, {sol.wall_s:.2f} s"
             + (
                 ""

@@ -44,6 +44,9 @@ class PolicyLine:
     compiled_gb: float | None = None  # the verifying compiler's figure (None: not compiled)
     # False: read from a plan file written by a version that did not record compiled_gb
     compiled_recorded: bool = True
+    # which compiler made compiled_gb (the verifying compiler, in short: "XLA:CPU"); "" in
+    # plan files written before it was recorded
+    compiler: str = ""
 
     @property
     def fits_text(self) -> str:
@@ -53,7 +56,9 @@ class PolicyLine:
         yes = "yes" if self.fits else "no"
         if not self.compiled_recorded:
             return yes
-        return yes + (", predicted" if self.compiled_gb is None else ", compiled")
+        if self.compiled_gb is None:
+            return yes + ", predicted (not compiled)"
+        return yes + ", compiled" + (f" by {self.compiler}" if self.compiler else "")
 
     @property
     def compiled_text(self) -> str:
