@@ -63,3 +63,17 @@ def test_a_stock_answers_report_names_no_solve_and_points_to_its_reason():
     assert "above" not in use and "below" in use, r.status_lines
     assert any("The answer is the stock policy everything_saveable" in n for n in r.notes)
     assert build_report(plan).solver.startswith("CP-SAT ")
+
+
+def test_a_corrected_model_says_why_stock_predictions_move_between_budgets():
+    """One stock policy's predicted peak changed between budgets (41.175 vs 45.247 MB) with
+    no word: each budget's model is corrected by what its compiles measured."""
+    args = (jnp.ones((32, 32)), jnp.ones((16, 32)))
+    plan = planner.solve(_step, *args, hbm_gb=1.0, hardware="cpu", compare_stock=False)
+    corrected = dataclasses.replace(
+        plan, cost=dataclasses.replace(plan.cost, correction_bytes=-1_500_000)
+    )
+    notes = build_report(corrected).notes
+    assert any("corrected by -1.500 MB" in n and "differ from another" in n for n in notes)
+    if not plan.cost.correction_bytes:
+        assert not any("corrected by" in n for n in build_report(plan).notes)

@@ -337,6 +337,14 @@ def build_report(plan, plan_file: str | None = None) -> Report:
         notes.append(f"The answer is the planner's plan: {plan.choice_why}.")
     if ver.note:
         notes.append(ver.note)
+    if cost.correction_bytes:
+        notes.append(
+            "The stock policies' predicted peaks are on this budget's memory model, corrected "
+            f"by {'+' if cost.correction_bytes > 0 else '-'}"
+            f"{fmt_bytes(abs(cost.correction_bytes))} (what its compiles measured against the "
+            "model), so they differ from another budget's by the correction; their compiled "
+            "figures do not change."
+        )
     if cost.unknown_primitives:
         notes.append(
             "No cost rule for: "
