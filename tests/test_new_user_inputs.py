@@ -37,6 +37,7 @@ def _solve(capsys, spec):
     return code, out, err
 
 
+MAKE = "def make():\n    return step, (jnp.ones((8, 8)), jnp.ones((4, 8)))\n"
 GOOD = """
 import jax, jax.numpy as jnp
 def step(w, x):
@@ -131,8 +132,29 @@ def test_json_to_a_full_stdout_says_so_and_keeps_the_plan(tmp_path):
             timeout=300,
         )
     assert r.returncode == 2, r.stderr
-    assert "cannot write the output to standard output: No space left on device" in r.stderr
+    assert "standard output is /dev/full" in r.stderr and "Fix:" in r.stderr
+    assert "tracing" not in r.stderr and not plan.exists()  # before any work
     assert ": None" not in r.stderr and "Exception ignored" not in r.stderr
+
+
+def test_a_stdout_that_fails_after_the_solve_says_so_and_keeps_the_plan(
+    capsys, tmp_path, monkeypatch
+):
+    """A disk that fills up during the run: the write fails after the solve."""
+    import planner._src.cli.common as common
+
+    mod = _module(tmp_path, monkeypatch, "tiny_later", GOOD + MAKE)
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(common, "print", full, raising=False)
+    plan = tmp_path / "plan.json"
+    argv = ["solve", f"{mod}:make", "--hbm-gb", "1", "--hardware", "cpu", "--quiet"]
+    code = main([*argv, "--save", str(plan)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "cannot write the output to standard output: No space left on device" in err
     assert planner.load_plan(plan).budget_bytes == 10**9  # saved all the same
 
 

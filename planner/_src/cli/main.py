@@ -22,6 +22,14 @@ def main(argv=None) -> int:
     import cost_models as cm  # deferred: JAX only now, --help and --version answer without it
     import planner  # deferred: --help answers without importing JAX
 
+    if _stdout_is_dev_full():
+        print(
+            "error: standard output is /dev/full, where nothing can be written: the report "
+            "would be lost after the whole solve.\nFix: redirect it to a file on a disk with "
+            "space (or to /dev/null and pass --out FILE / --save FILE).",
+            file=sys.stderr,
+        )
+        return 2
     try:
         return a.run(a)
     except KeyboardInterrupt:
@@ -57,6 +65,15 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
+
+
+def _stdout_is_dev_full() -> bool:
+    """Whether stdout is Linux's /dev/full (every write fails with ENOSPC): known before any
+    work, unlike a disk that fills up (StdoutError says so after the solve)."""
+    try:
+        return os.path.samestat(os.fstat(sys.stdout.fileno()), os.stat("/dev/full"))
+    except (OSError, ValueError, AttributeError):  # no /dev/full, or stdout has no file
+        return False
 
 
 def _silence_stdout() -> None:
