@@ -198,6 +198,7 @@ def test_plan_files_record_versions_and_name_them_when_the_step_differs(plan_fil
     def other_jax(d):
         d["versions"]["jax"] = "0.4.1"
         d["fingerprint"] = "0" * len(d["fingerprint"])  # as another JAX would trace it
+        d["step"].update(program=d["fingerprint"], jax="0.4.1")
 
     damage(plan_file, other_jax)
     with pytest.raises(planner.PlanFileError) as e:
@@ -205,6 +206,7 @@ def test_plan_files_record_versions_and_name_them_when_the_step_differs(plan_fil
     msg = str(e.value)
     assert f"made with jax 0.4.1 (here {jax.__version__})" in msg
     assert "fingerprint differs even when your model did not change" in msg
+    assert any(d.startswith("JAX: jax") for d in e.value.differences), e.value.differences
 
 
 def _fail_writes(monkeypatch, err: int):

@@ -36,7 +36,12 @@ class SolverError(PlannerError):
 
 
 class PlanFileError(PlannerError, ValueError):
-    """A plan file is corrupt, of another version, or was made for a different step."""
+    """A plan file is corrupt, of another version, or was made for a different step.
+
+    ``differences``: where the plan was made for another step (``apply`` / ``check``), what
+    differs, one readable line each (``StepFingerprint.differences``); empty otherwise."""
+
+    differences: tuple[str, ...] = ()
 
 
 class UnsupportedError(PlannerError):

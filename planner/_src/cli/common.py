@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -27,13 +28,18 @@ def import_factory(spec: str, contract: str):
     cwd = str(Path.cwd())
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
+    check_backend()
     try:
         module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise InvalidArgumentError(
-            f"Cannot import {module_name!r}: {e}.\nFix: run from the "
-            "directory that holds it, or install it."
-        ) from e
+    except ModuleNotFoundError as e:
+        if e.name and (module_name == e.name or module_name.startswith(e.name + ".")):
+            raise InvalidArgumentError(
+                f"Cannot import {module_name!r}: {e}.\nFix: run from the "
+                "directory that holds it, or install it."
+            ) from e
+        raise FactoryError(spec, e, when="import") from e  # a dependency of the user's module
+    except (Exception, SystemExit) as e:  # noqa: BLE001  (the user's module, at import)
+        raise FactoryError(spec, e, when="import") from e
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise InvalidArgumentError(f"{module_name} has no function {attr!r}.")
@@ -47,37 +53,110 @@ EXIT_NO_GPU = 4  # profile: JAX sees no GPU here, so there is nothing to measure
 class FactoryError(Exception):
     """The user's factory raised: the CLI prints its traceback and exits EXIT_FACTORY."""
 
-    def __init__(self, spec: str, error: BaseException):
+    def __init__(self, spec: str, error: BaseException, when: str = "call"):
         self.spec, self.error = spec, error
-        super().__init__(
-            f"{spec} raised {type(error).__name__}: {error}\nWhy: the command calls your "
-            "factory to build the step and its example arguments, and it failed (its traceback "
-            "is above; nothing was planned).\nFix: run it on its own, e.g. python -c "
-            f'"import {spec.partition(":")[0]} as m; m.{spec.partition(":")[2]}()", and fix it.'
-        )
+        module, _, attr = spec.partition(":")
+        what = f"{type(error).__name__}: {error}"
+        if isinstance(error, SystemExit):
+            what = f"SystemExit({error.code!r}) (it called sys.exit or exit())"
+        if when == "import":
+            missing = getattr(error, "name", None) if isinstance(error, ImportError) else None
+            fix = (
+                f"install what it imports (pip install {missing.split('.')[0]}; the package's "
+                "name on PyPI may differ), in the environment that runs the planner"
+                if missing
+                else f'run python -c "import {module}" and fix what it says'
+            )
+            text = (
+                f"Importing {module} raised {what}\nWhy: the command imports your module "
+                "to find the factory, and the import failed (its traceback is above; nothing "
+                f"was planned).\nFix: {fix}."
+            )
+        else:
+            text = (
+                f"{spec} raised {what}\nWhy: the command calls your factory to build the step "
+                "and its example arguments, and it failed (its traceback is above; nothing was "
+                f'planned).\nFix: run it on its own, e.g. python -c "import {module} as m; '
+                f'm.{attr}()", and fix it.'
+            )
+        super().__init__(text)
 
 
 def call_factory(spec: str, factory, *args):
     """``factory(*args)``; any exception of the user's code becomes a FactoryError."""
     try:
         return factory(*args)
-    except Exception as e:  # noqa: BLE001  (the user's code)
+    except (Exception, SystemExit) as e:  # noqa: BLE001  (the user's code; exit(0) is no plan)
         raise FactoryError(spec, e) from e
 
 
-def load_factory(spec: str):
-    """Import ``MODULE:FACTORY`` and call it; check it returned ``(step_fn, example_args)``."""
+def check_backend() -> None:
+    """Raise InvalidArgumentError where JAX cannot start the backend ``JAX_PLATFORMS`` names
+    (``cuda`` without its plugin, a made-up name), before the user's code runs: else the
+    first array the factory makes fails, and the failure reads as the factory's."""
+    import jax  # deferred: --help answers without importing JAX
+
     from planner._src.errors import (
         InvalidArgumentError,
     )  # deferred: --help answers without importing JAX
 
-    made = call_factory(spec, import_factory(spec, "(step_fn, example_args)"))
-    if not (isinstance(made, tuple) and len(made) == 2 and callable(made[0])):
+    try:
+        jax.devices()
+    except RuntimeError as e:
+        platforms = os.environ.get("JAX_PLATFORMS", "")
         raise InvalidArgumentError(
-            f"{spec} returned {type(made).__name__}; it must return (step_fn, example_args) "
-            "with example_args a tuple of the step's arguments."
-        )
+            f"JAX cannot start a backend here: {str(e).splitlines()[0][:300]}\nWhy: "
+            + (
+                f"JAX_PLATFORMS={platforms!r} names a platform this JAX has no plugin or "
+                "device for, so every array your factory makes would fail"
+                if platforms
+                else "JAX found no platform it can start"
+            )
+            + ".\nFix: unset JAX_PLATFORMS or set it to cpu (plan for a GPU from here with "
+            "--hardware h200: the deviceless compiler needs no GPU), or install the plugin "
+            "(pip install 'jax[cuda12]') on a machine with that device."
+        ) from None
+
+
+def load_factory(spec: str):
+    """Import ``MODULE:FACTORY`` and call it; check it returned ``(step_fn, example_args)``."""
+
+    made = call_factory(spec, import_factory(spec, "(step_fn, example_args)"))
+    return checked_made(spec, made)
+
+
+def checked_made(spec: str, made):
+    """``(step_fn, example_args)`` as the factory returned it, checked: what is wrong named
+    (a non-callable step, arguments that are a dict or one array, not a tuple of them)."""
+    from planner._src.errors import (
+        InvalidArgumentError,
+    )  # deferred: --help answers without importing JAX
+
+    contract = (
+        "it must return (step_fn, example_args).\nFix: return the step function and a "
+        "tuple of its arguments, e.g. return train_step, (params, batch)"
+    )
+    if not (isinstance(made, tuple | list) and len(made) == 2):
+        n = f" of {len(made)} items" if isinstance(made, tuple | list) else ""
+        raise InvalidArgumentError(f"{spec} returned {type(made).__name__}{n}; {contract}.")
     step, args = made
+    if not callable(step):
+        raise InvalidArgumentError(
+            f"{spec} returned ({type(step).__name__}, ...): its first item is not callable; "
+            f"{contract}."
+        )
+    if isinstance(args, dict):
+        raise InvalidArgumentError(
+            f"{spec} returned the step's arguments as a dict (keys {list(args)[:4]}); the "
+            "planner calls step_fn(*example_args), which would pass the dict's keys.\nFix: "
+            "return a tuple: (step_fn, (batch,)) for a step taking the dict as one argument."
+        )
+    if not isinstance(args, tuple | list):
+        raise InvalidArgumentError(
+            f"{spec} returned the step's arguments as {type(args).__name__}, not a tuple; "
+            "the planner calls step_fn(*example_args).\nFix: return (step_fn, (x,)) for a "
+            "step of one argument."
+        )
     return step, tuple(args)
 
 
@@ -158,11 +237,20 @@ class Progress:
             print(f"[planner] {message} ...", file=sys.stderr, flush=True)
 
 
+class StdoutError(OSError):
+    """Standard output cannot be written (a full disk, /dev/full, a closed pipe)."""
+
+
 def emit_text(text: str, out: str | None = None) -> None:
-    """Print ``text`` on stdout and, with ``--out``, also write it to that file."""
-    print(text if text.endswith("\n") else text + "\n", end="")
+    """Print ``text`` on stdout and, with ``--out``, also write it to that file (first, so a
+    stdout that cannot be written loses nothing --out names)."""
     if out:
         Path(out).write_text(text)
+    try:
+        print(text if text.endswith("\n") else text + "\n", end="")
+        sys.stdout.flush()
+    except OSError as e:
+        raise StdoutError(e.errno, e.strerror) from e
 
 
 def profile_names() -> tuple[str, ...]:

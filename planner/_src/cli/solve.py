@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import sys
 
-from planner._src.cli.common import LAYER_GROUPS, Progress, emit_text, image_path, load_factory
+from planner._src.cli.common import (
+    LAYER_GROUPS,
+    Progress,
+    StdoutError,
+    emit_text,
+    image_path,
+    load_factory,
+)
 
 
 def cmd_solve(a) -> int:
@@ -46,7 +53,12 @@ def cmd_solve(a) -> int:
             progress(f"drawing the memory timeline to {a.timeline}")
             hbm_timeline(plan, a.timeline)
     # the report first: never lost; its snippets load the plan from --save's path
-    emit_text(plan.report("json" if a.json else a.format, plan_file=a.save), a.out)
+    try:
+        emit_text(plan.report("json" if a.json else a.format, plan_file=a.save), a.out)
+    except StdoutError:
+        if a.save:
+            plan.save(a.save)  # a stdout that cannot be written loses no plan
+        raise
     if a.save:
         plan.save(a.save)  # a PlanFileError here still leaves the report printed (exit 2)
         print(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from planner._src.cli.common import (
     LAYER_GROUPS,
+    FactoryError,
     Progress,
     call_factory,
     emit_text,
@@ -50,7 +51,12 @@ def cmd_throughput(a) -> int:
     factory = import_factory(a.factory, "(step_fn, example_args) for a batch size")
 
     def make_step(batch_size):
-        return call_factory(a.factory, factory, batch_size)
+        try:
+            return call_factory(a.factory, factory, batch_size)
+        except FactoryError as e:
+            if isinstance(e.error, MemoryError):
+                raise e.error from None  # one batch size too large: the search goes on
+            raise
 
     fmt = "json" if a.json else a.format
     with Progress(a.quiet) as progress:

@@ -66,7 +66,7 @@ def _decide(policy) -> Callable[..., Any]:
     return decide
 
 
-def apply(step_fn: Callable, b: Binding) -> Callable:
+def apply(step_fn: Callable, b: Binding, before_first: Callable | None = None) -> Callable:
     """``step_fn`` with every checkpoint region under ``b``'s policy (module docstring).
 
     Use the result as the step: call it, ``jax.jit`` it, differentiate it. A step the user
@@ -74,7 +74,10 @@ def apply(step_fn: Callable, b: Binding) -> Callable:
     same options: call it, or ``.lower`` / ``.trace`` it, as is (another ``jax.jit`` around
     it has the new jit's options). Each
     ``apply`` call gives a step with its own trace context: keep the returned function rather
-    than calling ``apply`` every step (a new one is traced and compiled again)."""
+    than calling ``apply`` every step (a new one is traced and compiled again).
+
+    ``before_first(args, kwargs)``: run before each call, ``trace`` and ``lower`` (the plan's
+    check that this is its step, results/stale.py; it returns at once after a pass)."""
     if not callable(step_fn):
         raise InvalidArgumentError(
             f"plan.apply takes the step function, not {type(step_fn).__name__}.\n"
@@ -87,6 +90,8 @@ def apply(step_fn: Callable, b: Binding) -> Callable:
 
     @functools.wraps(step_fn)
     def applied(*args, **kwargs):
+        if before_first is not None:
+            before_first(args, kwargs)
         with adapter.applied_policies(make, epoch):
             return step_fn(*args, **kwargs)
 
@@ -97,16 +102,18 @@ def apply(step_fn: Callable, b: Binding) -> Callable:
     for name in ("trace", "lower", "eval_shape"):
         method = getattr(step_fn, name, None)
         if callable(method):
-            setattr(applied, name, _under(method, make, epoch))
+            setattr(applied, name, _under(method, make, epoch, before_first))
     applied.__wrapped_plan__ = b  # what it applies (tests, debugging)
     return applied
 
 
-def _under(method: Callable, make, epoch) -> Callable:
+def _under(method: Callable, make, epoch, before_first) -> Callable:
     """``method`` (the jitted step's ``trace`` / ``lower``) traced under the plan's policies."""
 
     @functools.wraps(method)
     def under(*args, **kwargs):
+        if before_first is not None:
+            before_first(args, kwargs)
         with adapter.applied_policies(make, epoch):
             return method(*args, **kwargs)
 

@@ -107,9 +107,14 @@ def maxtext_yaml(assignment: Assignment, class_names: dict[str, str | None]) -> 
     lines = ["remat_policy: custom"]
     for n in all_names:
         value = _MAXTEXT_VALUE[decided.get(n, "remat")]
+        why = ""
         if n == "decoder_layer_input" and value == "remat":
             value = "device"
-        lines.append(f"{yaml_key(n)}: '{value}'")
+            why = (
+                "  # the plan recomputes it; MaxText cannot rematerialize the layer's input "
+                "(its scan keeps it anyway): the same bytes"
+            )
+        lines.append(f"{yaml_key(n)}: '{value}'{why}")
     empty = sorted({d for k, d in assignment.decisions if class_names.get(k) == ""})
     if "" in class_names.values():
         lines.append(

@@ -14,7 +14,7 @@ from planner._src.planning.fit import Standing
 from planner._src.planning.stock import offload_estimate
 from planner._src.policies import STOCK
 from planner._src.types import Baseline
-from planner._src.units import GB
+from planner._src.units import fmt_bytes, fmt_pair
 
 # The cost model's step-time error: predicted step time was -5.0% to +7.2% of measured over
 # the 13 H200 budgets of benchmarks/results/h200-2026-12-02.md. An unverified answer must be
@@ -67,15 +67,15 @@ def choose(ctx: Context, s: Standing, baselines: tuple[Baseline, ...]) -> Choice
                     f"{b.name} is predicted faster than the planner's own plan "
                     f"({b.prediction.step_s * 1e3:.2f} vs "
                     f"{best.prediction.step_s * 1e3:.2f} ms) and compiles within "
-                    f"the budget ({got / GB:.3f} of {budget / GB:.3f} GB usable), "
+                    f"the budget ({_of(got, budget)} usable), "
                     "where the model had it "
-                    f"at {b.prediction.peak_bytes / GB:.3f} GB"
+                    f"at {fmt_bytes(b.prediction.peak_bytes)}"
                 )
             else:
                 why = (
                     f"the planner's own plan does not fit ({plan_miss(s)}"
-                    f"), while {b.name} compiles within the budget ({got / GB:.3f} "
-                    f"of {budget / GB:.3f} GB usable)"
+                    f"), while {b.name} compiles within the budget ({_of(got, budget)} "
+                    "usable)"
                 )
             break
     if pick is not None:
@@ -91,8 +91,8 @@ def choose(ctx: Context, s: Standing, baselines: tuple[Baseline, ...]) -> Choice
             figures = (
                 f"{answer[0]} fits only by an estimate (unverified: "
                 f"{ctx.subject.compiler.description} keeps host memory in the same memory), "
-                f"while {sure.name} compiled within the budget ({sure.compiled_bytes / GB:.3f} "
-                f"of {budget / GB:.3f} GB usable); the unverified one is predicted "
+                f"while {sure.name} compiled within the budget ({_of(sure.compiled_bytes, budget)} "
+                "usable); the unverified one is predicted "
                 f"{gain:.1%} faster ({answer[1] * 1e3:.2f} vs {sure.step_s * 1e3:.2f} ms)"
             )
             if gain <= STEP_MODEL_ERROR:
@@ -155,10 +155,17 @@ def fastest_verified(
     return found
 
 
+def _of(part: float, whole: float) -> str:
+    """ "X of Y" in a unit that shows them (MB under 0.1 GB), in bytes where they would
+    print alike (units.fmt_pair)."""
+    a, b = fmt_pair(part, whole)
+    return f"{a} of {b}"
+
+
 def plan_miss(s: Standing) -> str:
     """Why the planner's own plan does not fit, in a few words."""
     if s.best is not None and s.best.verification.compiled_device_bytes is not None:
-        return f"it compiles to {s.best.verification.compiled_device_bytes / GB:.3f} GB"
+        return f"it compiles to {fmt_bytes(s.best.verification.compiled_device_bytes)}"
     if s.infeasible is not None:
-        return f"the model's smallest plan needs {s.infeasible.min_feasible_bytes / GB:.3f} GB"
+        return f"the model's smallest plan needs {fmt_bytes(s.infeasible.min_feasible_bytes)}"
     return "not compiled"

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from typing import Any
 
 import jax
 
 from planner._src.emit.emit import emit
+from planner._src.errors import PlanWarning
 from planner._src.planning.context import Subject, Timings
 from planner._src.types import Assignment, Status
 from planner._src.verify import numerics
@@ -34,6 +36,7 @@ class NumericsJudge:
         self.subject = subject
         self._reference = None
         self._sensitivity = None
+        self._traces_differ = ""  # why the step's traces compute other outputs ('' if not)
         self._float64_tried = False
         self._float64 = None
         # classes whose saving changed the step's outputs: key -> what was measured
@@ -62,9 +65,15 @@ class NumericsJudge:
 
     def _ensure_reference(self, float_dtypes) -> None:
         if self._reference is None:
-            self._reference, self._sensitivity = numerics.reference_runs(
+            self._reference, self._sensitivity, self._traces_differ = numerics.reference_runs(
                 self.subject.fn, self.subject.args, float_dtypes
             )
+            if self._traces_differ:
+                warnings.warn(
+                    f"The numerics check cannot judge this step's plans: {self._traces_differ}.",
+                    PlanWarning,
+                    stacklevel=2,
+                )
 
     def judge_run(self, plan, run, timings: Timings):
         """The outputs of ``run()`` (a step that applies ``plan``) judged against the
@@ -91,6 +100,8 @@ class NumericsJudge:
                 float64=self._float64,
             )
 
+        if self._traces_differ:
+            return numerics.not_checked(self._traces_differ)
         result = judged()
         if result.ok or self._float64_tried:
             return result
@@ -114,11 +125,14 @@ class NumericsJudge:
             t = time.perf_counter()
             try:
                 self._ensure_reference(plan.trace.float_dtypes)
+                if self._traces_differ:
+                    return with_result(plan, numerics.not_checked(self._traces_differ), timings)
                 planned = numerics.run_planned(
                     self.subject.fn,
                     self.subject.args,
                     policy_maker(plan.graph, plan.emitted.policy, plan.emitted.policies),
                     compiled,
+                    like=self._reference,
                 )
             except Exception as e:  # noqa: BLE001  (a step that cannot run here, e.g. OOM)
                 if self.subject.options.check_numerics:

@@ -307,7 +307,7 @@ class Planner:
                 break
         if plan.choice == "planner":
             plan = self.numerics.noting_forced(plan)
-            warn_unfit(plan, ctx.usable)
+        warn_unfit(plan, ctx.usable)  # a failed check always warns, stock answers too
         return plan
 
     # ------------------------------------------------------------------ one budget

@@ -32,6 +32,19 @@ def fixed_why(fixed: int, io: int) -> str:
     )
 
 
+def remedies(ctx: Context, need_requested: float) -> str:
+    """The refusal's fixes, the planner's own first: the larger budget that plans (a
+    compiled figure where one was made), then what the user can shrink. The one place a
+    refusal's remedies are listed: a remedy the planner gains (the optimizer state placed in
+    host memory, with the bytes it frees) goes here, before the user's."""
+    own = [f"pass hbm_gb >= {gb_at_least(need_requested)}"]
+    users = (
+        "shrink what is fixed (smaller batch per device, sharded parameters and optimizer "
+        "state, donated state)"
+    )
+    return ", or ".join([*own, users])
+
+
 def refusal(ctx: Context, s: Standing, base_trace, base_graph) -> InfeasibleBudgetError:
     """The error for a budget nothing fits (``s``: where planning stopped; ``base_trace``,
     ``base_graph``: the Planner's merged trace and graph, on which every applicable stock
@@ -89,9 +102,7 @@ def refusal(ctx: Context, s: Standing, base_trace, base_graph) -> InfeasibleBudg
         + ".\n"
         f"Why: {fixed_why(cost.fixed_bytes, io)}, and the backward pass "
         "of a layer needs its working set.\n"
-        f"Fix: pass hbm_gb >= {gb_at_least(need_req)}, or shrink what is "
-        "fixed (smaller batch per device, sharded parameters and optimizer state, donated "
-        "state)." + note,
+        f"Fix: {remedies(ctx, need_req)}." + note,
         budget_bytes=requested,
         min_feasible_bytes=need_req,
     )

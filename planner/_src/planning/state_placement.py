@@ -38,6 +38,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+
 from planner._src import trainstate as st
 from planner._src.budget import io_bytes, usable_bytes
 from planner._src.cost import build_cost_model, evaluate
@@ -149,6 +152,29 @@ def _arg(args: tuple, argnum: int | None, what: str):
     return args[argnum]
 
 
+def _check_state_args(opt_state, params, opt_state_argnum, params_argnum) -> None:
+    """Refuse an ``opt_state_argnum`` that cannot be the optimizer state: the parameters'
+    own argument, or one without a floating leaf (a batch of token ids), which the plan would
+    report as "optimizer state" (issue 45)."""
+    if params_argnum is not None and opt_state_argnum == params_argnum:
+        raise InvalidArgumentError(
+            f"opt_state_argnum and params_argnum are both {opt_state_argnum}: one argument "
+            "cannot be the parameters and the optimizer state.\nFix: pass the index of each "
+            "(e.g. opt_state_argnum=1, params_argnum=0 for train_step(params, opt_state, "
+            "batch))."
+        )
+    leaves = [x for x in jax.tree.leaves(opt_state) if hasattr(x, "dtype")]
+    if leaves and not any(jnp.issubdtype(x.dtype, jnp.inexact) for x in leaves):
+        kinds = sorted({str(x.dtype) for x in leaves})
+        raise InvalidArgumentError(
+            f"opt_state_argnum={opt_state_argnum} names an argument with no floating leaf "
+            f"(its {len(leaves)} arrays are {', '.join(kinds)}): not an optimizer state "
+            "(Adam's moments, a momentum), perhaps the batch.\nFix: pass the index of the "
+            "argument that holds the optimizer state (e.g. opt_state_argnum=1 for "
+            "train_step(params, opt_state, batch))."
+        )
+
+
 def _layers(trace) -> int:
     """The layer count: the largest trip count of a region under lax.scan (a scanned layer
     stack; merged Python-loop call sites also have a multiplicity, but no stacked leaves)."""
@@ -159,6 +185,7 @@ def _leaves(session, opt_state_argnum: int, params_argnum: int | None, stream_pa
     args = session.example_args
     opt_state = _arg(args, opt_state_argnum, "opt_state_argnum")
     params = _arg(args, params_argnum, "params_argnum")
+    _check_state_args(opt_state, params, opt_state_argnum, params_argnum)
     if stream_params and params is None:
         raise InvalidArgumentError(
             "stream_params=True without params_argnum.\nWhy: the parameters the plan may put "

@@ -19,6 +19,7 @@ from planner._src.errors import PlanWarning
 from planner._src.graph import LivenessGraph, class_key
 from planner._src.results import planfile
 from planner._src.results.report import build_report, render
+from planner._src.results.stale import first_call_check
 from planner._src.types import (
     Assignment,
     Baseline,
@@ -110,12 +111,17 @@ class Plan:
         policy): how ``apply`` and the plan file know which call site gets which policy."""
         return {b: rg.region.group for rg in self.graph.regions for b in rg.region.bind_ids}
 
-    def apply(self, step_fn):
+    def apply(self, step_fn, *, check: bool = True):
         """``step_fn`` with every checkpoint region under this plan's policy, per call site
         where the plan decides per layer group, without editing the model: use the result as
-        your step (``step = plan.apply(train_step)``; jit it as you would the step)."""
+        your step (``step = plan.apply(train_step)``; jit it as you would the step).
+
+        Its first call compares the step, with that call's arguments, with the step this plan
+        was made for, and raises PlanFileError naming what differs (``.differences``) for
+        another one (another batch size, model or dtype); ``check=False`` skips that."""
         b = binding(self.bind_groups(), self.emitted.policy, self.emitted.policies)
-        return apply_to_step(step_fn, b)
+        guard = first_call_check(step_fn, self.trace.fingerprint, "This plan") if check else None
+        return apply_to_step(step_fn, b, guard)
 
     @property
     def layer_groups(self) -> int:

@@ -11,16 +11,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from planner._src.emit.apply import apply, binding
 from planner._src.emit.emit import differing_groups_error, policies_for
 from planner._src.errors import PlanFileError
+from planner._src.fingerprints import StepFingerprint
 from planner._src.graph import num_groups
+from planner._src.results.files import as_path, target_of, write_text_atomically
 from planner._src.results.report import Report, build_report, render, report_from_dict
+from planner._src.results.stale import first_call_check, refuse_another_step
 from planner._src.types import DECISIONS, Assignment
-from planner._src.xla.fingerprint import step_fingerprint
+from planner._src.xla.fingerprint import step_fingerprint_and_bodies
 from planner._version import __version__
 
 FORMAT = "jax-offload-planner/plan"
@@ -46,6 +50,19 @@ class SavedPlan:
     bind_group_pairs: tuple[tuple[int, int | None], ...] = ()
     # Plan.candidates() as saved (JSON: shapes are lists); () for files written before
     candidates_data: tuple = dataclasses.field(default=(), compare=False)
+    # The step's whole fingerprint (program, arguments, JAX); files written before it was
+    # recorded give the program hash and the recorded JAX only.
+    step: StepFingerprint | None = dataclasses.field(default=None, compare=False)
+
+    @property
+    def step_fingerprint(self) -> StepFingerprint:
+        """The fingerprint of the step the plan was made for (``StepFingerprint``)."""
+        if self.step is not None:
+            return self.step
+        v = self.versions or {}
+        return StepFingerprint(
+            program=self.fingerprint, jax=str(v.get("jax", "")), jaxlib=str(v.get("jaxlib", ""))
+        )
 
     @property
     def policy(self):
@@ -67,9 +84,11 @@ class SavedPlan:
         """How many layer groups the plan decides separately (0: one decision for all)."""
         return num_groups(dict(self.class_names))
 
-    def apply(self, step_fn):
+    def apply(self, step_fn, *, check: bool = True):
         """``step_fn`` with every checkpoint region under this plan's policy, per call site
-        where it decides per layer group (``Plan.apply``)."""
+        where it decides per layer group (``Plan.apply``): its first call refuses a step that
+        is not the one the plan was made for (PlanFileError, ``.differences``) unless
+        ``check=False``."""
         policy, _, _, policies, _ = policies_for(self.assignment, dict(self.class_names))
         if policies and not self.bind_group_pairs and policy is None:
             raise PlanFileError(
@@ -77,15 +96,18 @@ class SavedPlan:
                 "record which call site is which group (it was written by an older planner).\n"
                 "Fix: save the plan again with plan.save(path), then load_plan(path).apply(step)."
             )
-        return apply(step_fn, binding(self.bind_groups(), policy, policies))
+        where = f"The plan in {self.path or 'this file'}"
+        guard = first_call_check(step_fn, self.step_fingerprint, where) if check else None
+        return apply(step_fn, binding(self.bind_groups(), policy, policies), guard)
 
     def bind_groups(self) -> dict[int, int | None]:
         """Bind order of the step's checkpoint call sites -> layer group (``Plan.bind_groups``)."""
         return dict(self.bind_group_pairs)
 
     def decisions(self) -> dict[str, str]:
-        """Decision per tensor label, as ``Plan.decisions()``."""
-        return {row.label: row.decision for row in report_from_dict(self.report_data).rows}
+        """Decision per tensor label, as ``Plan.decisions()``: the file's decisions, which
+        ``apply`` applies (a decision edited by hand shows here)."""
+        return {row.label: row.decision for row in self._report().rows}
 
     def candidates(self) -> list[dict]:
         """Every candidate tensor with its decision, as ``Plan.candidates()`` (shapes as
@@ -95,28 +117,51 @@ class SavedPlan:
     def report(self, fmt: str = "text") -> str:
         """The plan's report as it was made: ``text`` (as the CLI prints it), ``markdown``
         or ``json`` (``Plan.report``)."""
+        return render(self._report(), fmt)
+
+    def _report(self) -> Report:
+        """The saved report with the file's decisions in its rows: a plan file's decisions
+        are its truth (``apply`` applies them), so a decision edited by hand shows in its
+        row, marked, and a note says the figures are of the plan as it was made."""
         r = report_from_dict(self.report_data)
         assert isinstance(r, Report)
-        return render(r, fmt)
+        decided = dict(self.assignment.decisions)
+        rows, edited = [], []
+        for row in r.rows:
+            d = decided.get(row.key, row.decision) if row.key else row.decision
+            if d != row.decision:
+                edited.append(f"{row.label}: {row.decision} -> {d}")
+                row = dataclasses.replace(
+                    row,
+                    decision=d,
+                    reason=f"edited in the plan file (planned: {row.decision}); {row.reason}",
+                )
+            rows.append(row)
+        saved = {c.get("class"): c.get("decision") for c in self.candidates_data}
+        if not any(row.key for row in r.rows) and any(
+            k in decided and decided[k] != d for k, d in saved.items() if d is not None
+        ):
+            edited.append("(rows of this file do not name their classes: see decisions)")
+        if not edited:
+            return r
+        note = (
+            f"{len(edited)} decision(s) of this plan file differ from the plan as it was made "
+            f"({'; '.join(edited[:5])}{' ...' if len(edited) > 5 else ''}): apply applies the "
+            "file's decisions; the memory and time figures are of the plan as it was made, "
+            "not verified for these. Plan again to get figures the compiler checked."
+        )
+        return dataclasses.replace(r, rows=tuple(rows), notes=(note, *r.notes))
 
     def check(self, step_fn, *example_args) -> None:
         """Raise PlanFileError unless ``step_fn(*example_args)`` is the step this plan is for."""
-        got = step_fingerprint(step_fn, example_args).program
-        if got != self.fingerprint:
-            note = _version_note(self.versions)
-            why = (
-                "the model, its shapes, dtypes or the step's code changed since the plan was "
-                "made, or JAX traces it differently now"
-                if note
-                else "the model, its shapes, dtypes or the step's code changed since the plan "
-                "was made"
-            )
-            raise PlanFileError(
-                f"The plan in {self.path or 'this file'} was made for another step (its program "
-                f"fingerprint is {self.fingerprint}, this step's is {got}).\nWhy: {why}, so its "
-                f"decisions may not fit.{note}\nFix: plan again with planner.solve on this step"
-                + (" (or check it with the versions it was made with)." if note else ".")
-            )
+        here, bodies = step_fingerprint_and_bodies(step_fn, example_args)
+        refuse_another_step(
+            here,
+            self.step_fingerprint,
+            f"The plan in {self.path or 'this file'}",
+            note=_version_note(self.versions),
+            bodies=bodies,
+        )
 
 
 def versions() -> dict[str, str]:
@@ -148,8 +193,10 @@ def _version_note(recorded: dict | None) -> str:
 
 def check_writable(path: str | os.PathLike, what: str = "the plan file") -> Path:
     """Raise PlanFileError unless a plan file can be written at ``path`` (checked before a
-    slow solve, so a typo costs a second, not the solve). Leaves nothing behind."""
-    path = Path(path)
+    slow solve, so a typo costs a second, not the solve). Leaves nothing behind. A symlink is
+    checked at its target (saving writes through it); a FIFO or device is refused
+    (results/files.py)."""
+    path = as_path(path, what, "plan.save" if what == "the plan file" else "save")
     why = None
     if path.is_dir():
         why = "it is a directory"
@@ -158,13 +205,13 @@ def check_writable(path: str | os.PathLike, what: str = "the plan file") -> Path
     elif not path.parent.is_dir():
         why = f"{path.parent} is not a folder"
     else:
-        probe = path.with_name(f".{path.name}.{os.getpid()}.probe")
+        real = target_of(path, what)
         try:
-            probe.write_text("")
+            fd, probe = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".probe", dir=real.parent)
+            os.close(fd)
+            os.unlink(probe)
         except OSError as e:
             why = e.strerror or str(e)
-        finally:
-            probe.unlink(missing_ok=True)
     if why is not None:
         raise PlanFileError(
             f"Cannot write {what} {path}: {why}.\nFix: pass a file path in an existing "
@@ -174,11 +221,13 @@ def check_writable(path: str | os.PathLike, what: str = "the plan file") -> Path
 
 
 def save(plan, path: str | os.PathLike) -> None:
+    path = check_writable(path)
     data = {
         "format": FORMAT,
         "version": VERSION,
         "versions": versions(),
         "fingerprint": plan.trace.fingerprint.program,
+        "step": plan.trace.fingerprint.to_json(),
         "budget_bytes": plan.budget_bytes,
         "hardware": plan.hardware.name,
         "decisions": [list(x) for x in plan.assignment.decisions],
@@ -190,19 +239,7 @@ def save(plan, path: str | os.PathLike) -> None:
         "candidates": plan.candidates(),
         "report": dataclasses.asdict(build_report(plan, str(path))),
     }
-    text = json.dumps(data, indent=1, sort_keys=True)
-    path = check_writable(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)  # never a half-written plan file
-    except OSError as e:
-        raise PlanFileError(
-            f"Cannot write the plan file {path}: {e.strerror or e}.\nFix: free space on its "
-            "disk or pass a path on a writable file system; nothing was written."
-        ) from e
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text_atomically(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def _damaged(path, what: str) -> PlanFileError:
@@ -223,9 +260,21 @@ def _field(data: dict, path, key: str, kinds, what: str):
 
 
 def load(path: str | os.PathLike) -> SavedPlan:
-    path = Path(path)
+    path = as_path(path, "the plan file", "planner.load_plan")
+    if path.exists() and not (path.is_file() or path.is_dir()):
+        # a FIFO would block the read forever; a device streams without end
+        raise PlanFileError(
+            f"{path} is not a plan file: it is not a regular file (a FIFO, device or "
+            "socket).\nFix: pass the file plan.save(path) wrote."
+        )
     try:
         data: Any = json.loads(path.read_text())
+    except RecursionError:
+        raise PlanFileError(
+            f"{path} is not a plan file: its JSON is nested deeper than Python's parser "
+            "goes (a plan file is a few levels deep).\nFix: pass a file written by "
+            "plan.save(path)."
+        ) from None
     except FileNotFoundError:
         raise PlanFileError(
             f"No plan file at {path}. Fix: save one with plan.save(path)."
@@ -250,7 +299,14 @@ def load(path: str | os.PathLike) -> SavedPlan:
             f'{path} is not a jax-offload-planner plan (no \'"format": '
             f'"{FORMAT}"\' field).\nFix: pass a file written by plan.save().'
         )
-    if data.get("version") != VERSION:
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise _damaged(
+            path,
+            f"its 'version' is {version!r} ({type(version).__name__}), not a version "
+            f'number (this planner writes "version": {VERSION}, a JSON number)',
+        )
+    if version != VERSION:
         raise PlanFileError(
             f"{path} is a plan file of version {data.get('version')!r}; this "
             f"planner reads version {VERSION}.\nFix: plan again with this version."
@@ -319,7 +375,30 @@ def _parse(data: dict, path: Path) -> SavedPlan:
         versions=dict(recorded or {}),
         bind_group_pairs=bind_groups,
         candidates_data=_candidates(data.get("candidates", []), path),
+        step=_step(data.get("step"), fingerprint, path),
     )
+
+
+def _step(raw, program: str, path) -> StepFingerprint | None:
+    """The recorded ``StepFingerprint`` (None for files written before it was recorded)."""
+    if raw is None:
+        return None
+    ok = (
+        isinstance(raw, dict)
+        and isinstance(raw.get("program"), str)
+        and isinstance(raw.get("arguments", []), list)
+        and all(isinstance(a, str) for a in raw.get("arguments", []))
+        and all(isinstance(raw.get(k, ""), str) for k in ("jax", "jaxlib"))
+    )
+    if not ok:
+        raise _damaged(path, f"'step' is {raw!r:.80}, not the step's fingerprint record")
+    if raw["program"] != program:
+        raise _damaged(
+            path,
+            f"'step' records the program {raw['program']!r}, 'fingerprint' {program!r}: one "
+            "of them was edited",
+        )
+    return StepFingerprint.from_json(raw)
 
 
 def _candidates(raw, path) -> tuple:

@@ -32,6 +32,29 @@ def fingerprint_of(step_jaxpr, args: Sequence[Any]) -> StepFingerprint:
 
 def step_fingerprint(step_fn: Callable, args: Sequence[Any]) -> StepFingerprint:
     """The fingerprint ``trace_step`` records, without the rest of the trace (one trace)."""
+    return step_fingerprint_and_bodies(step_fn, args)[0]
+
+
+def wrapped_bodies(step_jaxpr) -> tuple[str, ...]:
+    """Program hashes of what a wrapper jit holds: a step whose program is one ``jit`` call
+    of all its inputs (``eqx.filter_jit(step)``, a ``jax.jit`` inside a plain function) is
+    the same step as that call's body, traced plain. Outermost first; () for other steps."""
+    out = []
+    j = adapter.open_jaxpr(step_jaxpr)
+    while len(j.eqns) == 1:
+        inner = j.eqns[0].params.get("jaxpr")
+        if inner is None or not hasattr(adapter.open_jaxpr(inner), "eqns"):
+            break
+        out.append(jaxpr_fingerprint(inner))
+        j = adapter.open_jaxpr(inner)
+    return tuple(out)
+
+
+def step_fingerprint_and_bodies(
+    step_fn: Callable, args: Sequence[Any]
+) -> tuple[StepFingerprint, tuple[str, ...]]:
+    """``step_fingerprint`` and the program hashes of the jit bodies it wraps
+    (:func:`wrapped_bodies`), from one trace."""
     try:
         traced, _ = adapter.trace_step_with(
             step_fn, args, lambda rid, r: adapter.everything_saveable
@@ -44,4 +67,4 @@ def step_fingerprint(step_fn: Callable, args: Sequence[Any]) -> StepFingerprint:
             f"{type(e).__name__}: {e}\nFix: check that jax.jit(step_fn).lower(*example_args) "
             "works on its own with the arguments passed to check()."
         ) from e
-    return fingerprint_of(traced.jaxpr, args)
+    return fingerprint_of(traced.jaxpr, args), wrapped_bodies(traced.jaxpr)

@@ -4,11 +4,13 @@ docstring says how)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from planner._src.errors import InfeasibleBudgetError, InvalidArgumentError
+from planner._src.errors import InfeasibleBudgetError, InvalidArgumentError, PlanWarning
+from planner._src.fingerprints import argument_signature
 from planner._src.options import PlanOptions, check_fits_device
 from planner._src.planning.inputs import load_hardware, merge_options, validate_budget
 from planner._src.planning.planner import Planner
@@ -167,26 +169,69 @@ def maximize_throughput(
         mode = "batch"
 
     probes: dict[int, Probe] = {}
+    # batch sizes whose make_step raised MemoryError: counted as not fitting, the others kept
+    out_of_memory: dict[int, str] = {}
+
+    def made_at(batch: int):
+        made = make_step(batch)
+        if not (isinstance(made, tuple | list) and len(made) == 2 and callable(made[0])):
+            raise InvalidArgumentError(
+                f"make_step({batch}) returned {type(made).__name__}; it must return "
+                "(step_fn, example_args) with example_args a tuple of the step's arguments."
+            )
+        return made[0], tuple(made[1])
+
+    def first_checks(batch: int, args: tuple) -> None:
+        """Before the first compile: make_step uses its batch size (its arguments at another
+        size differ), and the tokens per step can be read off the batch where not given."""
+        other = batch * 2
+        _, other_args = made_at(other)
+        if argument_signature(other_args) == argument_signature(args):
+            raise InvalidArgumentError(
+                f"make_step ignores its batch size: make_step({batch}) and make_step({other}) "
+                f"return arguments of the same shapes ({argument_signature(args)[:2]} ...).\n"
+                "Why: the search plans the step at each batch size and counts its tokens per "
+                "step from the size; a step that does not change would be counted as more "
+                "tokens for the same work.\nFix: build the example batch from the batch size "
+                "make_step is given, e.g. jnp.zeros((batch_size, seq), jnp.int32)."
+            )
+        if count is None:
+            derive_tokens_per_example(other_args, other)  # fail before the compiles
 
     def probe(batch: int) -> Probe:
         if batch not in probes:
             say(f"batch size {batch}: tracing the step (one session per batch size)")
-            made = make_step(batch)
-            if not (isinstance(made, tuple) and len(made) == 2 and callable(made[0])):
-                raise InvalidArgumentError(
-                    f"make_step({batch}) returned {type(made).__name__}; it must return "
-                    "(step_fn, example_args) with example_args a tuple of the step's arguments."
-                )
-            step, args = made
-            if count is None and batch > 1 and not probes:
-                derive_tokens_per_example(tuple(args), batch)  # fail before the compiles
-            session = Planner(step, *tuple(args), hardware=hw, options=opts, progress=progress)
+            step, args = made_at(batch)
+            if not probes:
+                first_checks(batch, args)
+            session = Planner(step, *args, hardware=hw, options=opts, progress=progress)
             probes[batch] = Probe(batch, session, requested)
         return probes[batch]
 
+    def probed(batch: int) -> Probe | None:
+        """``probe(batch)``, or None where make_step raised MemoryError at that size."""
+        if batch in out_of_memory:
+            return None
+        try:
+            return probe(batch)
+        except MemoryError as e:
+            out_of_memory[batch] = f"{type(e).__name__}: {e}"[:200]
+            warnings.warn(
+                f"make_step({batch}) raised MemoryError: batch size {batch} is counted as not "
+                "fitting, and the search keeps the results of the other sizes.\nWhy: building "
+                "the step's example arguments at that size needs more host memory than there "
+                "is.\nFix: build them as jax.ShapeDtypeStruct (no memory), or pass "
+                "max_batch_size / batch_sizes below it.",
+                PlanWarning,
+                stacklevel=4,
+            )
+            return None
+
     def fits(policy):
         def f(batch):
-            p = probe(batch)
+            p = probed(batch)
+            if p is None:
+                return False
             if policy == PLANNER:
                 say(f"batch size {batch}: planning for {b:g} GB")
             return p.fits(policy, requested)
@@ -213,7 +258,7 @@ def maximize_throughput(
         boundaries[PLANNER] = _boundary(fits(PLANNER), max_batch_size)
     else:
         for batch in fixed:
-            probe(batch)
+            probed(batch)
 
     # Every probed batch size under every applicable policy (compiles are per session, cached).
     def stock_rows_all():
@@ -252,10 +297,19 @@ def maximize_throughput(
                 break
             for x in new:
                 say(f"refining around batch size {best.batch_size}: trying {x}")
-                probe(x)
+                probed(x)
             stock_rows_all()
             planner_all()
 
+    if not probes:
+        raise InfeasibleBudgetError(
+            f"No batch size could be tried: make_step raised MemoryError at every size "
+            f"({', '.join(f'{k}: {v}' for k, v in sorted(out_of_memory.items())[:4])}).\n"
+            "Fix: build the example arguments as jax.ShapeDtypeStruct, or pass smaller "
+            "batch_sizes.",
+            budget_bytes=requested,
+            min_feasible_bytes=float(requested),
+        )
     if not any(p.plan is not None and plan_fits(p.plan, p.usable) for p in probes.values()):
         smallest = min(probes)
         err = probes[smallest].plan_error

@@ -130,7 +130,9 @@ def budget_use(plan) -> str:
         else f"uses {fmt_bytes(got)}"
     )
     if plan.choice != "planner":
-        why = f"the stock policy {plan.choice} was returned (why: above)"
+        why = (
+            f'the stock policy {plan.choice} was returned (why: the note "The answer is ..." below)'
+        )
     else:
         why = plan.fill_why or "no fill rounds: the plan was not verified within budget"
     rounds = f"; {fills} fill round{'s' if fills != 1 else ''} compiled" if fills else ""
@@ -280,10 +282,13 @@ def build_report(plan, plan_file: str | None = None) -> Report:
                 group=cls.group,
                 jax_label=label,
                 name=cls.name,
+                key=cls.key,
             )
         )
 
     compiled = plan.verification.compiled_device_bytes
+    # the verifying compiler compiles the stock policies too (planning/stock.py)
+    short_compiler = (plan.compiler or plan.verification.compiler or "").split(" (")[0]
     planner_fits = (pred.peak_bytes if compiled is None else compiled) <= plan.budget.usable
     policies = [
         PolicyLine(
@@ -294,6 +299,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
             fits=planner_fits,
             applicable=True,
             compiled_gb=None if compiled is None else compiled / GB,
+            compiler=short_compiler,
         )
     ]
     for b in plan.baselines:
@@ -308,6 +314,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
                 compiled_gb=(
                     None if b.compiled_device_bytes is None else b.compiled_device_bytes / GB
                 ),
+                compiler=short_compiler,
             )
         )
     ver = plan.verification
@@ -330,6 +337,14 @@ def build_report(plan, plan_file: str | None = None) -> Report:
         notes.append(f"The answer is the planner's plan: {plan.choice_why}.")
     if ver.note:
         notes.append(ver.note)
+    if cost.correction_bytes:
+        notes.append(
+            "The stock policies' predicted peaks are on this budget's memory model, corrected "
+            f"by {'+' if cost.correction_bytes > 0 else '-'}"
+            f"{fmt_bytes(abs(cost.correction_bytes))} (what its compiles measured against the "
+            "model), so they differ from another budget's by the correction; their compiled "
+            "figures do not change."
+        )
     if cost.unknown_primitives:
         notes.append(
             "No cost rule for: "
@@ -436,7 +451,10 @@ def build_report(plan, plan_file: str | None = None) -> Report:
         residual_gb=pred.residual_bytes / GB,
         working_set_gb=pred.working_set_bytes / GB,
         solver=(
-            f"CP-SAT {sol.status}, gap {sol.gap:.2%}, {sol.num_classes} classes, "
+            f"no CP-SAT solve for this answer: it is the stock policy {plan.choice} "
+            f"({sol.num_classes} classes)"
+            if plan.choice != "planner"
+            else f"CP-SAT {sol.status}, gap {sol.gap:.2%}, {sol.num_classes} classes, "
             f"{sol.num_variables} variables, {sol.wall_s:.2f} s"
             + (
                 ""

@@ -28,6 +28,9 @@ class Row:
     # (string for string; the renderers show the path relative to the working directory).
     jax_label: str = ""
     name: str | None = None  # the class's checkpoint_name (a MaxText key), if any
+    # the class key the row decides (plan files: a decision edited by hand shows in its row);
+    # "" in plan files written before it was recorded
+    key: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +44,9 @@ class PolicyLine:
     compiled_gb: float | None = None  # the verifying compiler's figure (None: not compiled)
     # False: read from a plan file written by a version that did not record compiled_gb
     compiled_recorded: bool = True
+    # which compiler made compiled_gb (the verifying compiler, in short: "XLA:CPU"); "" in
+    # plan files written before it was recorded
+    compiler: str = ""
 
     @property
     def fits_text(self) -> str:
@@ -50,7 +56,9 @@ class PolicyLine:
         yes = "yes" if self.fits else "no"
         if not self.compiled_recorded:
             return yes
-        return yes + (", predicted" if self.compiled_gb is None else ", compiled")
+        if self.compiled_gb is None:
+            return yes + ", predicted (not compiled)"
+        return yes + ", compiled" + (f" by {self.compiler}" if self.compiler else "")
 
     @property
     def compiled_text(self) -> str:

@@ -113,6 +113,7 @@ from planner._src.verify.numerics.runs import (
     run_planned,
     run_reference,
     run_sensitivity,
+    traces_differ,
 )
 
 __all__ = [
@@ -140,4 +141,5 @@ __all__ = [
     "run_reference",
     "run_sensitivity",
     "tolerance",
+    "traces_differ",
 ]

@@ -67,7 +67,30 @@ def _scale(x) -> float:
     return float(np.max(a)) if a.size else 0.0
 
 
+def is_value(x) -> bool:
+    """A leaf that is no array (a str, a Python number, an object the step returns): the
+    same in both runs or not, compared as a value."""
+    return not (hasattr(x, "dtype") and hasattr(x, "shape"))
+
+
+def _same_value(a, b) -> bool:
+    """Non-array leaves: equal as values; objects of a class without its own ``==`` (each
+    run makes its own instance) by their type."""
+    if type(a) is not type(b):
+        return False
+    if type(a).__eq__ is object.__eq__:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001  (an == that cannot answer a bool: compare the types)
+        return True
+
+
 def _leaf_error(a, b, group_scale: float = 0.0) -> float:
+    if is_value(a) or is_value(b):
+        if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+            return 0.0  # NaN and NaN
+        return 0.0 if is_value(a) and is_value(b) and _same_value(a, b) else float("inf")
     if is_key(a) or is_key(b):
         if not (is_key(a) and is_key(b)):
             return float("inf")

@@ -11,7 +11,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from planner._src.verify.numerics.compare import coarsest_eps, float_kind, is_key, own_eps
+from planner._src.verify.numerics.compare import (
+    coarsest_eps,
+    compare,
+    float_kind,
+    is_key,
+    own_eps,
+)
 from planner._src.xla import adapter
 from planner._src.xla.compile import as_enum
 
@@ -52,17 +58,25 @@ def run_reference(step_fn: Callable, args: Sequence[Any]):
         return _ready(_jitted(step_fn)(*_copy(args)))
 
 
-def run_planned(step_fn: Callable, args: Sequence[Any], make_policy, compiled=None):
+def run_planned(step_fn: Callable, args: Sequence[Any], make_policy, compiled=None, like=None):
     """The step with ``make_policy(region_id, region)`` in every checkpoint region, on copies
     of ``args``: ``compiled`` (verify's program, under the plan's flags) where it takes the
-    arguments as given, else traced, compiled and run here."""
+    arguments as given and returns outputs of ``like``'s structure (the reference's), else
+    traced, compiled and run here."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*donated buffers.*")
         if compiled is not None:
             try:
-                return _ready(compiled(*_copy(args)))
+                out = _ready(compiled(*_copy(args)))
             except TypeError:  # static arguments: the compiled program takes the others only
-                pass
+                out = None
+            # a compiled program returns the array outputs only: a step that also returns
+            # non-array leaves (a str, a Python number, an object) runs traced, as written
+            if out is not None and (
+                like is None
+                or jax.tree_util.tree_structure(out) == jax.tree_util.tree_structure(like)
+            ):
+                return out
 
         def wrap(rid, r):
             pol = make_policy(rid, r)
@@ -73,13 +87,45 @@ def run_planned(step_fn: Callable, args: Sequence[Any], make_policy, compiled=No
 
 
 def reference_runs(step_fn: Callable, args: Sequence[Any], computed: Sequence[str]):
-    """``(reference, sensitivity)``: the user's step as written (:func:`run_reference`) and
-    its rounding-only runs (:func:`run_sensitivity`, the inputs moved at the precision of the
-    coarsest dtype among its arguments, its outputs and ``computed``: ``Trace.float_dtypes``).
-    Run once per session; every plan's outputs are judged against them."""
+    """``(reference, sensitivity, traces_differ)``: the user's step as written
+    (:func:`run_reference`), its rounding-only runs (:func:`run_sensitivity`, the inputs
+    moved at the precision of the coarsest dtype among its arguments, its outputs and
+    ``computed``: ``Trace.float_dtypes``), and why the step computes something else each
+    time it is traced ('' when it does not: :func:`traces_differ`; then ``sensitivity`` is
+    None, since its runs measure that, not rounding, and no plan can be judged). Run once per
+    session; every plan's outputs are judged against them."""
     reference = run_reference(step_fn, args)
     eps = coarsest_eps(args, reference, computed=computed)
-    return reference, run_sensitivity(step_fn, args, eps)
+    why = traces_differ(step_fn, args, reference, eps)
+    if why:
+        return reference, None, why
+    return reference, run_sensitivity(step_fn, args, eps), ""
+
+
+def traces_differ(step_fn: Callable, args: Sequence[Any], reference, eps: float) -> str:
+    """Why the user's step, traced again on the same arguments, computes other outputs than
+    ``reference`` ('' when it computes the same, within the check's tolerance): a step that
+    reads a Python global, a NumPy random draw or the clock while it is traced bakes another
+    constant into each trace. Every run the check makes is a trace of its own, so such a
+    step's differences are no plan's doing, and measuring "rounding" with it would widen the
+    tolerance to whatever the constants change (issue 45: to 67% of a leaf's scale)."""
+    again = run_reference(step_fn, args)
+    bad = [leaf for leaf in compare(again, reference, eps) if not leaf.ok]
+    if not bad:
+        return ""
+    shown = ", ".join(
+        f"{leaf.path} by {'a different value' if leaf.tolerance == 0.0 else f'{leaf.error:.3g} of its scale'}"
+        for leaf in bad[:4]
+    )
+    return (
+        f"your step computes other outputs each time it is traced: traced twice on the same "
+        f"arguments, {len(bad)} output leaves differ ({shown}). Why: it reads something while "
+        "JAX traces it that changes between traces (a Python global it also writes, NumPy's "
+        "random numbers, the clock), which becomes a constant of each trace, so no run can be "
+        "compared with another and the plan's numerics cannot be judged (nor will your "
+        "applied or re-jitted step compute what this one did). Fix: pass such values as "
+        "arguments of the step (a jax.random key, an array), or draw them once outside it"
+    )
 
 
 def one_ulp_up(args, eps: float = 0.0):
