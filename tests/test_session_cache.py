@@ -1,0 +1,203 @@
+"""planner.solve's session cache (planning/sessions.py) and a Planner's plans per budget: a
+second call on the same step pays one trace (the fingerprint) and answers exactly as a cold
+call does; another step, another argument shape, other options or other values under the
+numerics check find no Planner; ``session_cache=0`` keeps none."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import planner
+from planner._src.budget import io_bytes, requested_for
+from planner._src.planning import sessions
+from planner._src.xla.fingerprint import step_fingerprint
+
+DEPTH, WIDTH, BATCH = 4, 64, 256
+
+
+def _layer(w, x):
+    return jnp.tanh(jnp.sin(x @ w) * 1.5) + x
+
+
+def _make_step(calls: list):
+    def loss(ws, x):
+        for w in ws:
+            x = jax.checkpoint(_layer)(w, x)
+        return jnp.mean(x**2)
+
+    def step(ws, x):
+        calls.append(1)  # once per trace of the step (JAX runs the Python function to trace)
+        value, g = jax.value_and_grad(loss)(ws, x)
+        return [w - 1e-3 * gw for w, gw in zip(ws, g)], value
+
+    return step
+
+
+def _abstract(batch=BATCH):
+    ws = [jax.ShapeDtypeStruct((WIDTH, WIDTH), jnp.float32) for _ in range(DEPTH)]
+    return ws, jax.ShapeDtypeStruct((batch, WIDTH), jnp.float32)
+
+
+def _concrete(seed=0):
+    keys = jax.random.split(jax.random.key(seed), DEPTH + 1)
+    ws = [jax.random.normal(k, (WIDTH, WIDTH)) / WIDTH**0.5 for k in keys[:-1]]
+    return ws, jax.random.normal(keys[-1], (BATCH, WIDTH))
+
+
+def _budget_gb(args) -> float:
+    """A budget between the two anchors (full remat fits, saving everything does not)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", planner.PlanWarning)
+        s = planner.Planner(_make_step([]), *args, hardware="cpu", check_numerics=False)
+    lo, hi = s.trace.anchor.device_bytes, s.trace.anchor_saved.device_bytes
+    return requested_for((lo + hi) / 2, s.hardware, io_bytes(s.trace), s.compiler.margin) / 1e9
+
+
+def _answer(plan):
+    v = plan.verification
+    return (
+        plan.choice,
+        plan.assignment,
+        plan.prediction.step_s,
+        plan.prediction.peak_bytes,
+        v.compiled_device_bytes,
+        v.status,
+        plan.emitted.policy_source,
+        plan.emitted.xla_flags,
+    )
+
+
+def _solve(step, args, gb, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", planner.PlanWarning)
+        return planner.solve(step, *args, hbm_gb=gb, hardware="cpu", **kw)
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    sessions.clear()
+    yield
+    sessions.clear()
+
+
+def test_second_solve_traces_once_and_answers_as_a_cold_call():
+    args = _abstract()
+    gb = _budget_gb(args)
+    calls: list = []
+    step = _make_step(calls)
+    first = _solve(step, args, gb)
+    cold_traces = len(calls)
+    assert cold_traces > 2  # the fingerprint, the trace stage, the anchors, the verify
+    assert first.timings[0][0] == sessions.MISS
+
+    calls.clear()
+    again = _solve(step, args, gb)
+    assert len(calls) == 1  # the fingerprint only: no trace stage, anchor or verify again
+    assert _answer(again) == _answer(first)
+    assert [what for what, _ in again.timings] == [
+        sessions.HIT,
+        again.timings[1][0],
+    ] and again.timings[1][0].startswith("plan reused")
+
+    # A cold call (no cache at all) gives the same answer, tracing everything again.
+    calls.clear()
+    cold = _solve(step, args, gb, session_cache=0)
+    assert len(calls) == cold_traces - 1  # all but the fingerprint
+    assert _answer(cold) == _answer(first)
+    assert sessions.kept() == 0  # session_cache=0 keeps none (and lets the others go)
+
+
+def test_a_new_budget_on_a_found_planner_reuses_the_trace_and_matches_cold():
+    args = _abstract()
+    gb = _budget_gb(args)
+    calls: list = []
+    step = _make_step(calls)
+    _solve(step, args, gb)
+    calls.clear()
+    other = _solve(step, args, gb * 0.97)
+    # no trace stage again: the fingerprint, then only the new budget's verify traces
+    stages = [what for what, _ in other.timings]
+    assert stages[0] == sessions.HIT
+    assert not any(w.startswith(("trace + anchor", "graph", sessions.MISS)) for w in stages)
+    assert any(w.startswith("verify (") for w in stages)  # this budget's own stages
+    found_traces = len(calls)
+    calls.clear()
+    cold = _solve(step, args, gb * 0.97, session_cache=0)
+    assert _answer(other) == _answer(cold)
+    assert len(calls) > found_traces  # the cold call traced the trace stage and anchors too
+
+
+def test_another_fingerprint_finds_no_planner():
+    gb = _budget_gb(_abstract())
+    calls: list = []
+    step = _make_step(calls)
+    _solve(step, _abstract(), gb)
+    other_args = _abstract(batch=BATCH // 2)
+    assert step_fingerprint(step, other_args).key != step_fingerprint(step, _abstract()).key
+    calls.clear()
+    plan = _solve(step, other_args, gb)
+    assert plan.timings[0][0] == sessions.MISS and len(calls) > 2
+    assert sessions.kept() == 2
+
+    # Another program with the same arguments: another fingerprint, another Planner.
+    def other_step(ws, x):
+        return _make_step([])(ws, x * 2.0)
+
+    assert step_fingerprint(other_step, _abstract()).key != step_fingerprint(step, _abstract()).key
+    assert _solve(other_step, _abstract(), gb).timings[0][0] == sessions.MISS
+    assert sessions.kept() == 2  # the default bound: the least recently used went
+
+
+def test_other_options_or_hardware_find_no_planner():
+    args = _abstract()
+    gb = _budget_gb(args)
+    step = _make_step([])
+    _solve(step, args, gb)
+    assert _solve(step, args, gb, fill_rounds=0).timings[0][0] == sessions.MISS
+    hw = planner.PlanOptions()
+    key = sessions.session_key(step, args, planner.hardware.load_profile("cpu"), hw)[0]
+    assert key != sessions.session_key(step, args, planner.hardware.load_profile("h200"), hw)[0]
+    # the cache's own size is no part of the key
+    assert (
+        key
+        == sessions.session_key(
+            step, args, planner.hardware.load_profile("cpu"), planner.PlanOptions(session_cache=5)
+        )[0]
+    )
+
+
+def test_values_key_the_cache_only_where_the_numerics_check_runs_the_step():
+    step, cpu = _make_step([]), planner.hardware.load_profile("cpu")
+    on, off = planner.PlanOptions(), planner.PlanOptions(check_numerics=False)
+    a, same, b = _concrete(0), _concrete(0), _concrete(1)
+    assert sessions.session_key(step, a, cpu, on)[0] == sessions.session_key(step, same, cpu, on)[0]
+    assert sessions.session_key(step, a, cpu, on)[0] != sessions.session_key(step, b, cpu, on)[0]
+    assert sessions.session_key(step, a, cpu, off)[0] == sessions.session_key(step, b, cpu, off)[0]
+
+    # A closed-over array is a value of the step too.
+    def closing(v):
+        return lambda ws, x: step(ws, x + v)
+
+    k1 = sessions.session_key(closing(jnp.ones((WIDTH,))), a, cpu, on)[0]
+    k2 = sessions.session_key(closing(jnp.zeros((WIDTH,))), a, cpu, on)[0]
+    assert k1 != k2
+
+
+def test_a_step_that_does_not_trace_is_not_cached_and_raises_the_planners_error():
+    def broken(ws, x):
+        raise ValueError("not this step")
+
+    with pytest.raises(planner.PlannerError):
+        _solve(broken, _abstract(), 1.0)
+    assert sessions.kept() == 0
+
+
+def test_session_cache_must_be_a_count():
+    with pytest.raises(planner.InvalidArgumentError, match="session_cache"):
+        planner.PlanOptions(session_cache=-1)
+    with pytest.raises(planner.InvalidArgumentError, match="session_cache"):
+        planner.PlanOptions(session_cache=True)
