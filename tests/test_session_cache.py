@@ -201,3 +201,30 @@ def test_session_cache_must_be_a_count():
         planner.PlanOptions(session_cache=-1)
     with pytest.raises(planner.InvalidArgumentError, match="session_cache"):
         planner.PlanOptions(session_cache=True)
+
+
+def test_the_numerics_reference_compiles_the_step_once_and_runs_the_anchor():
+    """The reference and its run on inputs moved by one ulp are one executable; the full-remat
+    run is the trace stage's anchor: one trace of the step where there were three, the same
+    outputs as each run compiled on its own."""
+    from planner._src.verify import numerics
+    from planner._src.verify.numerics import runs
+
+    calls: list = []
+    step, args = _make_step(calls), _concrete()
+    session = planner.Planner(step, *args, hardware="cpu")
+    anchor = session.numerics.full_remat
+    assert anchor is not None  # kept by the trace stage for the check
+    calls.clear()
+    ref, (moved, remat) = numerics.reference_runs(step, args, ("float32",), full_remat=anchor)
+    assert len(calls) == 1
+    eps = numerics.coarsest_eps(args, ref, computed=("float32",))
+    for got, want in (
+        (ref, runs.run_reference(step, args)),
+        (moved, runs.run_reference(step, runs.one_ulp_up(args, eps))),
+        (remat, runs.run_planned(step, args, runs._full_remat)),
+    ):
+        assert jax.tree.all(jax.tree.map(lambda a, b: bool((a == b).all()), got, want))
+    # abstract arguments or check_numerics=False: no executable kept
+    off = planner.Planner(step, *args, hardware="cpu", check_numerics=False)
+    assert off.numerics.full_remat is None

@@ -123,6 +123,7 @@ class Planner:
             "tracing the step and compiling it under full remat and save-everything (the anchors)"
         )
         # One region per call site; merged, identical ones share their decisions (uniform).
+        anchor: list = []  # its executable: the numerics check's full-remat run
         with self.subject.scope():
             self.sites = trace_step(
                 step_fn,
@@ -132,7 +133,9 @@ class Planner:
                 compiler=compiler.description,
                 hardware=hw,
                 workers=self.subject.compile_workers(),
+                anchor_out=anchor if self.numerics.not_checked_why() == "" else None,
             )
+        self.numerics.full_remat = anchor[0] if anchor else None
         self.trace = merge_call_sites(self.sites)
         self.timings.append(("trace + anchor compiles", time.perf_counter() - t))
         t = time.perf_counter()

@@ -72,14 +72,51 @@ def run_planned(step_fn: Callable, args: Sequence[Any], make_policy, compiled=No
             return _ready(_jitted(step_fn)(*_copy(args)))
 
 
-def reference_runs(step_fn: Callable, args: Sequence[Any], computed: Sequence[str]):
+def reference_runs(
+    step_fn: Callable, args: Sequence[Any], computed: Sequence[str], full_remat=None
+):
     """``(reference, sensitivity)``: the user's step as written (:func:`run_reference`) and
     its rounding-only runs (:func:`run_sensitivity`, the inputs moved at the precision of the
     coarsest dtype among its arguments, its outputs and ``computed``: ``Trace.float_dtypes``).
-    Run once per session; every plan's outputs are judged against them."""
-    reference = run_reference(step_fn, args)
-    eps = coarsest_eps(args, reference, computed=computed)
-    return reference, run_sensitivity(step_fn, args, eps)
+    Run once per session; every plan's outputs are judged against them. The reference and
+    the run on moved inputs are one program: compiled once, run twice, where the planner jits
+    the step itself (a step with its own jit is run through it, compiling each time).
+    ``full_remat``: the step compiled under ``nothing_saveable`` in every region (the trace
+    stage's anchor), run for the full-remat run instead of compiling it again."""
+    exe = _compiled_reference(step_fn, args)
+    if exe is None:
+        reference = run_reference(step_fn, args)
+        eps = coarsest_eps(args, reference, computed=computed)
+        moved = run_reference(step_fn, one_ulp_up(args, eps))
+    else:
+        reference = exe(args)
+        eps = coarsest_eps(args, reference, computed=computed)
+        moved = exe(one_ulp_up(args, eps))
+    remat = run_planned(step_fn, args, _full_remat, full_remat)
+    return reference, (moved, remat)
+
+
+def _full_remat(rid, region):
+    return jax.checkpoint_policies.nothing_saveable
+
+
+def _compiled_reference(step_fn: Callable, args: Sequence[Any]):
+    """A function running the user's step as :func:`run_reference` does (its own context,
+    copies of the arguments), compiled once for ``args``' shapes; None where the step has its
+    own jit (then each run compiles as the user's wrapper does)."""
+    runner = _jitted(step_fn)
+    if not isinstance(runner, adapter.StaticLeavesJit):
+        return None
+    with adapter.isolated_traces(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*donated buffers.*")
+        compiled = runner.compiled(*args)
+
+    def run(some_args):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*donated buffers.*")
+            return _ready(compiled(*_copy(some_args)))
+
+    return run
 
 
 def one_ulp_up(args, eps: float = 0.0):
