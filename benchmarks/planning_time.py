@@ -63,6 +63,12 @@ def _answer(plan) -> tuple:
     return (plan.choice, tuple(plan.assignment.decisions), v.compiled_device_bytes, str(v.status))
 
 
+def _reused(session) -> int:
+    """Compiles the Planner took from its memo (one program lowered again the same way)."""
+    memo = getattr(session.subject, "compiles", None)
+    return getattr(memo, "hits", 0)
+
+
 def _record(what, seconds, compile_s, **extra) -> dict:
     return {"what": what, "s": seconds, "ratio": seconds / compile_s, "load": _load(), **extra}
 
@@ -163,6 +169,7 @@ def part_flax() -> list[dict]:
                     numerics_s=num,
                     numerics_share=num / s,
                     checked=bool(plan.numerics and plan.numerics.checked),
+                    compiles_reused=_reused(session),
                 )
             )
     return out
@@ -208,7 +215,15 @@ def part_loop(depths) -> list[dict]:
         t = time.perf_counter()
         plan = session.plan(session_budget_gb(session, (lo + hi) / 2))
         s = time.perf_counter() - t + made
-        out.append(_record(f"loop {n}: Planner + one budget", s, c, stages=_stages(plan)))
+        out.append(
+            _record(
+                f"loop {n}: Planner + one budget",
+                s,
+                c,
+                stages=_stages(plan),
+                compiles_reused=_reused(session),
+            )
+        )
     return out
 
 
@@ -246,6 +261,8 @@ def table(records: list[dict]) -> str:
                 f"numerics {r['numerics_s']:.2f} s ({r['numerics_share']:.0%})"
                 + ("" if r.get("checked") else ", not checked")
             )
+        if r.get("compiles_reused"):
+            notes.append(f"{r['compiles_reused']} compiles reused so far")
         if "stages" in r:
             top = sorted(r["stages"].items(), key=lambda kv: -kv[1])[:4]
             notes.append("; ".join(f"{k} {v:.2f}" for k, v in top))

@@ -228,3 +228,49 @@ def test_the_numerics_reference_compiles_the_step_once_and_runs_the_anchor():
     # abstract arguments or check_numerics=False: no executable kept
     off = planner.Planner(step, *args, hardware="cpu", check_numerics=False)
     assert off.numerics.full_remat is None
+
+
+def test_a_program_lowered_again_the_same_way_is_compiled_once():
+    """xla.compile.CompileMemo: the same lowered text and options give the executable
+    compiled before; other options or another program compile anew; no memo, no reuse."""
+    from planner._src.xla import compile as xla_compile
+
+    def make():
+        def f(x):
+            return jnp.tanh(x) * 2
+
+        return f
+
+    f, x = make(), jnp.ones((8, 8))
+    memo = xla_compile.CompileMemo(size=2)
+    with xla_compile.compile_memo(memo):
+        a = xla_compile.compile_lowered(jax.jit(f).lower(x))
+        b = xla_compile.compile_lowered(jax.jit(make()).lower(x))  # another function object
+        assert b is a and memo.hits == 1
+        c = xla_compile.compile_lowered(jax.jit(f).lower(x), {"xla_cpu_enable_fast_math": True})
+        assert c is not a
+        d = xla_compile.compile_lowered(jax.jit(jnp.sin).lower(x))
+        assert d is not a and memo.hits == 1
+        # bounded: the least recently used (a) went
+        assert xla_compile.compile_lowered(jax.jit(f).lower(x)) is not a
+    assert xla_compile.compile_lowered(jax.jit(f).lower(x)) is not a  # outside: compiles
+    assert bool((a(x) == f(x)).all())
+
+
+def test_a_planners_identical_programs_compile_once_with_the_same_answers():
+    """A Planner's budgets whose plans are one program: the second budget's verify takes the
+    first's compile (the memo's hit), and its answer is a cold Planner's."""
+    args = _abstract()
+    step = _make_step([])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", planner.PlanWarning)
+        s = planner.Planner(step, *args, hardware="cpu")
+        hi = s.trace.anchor_saved.device_bytes
+        big = requested_for(hi * 3, s.hardware, io_bytes(s.trace), s.compiler.margin) / 1e9
+        first = s.plan(big)
+        hits = s.subject.compiles.hits
+        second = s.plan(big * 1.5)  # saves everything too: the same program
+        cold = planner.Planner(step, *args, hardware="cpu").plan(big * 1.5)
+    assert first.assignment == second.assignment
+    assert s.subject.compiles.hits > hits
+    assert _answer(second) == _answer(cold)

@@ -147,7 +147,9 @@ class Planner:
         self._solves = Solves()
         self._threads = CompileThreads(self.subject)
         self.stock = StockCompiles(self.subject, self.trace, self._threads)
-        self._plans: dict[tuple, tuple[Plan, float]] = {}  # a budget's plan, and its seconds
+        # A budget's plan and its seconds, kept where planner.solve / pareto keep this
+        # Planner for later calls (sessions.py: ``_session`` sets it)
+        self._plans: dict[tuple, tuple[Plan, float]] | None = None
 
     # ------------------------------------------------------------------ what it holds
 
@@ -359,7 +361,8 @@ class Planner:
         # it rests on is this Planner's, and planning is deterministic). Not with ``build``:
         # the user's function is run to verify, and may have changed.
         key = (requested, opt_state_argnum, params_argnum, bool(stream_params), opts)
-        if build is None and key in self._plans:
+        keep = build is None and self._plans is not None
+        if keep and key in self._plans:
             t = time.perf_counter()
             plan, took = self._plans[key]
             what = f"plan reused: this budget was planned before by this Planner in {took:.2f} s"
@@ -368,7 +371,7 @@ class Planner:
         plan = self._plan_budget_anew(
             requested, opt_state_argnum, params_argnum, build, stream_params
         )
-        if build is None:
+        if keep:
             self._plans[key] = (plan, time.perf_counter() - t)
         return plan
 
@@ -478,5 +481,6 @@ def _session(step_fn, example_args, hardware, options, progress, option_fields):
     session = Planner(step_fn, *example_args, hardware=hardware, options=opts, progress=progress)
     if key is not None:
         session.timings.insert(0, (sessions.MISS, took))
+        session._plans = {}
     sessions.keep(key, session, opts.session_cache)
     return session, None
