@@ -274,3 +274,18 @@ def test_a_planners_identical_programs_compile_once_with_the_same_answers():
     assert first.assignment == second.assignment
     assert s.subject.compiles.hits > hits
     assert _answer(second) == _answer(cold)
+
+
+def test_pareto_finds_the_planner_too():
+    args = _abstract()
+    gb = _budget_gb(args)
+    calls: list = []
+    step = _make_step(calls)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", planner.PlanWarning)
+        first = planner.pareto(step, *args, hbm_gb=[gb, gb * 1.2], hardware="cpu")
+        calls.clear()
+        again = planner.pareto(step, *args, hbm_gb=[gb, gb * 1.2], hardware="cpu")
+    assert len(calls) == 1
+    assert [_answer(p) for p in again] == [_answer(p) for p in first]
+    assert all(p.timings[0][0] == sessions.HIT for p in again)
