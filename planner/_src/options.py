@@ -108,7 +108,8 @@ class PlanOptions:
         arguments' values: a later call on the same step pays one trace (the fingerprint)
         and reuses the trace stage, the stock-policy compiles, the numerics reference and
         the plans of budgets planned before, with the same answers. Each kept Planner
-        holds its step's traces, graphs and compiled executables. Default 2; 0 keeps none.
+        holds its step, its example arguments (concrete arrays stay alive), traces, graphs
+        and compiled executables. Default 2; 0 keeps none.
     """
 
     allow_offload: bool | None = None

@@ -11,8 +11,9 @@ resolves), the options, and, where the numerics check runs the step, the values 
 arguments and of the step's closed-over arrays (the check's answer depends on them).
 
 Bounded: at most ``PlanOptions.session_cache`` Planners (default 2), least recently used
-first out; each holds its step's traces, graphs and compiled executables. 0 keeps none
-(every call plans from nothing)."""
+first out; each holds its step, its example arguments (concrete arrays stay alive), traces,
+graphs and compiled executables. 0 keeps none (every call plans from nothing); ``clear()``
+lets them all go."""
 
 from __future__ import annotations
 
