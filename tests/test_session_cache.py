@@ -289,3 +289,22 @@ def test_pareto_finds_the_planner_too():
     assert len(calls) == 1
     assert [_answer(p) for p in again] == [_answer(p) for p in first]
     assert all(p.timings[0][0] == sessions.HIT for p in again)
+
+
+def test_a_plan_found_again_warns_as_its_first_planning_did(monkeypatch):
+    import planner._src.planning.planner as P
+
+    real = P.plan_budget
+
+    def warning(*a, **k):
+        warnings.warn("planted: a warning of this budget's planning", planner.PlanWarning, 2)
+        return real(*a, **k)
+
+    monkeypatch.setattr(P, "plan_budget", warning)
+    args = _abstract()
+    gb = _budget_gb(args)
+    step = _make_step([])
+    for _ in range(2):  # cold, then found with its plan: the same warning, once each
+        with pytest.warns(planner.PlanWarning, match="planted") as caught:
+            planner.solve(step, *args, hbm_gb=gb, hardware="cpu")
+        assert sum("planted" in str(w.message) for w in caught) == 1

@@ -149,7 +149,7 @@ class Planner:
         self.stock = StockCompiles(self.subject, self.trace, self._threads)
         # A budget's plan and its seconds, kept where planner.solve / pareto keep this
         # Planner for later calls (sessions.py: ``_session`` sets it)
-        self._plans: dict[tuple, tuple[Plan, float]] | None = None
+        self._plans: dict[tuple, tuple] | None = None  # (plan, seconds, warnings)
 
     # ------------------------------------------------------------------ what it holds
 
@@ -364,15 +364,20 @@ class Planner:
         keep = build is None and self._plans is not None
         if keep and key in self._plans:
             t = time.perf_counter()
-            plan, took = self._plans[key]
+            plan, took, warned = self._plans[key]
+            sessions.warn_again(warned)  # what planning it warned, as a cold call would
             what = f"plan reused: this budget was planned before by this Planner in {took:.2f} s"
             return dataclasses.replace(plan, timings=((what, time.perf_counter() - t),))
+        if not keep:
+            return self._plan_budget_anew(
+                requested, opt_state_argnum, params_argnum, build, stream_params
+            )
         t = time.perf_counter()
-        plan = self._plan_budget_anew(
-            requested, opt_state_argnum, params_argnum, build, stream_params
-        )
-        if keep:
-            self._plans[key] = (plan, time.perf_counter() - t)
+        with sessions.recording() as warned:
+            plan = self._plan_budget_anew(
+                requested, opt_state_argnum, params_argnum, build, stream_params
+            )
+        self._plans[key] = (plan, time.perf_counter() - t, tuple(warned))
         return plan
 
     def _plan_budget_anew(

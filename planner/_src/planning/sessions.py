@@ -18,9 +18,11 @@ lets them all go."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import threading
 import time
+import warnings
 
 import jax
 import numpy as np
@@ -102,6 +104,33 @@ def kept() -> int:
     """How many Planners are kept."""
     with _lock:
         return len(_sessions)
+
+
+@contextlib.contextmanager
+def recording():
+    """The warnings raised inside the block, issued as they come (the caller's filters
+    apply) and listed, so a plan kept for later calls warns again when it is returned."""
+    got: list = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                yield got
+            finally:
+                seen = set()
+                for w in caught:  # each warning once, as the default filter shows it
+                    where = (str(w.message), w.category, w.filename, w.lineno)
+                    if where not in seen:
+                        seen.add(where)
+                        got.append(w)
+    finally:
+        warn_again(got)
+
+
+def warn_again(caught) -> None:
+    """Issue recorded warnings again, under the caller's filters."""
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 def _keyed_options(options):
