@@ -52,6 +52,17 @@ def zoo_session():
     return get
 
 
+@pytest.fixture(autouse=True)
+def _no_planner_kept_between_tests():
+    """Each test plans from nothing: planner.solve's session cache (planning/sessions.py) is
+    emptied after every test, so a Planner one test made (under its monkeypatches) never
+    answers another's call."""
+    yield
+    from planner._src.planning import sessions
+
+    sessions.clear()
+
+
 def pytest_collection_modifyitems(config, items):
     """xdist groups (honoured under ``--dist loadgroup``, pyproject's default): the tests that
     share a module- or session-scoped fixture of their own file run on one worker, so the

@@ -101,6 +101,15 @@ class PlanOptions:
         same memory figures). Give the training run the same flag (``XLA_FLAGS``) and its
         first compile reuses the planner's results. Ignored for deviceless and CPU
         compiles (no autotuner runs).
+      session_cache: how many Planners ``planner.solve`` and ``planner.pareto`` keep in this
+        process (least recently used out first), each found again by the step's fingerprint
+        (program, arguments' shapes and dtypes, JAX), its arguments' shardings, the hardware,
+        this machine's devices, the other options and, where the numerics check runs, the
+        arguments' values: a later call on the same step pays one trace (the fingerprint)
+        and reuses the trace stage, the stock-policy compiles, the numerics reference and
+        the plans of budgets planned before, with the same answers. Each kept Planner
+        holds its step, its example arguments (concrete arrays stay alive), traces, graphs
+        and compiled executables. Default 2; 0 keeps none.
     """
 
     allow_offload: bool | None = None
@@ -123,6 +132,7 @@ class PlanOptions:
     schedule_exposure: bool = True
     parallel_compiles: int | None = None
     autotune_cache_dir: str | os.PathLike | None = None
+    session_cache: int = 2
 
     def __post_init__(self):
         d = self.autotune_cache_dir
@@ -136,6 +146,12 @@ class PlanOptions:
             raise InvalidArgumentError(
                 f"parallel_compiles must be None or an int >= 0, got {n!r}.\n"
                 "Fix: PlanOptions(parallel_compiles=4) on a many-core machine, or leave it None."
+            )
+        c = self.session_cache
+        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+            raise InvalidArgumentError(
+                f"session_cache must be an int >= 0, got {c!r}.\n"
+                "Fix: PlanOptions(session_cache=0) to keep no Planner between calls, or leave it."
             )
         for name in ("opt_state_argnum", "params_argnum"):
             v = getattr(self, name)

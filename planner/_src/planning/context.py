@@ -8,6 +8,7 @@ typed record; no step takes the :class:`~planner._src.planning.planner.Planner` 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -60,13 +61,21 @@ class Subject:
     offload: bool
     offload_why: str  # why offloading is off where the planner turned it off ("" otherwise)
     say: Callable[[str], None]  # progress messages
+    # The Planner's compiles by program text: one compile per distinct program (xla.compile)
+    compiles: Any = dataclasses.field(default_factory=xla_compile.CompileMemo)
 
+    @contextlib.contextmanager
     def scope(self):
         """Where traces and compiles run: the target's scope for a deviceless compile; on
-        this machine's compiler, XLA's autotune cache directory where one is given."""
-        if self.compiler.kind == "deviceless":
-            return deviceless.target_scope(self.compiler)
-        return xla_compile.autotune_cache(self.options.autotune_cache_dir)
+        this machine's compiler, XLA's autotune cache directory where one is given; and the
+        Planner's compiles, each distinct program compiled once."""
+        with contextlib.ExitStack() as stack:
+            if self.compiler.kind == "deviceless":
+                stack.enter_context(deviceless.target_scope(self.compiler))
+            else:
+                stack.enter_context(xla_compile.autotune_cache(self.options.autotune_cache_dir))
+            stack.enter_context(xla_compile.compile_memo(self.compiles))
+            yield
 
     def compile_workers(self) -> int:
         """How many verify compiles run at once (``PlanOptions.parallel_compiles``; by

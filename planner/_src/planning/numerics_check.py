@@ -42,6 +42,9 @@ class NumericsJudge:
         # classes whose saving changed the step's outputs: key -> what was measured
         self.forced: dict[str, str] = {}
         self._replans = 0
+        # The trace stage's full-remat anchor, compiled on this machine: the reference's
+        # full-remat run runs it instead of compiling the same program again.
+        self.full_remat = None
 
     def impossible_why(self) -> str:
         """Why the check cannot run here ('' when it can)."""
@@ -66,7 +69,7 @@ class NumericsJudge:
     def _ensure_reference(self, float_dtypes) -> None:
         if self._reference is None:
             self._reference, self._sensitivity, self._traces_differ = numerics.reference_runs(
-                self.subject.fn, self.subject.args, float_dtypes
+                self.subject.fn, self.subject.args, float_dtypes, full_remat=self.full_remat
             )
             if self._traces_differ:
                 warnings.warn(

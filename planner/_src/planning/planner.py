@@ -39,7 +39,7 @@ from planner._src.cost.baselines import evaluate_baselines
 from planner._src.errors import InvalidArgumentError, PlannerError, UnsupportedError
 from planner._src.graph import build_graph
 from planner._src.options import PlanOptions, check_fits_device
-from planner._src.planning import inputs
+from planner._src.planning import inputs, sessions
 from planner._src.planning import state_placement as placement
 from planner._src.planning.attempt import CompileThreads
 from planner._src.planning.context import Context, Solves, Subject, Timings, names_only, with_forced
@@ -123,6 +123,7 @@ class Planner:
             "tracing the step and compiling it under full remat and save-everything (the anchors)"
         )
         # One region per call site; merged, identical ones share their decisions (uniform).
+        anchor: list = []  # its executable: the numerics check's full-remat run
         with self.subject.scope():
             self.sites = trace_step(
                 step_fn,
@@ -132,7 +133,9 @@ class Planner:
                 compiler=compiler.description,
                 hardware=hw,
                 workers=self.subject.compile_workers(),
+                anchor_out=anchor if self.numerics.not_checked_why() == "" else None,
             )
+        self.numerics.full_remat = anchor[0] if anchor else None
         self.trace = merge_call_sites(self.sites)
         self.timings.append(("trace + anchor compiles", time.perf_counter() - t))
         t = time.perf_counter()
@@ -144,6 +147,9 @@ class Planner:
         self._solves = Solves()
         self._threads = CompileThreads(self.subject)
         self.stock = StockCompiles(self.subject, self.trace, self._threads)
+        # A budget's plan and its seconds, kept where planner.solve / pareto keep this
+        # Planner for later calls (sessions.py: ``_session`` sets it)
+        self._plans: dict[tuple, tuple] | None = None  # (plan, seconds, warnings)
 
     # ------------------------------------------------------------------ what it holds
 
@@ -158,9 +164,12 @@ class Planner:
     def options(self, value: PlanOptions) -> None:
         if not isinstance(value, PlanOptions):
             raise InvalidArgumentError(f"options must be a planner.PlanOptions, got {value!r}.")
-        self.subject = dataclasses.replace(self.subject, options=value)
+        self._set_subject(dataclasses.replace(self.subject, options=value))
+
+    def _set_subject(self, subject: Subject) -> None:
+        self.subject = subject
         for service in (self.numerics, self.stock, self._threads):
-            service.subject = self.subject
+            service.subject = subject
 
     @property
     def hardware(self):
@@ -348,6 +357,32 @@ class Planner:
             opt_state_argnum, params_argnum = opts.opt_state_argnum, opts.params_argnum
         if stream_params is None:
             stream_params = opts.stream_params
+        # A budget planned before with the same options: its plan, as it was (every stage
+        # it rests on is this Planner's, and planning is deterministic). Not with ``build``:
+        # the user's function is run to verify, and may have changed.
+        key = (requested, opt_state_argnum, params_argnum, bool(stream_params), opts)
+        keep = build is None and self._plans is not None
+        if keep and key in self._plans:
+            t = time.perf_counter()
+            plan, took, warned = self._plans[key]
+            sessions.warn_again(warned)  # what planning it warned, as a cold call would
+            what = f"plan reused: this budget was planned before by this Planner in {took:.2f} s"
+            return dataclasses.replace(plan, timings=((what, time.perf_counter() - t),))
+        if not keep:
+            return self._plan_budget_anew(
+                requested, opt_state_argnum, params_argnum, build, stream_params
+            )
+        t = time.perf_counter()
+        with sessions.recording() as warned:
+            plan = self._plan_budget_anew(
+                requested, opt_state_argnum, params_argnum, build, stream_params
+            )
+        self._plans[key] = (plan, time.perf_counter() - t, tuple(warned))
+        return plan
+
+    def _plan_budget_anew(
+        self, requested: int, opt_state_argnum, params_argnum, build, stream_params
+    ) -> Plan:
         if opt_state_argnum is None:
             if params_argnum is not None or build is not None:
                 what = "params_argnum" if params_argnum is not None else "build"
@@ -399,14 +434,8 @@ def solve(
     """
     b = inputs.validate_budget(hbm_gb)
     check_fits_device(b, inputs.load_hardware(hardware))  # before the trace, not after it
-    return Planner(
-        step_fn,
-        *example_args,
-        hardware=hardware,
-        options=options,
-        progress=progress,
-        **option_fields,
-    ).plan(b, build=build)
+    session, found = _session(step_fn, example_args, hardware, options, progress, option_fields)
+    return _found(session.plan(b, build=build), session, found)
 
 
 def pareto(
@@ -424,11 +453,39 @@ def pareto(
     if hbm_gb is not None:
         hbm_gb = inputs.budget_list(hbm_gb)  # a generator is read once, here
         check_fits_device(max(hbm_gb), inputs.load_hardware(hardware))
-    return Planner(
-        step_fn,
-        *example_args,
-        hardware=hardware,
-        options=options,
-        progress=progress,
-        **option_fields,
-    ).pareto(hbm_gb, points=points)
+    session, found = _session(step_fn, example_args, hardware, options, progress, option_fields)
+    return [_found(p, session, found) for p in session.pareto(hbm_gb, points=points)]
+
+
+def _found(plan, session: Planner, found):
+    """``plan`` of a Planner found in the session cache, its timings what this call spent:
+    finding it, then this budget's stages (not the trace stage it was made with)."""
+    if not found or not isinstance(plan, Plan):
+        return plan
+    made = tuple(session.timings)
+    own = plan.timings[len(made) :] if plan.timings[: len(made)] == made else plan.timings
+    return dataclasses.replace(plan, timings=(found, *own))
+
+
+def _session(step_fn, example_args, hardware, options, progress, option_fields):
+    """The Planner of ``step_fn(*example_args)`` (sessions.py): the one kept for the same
+    step, hardware and options, with ``(label, seconds)`` of finding it; else a new one
+    (kept, the fingerprint's time in its timings) and None."""
+    inputs.validate_step(step_fn, example_args)
+    opts = inputs.merge_options(options, option_fields)
+    key, took = None, 0.0
+    if opts.session_cache > 0:
+        key, took = sessions.session_key(
+            step_fn, example_args, inputs.load_hardware(hardware), opts
+        )
+        session = sessions.find(key)
+        if session is not None:
+            say = progress or (lambda message: None)
+            session._set_subject(dataclasses.replace(session.subject, say=say))
+            return session, (sessions.HIT, took)
+    session = Planner(step_fn, *example_args, hardware=hardware, options=opts, progress=progress)
+    if key is not None:
+        session.timings.insert(0, (sessions.MISS, took))
+        session._plans = {}
+    sessions.keep(key, session, opts.session_cache)
+    return session, None

@@ -48,6 +48,7 @@ def trace_step(
     compiler: str = "",
     hardware=None,
     workers: int = 1,
+    anchor_out: list | None = None,
 ) -> Trace:
     """Trace ``step_fn(*args)`` and list the candidates of every checkpointed region.
 
@@ -65,6 +66,9 @@ def trace_step(
     ``workers``: how many of the stage's compiles (the two anchors, the pricing compile, the
     compiler probes) run at once (xla.compile.at_once; 1: one after the other). ``Trace.timings``
     says where the stage's time went.
+
+    ``anchor_out``, when given, receives the full-remat anchor's compiled executable (the
+    numerics check runs it: the step under full remat, planning/numerics_check.py).
     """
     t_start = time.perf_counter()
     timings: list[tuple[str, float]] = []
@@ -201,6 +205,8 @@ def trace_step(
         timings.append((f"the {len(jobs)} jobs above, {min(workers, len(jobs))} at once", wall))
     t = time.perf_counter()
     compiled, compiled_pricing = done[full][0]
+    if anchor_out is not None:
+        anchor_out.append(compiled)
     anchor_text = compiled.as_text() or ""
     anchor = xla_compile.compiled_figures(
         compiled, anchor_jaxpr, anchor_text, backend=backend, compiler=compiler

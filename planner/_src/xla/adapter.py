@@ -898,14 +898,29 @@ class StaticLeavesJit:
     def __call__(self, *args):
         fn, dyn = self._split(args)
         box: dict = {}
-        out = self._jit(fn, box)(*dyn)
-        if "out" not in box:
-            return out
-        tree, leaves = box["out"]
-        it = iter(out)
-        return jax.tree.unflatten(
-            tree, [next(it) if isinstance(x, jax.Array) else x for x in leaves]
-        )
+        return _rebuilt(self._jit(fn, box)(*dyn), box)
+
+    def compiled(self, *args) -> Callable:
+        """The step traced, lowered and compiled once for ``args``: a function that runs that
+        executable on argument sets of the same structure, shapes and dtypes, and the same
+        non-array leaves (a call compiles anew: each makes its own jit)."""
+        fn, dyn = self._split(args)
+        box: dict = {}
+        exe = self._jit(fn, box).trace(*dyn).lower().compile()
+
+        def run(*same):
+            return _rebuilt(exe(*self._split(same)[1]), box)
+
+        return run
+
+
+def _rebuilt(out, box: dict):
+    """A step's outputs with the non-array leaves its trace set aside (``box``) put back."""
+    if "out" not in box:
+        return out
+    tree, leaves = box["out"]
+    it = iter(out)
+    return jax.tree.unflatten(tree, [next(it) if isinstance(x, jax.Array) else x for x in leaves])
 
 
 def wrapper_donation(step_fn: Callable, n_args: int, traced=None) -> tuple[int, ...]:

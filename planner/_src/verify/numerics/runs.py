@@ -86,20 +86,32 @@ def run_planned(step_fn: Callable, args: Sequence[Any], make_policy, compiled=No
             return _ready(_jitted(step_fn)(*_copy(args)))
 
 
-def reference_runs(step_fn: Callable, args: Sequence[Any], computed: Sequence[str]):
+def reference_runs(
+    step_fn: Callable, args: Sequence[Any], computed: Sequence[str], full_remat=None
+):
     """``(reference, sensitivity, traces_differ)``: the user's step as written
-    (:func:`run_reference`), its rounding-only runs (:func:`run_sensitivity`, the inputs
-    moved at the precision of the coarsest dtype among its arguments, its outputs and
-    ``computed``: ``Trace.float_dtypes``), and why the step computes something else each
+    (:func:`run_reference`), its rounding-only runs (the inputs moved at the precision of the
+    coarsest dtype among its arguments, its outputs and ``computed``: ``Trace.float_dtypes``;
+    and full remat, as :func:`run_sensitivity`), and why the step computes something else each
     time it is traced ('' when it does not: :func:`traces_differ`; then ``sensitivity`` is
-    None, since its runs measure that, not rounding, and no plan can be judged). Run once per
-    session; every plan's outputs are judged against them."""
-    reference = run_reference(step_fn, args)
+    None, since its runs would measure that, not rounding, and no plan can be judged). Run
+    once per session; every plan's outputs are judged against them. The reference and the run
+    on moved inputs are one program: compiled once, run twice, where the planner jits the step
+    itself (a step with its own jit is run through it, compiling each time); the trace check
+    is a trace of its own. ``full_remat``: the step compiled under ``nothing_saveable`` in
+    every region (the trace stage's anchor), run for the full-remat run instead of compiling
+    it again."""
+    exe = _compiled_reference(step_fn, args)
+    reference = run_reference(step_fn, args) if exe is None else exe(args)
     eps = coarsest_eps(args, reference, computed=computed)
     why = traces_differ(step_fn, args, reference, eps)
     if why:
         return reference, None, why
-    return reference, run_sensitivity(step_fn, args, eps), ""
+    moved = (
+        run_reference(step_fn, one_ulp_up(args, eps)) if exe is None else exe(one_ulp_up(args, eps))
+    )
+    remat = run_planned(step_fn, args, _full_remat, full_remat)
+    return reference, (moved, remat), ""
 
 
 def traces_differ(step_fn: Callable, args: Sequence[Any], reference, eps: float) -> str:
@@ -126,6 +138,29 @@ def traces_differ(step_fn: Callable, args: Sequence[Any], reference, eps: float)
         "applied or re-jitted step compute what this one did). Fix: pass such values as "
         "arguments of the step (a jax.random key, an array), or draw them once outside it"
     )
+
+
+def _full_remat(rid, region):
+    return jax.checkpoint_policies.nothing_saveable
+
+
+def _compiled_reference(step_fn: Callable, args: Sequence[Any]):
+    """A function running the user's step as :func:`run_reference` does (its own context,
+    copies of the arguments), compiled once for ``args``' shapes; None where the step has its
+    own jit (then each run compiles as the user's wrapper does)."""
+    runner = _jitted(step_fn)
+    if not isinstance(runner, adapter.StaticLeavesJit):
+        return None
+    with adapter.isolated_traces(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*donated buffers.*")
+        compiled = runner.compiled(*args)
+
+    def run(some_args):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*donated buffers.*")
+            return _ready(compiled(*_copy(some_args)))
+
+    return run
 
 
 def one_ulp_up(args, eps: float = 0.0):

@@ -1,0 +1,165 @@
+"""The session cache of ``planner.solve`` and ``planner.pareto``: the Planners of the last few
+steps planned in this process, each found again by its key (:func:`session_key`), so a later
+call on the same step keeps its trace, anchors, stock-policy compiles, numerics reference
+and plans instead of making them again.
+
+The key is the step's :class:`~planner._src.fingerprints.StepFingerprint` ``.key`` (the
+program, the arguments' shapes and dtypes, the JAX: one trace of the step, the only work a
+call that finds its Planner does), with what else makes a Planner's answers: the arguments'
+shardings, the hardware profile, this machine's backend and devices (the compiler a Planner
+resolves), the options, and, where the numerics check runs the step, the values of the
+arguments and of the step's closed-over arrays (the check's answer depends on them).
+
+Bounded: at most ``PlanOptions.session_cache`` Planners (default 2), least recently used
+first out; each holds its step, its example arguments (concrete arrays stay alive), traces,
+graphs and compiled executables. 0 keeps none (every call plans from nothing); ``clear()``
+lets them all go."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import hashlib
+import threading
+import time
+import warnings
+
+import jax
+import numpy as np
+
+from planner._src.fingerprints import leaf_signature
+from planner._src.xla import adapter
+from planner._src.xla.fingerprint import fingerprint_of
+
+# What a call that found its Planner, or did not, shows in the plan's timings.
+HIT = "session cache: the step's fingerprint (one trace), Planner found"
+MISS = "session cache: the step's fingerprint (one trace), no Planner yet"
+
+_lock = threading.Lock()
+_sessions: collections.OrderedDict = collections.OrderedDict()
+
+
+def session_key(step_fn, args, hardware, options) -> tuple[str | None, float]:
+    """``(key, seconds)``: the session key of planning ``step_fn(*args)`` for ``hardware``
+    with ``options``; None where the step does not trace (the Planner then raises its own
+    error, with the fix)."""
+    t = time.perf_counter()
+    try:
+        traced, _ = adapter.trace_step_with(
+            step_fn, args, lambda rid, r: adapter.everything_saveable
+        )
+    except Exception:  # noqa: BLE001  (the Planner traces it again and says why it fails)
+        return None, time.perf_counter() - t
+    fp = fingerprint_of(traced.jaxpr, args)
+    h = hashlib.sha256()
+    for part in (
+        fp.key,
+        *(_sharding(x) for x in jax.tree.leaves(args)),
+        repr(hardware),
+        jax.default_backend(),
+        ",".join(f"{d.platform}:{d.device_kind}" for d in jax.devices()),
+        repr(_keyed_options(options)),
+    ):
+        h.update(part.encode())
+        h.update(b"\0")
+    if options.check_numerics is not False and _concrete(args):
+        # The numerics check runs the step on these values: another value, another check.
+        try:
+            for x in (*jax.tree.leaves(args), *_consts(traced)):
+                _digest_leaf(h, x)
+        except Exception:  # noqa: BLE001  (values not readable here: no key, no cache)
+            return None, time.perf_counter() - t
+    return h.hexdigest()[:32], time.perf_counter() - t
+
+
+def find(key: str | None):
+    """The Planner kept under ``key`` (now the most recently used), or None."""
+    if key is None:
+        return None
+    with _lock:
+        got = _sessions.get(key)
+        if got is not None:
+            _sessions.move_to_end(key)
+        return got
+
+
+def keep(key: str | None, session, size: int) -> None:
+    """Keep ``session`` under ``key``, at most ``size`` Planners in all (least recently used
+    out first; 0: none, and those kept are let go)."""
+    with _lock:
+        if key is not None and size > 0:
+            _sessions[key] = session
+            _sessions.move_to_end(key)
+        while len(_sessions) > max(size, 0):
+            _sessions.popitem(last=False)
+
+
+def clear() -> None:
+    """Let every kept Planner go."""
+    with _lock:
+        _sessions.clear()
+
+
+def kept() -> int:
+    """How many Planners are kept."""
+    with _lock:
+        return len(_sessions)
+
+
+@contextlib.contextmanager
+def recording():
+    """The warnings raised inside the block, issued as they come (the caller's filters
+    apply) and listed, so a plan kept for later calls warns again when it is returned."""
+    got: list = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                yield got
+            finally:
+                seen = set()
+                for w in caught:  # each warning once, as the default filter shows it
+                    where = (str(w.message), w.category, w.filename, w.lineno)
+                    if where not in seen:
+                        seen.add(where)
+                        got.append(w)
+    finally:
+        warn_again(got)
+
+
+def warn_again(caught) -> None:
+    """Issue recorded warnings again, under the caller's filters."""
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+
+def _keyed_options(options):
+    import dataclasses
+
+    # The cache's own size changes no answer.
+    return dataclasses.replace(options, session_cache=0)
+
+
+def _sharding(x) -> str:
+    s = getattr(x, "sharding", None)
+    return f"{leaf_signature(x)} {s!r}"
+
+
+def _concrete(args) -> bool:
+    return not any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(args))
+
+
+def _consts(traced) -> list:
+    jaxpr = getattr(traced, "jaxpr", None)
+    return list(getattr(jaxpr, "consts", ()) or ())
+
+
+def _digest_leaf(h, x) -> None:
+    if isinstance(x, jax.Array | np.ndarray | np.generic):
+        if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x = jax.random.key_data(x)
+        a = np.asarray(x)
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    else:
+        h.update(repr(x).encode())
