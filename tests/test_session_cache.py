@@ -205,8 +205,9 @@ def test_session_cache_must_be_a_count():
 
 def test_the_numerics_reference_compiles_the_step_once_and_runs_the_anchor():
     """The reference and its run on inputs moved by one ulp are one executable; the full-remat
-    run is the trace stage's anchor: one trace of the step where there were three, the same
-    outputs as each run compiled on its own."""
+    run is the trace stage's anchor: two traces of the step where there were four (the
+    executable's, and the one that checks the step's traces agree), the same outputs as each
+    run compiled on its own."""
     from planner._src.verify import numerics
     from planner._src.verify.numerics import runs
 
@@ -216,8 +217,10 @@ def test_the_numerics_reference_compiles_the_step_once_and_runs_the_anchor():
     anchor = session.numerics.full_remat
     assert anchor is not None  # kept by the trace stage for the check
     calls.clear()
-    ref, (moved, remat) = numerics.reference_runs(step, args, ("float32",), full_remat=anchor)
-    assert len(calls) == 1
+    ref, (moved, remat), differ = numerics.reference_runs(
+        step, args, ("float32",), full_remat=anchor
+    )
+    assert differ == "" and len(calls) == 2
     eps = numerics.coarsest_eps(args, ref, computed=("float32",))
     for got, want in (
         (ref, runs.run_reference(step, args)),
