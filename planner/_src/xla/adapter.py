@@ -61,6 +61,7 @@ import numpy as np
 from jax._src import ad_checkpoint as _adc
 from jax._src import config as _config
 from jax._src import core as _core
+from jax._src import mesh as _mesh
 from jax._src import source_info_util as _siu
 from jax._src.interpreters import ad as _ad
 from jax._src.interpreters import partial_eval as _pe
@@ -91,6 +92,12 @@ def _exclude_libraries(names=("flax", "equinox", "penzai")) -> None:
 
 _exclude_libraries()
 Var = _core.Var
+# shard_map: jax.shard_map from JAX 0.7 (0.10-0.12 here), jax.experimental.shard_map before.
+shard_map = (
+    getattr(jax, "shard_map", None)
+    or importlib.import_module("jax.experimental.shard_map").shard_map
+)
+
 # JAX <= 0.11 has two classes, Jaxpr and ClosedJaxpr (a Jaxpr with its constants); JAX 0.12
 # merged them into Jaxpr (jax._src.core has no ClosedJaxpr; jax.extend.core.ClosedJaxpr is
 # an alias of Jaxpr).
@@ -195,6 +202,10 @@ class BoundRegion:
     prevent_cse: Any
     source: str
     in_nonzeros: tuple[bool, ...] | None = None  # which inputs had tangents (from the JVP)
+    # Where the region was bound: the named axes in scope (shard_map's mesh axes, pmap's
+    # axis), shard_map's check_vma and abstract mesh. Its collectives (psum, axis_index)
+    # name those axes, so it is retraced inside them (axes_of).
+    scope: Any = None
 
 
 _state = threading.local()
@@ -225,6 +236,7 @@ def _patched_bind(*args, jaxpr, prevent_cse, differentiated, policy):
             user_policy=policy,
             prevent_cse=prevent_cse,
             source=_siu.summarize(_siu.current()),
+            scope=_scope_here(),
         )
         ctl.regions.append(region)
         policy = RegionPolicy(rid, ctl.make_policy(rid, region))
@@ -394,9 +406,42 @@ class Replay:
     primal_outvars: tuple = ()  # what the forward pass returns besides the residuals
 
 
+def _scope_here() -> tuple | None:
+    """The named-axis scope of the trace now (BoundRegion.scope); None at the top level."""
+    env = _core.trace_ctx.axis_env
+    if not env.axis_sizes:
+        return None
+    return env, _config._check_vma.value, _mesh.get_abstract_mesh()
+
+
+@contextlib.contextmanager
+def axes_of(region: BoundRegion) -> Iterator[None]:
+    """Inside the block, the named axes that were in scope where ``region`` was bound (a
+    shard_map body's mesh axes and its check_vma, a pmap's axis name): retracing the
+    region's collectives (psum, axis_index, pvary) outside them fails with JAX's "unbound
+    axis name"."""
+    if region.scope is None:
+        yield
+        return
+    env, check_vma, mesh = region.scope
+    before = _core.trace_ctx.axis_env
+    _core.trace_ctx.set_axis_env(env)
+    try:
+        with _config._check_vma(check_vma), _mesh.use_abstract_mesh(mesh):
+            yield
+    finally:
+        _core.trace_ctx.set_axis_env(before)
+
+
 def region_jvp(region: BoundRegion):
     """The JVP jaxpr JAX builds for a region (``remat_jvp`` in jax/_src/ad_checkpoint.py),
-    nested jit calls inlined: ``(jaxpr, number of known inputs, number of hoisted consts)``."""
+    nested jit calls inlined: ``(jaxpr, number of known inputs, number of hoisted consts)``.
+    Traced inside the axes the region was bound in (:func:`axes_of`)."""
+    with axes_of(region):
+        return _region_jvp(region)
+
+
+def _region_jvp(region: BoundRegion):
     jaxpr = region.jaxpr
     nonzeros = region.in_nonzeros
     if nonzeros is None:  # never differentiated in the trace: assume every float input is
@@ -792,7 +837,8 @@ def kept_by_policy(region: BoundRegion, policy: Callable[..., Any]) -> Kept:
     really keeps: the verify stage compares it with the plan). Hoisted array constants are
     constants of the region in the real program, not residuals, and are left out."""
     jvp, n_primal, n_hoisted = region_jvp(region)
-    replay = replay_partial_eval(jvp, n_primal, policy)
+    with axes_of(region):
+        replay = replay_partial_eval(jvp, n_primal, policy)
     hoisted = set(jvp.invars[:n_hoisted])
     dev = host = 0
     res = []
@@ -1197,6 +1243,11 @@ INTERNALS = (
     ("jax._src.interpreters.partial_eval", "SaveableType"),
     ("jax._src.interpreters.partial_eval", "RecomputeType"),
     ("jax", "enable_x64"),  # float64(): a public config context, checked as the others
+    # axes_of(): the named-axis scope a region was bound in, entered again
+    ("jax._src.core", "trace_ctx"),
+    ("jax._src.config", "_check_vma"),
+    ("jax._src.mesh", "get_abstract_mesh"),
+    ("jax._src.mesh", "use_abstract_mesh"),
     # the hooks of a deviceless compile (a dotted name: an attribute of an attribute)
     (FUSED_ATTENTION, "check_compute_capability"),
     (FUSED_ATTENTION, "is_cuda_compute_capability_equal"),
