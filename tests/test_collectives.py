@@ -128,12 +128,12 @@ def test_step_plans_below_save_everything_and_computes_the_same(name):
     step, args = STEPS[name]()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", planner.PlanWarning)
-        session = planner.Planner(step, *args, hardware="cpu")
-        full = session.plan_activations(10**12)  # the fastest: what saving everything costs
-        everything = {b.name: b for b in full.baselines}["everything_saveable"]
-        nothing = {b.name: b for b in full.baselines}["nothing_saveable"]
-        top, bottom = everything.compiled_device_bytes, nothing.compiled_device_bytes
-        assert top is not None and bottom is not None and bottom < top, (bottom, top)
+        # compare_stock=False: the planner's own policy, emitted into the shard_map body or
+        # the pmap, is what is verified and applied (a stock policy may be the default answer)
+        session = planner.Planner(step, *args, hardware="cpu", compare_stock=False)
+        top = session.trace.anchor_saved.device_bytes  # save everything, compiled
+        bottom = session.trace.anchor.device_bytes  # full remat, compiled
+        assert bottom < top, (bottom, top)
         budget = bottom + (top - bottom) // 2  # bytes; the CPU profile has no headroom
         plan = session.plan(budget / 1e9)
     assert session.trace.regions, "the checkpointed regions inside the step were not found"
