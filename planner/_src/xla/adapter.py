@@ -48,6 +48,7 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import hashlib
 import importlib
 import inspect
 import itertools
@@ -64,6 +65,7 @@ from jax._src import core as _core
 from jax._src import source_info_util as _siu
 from jax._src.interpreters import ad as _ad
 from jax._src.interpreters import partial_eval as _pe
+from jax._src.sharding_impls import SingleDeviceSharding
 
 from planner._src.errors import PlannerError, PlanWarning, TraceError
 
@@ -120,9 +122,10 @@ def _param_repr(value: Any) -> str | None:
     """A stable text for a policy-visible parameter, or None for values a key must skip.
 
     Jaxprs and callables have no stable text across traces (their reprs carry addresses),
-    so they are left out of the key; the primitive name and the avals still separate them.
+    so they are left out of the key; the primitive name and the avals still separate them
+    (a custom_jvp_call's body is keyed by :func:`_call_body_text`).
     """
-    if isinstance(value, JAXPR_TYPES) or callable(value):
+    if isinstance(value, JAXPR_TYPES) or callable(value) or type(value).__name__ == "WrappedFun":
         return None
     if isinstance(value, (tuple, list)):
         parts = [_param_repr(v) for v in value]
@@ -149,6 +152,26 @@ def aval_text(aval: Any) -> str:
     return short
 
 
+# Calls JAX's partial evaluation keeps as one equation and asks the policy about as a whole:
+# JAX 0.12.1 keeps a custom_jvp function's primal (jax.nn.softmax, jax.nn.relu) as one
+# custom_jvp_call of the differentiated program, where earlier JAX inlined its rule's equations.
+# Their jaxpr parameter is what tells one from another of the same operand types (a softmax
+# from a relu), so the key holds the body's function name and a digest of its text.
+_OPAQUE_CALLS = ("custom_jvp_call", "custom_vjp_call")
+
+
+def _call_body_text(params: dict) -> str:
+    body = params.get("call_jaxpr")
+    if body is None:
+        return "?"
+    info = getattr(body, "debug_info", None) or getattr(
+        getattr(body, "jaxpr", None), "debug_info", None
+    )
+    name = getattr(info, "func_name", None) or "?"
+    digest = hashlib.sha1(str(body).encode()).hexdigest()[:12]
+    return f"{name}:{digest}"
+
+
 def signature_key(prim: Any, *avals: Any, **params: Any) -> str:
     """The text a policy can compute for an equation: primitive, operand types, parameters.
 
@@ -158,7 +181,7 @@ def signature_key(prim: Any, *avals: Any, **params: Any) -> str:
     if prim is name_p:
         return f"name:{params['name']}"
     ops = ",".join(aval_text(a) for a in avals)
-    ps = []
+    ps = [] if prim.name not in _OPAQUE_CALLS else [f"body={_call_body_text(params)}"]
     for k in sorted(params):
         r = _param_repr(params[k])
         if r is not None:
@@ -608,7 +631,7 @@ def with_memory_kind(sharding, kind: str):
     value into it in place fails ("memory_space of all inputs passed to
     dynamic_update_slice must be the same"). A ``SingleDeviceSharding`` therefore becomes the
     same placement as a ``NamedSharding`` over a one-device mesh."""
-    from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+    from jax.sharding import NamedSharding, PartitionSpec
 
     if isinstance(sharding, SingleDeviceSharding):
         (device,) = sharding.device_set
@@ -1182,6 +1205,8 @@ INTERNALS = (
     ("jax._src.interpreters.partial_eval", "SaveableType"),
     ("jax._src.interpreters.partial_eval", "RecomputeType"),
     ("jax", "enable_x64"),  # float64(): a public config context, checked as the others
+    # the class itself: jax.sharding's name for it warns of its deprecation from JAX 0.12.1
+    ("jax._src.sharding_impls", "SingleDeviceSharding"),
     # the hooks of a deviceless compile (a dotted name: an attribute of an attribute)
     (FUSED_ATTENTION, "check_compute_capability"),
     (FUSED_ATTENTION, "is_cuda_compute_capability_equal"),
