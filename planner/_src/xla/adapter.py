@@ -157,7 +157,7 @@ def aval_text(aval: Any) -> str:
 # custom_jvp_call of the differentiated program, where earlier JAX inlined its rule's equations.
 # Their jaxpr parameter is what tells one from another of the same operand types (a softmax
 # from a relu), so the key holds the body's function name and a digest of its text.
-_OPAQUE_CALLS = ("custom_jvp_call", "custom_vjp_call")
+OPAQUE_CALLS = ("custom_jvp_call", "custom_vjp_call")
 
 
 def _call_body_text(params: dict) -> str:
@@ -181,7 +181,7 @@ def signature_key(prim: Any, *avals: Any, **params: Any) -> str:
     if prim is name_p:
         return f"name:{params['name']}"
     ops = ",".join(aval_text(a) for a in avals)
-    ps = [] if prim.name not in _OPAQUE_CALLS else [f"body={_call_body_text(params)}"]
+    ps = [] if prim.name not in OPAQUE_CALLS else [f"body={_call_body_text(params)}"]
     for k in sorted(params):
         r = _param_repr(params[k])
         if r is not None:

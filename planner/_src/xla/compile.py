@@ -232,9 +232,39 @@ def compile_lowered(lowered, compiler_options: dict[str, Any] | None = None):
                 stacklevel=2,
             )
             return lowered.compile(compiler_options={**options, **AUTOTUNE_OFF})
+        if scope is not None and _CUDNN_NEEDS_DEVICE.search(str(e)):
+            raise _cudnn_needs_device_error(scope.target, e) from e
         if scope is None or not _NEEDS_DEVICE.search(str(e)):
             raise
         raise _needs_device_error(scope.target, lowered, e) from e
+
+
+# jaxlib 0.12.1's XLA:GPU builds a cuDNN fusion's graph (cuDNN attention: the custom call
+# __cudnn$fmha...) at compile time: without a device only in its deviceless cuDNN mode, whose
+# runtime-compiled engines load the NVIDIA driver's libcuda.so.1 (measured 2026-12-06 on this
+# CPU: "StreamExecutor is null and deviceless cuDNN compilation is not enabled"; with
+# xla_gpu_cudnn_deviceless_compilation_mode ALWAYS or AUTO, CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED
+# for libcudnn_engines_runtime_compiled, libcuda.so.1 not found). jaxlib 0.11.2 and
+# 0.12.0.1 compile the same call deviceless.
+_CUDNN_NEEDS_DEVICE = re.compile(
+    r"deviceless cuDNN compilation is not enabled|CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED"
+)
+
+
+def _cudnn_needs_device_error(target: targets.CompilerTarget, e: Exception) -> TargetError:
+    return TargetError(
+        f"{target.description} could not compile the step's cuDNN fusion (cuDNN attention: "
+        f"jax.nn.dot_product_attention(..., implementation='cudnn')): "
+        f"{str(e).strip().splitlines()[0][:200]}\n"
+        f"Why: jaxlib {target.jaxlib_version}'s XLA:GPU builds cuDNN's graph while compiling, "
+        "and without a GPU its cuDNN engines need the NVIDIA driver's libcuda.so.1, which "
+        "this machine lacks; jaxlib 0.11.2 and 0.12.0.1 compile the same step without a "
+        "device.\n"
+        'Fix: plan with jax / jaxlib 0.12.0.1 and its plugin (pip install "jax[cuda13]==0.12.0.1" '
+        '"jaxlib==0.12.0.1"), or on the GPU itself; or write the attention with '
+        "implementation='xla' (or None) for planning: XLA:GPU then compiles it deviceless, "
+        "its bytes those of XLA's attention, not cuDNN's."
+    )
 
 
 def _sorts(lowered) -> int:
