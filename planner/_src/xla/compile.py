@@ -71,13 +71,48 @@ def lower(traced):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
         if scope is None:
-            return traced.lower()
+            try:
+                return traced.lower()
+            except NotImplementedError as e:
+                if _NO_RULE.search(str(e)) is None:
+                    raise
+                raise _no_rule_here_error(e) from e
         try:
             return deviceless.traced_on_target(scope, traced).lower()
         except ValueError as e:
             if any(m in str(e) for m in _FOREIGN_DEVICE_ERRORS):
                 raise _foreign_device_error(scope.target, e) from e
             raise
+
+
+# JAX's error where this machine's backend has no lowering of a primitive: a GPU-only one
+# (cuDNN attention's dot_product_attention_fwd, written implementation="cudnn") on XLA:CPU.
+_NO_RULE = re.compile(r"MLIR translation rule for primitive '([^']+)' not found for platform (\w+)")
+
+
+def _no_rule_here_error(e: Exception) -> TargetError:
+    prim, platform = _NO_RULE.search(str(e)).groups()
+    cudnn = "dot_product_attention" in prim
+    return TargetError(
+        f"The step uses {prim!r}"
+        + (
+            " (cuDNN attention: jax.nn.dot_product_attention(..., implementation='cudnn'))"
+            if cudnn
+            else ""
+        )
+        + f", which this machine's compiler (XLA:{platform.upper()}) cannot compile: {e}.\n"
+        "Why: the planner compiles on this machine's backend when it cannot compile for the "
+        "GPU without one; XLA:GPU for a GPU without a device needs the CUDA plugin.\n"
+        'Fix: pip install -e ".[cuda]" (the CUDA plugin of your jaxlib) and start Python with '
+        "JAX_PLATFORMS=cpu: the planner then compiles the step with XLA:GPU for the GPU, no "
+        "device needed"
+        + (
+            "; or, to plan on this backend, write the attention with implementation=None "
+            "(XLA's attention here, its bytes not cuDNN's)."
+            if cudnn
+            else "."
+        )
+    )
 
 
 def at_once(calls: Sequence[Callable[[], Any]], workers: int) -> list[tuple[Any, float]]:
