@@ -4,14 +4,17 @@ another compiler's figures; a cuDNN step gets a teaching error, never a raw one)
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import jax
 import jax.numpy as jnp
 import pytest
 
+import cost_models
 import planner
 from examples import llama
+from planner._src.results.report.build import made_up_times
 from planner._src.types import Status
 from planner._src.xla import adapter
 from planner._src.xla import targets as T
@@ -49,6 +52,17 @@ def test_no_refusal_on_the_figures_of_a_compiler_that_is_not_the_gpus(no_plugin)
         cpu = planner.Planner(step, *args, hardware="cpu")
         with pytest.raises(planner.InfeasibleBudgetError, match="No plan fits"):
             cpu.plan(cpu.trace.anchor.device_bytes / 2 / 1e9)
+        # The cpu profile's times are made up (its JSON says so): the report says it, and
+        # its "predicted faster" is no speed claim.
+        fits = cpu.plan(cpu.trace.anchor_saved.device_bytes * 1.5 / 1e9)
+    text = " ".join(fits.report("text").split())
+    assert "times from the made-up cpu profile: not a measurement" in text
+    assert "python -m cost_models calibrate" in text
+    (line,) = [v for k, v in json.loads(fits.report("json"))["status_lines"] if k == "times"]
+    assert "matmul_flops_per_s.bf16" in line and "hbm_bytes_per_s" in line
+    assert made_up_times(cost_models.load_profile("h200")) == ""  # cited figures
+    if "predicted faster" in fits.choice_why:
+        assert "by the made-up cpu profile's times: not a measurement" in fits.choice_why
 
 
 def _cudnn_step(w, x):
