@@ -157,7 +157,7 @@ def aval_text(aval: Any) -> str:
 # custom_jvp_call of the differentiated program, where earlier JAX inlined its rule's equations.
 # Their jaxpr parameter is what tells one from another of the same operand types (a softmax
 # from a relu), so the key holds the body's function name and a digest of its text.
-OPAQUE_CALLS = ("custom_jvp_call", "custom_vjp_call")
+OPAQUE_CALLS = ("custom_jvp_call",)
 
 
 def _call_body_text(params: dict) -> str:
