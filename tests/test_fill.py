@@ -96,16 +96,40 @@ def test_a_plan_well_under_budget_is_replaced_by_a_faster_one_that_fits():
     assert "fill_rounds=0" in p0.fill_why
 
 
+# Budgets (fractions of the way between the anchors) where the verified plan leaves more
+# than the fill margin and the faster plan of the fill round compiles over the budget. Which
+# budget does that depends on the plans the JAX version offers: 29% on JAX 0.10.2-0.12.0
+# (the verified plan compiles to 67.5 MB of 69.4 MB usable, the fill round's plan to 69.6
+# MB); on JAX 0.12.1, whose softmax is one custom_jvp_call candidate, the 29% plan compiles
+# within the fill margin (67.45 of 67.85 MB) and 33% does it (66.14 of 68.70 MB, the fill
+# round's plan 71.65 MB).
+_OVER_BUDGET_FILL_FRACTIONS = (0.29, 0.33)
+
+
+@pytest.fixture(scope="module")
+def over_budget_fill(llama_session):
+    """The first plan of _OVER_BUDGET_FILL_FRACTIONS whose verified plan leaves more than the
+    fill margin and whose fill round compiled over the budget."""
+    tried = []
+    for fraction in _OVER_BUDGET_FILL_FRACTIONS:
+        p = _plan(llama_session, fraction)
+        first, usable = _verified_fit(p), _usable(p)
+        left = usable - first.compiled_device_bytes
+        if left > fill_slack(usable) and any(r.outcome == "over budget" for r in _fills(p)):
+            return p
+        tried.append((fraction, left, [(r.purpose, r.outcome) for r in p.rounds]))
+    pytest.fail(f"no budget of {_OVER_BUDGET_FILL_FRACTIONS} has a fill round over it: {tried}")
+
+
 def test_fill_stops_when_the_faster_plan_does_not_fit_and_keeps_the_verified_one(
-    llama_session,
+    over_budget_fill,
 ):
-    # 29% of the way up: the verified plan compiles to 67.5 MB of 69.4 MB usable; the model
-    # corrected by its error picks a faster plan that compiles to 69.6 MB, over the budget,
-    # so the verified plan is returned. (At 30%, the fraction before the residual-write rule
-    # of 2026-12-04 changed which plans are fastest, that plan fits: 69.6 of 69.7 MB. Since
-    # the fused-away rule of 2026-12-05 the first fit round is that faster plan, over the
-    # budget, and the verify loop's second fit round the 67.5 MB one.)
-    p = _plan(llama_session, 0.29)
+    # The model corrected by the verified plan's error picks a faster plan that compiles over
+    # the budget, so the verified plan is returned. (At 30%, the fraction before the
+    # residual-write rule of 2026-12-04 changed which plans are fastest, that plan fit: 69.6
+    # of 69.7 MB. Since the fused-away rule of 2026-12-05 the first fit round is that faster
+    # plan, over the budget, and the verify loop's second fit round the 67.5 MB one.)
+    p = over_budget_fill
     first, fills = _verified_fit(p), _fills(p)
     usable = _usable(p)
     assert usable - first.compiled_device_bytes > fill_slack(usable)
@@ -155,8 +179,10 @@ def test_fill_rounds_are_bounded(llama_session, monkeypatch):
     assert not _fills(p0) and p0.fill_why == "fill_rounds=0: no rounds to use it"
 
 
-def test_report_says_what_is_left_and_why_and_json_carries_the_rounds(llama_session):
-    p = _plan(llama_session, 0.29)  # as in the test above: a fill round over budget
+def test_report_says_what_is_left_and_why_and_json_carries_the_rounds(
+    llama_session, over_budget_fill
+):
+    p = over_budget_fill  # as in the test above: a fill round over budget
     usable = _usable(p)
     got = p.verification.compiled_device_bytes
     line = budget_use(p)

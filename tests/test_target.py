@@ -24,6 +24,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from cost_models import _gpus
 from planner._src.xla import adapter, deviceless, gpus
 from planner._src.xla import compile as xla_compile
 from planner._src.xla import targets as T
@@ -153,7 +154,11 @@ def test_h200_resolves_to_a_deviceless_xla_gpu_target(h200):
     assert h200.description == f"XLA:GPU for {LABEL} (deviceless)"
     assert h200.gpu_name == gpus.gpu(GPU).name and h200.compute_capability == "9.0"
     assert h200.topology == "1x1x1" and LABEL.split()[0] in h200.device_kind
-    assert h200.spec_path.startswith("cost_models/targets/jaxlib-")
+    # recorded for this jaxlib, else the installed plugin's own (jaxlib 0.12.1)
+    assert h200.spec_path.startswith("cost_models/targets/jaxlib-") or (
+        h200.spec_path == T.plugin_binary()
+        and "embedded in the installed CUDA plugin" in h200.spec_source
+    ), h200.spec_path
     assert h200.caveats and not h200.how_to_get_exact
     # plain data: equal by value, hashable, and the config text stays out of the repr
     assert h200 == T.resolve(GPU.upper()) and hash(h200) == hash(T.resolve(GPU))
@@ -223,7 +228,8 @@ def test_a_local_gpu_of_the_profile_is_used_as_is(monkeypatch, kind, gpu, local)
 def test_gh200_is_the_h100_spec_with_gh200_memory():
     t = T.resolve("gh200")
     assert "device_memory_size: 96000000000" in t.target_config
-    assert "NVIDIA GH200" in t.device_kind and t.spec_path.endswith("h100_sxm.txtpb")
+    assert "NVIDIA GH200" in t.device_kind
+    assert t.spec_path.endswith("h100_sxm.txtpb") or t.spec_path == T.plugin_binary()
     assert "GH200's memory" in t.spec_source
 
 
@@ -244,12 +250,52 @@ def test_missing_plugin_gives_the_local_backend_marked_as_an_estimate(monkeypatc
     assert deviceless.args_for(t, (1, 2)) == (1, 2)  # identity for a local target
 
 
-def test_jaxlib_without_a_recorded_spec_is_an_estimate_not_an_error(monkeypatch):
-    monkeypatch.setattr(T, "jaxlib_version", lambda: "0.9.9")
+def _parser_reads_only(monkeypatch, readable):
+    """The installed parser as one that refuses every target config but ``readable`` (XLA's
+    error for a field it does not know), the plugin embedding none."""
+    real = T.topology_desc
+
+    def topology_desc(text, topology):
+        if text not in readable:
+            raise RuntimeError(
+                "FAILED_PRECONDITION: Failed to parse GpuTargetConfigProto from the "
+                "'target_config' parameter."
+            )
+        return real(text, topology)
+
+    monkeypatch.setattr(T, "topology_desc", topology_desc)
+    monkeypatch.setattr(T, "plugin_binary", lambda: None)
+
+
+def test_a_jaxlib_gets_the_nearest_recorded_config_its_parser_reads(monkeypatch):
+    """A jaxlib with no config of its own (and a plugin embedding none) is given the recorded
+    config of the nearest jaxlib, checked by parsing: here every recorded config but the
+    H200's parses, and the H200's own does; the H100 SXM's text alone parsing would leave the
+    H200 without one."""
+    monkeypatch.setattr(T, "jaxlib_version", lambda: "0.12.3")
+    h200_text = (gpus.targets_dir() / "jaxlib-0.12.0" / "h200.txtpb").read_text()
+    _parser_reads_only(monkeypatch, {h200_text})
     t = T.resolve("h200")
-    assert not t.exact
-    assert "No H200 target config is recorded for jaxlib 0.9.9" in t.how_to_get_exact
-    assert "recorded for: 0.12.0" in t.how_to_get_exact
+    assert t.kind == "deviceless" and t.exact, t.how_to_get_exact
+    assert t.spec_path == "cost_models/targets/jaxlib-0.12.0/h200.txtpb"
+    assert t.spec_source.startswith("recorded for jaxlib 0.12.0, 0.12.0.1: ")
+    h100 = T.resolve("h100")
+    assert h100.kind == "local" and not h100.exact
+    assert "No H100 SXM target config that jaxlib 0.12.3's parser reads" in h100.how_to_get_exact
+    assert "cost_models/targets/jaxlib-0.12.0/h100_sxm.txtpb" in h100.how_to_get_exact
+    assert 'Fix: install JAX 0.11.2 or 0.12 with its CUDA plugin (pip install -e ".[cuda]"' in (
+        h100.how_to_get_exact
+    )
+
+
+def test_recorded_configs_are_tried_nearest_jaxlib_first():
+    g = gpus.gpu("h200")
+    exact = gpus.spec_candidates(g, "0.12.0.1")
+    assert exact[0].source.startswith("jax-cuda13-pjrt 0.12.0.1 wheel")  # its own, first
+    near = gpus.spec_candidates(g, "0.11.3")  # 0.11.2's set is nearer than 0.12.0's
+    assert near[0].source.startswith("recorded for jaxlib 0.11.2: ")
+    assert [c.path for c in near] == [c.path for c in exact]  # one folder: one text each
+    assert gpus._version_number("0.12.0.1") - gpus._version_number("0.12.0") == 1
 
 
 def test_cpu_profile_is_the_local_cpu_exactly():
@@ -257,25 +303,33 @@ def test_cpu_profile_is_the_local_cpu_exactly():
     assert t.kind == "local" and t.exact and t.description == "XLA:CPU"
 
 
-def test_recorded_specs_of_this_jaxlib_parse_and_match_the_plugin_build():
-    """Every target config recorded for the installed jaxlib builds a topology, and where the
-    plugin binary embeds XLA's specs (jaxlib >= 0.12) the recorded text is one of them."""
+def test_every_gpu_gets_a_config_this_jaxlib_parses_and_its_plugin_embeds():
+    """For the installed jaxlib (each supported one with a plugin: 0.11.2, 0.12.0.1, 0.12.1),
+    every GPU of the table resolves to a deviceless target whose config builds a topology;
+    where the plugin binary embeds XLA's specs (jaxlib >= 0.12) the text is one of them (the
+    GH200's derived from the H100 SXM's), and every config recorded for this jaxlib is too."""
     version = T.jaxlib_version()
-    sets = gpus.sets_for(version)
-    assert sets, f"no target configs recorded for jaxlib {version}"
     plugin = importlib.util.find_spec(T.cuda_plugin())
     so = next(iter(plugin.submodule_search_locations)) + "/xla_cuda_plugin.so"
+    assert T.plugin_binary() == so
     with open(so, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
         embedded = set()
         for m in re.finditer(rb"gpu_device_info \{", data):
             start, end = data.rfind(b"\0", 0, m.start()) + 1, data.find(b"\0", m.start())
             embedded.add(bytes(data[start:end]).decode("utf-8", "replace"))
-    for s in sets:
+    assert set(gpus.plugin_specs(so).values()) == embedded
+    for s in gpus.sets_for(version):
         for name in s["files"]:
             text = (gpus.targets_dir() / s["dir"] / name).read_text()
             T.topology_desc(text, "1x1x1")
             if embedded:
                 assert text in embedded, f"{s['dir']}/{name} is not the plugin's own spec"
+    for g in _gpus.GPUS:
+        t = T.resolve(g.name)
+        assert t.kind == "deviceless", (g.name, t.how_to_get_exact)
+        T.topology_desc(t.target_config, "1x1x1")
+        if embedded and not g.derived_from:
+            assert t.target_config in embedded, g.name
 
 
 # -------------------------------------------------------------- compiling
@@ -377,6 +431,16 @@ def test_cudnn_attention_code_traces_and_compiles_for_the_target(h200):
     args = decoder_args()
     with pytest.raises(NotImplementedError, match="head dim must be <= 128"):
         jax.jit(_cudnn_step).trace(*deviceless.args_for(h200, args))
+    if gpus._version_number(T.jaxlib_version()) >= gpus._version_number("0.12.1"):
+        # jaxlib 0.12.1 builds cuDNN's graph at compile time, which needs the driver: the
+        # planner says so and what to do instead of XLA's raw error
+        with pytest.raises(
+            gpus.TargetError,
+            match=r"(?s)could not compile the step's cuDNN fusion.*Why: jaxlib 0\.12\.1.*"
+            r"libcuda\.so\.1.*Fix: plan with jax / jaxlib 0\.12\.0\.1.*implementation='xla'",
+        ):
+            xla_compile.compile_traced(h200, _cudnn_step, deviceless.args_for(h200, args))
+        return
     program = xla_compile.compile_traced(h200, _cudnn_step, deviceless.args_for(h200, args))
     text = program.compiled.as_text()
     assert "__cudnn$fmha" in text, "cuDNN flash attention did not compile to its custom calls"
@@ -537,6 +601,13 @@ def test_a_compile_that_needs_the_device_raises_a_teaching_target_error():
     target = T.resolve("gb200")
     args = deviceless.args_for(target, (jax.ShapeDtypeStruct((65536,), jnp.float32),))
     grad = jax.grad(_big_sort_step)
+    if gpus._version_number(T.jaxlib_version()) >= gpus._version_number("0.12.1"):
+        # jaxlib 0.12.1's XLA sizes a CUB sort's scratch without a device (its bundled table,
+        # xla_gpu_deviceless_cub_mode): the sort compiles deviceless
+        with deviceless.target_scope(target):
+            compiled = compile_with(grad, args, lambda rid, r: cp.nothing_saveable)
+        assert compiled is not None
+        return
     with deviceless.target_scope(target):
         with pytest.raises(
             gpus.TargetError,
@@ -719,7 +790,10 @@ def test_values_only_fusions_read_back_take_no_buffer_on_the_target(h200):
     )
     old = cost.build_cost_model(tr, graph_all, session.hardware, allow_offload=session.offload)
     low = cost.evaluate(old, graph_all, every).peak_bytes / tr.anchor_saved.device_bytes - 1
-    assert low < -0.10, low
+    if "exp" in prim.values():  # up to JAX 0.12.0 (the softmax decided through its exp)
+        assert low < -0.10, low
+    else:  # JAX 0.12.1: the softmax one candidate, both fits hold (measured 2026-12-06)
+        assert abs(low) < 0.005, low
 
 
 # ------------------------------------- the recompute priced from the anchor's HLO (issue 18)
@@ -742,15 +816,21 @@ def test_the_scanned_recompute_is_priced_from_the_anchors_compiled_hlo(h200):
     assert tr.hlo_priced_with == GPU and "Triton GEMMs on" in tr.hlo_priced_from
     assert r.hlo_recompute_s is not None
     priced = {c.primitive for c, h in zip(r.candidates, r.hlo_recompute_s) if h is not None}
-    assert {"dot_general", "reduce_max"} <= priced, priced
+    # the softmax's row max, where JAX's policy decides it (up to JAX 0.12.0); on JAX 0.12.1
+    # the softmax is one custom_jvp_call candidate, priced with its body's kernels
+    row_max = "reduce_max" if "reduce_max" in {c.primitive for c in r.candidates} else None
+    row_max = row_max or "custom_jvp_call"
+    assert {"dot_general", row_max} <= priced, priced
     hw, off = session.hardware, session.offload
     model = cost.build_cost_model(tr, graph, hw, allow_offload=off)
     lib = cost.build_cost_model(
         dataclasses.replace(tr, hlo_priced_with=""), graph, hw, allow_offload=off
     )
-    (i,) = [c.index for c in r.candidates if c.primitive == "reduce_max"]
+    (i,) = [c.index for c in r.candidates if c.primitive == row_max]
     got, roof = model.regions[0].recompute_s[i], lib.regions[0].recompute_s[i]
-    assert got == r.hlo_recompute_s[i] and got > 3 * roof, (got, roof)
+    assert got == r.hlo_recompute_s[i] > 0, (got, roof)
+    if row_max == "reduce_max":  # the row max alone: its passes over the scores
+        assert got > 3 * roof, (got, roof)
     remat = Assignment.of({})
     assert cost.evaluate(model, graph, remat).step_s == pytest.approx(
         cost.evaluate(lib, graph, remat).step_s, rel=1e-9

@@ -13,6 +13,7 @@ from planner._src.planning.context import Attempt, Context
 from planner._src.planning.fit import Standing
 from planner._src.planning.stock import offload_estimate
 from planner._src.policies import STOCK
+from planner._src.results.report.build import made_up_times
 from planner._src.types import Baseline
 from planner._src.units import fmt_bytes, fmt_pair
 
@@ -38,6 +39,13 @@ class _Verified:
     name: str  # "planner" or a stock policy
     step_s: float
     compiled_bytes: int
+
+
+def _not_a_claim(ctx: Context) -> str:
+    """The qualifier of a "predicted faster" under a profile whose times are made up."""
+    if not made_up_times(ctx.hardware):
+        return ""
+    return f"; by the made-up {ctx.hardware.name} profile's times: not a measurement"
 
 
 def choose(ctx: Context, s: Standing, baselines: tuple[Baseline, ...]) -> Choice:
@@ -66,8 +74,13 @@ def choose(ctx: Context, s: Standing, baselines: tuple[Baseline, ...]) -> Choice
                 why = (
                     f"{b.name} is predicted faster than the planner's own plan "
                     f"({b.prediction.step_s * 1e3:.2f} vs "
+<<<<<<< HEAD
                     f"{best.prediction.step_s * 1e3:.2f} ms) and compiles within "
                     f"the budget ({_of(got, budget)} usable), "
+=======
+                    f"{best.prediction.step_s * 1e3:.2f} ms{_not_a_claim(ctx)}) and compiles within "
+                    f"the budget ({got / GB:.3f} of {budget / GB:.3f} GB usable), "
+>>>>>>> day-one
                     "where the model had it "
                     f"at {fmt_bytes(b.prediction.peak_bytes)}"
                 )

@@ -34,8 +34,12 @@ from planner._src.planning.groups import baselines_of
 from planner._src.planning.probes import probe_frontier
 from planner._src.planning.refusal import refusal
 from planner._src.results.plan import Plan
+<<<<<<< HEAD
 from planner._src.units import fmt_pair
 from planner._src.verify.kept import CHECK_KEPT
+=======
+from planner._src.types import Status
+>>>>>>> day-one
 
 
 def plan_budget(ctx: Context, threads: CompileThreads, base) -> Plan:
@@ -61,8 +65,38 @@ def plan_budget(ctx: Context, threads: CompileThreads, base) -> Plan:
         baselines = baselines_of(ctx, s.graph, s.cost)
         return stock_plan(ctx, log, s, choice.stock, choice.why, baselines)
     if s.infeasible is not None or s.best is None or s.solution is None:
-        raise refusal(ctx, s, *base)
+        refused = refusal(ctx, s, *base)
+        if not_the_gpus_compiler(ctx) and opts.verify_compile:
+            return estimate_plan(ctx, log, s, baselines, refused)
+        raise refused
     return planner_plan(ctx, log, s, baselines, choice.plan_why)
+
+
+def not_the_gpus_compiler(ctx: Context) -> bool:
+    """Whether the figures come from a compiler that is not the profile's GPU's (XLA:CPU for
+    ``hardware="h200"`` without the CUDA plugin): a figure that cannot refuse a budget."""
+    c = ctx.subject.compiler
+    return not c.exact and c.gpu_name is not None
+
+
+def estimate_plan(ctx: Context, log: Attempts, s: Standing, baselines, refused) -> Plan:
+    """Where nothing fits by the figures of a compiler that is not the GPU's, no refusal: the
+    smallest program (full remat, nothing_saveable), its status "compiled, unverified", and
+    what the other compiler said, that its figure is not the GPU's, and how to get the
+    GPU's (XLA:CPU materializes what XLA:GPU fuses: the attention scores of the H200-sized
+    Llama step took 101 GB on XLA:CPU, its full remat 15.1 GiB on the H200; issue 41)."""
+    c = ctx.subject.compiler
+    said = str(refused).split("\n", 1)[0]
+    why = (
+        f"not verified for the GPU: the figures are {c.description}'s, not the GPU's own "
+        f"compiler's, so they cannot refuse this budget (by them: {said}). Returned: full "
+        f"remat (nothing_saveable), the smallest program. To get the GPU's figures: "
+        f"{c.how_to_get_exact}"
+    )
+    plan = stock_plan(ctx, log, s, "nothing_saveable", why, baselines)
+    ver = dataclasses.replace(plan.verification, status=Status.UNVERIFIED, note=why)
+    warnings.warn(f"No refusal on {c.description}'s figures: {why}", PlanWarning, stacklevel=5)
+    return dataclasses.replace(plan, verification=ver)
 
 
 def _plan(ctx: Context, log: Attempts, s: Standing, att: Attempt, solution, **fields) -> Plan:

@@ -48,6 +48,7 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import hashlib
 import importlib
 import inspect
 import itertools
@@ -65,6 +66,7 @@ from jax._src import mesh as _mesh
 from jax._src import source_info_util as _siu
 from jax._src.interpreters import ad as _ad
 from jax._src.interpreters import partial_eval as _pe
+from jax._src.sharding_impls import SingleDeviceSharding
 
 from planner._src.errors import PlannerError, PlanWarning, TraceError
 
@@ -127,9 +129,10 @@ def _param_repr(value: Any) -> str | None:
     """A stable text for a policy-visible parameter, or None for values a key must skip.
 
     Jaxprs and callables have no stable text across traces (their reprs carry addresses),
-    so they are left out of the key; the primitive name and the avals still separate them.
+    so they are left out of the key; the primitive name and the avals still separate them
+    (a custom_jvp_call's body is keyed by :func:`_call_body_text`).
     """
-    if isinstance(value, JAXPR_TYPES) or callable(value):
+    if isinstance(value, JAXPR_TYPES) or callable(value) or type(value).__name__ == "WrappedFun":
         return None
     if isinstance(value, (tuple, list)):
         parts = [_param_repr(v) for v in value]
@@ -156,6 +159,26 @@ def aval_text(aval: Any) -> str:
     return short
 
 
+# Calls JAX's partial evaluation keeps as one equation and asks the policy about as a whole:
+# JAX 0.12.1 keeps a custom_jvp function's primal (jax.nn.softmax, jax.nn.relu) as one
+# custom_jvp_call of the differentiated program, where earlier JAX inlined its rule's equations.
+# Their jaxpr parameter is what tells one from another of the same operand types (a softmax
+# from a relu), so the key holds the body's function name and a digest of its text.
+OPAQUE_CALLS = ("custom_jvp_call",)
+
+
+def _call_body_text(params: dict) -> str:
+    body = params.get("call_jaxpr")
+    if body is None:
+        return "?"
+    info = getattr(body, "debug_info", None) or getattr(
+        getattr(body, "jaxpr", None), "debug_info", None
+    )
+    name = getattr(info, "func_name", None) or "?"
+    digest = hashlib.sha1(str(body).encode()).hexdigest()[:12]
+    return f"{name}:{digest}"
+
+
 def signature_key(prim: Any, *avals: Any, **params: Any) -> str:
     """The text a policy can compute for an equation: primitive, operand types, parameters.
 
@@ -165,7 +188,7 @@ def signature_key(prim: Any, *avals: Any, **params: Any) -> str:
     if prim is name_p:
         return f"name:{params['name']}"
     ops = ",".join(aval_text(a) for a in avals)
-    ps = []
+    ps = [] if prim.name not in OPAQUE_CALLS else [f"body={_call_body_text(params)}"]
     for k in sorted(params):
         r = _param_repr(params[k])
         if r is not None:
@@ -653,7 +676,7 @@ def with_memory_kind(sharding, kind: str):
     value into it in place fails ("memory_space of all inputs passed to
     dynamic_update_slice must be the same"). A ``SingleDeviceSharding`` therefore becomes the
     same placement as a ``NamedSharding`` over a one-device mesh."""
-    from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+    from jax.sharding import NamedSharding, PartitionSpec
 
     if isinstance(sharding, SingleDeviceSharding):
         (device,) = sharding.device_set
@@ -1248,6 +1271,8 @@ INTERNALS = (
     ("jax._src.config", "_check_vma"),
     ("jax._src.mesh", "get_abstract_mesh"),
     ("jax._src.mesh", "use_abstract_mesh"),
+    # the class itself: jax.sharding's name for it warns of its deprecation from JAX 0.12.1
+    ("jax._src.sharding_impls", "SingleDeviceSharding"),
     # the hooks of a deviceless compile (a dotted name: an attribute of an attribute)
     (FUSED_ATTENTION, "check_compute_capability"),
     (FUSED_ATTENTION, "is_cuda_compute_capability_equal"),

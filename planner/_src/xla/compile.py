@@ -74,13 +74,48 @@ def lower(traced):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
         if scope is None:
-            return traced.lower()
+            try:
+                return traced.lower()
+            except NotImplementedError as e:
+                if _NO_RULE.search(str(e)) is None:
+                    raise
+                raise _no_rule_here_error(e) from e
         try:
             return deviceless.traced_on_target(scope, traced).lower()
         except ValueError as e:
             if any(m in str(e) for m in _FOREIGN_DEVICE_ERRORS):
                 raise _foreign_device_error(scope.target, e) from e
             raise
+
+
+# JAX's error where this machine's backend has no lowering of a primitive: a GPU-only one
+# (cuDNN attention's dot_product_attention_fwd, written implementation="cudnn") on XLA:CPU.
+_NO_RULE = re.compile(r"MLIR translation rule for primitive '([^']+)' not found for platform (\w+)")
+
+
+def _no_rule_here_error(e: Exception) -> TargetError:
+    prim, platform = _NO_RULE.search(str(e)).groups()
+    cudnn = "dot_product_attention" in prim
+    return TargetError(
+        f"The step uses {prim!r}"
+        + (
+            " (cuDNN attention: jax.nn.dot_product_attention(..., implementation='cudnn'))"
+            if cudnn
+            else ""
+        )
+        + f", which this machine's compiler (XLA:{platform.upper()}) cannot compile: {e}.\n"
+        "Why: the planner compiles on this machine's backend when it cannot compile for the "
+        "GPU without one; XLA:GPU for a GPU without a device needs the CUDA plugin.\n"
+        'Fix: pip install -e ".[cuda]" (the CUDA plugin of your jaxlib) and start Python with '
+        "JAX_PLATFORMS=cpu: the planner then compiles the step with XLA:GPU for the GPU, no "
+        "device needed"
+        + (
+            "; or, to plan on this backend, write the attention with implementation=None "
+            "(XLA's attention here, its bytes not cuDNN's)."
+            if cudnn
+            else "."
+        )
+    )
 
 
 def at_once(calls: Sequence[Callable[[], Any]], workers: int) -> list[tuple[Any, float]]:
@@ -301,9 +336,39 @@ def _compile(lowered, options: dict[str, Any], scope):
                 stacklevel=3,
             )
             return lowered.compile(compiler_options={**options, **AUTOTUNE_OFF})
+        if scope is not None and _CUDNN_NEEDS_DEVICE.search(str(e)):
+            raise _cudnn_needs_device_error(scope.target, e) from e
         if scope is None or not _NEEDS_DEVICE.search(str(e)):
             raise
         raise _needs_device_error(scope.target, lowered, e) from e
+
+
+# jaxlib 0.12.1's XLA:GPU builds a cuDNN fusion's graph (cuDNN attention: the custom call
+# __cudnn$fmha...) at compile time: without a device only in its deviceless cuDNN mode, whose
+# runtime-compiled engines load the NVIDIA driver's libcuda.so.1 (measured 2026-12-06 on this
+# CPU: "StreamExecutor is null and deviceless cuDNN compilation is not enabled"; with
+# xla_gpu_cudnn_deviceless_compilation_mode ALWAYS or AUTO, CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED
+# for libcudnn_engines_runtime_compiled, libcuda.so.1 not found). jaxlib 0.11.2 and
+# 0.12.0.1 compile the same call deviceless.
+_CUDNN_NEEDS_DEVICE = re.compile(
+    r"deviceless cuDNN compilation is not enabled|CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED"
+)
+
+
+def _cudnn_needs_device_error(target: targets.CompilerTarget, e: Exception) -> TargetError:
+    return TargetError(
+        f"{target.description} could not compile the step's cuDNN fusion (cuDNN attention: "
+        f"jax.nn.dot_product_attention(..., implementation='cudnn')): "
+        f"{str(e).strip().splitlines()[0][:200]}\n"
+        f"Why: jaxlib {target.jaxlib_version}'s XLA:GPU builds cuDNN's graph while compiling, "
+        "and without a GPU its cuDNN engines need the NVIDIA driver's libcuda.so.1, which "
+        "this machine lacks; jaxlib 0.11.2 and 0.12.0.1 compile the same step without a "
+        "device.\n"
+        'Fix: plan with jax / jaxlib 0.12.0.1 and its plugin (pip install "jax[cuda13]==0.12.0.1" '
+        '"jaxlib==0.12.0.1"), or on the GPU itself; or write the attention with '
+        "implementation='xla' (or None) for planning: XLA:GPU then compiles it deviceless, "
+        "its bytes those of XLA's attention, not cuDNN's."
+    )
 
 
 def _sorts(lowered) -> int:

@@ -32,9 +32,10 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from planner._src.xla import adapter, targets
+from planner._src.xla.adapter import SingleDeviceSharding
 from planner._src.xla.gpus import TargetError
 
 # ------------------------------------------------------- the arguments on the target

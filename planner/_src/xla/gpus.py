@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import functools
 import json
+import mmap
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 from cost_models._gpus import GPUS, Gpu
 from planner._src.errors import InvalidArgumentError
@@ -95,30 +97,85 @@ def recorded_versions(g: Gpu) -> list[str]:
     return [v for s in _index()["sets"] if base.spec_file in s["files"] for v in s["jaxlib"]]
 
 
-def spec_for(g: Gpu, version: str) -> tuple[str, str, str] | None:
-    """(text, path relative to the repository, source) of ``g``'s target config for jaxlib
-    ``version``; None when it is recorded for other jaxlib versions only. Raises when no
-    version has one (which the GPU table makes impossible unless the files are missing)."""
+class Spec(NamedTuple):
+    """One target config text a jaxlib might read, and where it comes from."""
+
+    text: str
+    path: str  # the file: relative to the repository, or the installed plugin's binary
+    source: str  # where the text comes from, for the report
+
+
+def _version_number(version: str) -> int:
+    """``"0.12.0.1"`` -> 12000001: jaxlib versions as numbers, for "nearest"."""
+    parts = [int(p) for p in re.findall(r"\d+", version)[:4]]
+    parts += [0] * (4 - len(parts))
+    return sum(p * 1000 ** (3 - i) for i, p in enumerate(parts))
+
+
+def spec_candidates(g: Gpu, version: str, plugin_binary: str | None = None) -> list[Spec]:
+    """The target configs of ``g`` a jaxlib ``version`` might read, best first: the one
+    recorded here for that jaxlib (``index.json``), the one its CUDA plugin's binary embeds
+    (XLA's own specs, compiled into ``plugin_binary`` from jaxlib 0.12), then those recorded
+    for other jaxlibs, nearest first. Which of
+    them the installed parser reads is checked by parsing (targets.resolve): XLA's text
+    parser refuses a field it does not know, so a text of another jaxlib is used only when it
+    parses. Raises when none is recorded at all (the files are missing from this install)."""
     if not recorded_versions(g):
         raise TargetError(
             f"cost_models/targets/index.json lists no target config for "
             f"{g.name}; the files are missing from this install."
         )
     base = gpu(g.derived_from) if g.derived_from else g
-    for s in sets_for(version):
-        if base.spec_file in s["files"]:
-            rel = f"cost_models/targets/{s['dir']}/{base.spec_file}"
-            text = (targets_dir() / s["dir"] / base.spec_file).read_text(encoding="utf-8")
-            source = s["files"][base.spec_file]
-            if g.derived_from:  # the base GPU's file, with this GPU's memory (README: GH200)
-                return (
-                    _derive(text, g, base),
-                    rel,
-                    f"{source}, with {g.label}'s memory "
-                    f"(cost_models/profiles/{g.name}.json; cost_models/targets/README.md)",
-                )
-            return text, rel, source
-    return None
+    recorded: list[tuple[int, Spec]] = []
+    kinds: set[str] = set()
+    for s in _index()["sets"]:
+        if base.spec_file not in s["files"]:
+            continue
+        rel = f"cost_models/targets/{s['dir']}/{base.spec_file}"
+        text = (targets_dir() / s["dir"] / base.spec_file).read_text(encoding="utf-8")
+        kinds.add(field(text, "device_description_str") or "")
+        source = s["files"][base.spec_file]
+        if version not in s["jaxlib"]:
+            source = f"recorded for jaxlib {', '.join(s['jaxlib'])}: {source}"
+        distance = min(abs(_version_number(v) - _version_number(version)) for v in s["jaxlib"])
+        recorded.append((distance, Spec(text, rel, source)))
+    recorded.sort(key=lambda pair: pair[0])
+    out = [spec for distance, spec in recorded if distance == 0]  # recorded for this jaxlib
+    embedded = plugin_specs(plugin_binary) if plugin_binary else {}
+    for kind in sorted(kinds):
+        if kind in embedded:
+            source = f"embedded in the installed CUDA plugin ({plugin_binary}): XLA's own spec"
+            if embedded[kind] not in {o.text for o in out}:
+                out.append(Spec(embedded[kind], plugin_binary, source))
+    for _, spec in recorded:  # one text in two sets (0.11.2 reads 0.12.0's): tried once
+        if spec.text not in {o.text for o in out}:
+            out.append(spec)
+    if g.derived_from:  # the base GPU's text, with this GPU's memory (README: GH200)
+        why = f", with {g.label}'s memory (cost_models/profiles/{g.name}.json; cost_models/targets/README.md)"
+        out = [Spec(_derive(o.text, g, base), o.path, o.source + why) for o in out]
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def plugin_specs(plugin_binary: str) -> dict[str, str]:
+    """The GpuTargetConfigProto texts a CUDA plugin's binary embeds (XLA's specs, compiled in
+    from jaxlib 0.12 on: NUL-terminated strings holding ``gpu_device_info {``), by
+    ``device_description_str``; empty when it embeds none (jaxlib 0.11.2's) or cannot be read.
+    Scanning the 370 MB binary took 0.65 s on this CPU (2026-12-06)."""
+    out: dict[str, str] = {}
+    try:
+        with open(plugin_binary, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            i = m.find(b"gpu_device_info {")
+            while i != -1:
+                start, end = m.rfind(b"\0", 0, i) + 1, m.find(b"\0", i)
+                text = bytes(m[start:end]).decode("utf-8", "replace")
+                kind = field(text, "device_description_str")
+                if kind:
+                    out.setdefault(kind, text)
+                i = m.find(b"gpu_device_info {", end)
+    except (OSError, ValueError):
+        return {}
+    return out
 
 
 def _derive(text: str, g: Gpu, base: Gpu) -> str:

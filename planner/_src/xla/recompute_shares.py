@@ -15,7 +15,7 @@ import math
 import re
 from collections import defaultdict
 
-from planner._src.xla import hlo, kernels
+from planner._src.xla import adapter, hlo, kernels
 
 REMAT = "rematted_computation"
 
@@ -227,7 +227,9 @@ def match_shares(shares: list[RecomputeShare], candidates) -> tuple[dict[int, fl
 
     A share belongs to the candidates of the same primitive, element type and element count
     (XLA's bitcasts change dims, not sizes), at the same source line where both sides know
-    it; several such candidates split it evenly. Shares of equations that are not
+    it; several such candidates split it evenly. A share with no such candidate, at the source
+    line of a call JAX's policy decides as a whole (JAX 0.12.1's custom_jvp_call: a softmax's
+    row max, exp, sum and divide), belongs to that call. Shares of equations that are not
     candidates (the intermediates of a gather, a scatter's index arithmetic) stay unmatched:
     the caller keeps its own price for those.
     """
@@ -244,6 +246,12 @@ def match_shares(shares: list[RecomputeShare], candidates) -> tuple[dict[int, fl
         if s.where:
             here = [c for c in same if _file_line(str(c.source)) == s.where]
             same = here or same
+        if not same and s.where:  # an equation inside a call the policy decides whole
+            same = [
+                c
+                for c in candidates
+                if c.primitive in adapter.OPAQUE_CALLS and _file_line(str(c.source)) == s.where
+            ]
         if not same:
             left += s.seconds
             continue

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 import re
 import threading
 from typing import Any, Literal
@@ -125,12 +126,29 @@ def cuda_plugin() -> str | None:
     return None
 
 
+def plugin_binary() -> str | None:
+    """The installed CUDA plugin's binary (``xla_cuda_plugin.so``), or None."""
+    mod = cuda_plugin()
+    if mod is None:
+        return None
+    try:
+        spec = importlib.util.find_spec(mod)
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(folder, "xla_cuda_plugin.so")
+        if os.path.isfile(path):
+            return path
+    return None
+
+
 def _how_to_install(g: Gpu, version: str) -> str:
     return (
         f'pip install -e ".[cuda]" (the CUDA PJRT plugin matching jaxlib {version}, '
         f"jax-cuda13-plugin[with-cuda]=={version}: XLA:GPU and NVIDIA's CUDA, cuDNN and NCCL "
-        f"wheels, about 4 GB; no GPU or driver needed), then plan again: the figures then come "
-        f"from XLA:GPU for {g.label} (deviceless)"
+        f"wheels, 656 MB to download and 1.3 GB on disk, measured 2026-12-06; no GPU or driver "
+        f"needed), then plan again under JAX_PLATFORMS=cpu: the figures then come from XLA:GPU "
+        f"for {g.label} (deviceless)"
     )
 
 
@@ -188,7 +206,9 @@ def resolve(
             else "plan a CPU profile on a CPU backend (JAX_PLATFORMS=cpu)",
         )
     g = gpus.gpu(gpu)
-    spec = gpus.spec_for(g, version)  # raises only when no jaxlib has a config for g
+    # best first: the plugin's own, then the recorded ones, nearest jaxlib first; raises only
+    # when no jaxlib has a config for g
+    specs = gpus.spec_candidates(g, version, plugin_binary())
 
     def inexact(why: str, fix: str) -> CompilerTarget:
         return CompilerTarget(
@@ -225,33 +245,45 @@ def resolve(
             f"not XLA:GPU for {g.label}: the CUDA plugin is not installed",
             _how_to_install(g, version),
         )
-    if spec is None:
-        recorded = ", ".join(gpus.recorded_versions(g)) or "none"
-        return inexact(
-            f"No {g.label} target config is recorded for jaxlib {version} (recorded for: "
-            f"{recorded}); an unknown field in a target config is a hard error, so a config of "
-            f"another jaxlib is not used",
-            f"install one of those jaxlib versions with its CUDA plugin, or add XLA's specs at "
-            f"jaxlib {version}'s XLA commit under cost_models/targets/ (its README says how)",
-        )
     topo = topology or gpus.default_topology(g, num_devices)
-    text, spec_path, spec_source = spec
-    try:
-        topology_desc(text, topo)
-    except NotImplementedError as e:  # "topology not implemented for cuda": not registered
+    refused: list[str] = []
+    chosen = None
+    for spec in specs:
+        try:
+            topology_desc(spec.text, topo)
+        except NotImplementedError as e:  # "topology not implemented for cuda": not registered
+            return inexact(
+                f"The CUDA plugin ({cuda_plugin()}) is installed but JAX did not register it "
+                f"({str(e)[:200]}): without JAX_PLATFORMS=cpu the plugin first checks the CUDA "
+                f"libraries against an NVIDIA driver, and on a machine without one that check "
+                f"fails",
+                "start Python with JAX_PLATFORMS=cpu (the plugin then registers for compiling "
+                "only): `JAX_PLATFORMS=cpu python your_script.py`, or "
+                "os.environ['JAX_PLATFORMS'] = 'cpu' before the first `import jax`",
+            )
+        except Exception as e:  # a parser that refuses the text (a field it does not know)
+            if "parse" not in str(e).lower():  # the plugin cannot make the topology: say why
+                return inexact(
+                    f"The CUDA plugin ({cuda_plugin()}) could not build a {g.label} topology "
+                    f"{topo}: {type(e).__name__}: {str(e)[:300]}",
+                    f"check that the plugin matches jaxlib {version} "
+                    f"({_how_to_install(g, version)})",
+                )
+            refused.append(spec.path)
+            continue
+        chosen = spec
+        break
+    if chosen is None:
         return inexact(
-            f"The CUDA plugin ({cuda_plugin()}) is installed but JAX did not register it "
-            f"({str(e)[:200]}): without JAX_PLATFORMS=cpu the plugin first checks the CUDA "
-            f"libraries against an NVIDIA driver, and on a machine without one that check fails",
-            "start Python with JAX_PLATFORMS=cpu (the plugin then registers for compiling "
-            "only), or with JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1; both before JAX starts",
+            f"No {g.label} target config that jaxlib {version}'s parser reads: its CUDA "
+            f"plugin embeds none, and its parser refused the recorded ones ("
+            f"{'; '.join(refused) or 'none'}; recorded for jaxlib "
+            f"{', '.join(gpus.recorded_versions(g))}) for fields it does not know",
+            f"install JAX 0.11.2 or 0.12 with its CUDA plugin ({_how_to_install(g, version)}), "
+            f"or add XLA's specs at jaxlib {version}'s XLA commit under cost_models/targets/ "
+            f"(its README says how)",
         )
-    except Exception as e:  # the plugin is there but cannot make the topology: say why
-        return inexact(
-            f"The CUDA plugin ({cuda_plugin()}) could not build a {g.label} topology "
-            f"{topo}: {type(e).__name__}: {str(e)[:300]}",
-            f"check that the plugin matches jaxlib {version} ({_how_to_install(g, version)})",
-        )
+    text, spec_path, spec_source = chosen
     kind = gpus.field(text, "device_description_str") or gpus.field(text, "name")
     return CompilerTarget(
         kind="deviceless",

@@ -91,10 +91,20 @@ def _status_lines(plan) -> tuple[tuple[str, str], ...]:
         where = f"{compiler}: this machine's backend, not the target's"
     else:
         where = f"{compiler} (this machine's backend, not the target's: an estimate)"
-    lines = [
-        ("compiled by", where),
-        ("budget", f"{fmt_bytes(plan.budget_bytes)} as given (hbm_gb, per device)"),
-    ]
+    lines = [("compiled by", where)]
+    made_up = made_up_times(plan.hardware)
+    if made_up:
+        lines.append(
+            (
+                "times",
+                f"from the made-up {plan.hardware.name} profile: not a measurement ({made_up} "
+                "made up); no plan here is predicted faster than another in a sense to rely "
+                "on. Measure this machine: python -m cost_models calibrate",
+            )
+        )
+    if ver.status == "compiled, unverified" and "not verified for the GPU" in ver.note:
+        lines.append(("not verified", ver.note))
+    lines.append(("budget", f"{fmt_bytes(plan.budget_bytes)} as given (hbm_gb, per device)"))
     if plan.headroom_bytes:
         lines.append(("planned to", f"{fmt_bytes(usable)}: {plan.headroom_why(short=True)}"))
     if ver.compiled_device_bytes is not None:
@@ -115,6 +125,22 @@ def _status_lines(plan) -> tuple[tuple[str, str], ...]:
         lines.append(("numerics", "not checked: " + why.split(". ")[0].split(": ")[0]))
     lines += [("check", f"{'ok' if c.ok else 'FAILED'}: {c.name}: {c.detail}") for c in ver.checks]
     return tuple(lines)
+
+
+# The figures a step's time is predicted from (a profile's sources name them).
+_TIME_FIGURES = ("hbm_bytes_per_s", "matmul_flops_per_s", "vector_flops_per_s")
+
+
+def made_up_times(hw) -> str:
+    """The time figures of profile ``hw`` whose cited source says they are made up ("made up
+    for tests": the cpu profile), as text; "" for a profile of cited or measured figures."""
+    sources = dict(getattr(hw, "sources", ()) or ())
+    made_up = sorted(
+        key
+        for key, source in sources.items()
+        if key.split(".")[0] in _TIME_FIGURES and str(source).lower().startswith("made up")
+    )
+    return ", ".join(made_up)
 
 
 def budget_use(plan) -> str:
