@@ -74,13 +74,8 @@ def choose(ctx: Context, s: Standing, baselines: tuple[Baseline, ...]) -> Choice
                 why = (
                     f"{b.name} is predicted faster than the planner's own plan "
                     f"({b.prediction.step_s * 1e3:.2f} vs "
-<<<<<<< HEAD
-                    f"{best.prediction.step_s * 1e3:.2f} ms) and compiles within "
-                    f"the budget ({_of(got, budget)} usable), "
-=======
-                    f"{best.prediction.step_s * 1e3:.2f} ms{_not_a_claim(ctx)}) and compiles within "
-                    f"the budget ({got / GB:.3f} of {budget / GB:.3f} GB usable), "
->>>>>>> day-one
+                    f"{best.prediction.step_s * 1e3:.2f} ms{_not_a_claim(ctx)}) and compiles "
+                    f"within the budget ({_of(got, budget)} usable), "
                     "where the model had it "
                     f"at {fmt_bytes(b.prediction.peak_bytes)}"
                 )

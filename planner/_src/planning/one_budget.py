@@ -34,12 +34,9 @@ from planner._src.planning.groups import baselines_of
 from planner._src.planning.probes import probe_frontier
 from planner._src.planning.refusal import refusal
 from planner._src.results.plan import Plan
-<<<<<<< HEAD
+from planner._src.types import Status
 from planner._src.units import fmt_pair
 from planner._src.verify.kept import CHECK_KEPT
-=======
-from planner._src.types import Status
->>>>>>> day-one
 
 
 def plan_budget(ctx: Context, threads: CompileThreads, base) -> Plan:
