@@ -237,6 +237,7 @@ def test_a_program_lowered_again_the_same_way_is_compiled_once():
     """xla.compile.CompileMemo: the same lowered text and options give the executable
     compiled before; other options or another program compile anew; no memo, no reuse."""
     from planner._src.xla import compile as xla_compile
+    from planner._src.xla import memo as xla_memo
 
     def make():
         def f(x):
@@ -245,8 +246,8 @@ def test_a_program_lowered_again_the_same_way_is_compiled_once():
         return f
 
     f, x = make(), jnp.ones((8, 8))
-    memo = xla_compile.CompileMemo(size=2)
-    with xla_compile.compile_memo(memo):
+    memo = xla_memo.CompileMemo(size=2)
+    with xla_memo.compile_memo(memo):
         a = xla_compile.compile_lowered(jax.jit(f).lower(x))
         b = xla_compile.compile_lowered(jax.jit(make()).lower(x))  # another function object
         assert b is a and memo.hits == 1

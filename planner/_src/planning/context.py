@@ -34,6 +34,7 @@ from planner._src.types import (
 )
 from planner._src.xla import compile as xla_compile
 from planner._src.xla import deviceless
+from planner._src.xla import memo as xla_memo
 
 # Two predicted step times closer than this (relative) are equal: the same decisions summed
 # in another order differ by float rounding, far below any decision's time.
@@ -62,7 +63,7 @@ class Subject:
     offload_why: str  # why offloading is off where the planner turned it off ("" otherwise)
     say: Callable[[str], None]  # progress messages
     # The Planner's compiles by program text: one compile per distinct program (xla.compile)
-    compiles: Any = dataclasses.field(default_factory=xla_compile.CompileMemo)
+    compiles: Any = dataclasses.field(default_factory=xla_memo.CompileMemo)
 
     @contextlib.contextmanager
     def scope(self):
@@ -74,7 +75,7 @@ class Subject:
                 stack.enter_context(deviceless.target_scope(self.compiler))
             else:
                 stack.enter_context(xla_compile.autotune_cache(self.options.autotune_cache_dir))
-            stack.enter_context(xla_compile.compile_memo(self.compiles))
+            stack.enter_context(xla_memo.compile_memo(self.compiles))
             yield
 
     def compile_workers(self) -> int:

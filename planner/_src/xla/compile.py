@@ -22,12 +22,9 @@ residuals and host bytes of its jaxpr (:func:`compiled_figures`).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import contextvars
-import hashlib
 import re
-import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -39,6 +36,7 @@ from planner._src.errors import PlannerError, PlanWarning, TraceError
 from planner._src.types import CompiledFigures
 from planner._src.xla import adapter, deviceless, gpus, hlo, targets
 from planner._src.xla.gpus import TargetError
+from planner._src.xla.memo import active_memo
 
 # ------------------------------------------------------------- lowering and compiling
 
@@ -242,60 +240,6 @@ def probe_compile_options() -> dict[str, Any]:
     return {}
 
 
-class CompileMemo:
-    """The compiles of one session, each found again by the lowered program's text, the XLA
-    options and the target: a program lowered again the same way (another policy that gives
-    the same program, a budget's plan another budget verified) is compiled once. XLA compiles
-    the same text under the same options to the same executable, so nothing a guarantee rests
-    on is skipped: the figures are that compile's. At most ``size`` executables, least
-    recently used out first."""
-
-    def __init__(self, size: int = 8):
-        self.size = size
-        self.hits = 0
-        self._done: collections.OrderedDict[str, Any] = collections.OrderedDict()
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def key(lowered, options: dict[str, Any]) -> str:
-        scope = deviceless.active_scope()
-        target = scope.target.description if scope is not None else jax.default_backend()
-        h = hashlib.sha256(lowered.as_text().encode())
-        h.update(repr(sorted(options.items())).encode())
-        h.update(target.encode())
-        return h.hexdigest()
-
-    def get(self, key: str):
-        with self._lock:
-            got = self._done.get(key)
-            if got is not None:
-                self._done.move_to_end(key)
-                self.hits += 1
-            return got
-
-    def put(self, key: str, compiled) -> None:
-        with self._lock:
-            self._done[key] = compiled
-            while len(self._done) > self.size:
-                self._done.popitem(last=False)
-
-
-_compile_memo: contextvars.ContextVar[CompileMemo | None] = contextvars.ContextVar(
-    "planner_compile_memo", default=None
-)
-
-
-@contextlib.contextmanager
-def compile_memo(memo: CompileMemo | None) -> Iterator[None]:
-    """Within this context (and the compile threads started from it), :func:`compile_lowered`
-    takes a program compiled before from ``memo``. None: every compile runs."""
-    token = _compile_memo.set(memo)
-    try:
-        yield
-    finally:
-        _compile_memo.reset(token)
-
-
 def compile_lowered(lowered, compiler_options: dict[str, Any] | None = None):
     """``lowered.compile(compiler_options)``; for a deviceless target in scope, an XLA:GPU
     compile that calls the CUDA runtime (which needs a GPU) raises :class:`TargetError`
@@ -311,7 +255,7 @@ def compile_lowered(lowered, compiler_options: dict[str, Any] | None = None):
     elif _autotune_cache.get() is not None and jax.default_backend() == "gpu":
         Path(_autotune_cache.get()).mkdir(parents=True, exist_ok=True)
         options.setdefault(AUTOTUNE_CACHE_FLAG, _autotune_cache.get())
-    memo = _compile_memo.get()
+    memo = active_memo()
     if memo is None:
         return _compile(lowered, options, scope)
     key = memo.key(lowered, options)
