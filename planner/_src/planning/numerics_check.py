@@ -13,7 +13,7 @@ from typing import Any
 import jax
 
 from planner._src.emit.emit import emit
-from planner._src.planning.context import Subject, Timings
+from planner._src.planning.context import AppliedRun, Subject, Timings
 from planner._src.types import Assignment, Status
 from planner._src.verify import numerics
 from planner._src.verify.sites import policy_maker
@@ -114,12 +114,15 @@ class NumericsJudge:
             t = time.perf_counter()
             try:
                 self._ensure_reference(plan.trace.float_dtypes)
-                planned = numerics.run_planned(
-                    self.subject.fn,
-                    self.subject.args,
-                    policy_maker(plan.graph, plan.emitted.policy, plan.emitted.policies),
-                    compiled,
-                )
+                if isinstance(compiled, AppliedRun):  # the step as applied (train state)
+                    planned = numerics.run_applied(compiled.fn, compiled.args)
+                else:
+                    planned = numerics.run_planned(
+                        self.subject.fn,
+                        self.subject.args,
+                        policy_maker(plan.graph, plan.emitted.policy, plan.emitted.policies),
+                        compiled,
+                    )
             except Exception as e:  # noqa: BLE001  (a step that cannot run here, e.g. OOM)
                 if self.subject.options.check_numerics:
                     raise

@@ -14,6 +14,7 @@ from typing import Any
 from planner._src.budget import Budget, headroom_why
 from planner._src.emit.apply import apply as apply_to_step
 from planner._src.emit.apply import binding
+from planner._src.emit.apply_state import apply_state
 from planner._src.emit.emit import differing_groups_error
 from planner._src.errors import PlanWarning
 from planner._src.graph import LivenessGraph, class_key
@@ -113,8 +114,15 @@ class Plan:
     def apply(self, step_fn):
         """``step_fn`` with every checkpoint region under this plan's policy, per call site
         where the plan decides per layer group, without editing the model: use the result as
-        your step (``step = plan.apply(train_step)``; jit it as you would the step)."""
+        your step (``step = plan.apply(train_step)``; jit it as you would the step).
+
+        Where the plan puts train state in pinned host memory (``plan.state``), the result
+        is also jitted with the state's memory kinds and donation, its update streamed per
+        layer slice where the plan says (emit/apply_state.py): call it as the step; it is
+        the step the plan was compiled as."""
         b = binding(self.bind_groups(), self.emitted.policy, self.emitted.policies)
+        if self.state is not None and self.state.placement.on_host:
+            return apply_state(step_fn, b, self.state.applies)
         return apply_to_step(step_fn, b)
 
     @property

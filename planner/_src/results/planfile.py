@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from planner._src.emit.apply import apply, binding
+from planner._src.emit.apply_state import apply_state
 from planner._src.emit.emit import differing_groups_error, policies_for
 from planner._src.errors import PlanFileError
 from planner._src.graph import num_groups
 from planner._src.results.report import Report, build_report, render, report_from_dict
+from planner._src.trainstate.records import StateApply
 from planner._src.types import DECISIONS, Assignment
 from planner._src.xla.fingerprint import step_fingerprint
 from planner._version import __version__
@@ -46,6 +48,9 @@ class SavedPlan:
     bind_group_pairs: tuple[tuple[int, int | None], ...] = ()
     # Plan.candidates() as saved (JSON: shapes are lists); () for files written before
     candidates_data: tuple = dataclasses.field(default=(), compare=False)
+    # how the plan's train-state placement is applied (plan.state.applies); None: the plan
+    # places no train state
+    state: StateApply | None = None
 
     @property
     def policy(self):
@@ -77,7 +82,10 @@ class SavedPlan:
                 "record which call site is which group (it was written by an older planner).\n"
                 "Fix: save the plan again with plan.save(path), then load_plan(path).apply(step)."
             )
-        return apply(step_fn, binding(self.bind_groups(), policy, policies))
+        b = binding(self.bind_groups(), policy, policies)
+        if self.state is not None and self.state.on_host:
+            return apply_state(step_fn, b, self.state)  # the train state's placement too
+        return apply(step_fn, b)
 
     def bind_groups(self) -> dict[int, int | None]:
         """Bind order of the step's checkpoint call sites -> layer group (``Plan.bind_groups``)."""
@@ -190,6 +198,9 @@ def save(plan, path: str | os.PathLike) -> None:
         "candidates": plan.candidates(),
         "report": dataclasses.asdict(build_report(plan, str(path))),
     }
+    if plan.state is not None:
+        a = plan.state.applies
+        data["state"] = {**dataclasses.asdict(a), "on_host": sorted(a.on_host)}
     text = json.dumps(data, indent=1, sort_keys=True)
     path = check_writable(path)
     tmp = path.with_name(path.name + ".tmp")
@@ -319,7 +330,22 @@ def _parse(data: dict, path: Path) -> SavedPlan:
         versions=dict(recorded or {}),
         bind_group_pairs=bind_groups,
         candidates_data=_candidates(data.get("candidates", []), path),
+        state=_state(data.get("state"), path),
     )
+
+
+def _state(raw, path) -> StateApply | None:
+    """The train state's placement as recorded (``plan.state.applies``), checked."""
+    if raw is None:
+        return None
+    fields = {f.name for f in dataclasses.fields(StateApply)}
+    if not isinstance(raw, dict) or set(raw) != fields:
+        raise _damaged(path, f"'state' is {raw!r:.80}, not the train state's placement")
+    if not isinstance(raw["on_host"], list) or not all(isinstance(x, str) for x in raw["on_host"]):
+        raise _damaged(path, "'state' names its host leaves by anything but their paths")
+    if raw["mode"] not in ("streamed", "whole", "build") or not isinstance(raw["layers"], int):
+        raise _damaged(path, f"'state' has the mode {raw['mode']!r} or layers {raw['layers']!r}")
+    return StateApply(**{**raw, "on_host": frozenset(raw["on_host"])})
 
 
 def _candidates(raw, path) -> tuple:
