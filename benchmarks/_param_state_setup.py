@@ -75,11 +75,11 @@ def build(cfg, variant: str, device) -> Setup:
     pl = st.placement_of(leaves, host)
     inner = {p[len("['layers']") :] for p in pl.param_paths()}
     c = dataclasses.replace(
-        cfg, layer_wrap=lambda f, inner=inner: planner.stream_layer_params(f, host=inner)
+        cfg, layer_wrap=lambda f, inner=inner: planner.state.stream_layer_params(f, host=inner)
     )
     step, _ = llama.make_adam_step(c, apply=lambda u, pl=pl: st.streamed_apply(u, pl, cfg.n_layers))
     osh = st.state_shardings(opt, pl, dev)
-    psh = planner.param_shardings(params, pl.param_paths(), dev)
+    psh = planner.state.param_shardings(params, pl.param_paths(), dev)
     bsh = jax.tree.map(lambda _: dev, batch)
     jitted = jax.jit(
         step, in_shardings=(psh, osh, bsh), out_shardings=(psh, osh, dev), donate_argnums=(0, 1)

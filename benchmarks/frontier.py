@@ -328,7 +328,7 @@ def main(argv=None) -> int:
             json.dump(rows, f, indent=1)
     md = [
         f"Command: `python benchmarks/frontier.py {' '.join(argv or sys.argv[1:])}`".rstrip(),
-        f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"Date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
         f"Machine: {_machine()}; load average (1, 5, 15 min) at the end: "
         + ", ".join(f"{x:.2f}" for x in os.getloadavg()),
         "",

@@ -212,7 +212,7 @@ def main(argv=None) -> int:
     text = "\n".join(
         [
             f"Command: `{cmd.strip()}`",
-            f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+            f"Date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
             f"Machine: {os.cpu_count()} CPU cores (nproc), Python {platform.python_version()}, "
             f"CP-SAT with 1 worker (the planner's setting), linearization_level "
             f"{'1 and 2' if a.examples else level}; "

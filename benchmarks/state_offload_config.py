@@ -8,7 +8,7 @@
 with the JSON's overrides), compiled deviceless for the H200 (XLA:GPU without the GPU):
 full remat's and save-everything's compiled device bytes with the whole state in HBM (the
 trace's anchors) and the model's predicted step time of full remat: configuration (b) at
-this batch. ``plan``: the mixed plan (planner.plan_state, compiled as applied) at
+this batch. ``plan``: the mixed plan (planner.state.plan_state, compiled as applied) at
 ``--hbm-gb`` and the activation plan of (a) (the whole optimizer state on the host, the
 same solve with the state's bytes out of the fixed bytes, its copies added as the model's
 state terms) with their predicted step times; ``--margin`` overrides the deviceless compile
@@ -91,7 +91,7 @@ def plan(over: dict, hbm_gb: float, margin: float | None) -> dict:
         return jitted, a
 
     t = time.perf_counter()
-    sp = planner.plan_state(s, hbm_gb, opt_state_argnum=1, params_argnum=0, build=build)
+    sp = planner.state.plan_state(s, hbm_gb, opt_state_argnum=1, params_argnum=0, build=build)
     plan_s = time.perf_counter() - t
     names = [(c.key, c.name) for c in s.graph.classes]
     tokens = cfg.batch * cfg.seq

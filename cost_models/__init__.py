@@ -7,7 +7,12 @@ host-link transfer times, XLA flags, and calibration on a live device.
     cost.seconds(hw), cm.transfer_seconds(cost_bytes, hw, "d2h")
 """
 
-from . import _rules  # noqa: F401  (registers the cost rules)
+from . import (  # noqa: F401  (registers the cost rules)
+    _rules_arrays,
+    _rules_calls,
+    _rules_collectives,
+    _rules_matrix,
+)
 from ._calibrate import (
     CalibrationError,
     OverlapMeasurement,
@@ -49,13 +54,9 @@ from ._fusion import (
 )
 from ._hiding import FORMS as HIDING_FORMS
 from ._hiding import HidingError, HidingFit, HidingModel, HidingPoint, fit_hiding
-from ._profiles import (
-    HardwareProfile,
-    LinkProfile,
-    ProfileError,
-    list_profiles,
-    load_profile,
-)
+from ._profile_figures import ProfileError
+from ._profile_files import list_profiles, load_profile
+from ._profiles import HardwareProfile, LinkProfile
 from ._trace_overlap import hiding_from_sweep, measured_overlap_efficiency, overlap_from_trace
 from ._transfer import exposed_seconds, transfer_seconds
 

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from ._calibrate import calibrate, measure_overlap
-from ._profiles import list_profiles
+from ._profile_files import list_profiles
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,7 +27,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from ._gpus import for_device_kind
-from ._profiles import HardwareProfile, load_profile
+from ._profile_files import load_profile
+from ._profiles import HardwareProfile
 
 
 class CalibrationError(RuntimeError):
@@ -176,7 +177,7 @@ _FWD, _FWD_BWD = jax.jit(causal_attention), jax.jit(causal_attention_fwd_bwd)
 
 def _attention_rates(device: Any, repeats: int) -> dict[str, dict[int, float]]:
     """{"fwd": {length: FLOP/s}, "bwd": {...}} of `causal_attention`, FLOPs by
-    cost_models/_rules.py's formulas (forward 4 b h t s d x 0.5 for causal, backward 2.5x);
+    cost_models/_rules_matrix.py's formulas (forward 4 b h t s d x 0.5 for causal, backward 2.5x);
     the backward is the forward-and-backward time minus the forward's."""
     rates: dict[str, dict[int, float]] = {"fwd": {}, "bwd": {}}
     heads = (_ATTENTION_HEADS, _ATTENTION_KV_HEADS)

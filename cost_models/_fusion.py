@@ -1,6 +1,6 @@
 """Fusion-aware memory traffic: what XLA's fusion passes leave of the unfused byte counts.
 
-The per-primitive rules (``_rules.py``) count every equation as reading its inputs from and
+The per-primitive rules (``_rules*.py``) count every equation as reading its inputs from and
 writing its outputs to HBM. XLA fuses chains of elementwise and layout operations, and a
 reduction with the elementwise work that feeds it, into one kernel; values inside a fusion
 never touch HBM. Counting them anyway overstates a transformer layer's memory time several
@@ -12,7 +12,7 @@ fusion of elementwise ops"): a *fusible* equation's input costs HBM bytes only w
 producer is not fusible (a matmul, a custom call, a collective, a loop, or the jaxpr's own
 inputs), and its output only when a non-fusible equation or the jaxpr's outputs read it.
 Non-fusible equations keep their rule's cost. FLOPs are unchanged; a fused chain launches one
-kernel, which ``_rules`` already reflects by giving fusible operations no launch.
+kernel, which the rules already reflect by giving fusible operations no launch.
 
 Broadcasts are never read at their broadcast size. XLA fuses a broadcast (and iota, and
 elementwise work on broadcasts only) into every fusion that reads it, so that fusion reads the
@@ -38,7 +38,7 @@ from ._cost import Cost, aval_bytes, eqn_cost, fusible_primitives, sub_jaxprs
 
 # Elementwise arithmetic, comparisons, casts, layout changes and reductions: the operations
 # XLA's GPU and CPU backends fuse (loop and input fusions). The registry is the one table:
-# each rule says whether its primitive is fusible (cost_models._rules, register_rule).
+# each rule says whether its primitive is fusible (cost_models._rules_*, register_rule).
 FUSIBLE: frozenset[str] = fusible_primitives()
 
 _CALLS = (

@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._hiding import fit_hiding
-from ._profiles import HardwareProfile, load_profile
+from ._profile_files import load_profile
+from ._profiles import HardwareProfile
 
 
 def measured_overlap_efficiency(hidden_s: float, copy_s: float) -> float:

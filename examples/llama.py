@@ -70,7 +70,7 @@ class LlamaConfig:
     # x + attn(norm(x)) + mlp(norm(x)) (the same weights; mlp_norm is not used).
     parallel_residual: bool = False
     # Applied to the decoder layer function inside its jax.checkpoint (layer_groups=1 only):
-    # planner.stream_layer_params(fn, host=...) there brings host-resident stacked weights in
+    # planner.state.stream_layer_params(fn, host=...) there brings host-resident stacked weights in
     # one layer slice at a time (planner/_src/trainstate/streamed.py: outside the checkpoint it saves none).
     layer_wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
 
@@ -373,7 +373,7 @@ def make_adam_step(
     """``(train_step, (params, opt_state, batch))``: the LM loss of ``cfg`` with optax's Adam.
 
     ``train_step(params, opt_state, batch) -> (params, opt_state, loss)``. ``wrap``, if
-    given, wraps ``tx.update`` (e.g. ``lambda u: planner.streamed_update(u, placement,
+    given, wraps ``tx.update`` (e.g. ``lambda u: planner.state.streamed_update(u, placement,
     cfg.n_layers)``, which streams host-resident optimizer state per layer slice); the
     optimizer is the same. ``apply``, if given, wraps ``tx.update`` into ``(grads, opt_state,
     params) -> (new params, new opt_state)`` in place of update + ``optax.apply_updates``

@@ -9,19 +9,28 @@
     plans = session.pareto(hbm_gb=[60, 80, 100])                           # plan many
     best = planner.maximize_throughput(make_step, hbm_gb=80, hardware="h200")  # batch + plan
 
-Everything below is the public API; the modules under ``planner._src`` are private.
+The flat names are the verbs, the result types, the options and the errors; the rest of
+the public API is in namespaces, imported on first use:
+
+* ``planner.state``: the train state (``plan_state``, ``PlanState``, the shardings and the
+  streamed update a step runs to apply a placement);
+* ``planner.plots``: pictures of plans (``hbm_timeline``, ``pareto_curve``,
+  ``throughput_curve``);
+* ``planner.hardware``: hardware profiles (``load_profile``, ``list_profiles``,
+  ``HardwareProfile``).
+
+Everything else is private: the modules under ``planner._src`` may move.
 """
 
 import importlib
+import warnings
 
 from planner._version import __version__ as __version__
 
-# Public name -> (module, attribute). Imported on first use (PEP 562), so that
-# ``python -m planner --help`` and ``--version`` answer without importing JAX.
+# The flat names (verbs, result types, options, errors) -> (module, attribute). Imported on
+# first use (PEP 562), so that ``python -m planner --help`` and ``--version`` answer without
+# importing JAX.
 _PUBLIC = {
-    "HardwareProfile": ("cost_models", "HardwareProfile"),
-    "list_profiles": ("cost_models", "list_profiles"),
-    "load_profile": ("cost_models", "load_profile"),
     "PlannerPolicy": ("planner._src.emit.emit", "PlannerPolicy"),
     **{
         name: ("planner._src.errors", name)
@@ -48,46 +57,67 @@ _PUBLIC = {
     "PlanWarning": ("planner._src.errors", "PlanWarning"),
     "SavedPlan": ("planner._src.results.planfile", "SavedPlan"),
     "load_plan": ("planner._src.results.planfile", "load"),
-    "hbm_timeline": ("planner._src.results.plots", "hbm_timeline"),
-    "pareto_curve": ("planner._src.results.plots", "pareto_curve"),
     "ProfileResult": ("planner._src.profiling", "ProfileResult"),
     "profile": ("planner._src.profiling", "profile"),
-    **{
-        name: ("planner._src.trainstate", name)
-        for name in ("param_shardings", "stream_layer_params", "streamed_apply_updates")
-    },
     "Planner": ("planner._src.planning.planner", "Planner"),
     "pareto": ("planner._src.planning.planner", "pareto"),
     "solve": ("planner._src.planning.planner", "solve"),
-    **{
-        name: ("planner._src.trainstate", name)
-        for name in (
-            "PlanState",
-            "StatePlacement",
-            "budget_split",
-            "check_compiled",
-            "placement_of",
-            "state_leaves",
-            "state_shardings",
-            "streamed_apply",
-            "streamed_update",
-        )
-    },
-    "with_state": ("planner._src.cost.state", "with_state"),
-    "StatePlan": ("planner._src.planning.state_placement", "StatePlan"),
-    "plan_state": ("planner._src.planning.state_placement", "plan_state"),
     "ThroughputResult": ("planner._src.planning.throughput", "ThroughputResult"),
     "maximize_throughput": ("planner._src.planning.throughput", "maximize_throughput"),
-    "throughput_curve": ("planner._src.results.plots", "throughput_curve"),
     "Assignment": ("planner._src.types", "Assignment"),
     "Prediction": ("planner._src.types", "Prediction"),
     "Verification": ("planner._src.types", "Verification"),
 }
 
-__all__ = sorted([*_PUBLIC, "__version__"])
+# The namespaces (planner/state.py, plots.py, hardware.py), imported on first use too.
+_NAMESPACES = ("hardware", "plots", "state")
+
+# Flat names that moved into a namespace -> the namespace. Each still answers for one
+# release, with a DeprecationWarning naming its new place; removing them is deleting this
+# table (and its branch in __getattr__).
+_MOVED = {
+    **dict.fromkeys(("HardwareProfile", "list_profiles", "load_profile"), "hardware"),
+    **dict.fromkeys(("hbm_timeline", "pareto_curve", "throughput_curve"), "plots"),
+    **dict.fromkeys(
+        (
+            "PlanState",
+            "StatePlacement",
+            "StatePlan",
+            "budget_split",
+            "check_compiled",
+            "param_shardings",
+            "placement_of",
+            "plan_state",
+            "state_leaves",
+            "state_shardings",
+            "stream_layer_params",
+            "streamed_apply",
+            "streamed_apply_updates",
+            "streamed_update",
+            "with_state",
+        ),
+        "state",
+    ),
+}
+
+__all__ = sorted([*_PUBLIC, *_NAMESPACES, "__version__"])
 
 
 def __getattr__(name: str):
+    if name in _NAMESPACES:
+        return importlib.import_module(f"planner.{name}")  # the import binds it here too
+    if name in _MOVED:
+        new = f"planner.{_MOVED[name]}.{name}"
+        warnings.warn(
+            f"planner.{name} moved to {new}.\n"
+            "Why: the flat names of planner are its verbs, result types, options and errors; "
+            f"the rest is in namespaces (planner.{_MOVED[name]}), and the flat name goes in "
+            "the next release.\n"
+            f"Fix: use {new}.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(f"planner.{_MOVED[name]}"), name)
     try:
         module, attr = _PUBLIC[name]
     except KeyError:

@@ -10,6 +10,7 @@ import random
 import cost_models as cm
 from planner._src.cost import evaluate
 from planner._src.cost.predict import fused_away
+from planner._src.fingerprints import StepFingerprint
 from planner._src.graph import LivenessGraph, build_graph
 from planner._src.types import (
     DECISIONS,
@@ -141,7 +142,7 @@ def random_problem(
         anchor=figs,
         argument_bytes=0,
         backend="cpu",
-        fingerprint="synthetic",
+        fingerprint=StepFingerprint(program="synthetic"),
         undifferentiated_regions=0,
     )
     graph = build_graph(trace)
@@ -351,7 +352,7 @@ def one_tensor_layer(
         anchor=graph_anchor(),
         argument_bytes=0,
         backend="cpu",
-        fingerprint="synthetic",
+        fingerprint=StepFingerprint(program="synthetic"),
         undifferentiated_regions=0,
     )
     graph = build_graph(trace)

@@ -192,7 +192,7 @@ def test_residual_labels_are_the_lines_print_saved_residuals_prints():
 
 def test_leaves_on_one_device_share_one_mesh(monkeypatch):
     """with_memory_kind turns a SingleDeviceSharding into a NamedSharding over a one-device
-    mesh: built once per device, not once per leaf (planner.param_shardings of a tree of
+    mesh: built once per device, not once per leaf (planner.state.param_shardings of a tree of
     three leaves on one device constructs one Mesh). JAX interns equal Meshes (the same
     object came back before too), so the count of constructions is what tells."""
     import planner
@@ -208,7 +208,7 @@ def test_leaves_on_one_device_share_one_mesh(monkeypatch):
     adapter.one_device_mesh.cache_clear()
     dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     tree = {"a": jnp.zeros(4), "b": jnp.ones(3), "c": jnp.ones(2)}
-    out = planner.param_shardings(tree, {"['a']", "['c']"}, dev)
+    out = planner.state.param_shardings(tree, {"['a']", "['c']"}, dev)
     assert [s.memory_kind for s in (out["a"], out["b"], out["c"])] == [
         "pinned_host",
         "device",

@@ -11,6 +11,7 @@ import pytest
 
 import cost_models as cm
 from planner._src.cost import build_cost_model, evaluate
+from planner._src.fingerprints import StepFingerprint
 from planner._src.graph import build_graph
 from planner._src.solve import solve_assignment
 from planner._src.types import Assignment, Region, Trace
@@ -67,7 +68,7 @@ def _trace(prices, priced_with="h200"):
         anchor=graph_anchor(),
         argument_bytes=0,
         backend="cuda",
-        fingerprint="synthetic",
+        fingerprint=StepFingerprint(program="synthetic"),
         undifferentiated_regions=0,
         # the step with nothing recomputed: 0.5 s of HBM traffic (T0 well above the shift)
         step_work=cm.Work(kernels=(("bfloat16", cm.Cost(hbm_bytes=0.5 * 4.8e12)),)),

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import tomllib
+from fnmatch import fnmatch
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,3 +84,27 @@ def test_the_check_finds_a_moved_module_and_a_moved_name(tmp_path):
         "tests/stale.py:2 planner._src.budget has no no_such_name",
         "tests/stale.py:4 targets.args_for does not exist",
     ]
+
+
+def packaged(root: Path) -> set[str]:
+    """The packages a wheel built from pyproject.toml holds: the explicit list, or the
+    packages on disk that setuptools' finder keeps (its include patterns are fnmatch's)."""
+    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    if isinstance(config["packages"], list):
+        return set(config["packages"])
+    include = config["packages"]["find"]["include"]
+    return {p for p in _packages_on_disk(root) if any(fnmatch(p, pat) for pat in include)}
+
+
+def _packages_on_disk(root: Path) -> set[str]:
+    return {
+        ".".join(p.parent.relative_to(root).parts)
+        for place in PROJECT
+        for p in (root / place).rglob("__init__.py")
+    }
+
+
+def test_every_package_is_in_the_wheel():
+    # A package left out of the wheel imports in the editable install the tests use and fails
+    # only in a user's `pip install`.
+    assert _packages_on_disk(ROOT) - packaged(ROOT) == set()

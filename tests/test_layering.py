@@ -1,6 +1,7 @@
 """The import house of planner/ and cost_models/: no import cycle, imports inside functions
 counted; a project import inside a function only in the CLI (so that ``--help`` answers
-without importing JAX), each with its reason on the line."""
+without importing JAX), each with its reason on the line; and the sizes: every module at most
+600 lines (the JAX adapter aside), the ``Planner`` class under 400."""
 
 from __future__ import annotations
 
@@ -17,6 +18,16 @@ DEFERRED_OK = {
     str(p.relative_to(ROOT)): "# deferred:"
     for p in sorted((ROOT / "planner/_src/cli").glob("*.py"))
 }
+# Every module holds one job in at most MAX_MODULE_LINES lines, but the one adapter: the JAX
+# internals the planner touches are all in planner/_src/xla/adapter.py, so that a JAX upgrade
+# that moves one is fixed in one place (tests/test_adapter.py names it).
+MAX_MODULE_LINES = 600
+SIZE_EXCEPTIONS = {
+    "planner/_src/xla/adapter.py": "the one adapter: every JAX internal in one place",
+}
+# The driver's class stays a driver: the steps of one budget live in planning/'s modules.
+PLANNER_CLASS = ("planner/_src/planning/planner.py", "Planner")
+PLANNER_CLASS_UNDER = 400
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -106,3 +117,51 @@ def test_the_checks_find_a_cycle_made_by_an_import_inside_a_function(tmp_path):
     graph, deferred = import_graph(tmp_path, packages=("planner",))
     assert cycles(graph) == [["planner.high", "planner.low"]]
     assert [(f, line) for f, line, _ in deferred] == [("planner/low.py", 2)]
+
+
+def oversized(root: Path, packages=PACKAGES, exceptions=SIZE_EXCEPTIONS) -> list[str]:
+    """``path: N lines`` of each module over MAX_MODULE_LINES, the exceptions aside."""
+    out = []
+    for pkg in packages:
+        for p in sorted((root / pkg).rglob("*.py")):
+            rel = p.relative_to(root).as_posix()
+            lines = len(p.read_text().splitlines())
+            if lines > MAX_MODULE_LINES and rel not in exceptions:
+                out.append(f"{rel}: {lines} lines")
+    return out
+
+
+def class_lines(path: Path, name: str) -> int:
+    """Lines of the module-level class ``name`` in ``path``, its decorators included."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            return node.end_lineno - first + 1
+    raise AssertionError(f"no class {name} in {path}")
+
+
+def test_every_module_is_at_most_600_lines_the_jax_adapter_aside():
+    assert all((ROOT / path).is_file() for path in SIZE_EXCEPTIONS), SIZE_EXCEPTIONS
+    assert oversized(ROOT) == [], f"split these by job (at most {MAX_MODULE_LINES} lines each)"
+
+
+def test_the_planner_class_is_under_400_lines():
+    path, name = PLANNER_CLASS
+    lines = class_lines(ROOT / path, name)
+    assert lines < PLANNER_CLASS_UNDER, (
+        f"{name} is {lines} lines: move a step into a module of planning/ that takes the Context"
+    )
+
+
+def test_the_size_checks_find_an_oversized_module_and_class(tmp_path):
+    adapter = tmp_path / "planner/_src/xla/adapter.py"
+    adapter.parent.mkdir(parents=True)
+    adapter.write_text("x = 1\n" * (MAX_MODULE_LINES + 100))  # the exception
+    (tmp_path / "planner/fits.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    (tmp_path / "planner/big.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    assert oversized(tmp_path, packages=("planner",)) == ["planner/big.py: 601 lines"]
+    body = "".join(f"    def f{i}(self):\n        return {i}\n" for i in range(200))
+    (tmp_path / "planner/driver.py").write_text(
+        f"import dataclasses\n\n\n@dataclasses.dataclass\nclass Planner:\n{body}"
+    )
+    assert class_lines(tmp_path / "planner/driver.py", "Planner") == 402 >= PLANNER_CLASS_UNDER

@@ -235,7 +235,7 @@ def test_hbm_timeline_draws_budget_planned_to_compiled_and_trips(plan):
     import dataclasses
 
     gpu = dataclasses.replace(
-        plan, hardware=planner.load_profile("h200"), headroom_bytes=plan.budget_bytes // 20
+        plan, hardware=planner.hardware.load_profile("h200"), headroom_bytes=plan.budget_bytes // 20
     )
     planned = [t for t in _legend(draw_hbm_timeline(gpu)) if t.startswith("planned to ")]
     assert planned and "1% allocator headroom" in planned[0] and "95%" in planned[0], planned

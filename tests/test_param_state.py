@@ -105,7 +105,7 @@ def test_param_cost_terms_and_budget_split():
     profile's link, and the budget split: a parameter on the host takes its gradient with it."""
     from cost_models import transfer_seconds
 
-    hw = planner.load_profile("h200")
+    hw = planner.hardware.load_profile("h200")
     leaves = _synthetic_leaves(1)
     w = leaves[0]
     costs = {c.leaf.key: c for c in cst.leaf_costs(leaves, hw)}
@@ -300,7 +300,9 @@ def test_deviceless_h200_host_bytes_are_the_planned_parameter_bytes():
         pytest.skip(f"no deviceless XLA:GPU here: {target.description}")
     leaves = _leaves()
     pl = _mixed(leaves)
-    terms = cst.evaluate_state(cst.leaf_costs(leaves, planner.load_profile("h200")), pl.on_host)
+    terms = cst.evaluate_state(
+        cst.leaf_costs(leaves, planner.hardware.load_profile("h200")), pl.on_host
+    )
     none = st.check_compiled(_compiled(None, st.placement_of(leaves, set())), pl)
     mixed = st.check_compiled(_compiled(None, pl), pl, terms)
     host_params = sum(x.nbytes for x in leaves if x.role == "param" and x.key in pl.on_host)

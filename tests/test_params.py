@@ -32,7 +32,7 @@ def _layer(x, layer):
 
 def _step_of(streamed: bool):
     """An SGD step over a scanned model; ``streamed``: ``['layers']['w']`` on the host."""
-    fn = planner.stream_layer_params(_layer, host={"['w']"}) if streamed else _layer
+    fn = planner.state.stream_layer_params(_layer, host={"['w']"}) if streamed else _layer
     body = jax.checkpoint(fn)
 
     def loss(params, x):
@@ -42,7 +42,7 @@ def _step_of(streamed: bool):
     def step(params, x):
         value, g = jax.value_and_grad(loss)(params, x)
         if streamed:  # the weight's gradient is on the host: SGD per slice on the device
-            new = planner.streamed_apply_updates(params, g, HOST, L, scale=-0.1)
+            new = planner.state.streamed_apply_updates(params, g, HOST, L, scale=-0.1)
         else:
             new = jax.tree.map(lambda p, u: (p + -0.1 * u).astype(p.dtype), params, g)
         return new, value
@@ -53,7 +53,7 @@ def _step_of(streamed: bool):
 def _jitted(streamed: bool, device):
     dev = jax.sharding.SingleDeviceSharding(device)
     params = _params()
-    psh = planner.param_shardings(params, HOST if streamed else set(), dev)
+    psh = planner.state.param_shardings(params, HOST if streamed else set(), dev)
     xsh = dev.with_memory_kind("device")
     return (
         jax.jit(_step_of(streamed), in_shardings=(psh, xsh), donate_argnums=(0,)),

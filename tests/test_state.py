@@ -75,7 +75,7 @@ def test_state_placement_equals_brute_force(seed):
 
 def test_state_cost_formulas():
     """The module docstring's terms, by hand, on the H200 profile's link."""
-    hw = planner.load_profile("h200")
+    hw = planner.hardware.load_profile("h200")
     (mu, _, emb, _) = _leaves(1)
     costs = {c.leaf.path: c for c in cst.leaf_costs(_leaves(1), hw)}
     assert set(costs) == {"mu_w", "nu_w", "mu_emb"}
@@ -172,7 +172,7 @@ def test_compiled_host_and_device_bytes_match_the_placement():
     assert hbm.device_bytes == st.check_compiled(plain.compiled, empty).device_bytes
     assert hbm.host_argument_bytes == 0 and mixed.host_matches
     assert hbm.device_argument_bytes - mixed.device_argument_bytes == placement.host_bytes()
-    costs = cst.leaf_costs(leaves, planner.load_profile("h200"))
+    costs = cst.leaf_costs(leaves, planner.hardware.load_profile("h200"))
     terms = cst.evaluate_state(costs, placement.on_host)
     assert mixed.device_bytes <= hbm.device_bytes - terms.saved_bytes + terms.update_buffer_bytes
 
@@ -222,10 +222,10 @@ def test_plan_state_on_cpu_places_state_and_keeps_the_numbers():
     step, args = llama.make_adam_step(CFG)
     session = planner.Planner(step, *args, hardware="cpu")  # not donated: a PlanWarning
     with pytest.warns(PlanWarning, match=r"does not donate(.|\n)*donate_argnums=\(0, 1\)"):
-        roomy = planner.plan_state(session, 0.03, opt_state_argnum=1, params_argnum=0)
+        roomy = planner.state.plan_state(session, 0.03, opt_state_argnum=1, params_argnum=0)
     assert not roomy.placement.on_host  # room enough: nothing moves (phase 2)
     with pytest.warns(PlanWarning, match="86.9 GB undonated"):
-        tight = planner.plan_state(session, 0.02, opt_state_argnum=1, params_argnum=0)
+        tight = planner.state.plan_state(session, 0.02, opt_state_argnum=1, params_argnum=0)
     assert tight.placement.on_host
     assert tight.prediction.peak_bytes <= tight.usable_bytes
     split = tight.split
@@ -249,10 +249,12 @@ def test_plan_state_on_cpu_places_state_and_keeps_the_numbers():
     # applied is recorded as an estimate, not held to the budget (plan_state is Planner.plan
     # now, which did so already; it raised here before).
     with pytest.warns(PlanWarning, match="does not donate"):
-        built = planner.plan_state(session, 0.02, opt_state_argnum=1, params_argnum=0, build=_build)
+        built = planner.state.plan_state(
+            session, 0.02, opt_state_argnum=1, params_argnum=0, build=_build
+        )
     assert built.compiled.estimated and "host memory space" in built.compiled.status
     with pytest.raises(planner.InvalidArgumentError, match="opt_state_argnum=3"):
-        planner.plan_state(session, 0.02, opt_state_argnum=3)
+        planner.state.plan_state(session, 0.02, opt_state_argnum=3)
 
 
 def _compiled_bytes(placement) -> st.StateCheck:
@@ -281,7 +283,9 @@ def test_streamed_update_writes_in_place():
     plain = jax.jit(step, donate_argnums=(0, 1)).lower(*args).compile().memory_analysis()
     hbm = plain.argument_size_in_bytes + plain.output_size_in_bytes
     hbm += plain.temp_size_in_bytes - plain.alias_size_in_bytes
-    terms = cst.evaluate_state(cst.leaf_costs(leaves, planner.load_profile("h200")), one.on_host)
+    terms = cst.evaluate_state(
+        cst.leaf_costs(leaves, planner.hardware.load_profile("h200")), one.on_host
+    )
     mixed = _compiled_bytes(one)
     assert mixed.device_bytes <= hbm + one.host_bytes() + terms.update_buffer_bytes
     assert mixed.alias_bytes >= plain.alias_size_in_bytes - one.host_bytes()  # donated
@@ -352,7 +356,9 @@ def test_planner_plan_places_state_reports_the_split_and_checks_numerics(donated
     with warnings.catch_warnings():
         warnings.simplefilter("error", PlanWarning)  # donated: no warning
         plan = session.plan(0.012, opt_state_argnum=1, params_argnum=0, build=_build)
-        sp = planner.plan_state(session, 0.012, opt_state_argnum=1, params_argnum=0, build=_build)
+        sp = planner.state.plan_state(
+            session, 0.012, opt_state_argnum=1, params_argnum=0, build=_build
+        )
     assert plan.state.placement == sp.placement and plan.state.placement.on_host
     assert plan.state.donated
     assert plan.prediction.peak_bytes == sp.prediction.peak_bytes <= 12_000_000
@@ -406,7 +412,7 @@ def test_plan_state_deviceless_h200_compiles_as_planned():
     # workspaces and the state at this size: 54.3 MB, 6.8 MB of it Adam moments, 2026-12-04).
     hbm_gb = 1.05 * session.trace.anchor.device_bytes / 1e9
     with pytest.warns(PlanWarning, match="does not donate"):
-        plan = planner.plan_state(
+        plan = planner.state.plan_state(
             session, hbm_gb, opt_state_argnum=1, params_argnum=0, build=_build
         )
     assert plan.placement.on_host

@@ -1,7 +1,7 @@
 """Scatter and gather rates on the device, against the cost library's byte count.
 
 Issue 18 (h200-2026-12-04-moe-kernels.md, "next" 2): the MoE plans' scatters ran far below the
-roofline the cost library prices them at (``cost_models/_rules.py``: a scatter moves
+roofline the cost library prices them at (``cost_models/_rules_arrays.py``: a scatter moves
 ``3 x updates + indices`` bytes at the HBM rate; a gather ``2 x output + indices``). This
 measures, per dtype, row width and row count, the device time of one ``x.at[idx].add(u)``
 (scatter-add, combining), ``x.at[idx].set(u)`` (scatter) and ``x[idx]`` (gather) in its own

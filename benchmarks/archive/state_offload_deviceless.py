@@ -3,7 +3,7 @@
     JAX_PLATFORMS=cpu python benchmarks/archive/state_offload_deviceless.py
 
 tests/test_state.py's model (examples/llama.py, d_model 128, 4 layers under lax.scan, Adam)
-planned with planner.plan_state at several budgets; each plan is compiled as the user applies
+planned with planner.state.plan_state at several budgets; each plan is compiled as the user applies
 it (state_shardings, donation, streamed_update) by XLA:GPU for the H200 without the GPU
 (planner/_src/xla/) and held to the budget. Prints the budget split, the compiled device
 bytes and host argument bytes against the plan's.
@@ -47,7 +47,7 @@ def main() -> None:
     print(f"jax {jax.__version__}; {s.compiler.description}; traced in {time.time() - t:.0f} s")
     for gb in (0.03, 0.022, 0.02, 0.018):
         try:
-            p = planner.plan_state(s, gb, opt_state_argnum=1, params_argnum=0, build=build)
+            p = planner.state.plan_state(s, gb, opt_state_argnum=1, params_argnum=0, build=build)
         except planner.PlannerError as e:
             print(f"\n{gb} GB: {type(e).__name__}: {str(e).splitlines()[0]}")
             continue

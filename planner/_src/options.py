@@ -311,6 +311,6 @@ def check_fits_device(budget_gb: float, hw) -> None:
         "\nWhy: the budget is per device, "
         "in GB (10^9 bytes); a plan for more memory than the device has cannot run on it.\n"
         f"Fix: pass hbm_gb <= {cap / GB:.4g}{fraction}; or name the device you train on "
-        "(hardware=..., planner.list_profiles()); or give a profile its real capacity: "
-        f"planner.load_profile({hw.name!r}).replace(hbm_bytes=...)."
+        "(hardware=..., planner.hardware.list_profiles()); or give a profile its real capacity: "
+        f"planner.hardware.load_profile({hw.name!r}).replace(hbm_bytes=...)."
     )

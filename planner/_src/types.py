@@ -18,11 +18,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import cost_models as cm
+from planner._src.fingerprints import StepFingerprint
 
 DECISIONS = ("save", "remat", "offload")
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     """What the verifying compiler said of a plan. A ``str``: each member equals, prints and
     serialises as its text, which reports and plan files carry."""
 
@@ -32,12 +33,6 @@ class Status(str, enum.Enum):
     NOT_COMPILED = "not compiled"
     INVALID = "compiled, figure invalid"  # a negative memory_analysis() figure: never fits
     NUMERICS = "compiled, numerics differ"  # the planned step computes something else
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
 
 _frozen = dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -227,7 +222,7 @@ class Trace:
     anchor: CompiledFigures  # the step compiled with every region fully rematerialized
     argument_bytes: int  # per device (each argument's shard shape)
     backend: str
-    fingerprint: str  # of the step's program, to detect stale plans
+    fingerprint: StepFingerprint  # program, arguments, JAX: stale plans, caches
     undifferentiated_regions: int  # checkpoint regions the gradient never reached
     anchor_saved: CompiledFigures | None = None  # ... and with everything saved
     num_partitions: int = 1  # devices the step is partitioned over (SPMD)

@@ -77,7 +77,7 @@ class Planner:
       step_fn: the train step (loss, gradient and update), unmodified. Its
         ``jax.checkpoint`` / ``jax.remat`` / Flax remat regions are what the planner decides.
       example_args: arrays or ``jax.ShapeDtypeStruct``s, as the step takes them.
-      hardware: a profile name (``planner.list_profiles()``), a JSON file, or a profile.
+      hardware: a profile name (``planner.hardware.list_profiles()``), a JSON file, or a profile.
       options: a :class:`planner.PlanOptions`; its fields may also be given as keywords.
       progress: called with a short message as each slow stage starts; None: silent.
     """
@@ -436,7 +436,7 @@ def solve(
       step_fn: the train step (loss, gradient and update), unmodified.
       example_args: arrays or ``jax.ShapeDtypeStruct``s, as the step takes them.
       hbm_gb: device memory budget per device, GB (10^9 bytes).
-      hardware: a profile name (``planner.list_profiles()``), a JSON file, or a profile.
+      hardware: a profile name (``planner.hardware.list_profiles()``), a JSON file, or a profile.
       options: :class:`planner.PlanOptions`; or its fields as keywords (``allow_offload``,
         ``verify_compile``, ``max_rounds``, ``layer_groups``, ``solver_time_limit_s``, ...).
       progress: called with a short message as each slow stage starts; None: silent.

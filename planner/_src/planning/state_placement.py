@@ -1,8 +1,8 @@
-"""``planner.plan_state``: a Planner's plan for one budget with the train state placed, as a
+"""``planner.state.plan_state``: a Planner's plan for one budget with the train state placed, as a
 :class:`StatePlan` (the decisions, the placement, the budget split as a table).
 
     session = planner.Planner(train_step, params, opt_state, batch, hardware="h200")
-    sp = planner.plan_state(session, hbm_gb=60, opt_state=1, params=0)
+    sp = planner.state.plan_state(session, hbm_gb=60, opt_state=1, params=0)
     sp.policy            # jax.checkpoint policy for the layers (as Plan.policy)
     sp.placement         # which optimizer-state leaves live in pinned host memory
     print(sp.summary())  # the budget split: parameters, gradients, optimizer state, activations

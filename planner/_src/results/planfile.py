@@ -109,7 +109,7 @@ class SavedPlan:
 
     def check(self, step_fn, *example_args) -> None:
         """Raise PlanFileError unless ``step_fn(*example_args)`` is the step this plan is for."""
-        got = step_fingerprint(step_fn, example_args)
+        got = step_fingerprint(step_fn, example_args).program
         if got != self.fingerprint:
             note = _version_note(self.versions)
             why = (
@@ -186,7 +186,7 @@ def save(plan, path: str | os.PathLike) -> None:
         "format": FORMAT,
         "version": VERSION,
         "versions": versions(),
-        "fingerprint": plan.trace.fingerprint,
+        "fingerprint": plan.trace.fingerprint.program,
         "budget_bytes": plan.budget_bytes,
         "hardware": plan.hardware.name,
         "decisions": [list(x) for x in plan.assignment.decisions],

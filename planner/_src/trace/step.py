@@ -36,7 +36,7 @@ from planner._src.trace.regions import merge_regions, policy_text, region_struct
 from planner._src.types import Region, Trace
 from planner._src.xla import adapter, hlo
 from planner._src.xla import compile as xla_compile
-from planner._src.xla.fingerprint import jaxpr_fingerprint
+from planner._src.xla.fingerprint import fingerprint_of
 
 
 def trace_step(
@@ -293,7 +293,7 @@ def trace_step(
         anchor=anchor,
         argument_bytes=arg_bytes,
         backend=backend or jax.default_backend(),
-        fingerprint=jaxpr_fingerprint(step_jaxpr),
+        fingerprint=fingerprint_of(step_jaxpr, args),
         undifferentiated_regions=sum(1 for br in bound if br.region_id not in mult),
         anchor_saved=anchor_saved,
         num_partitions=index.num_partitions,

@@ -8,13 +8,13 @@ may live in pinned host memory and still be read by the forward and the backward
 time: the layer's slice is brought to the device *inside* the checkpointed layer, so the backward
 pass brings it in again (a recomputed value) instead of keeping L device copies as residuals.
 
-    layer = planner.stream_layer_params(decoder_layer, host=lambda path: path != "['norm']")
+    layer = planner.state.stream_layer_params(decoder_layer, host=lambda path: path != "['norm']")
     body = jax.checkpoint(layer, policy=plan.policy)          # the hook inside the checkpoint
     x, _ = jax.lax.scan(lambda x, w: (body(x, w), None), x, params["layers"])
     ...
     step = jax.jit(train_step, in_shardings=(param_shardings(params, host, dev), ...),
                    donate_argnums=(0, ...))
-    # the update: planner.streamed_apply_updates(params, updates, host, layers)
+    # the update: planner.state.streamed_apply_updates(params, updates, host, layers)
 
 What the compiler does (deviceless XLA:GPU for the H200, JAX 0.11.2 and 0.12.0.1; measured:
 benchmarks/results/param-offload-probe-2026-12-04/): the stacked parameter is an ``S(5)``

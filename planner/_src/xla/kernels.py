@@ -404,7 +404,7 @@ def _attention_custom_call(ins: hlo.Instruction, shapes: dict[str, str]) -> tupl
     """(flops, direction) of a cuDNN fused attention call: 4 b h s_q s_k d forward (the
     two matmuls), 2.5x that backward, over the scores the mask keeps: x CAUSAL_FRACTION for
     a causal mask (``"mask_type":"CAUSAL"`` in its backend config), min(window, s_k) / s_k
-    for a sliding window. These are cost_models/_rules.py's formulas, the FLOPs by which the
+    for a sliding window. These are cost_models/_rules_matrix.py's formulas, the FLOPs by which the
     profile's attention rates were measured (cost_models/_calibrate.py): counting a causal
     call's masked half would price it at twice the library's time."""
     q = hlo.array_shapes(shapes.get(ins.operands[0], "")) if ins.operands else ()

@@ -159,7 +159,7 @@ def plan_maxtext(
         planner's to set and are refused.
       hbm_gb: the budget per device, in GB; on a GPU capped by the memory fraction (None:
         the allocator's share; the package docstring).
-      hardware: a profile name (``planner.list_profiles()``), a JSON file, or a profile.
+      hardware: a profile name (``planner.hardware.list_profiles()``), a JSON file, or a profile.
       verify: compile MaxText's step with the overrides applied through its config.
       options / option_fields: ``planner.PlanOptions``; ``decide_names`` and
         ``layer_groups`` are set here (MaxText's custom keys, one policy for every layer).

@@ -59,8 +59,9 @@ def _gemm_flops(ins: hlo.Instruction, shapes: dict[str, str]) -> float:
 
 
 def _attention_flops(ins: hlo.Instruction, shapes: dict[str, str]) -> tuple[str, int, float]:
-    """(direction, key length, FLOPs) of a cuDNN fused attention call: cost_models/_rules.py's
-    formulas (forward 4 b h t s d, half of it under a causal mask; backward 2.5 times that)."""
+    """(direction, key length, FLOPs) of a cuDNN fused attention call:
+    cost_models/_rules_matrix.py's formulas (forward 4 b h t s d, half of it under a causal
+    mask; backward 2.5 times that)."""
     cfg = _backend_config(ins).get("cudnn_fmha_backend_config", {})
     inter = [int(x) for x in cfg.get("intermediate_tensor_shape", {}).get("dimensions", [])]
     q = _first_array(shapes.get(ins.operands[0], "")) if ins.operands else None
