@@ -90,6 +90,22 @@ def test_a_selection_by_index_path_or_selector_is_the_same():
     assert select.resolve(args, 1).params_path == "[0]"  # the argnum shorthand
 
 
+def test_a_bfloat16_state_is_float_state():
+    """bfloat16 moments (numpy does not count ml_dtypes' floats as np.floating) are found
+    and accepted, not refused as "no float arrays"."""
+    import jax.numpy as jnp
+    import optax
+
+    params = {"w": jnp.zeros((4, 8), jnp.bfloat16)}
+    args = ((params, optax.adam(1e-3).init(params)), {"tokens": jnp.zeros((2, 4), jnp.int32)})
+    for spec in ("auto", "args[0][1]"):
+        sel = select.resolve(args, spec)
+        assert (sel.opt_path, sel.params_path) == ("[0][1]", "[0][0]")
+        assert "of Adam moments, bf16" in sel.line()
+    with pytest.raises(InvalidArgumentError, match="has no float arrays"):
+        select.resolve(args, "args[1]")
+
+
 @pytest.fixture
 def no_trace(monkeypatch):
     """Fail the test if the planner traces the step (a refusal must come first)."""

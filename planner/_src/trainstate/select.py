@@ -83,6 +83,12 @@ def subtree(args, prefix: str) -> list[tuple[str, Any]]:
     return out
 
 
+def _is_float(x) -> bool:
+    """A float array (bfloat16 and the other ml_dtypes floats too, which numpy does not
+    count as np.floating)."""
+    return bool(jax.numpy.issubdtype(x.dtype, jax.numpy.floating))
+
+
 def _nbytes(x) -> int:
     return math.prod(int(d) for d in x.shape) * np.dtype(x.dtype).itemsize
 
@@ -425,7 +431,7 @@ def _check_opt(args, path: str, params: str | None, auto: StateSelection | None)
             "parameters are different parts of the arguments.",
             hint + ".",
         )
-    if not any(np.issubdtype(np.dtype(x.dtype), np.floating) for _, x in pairs):
+    if not any(_is_float(x) for _, x in pairs):
         _refuse(
             "opt_state",
             text,
@@ -467,7 +473,7 @@ def _check_params(args, path: str) -> None:
     pairs = subtree(args, path)
     if not pairs:
         _refuse("params", text, "holds no arrays.", "name the parameters' subtree.")
-    if not any(np.issubdtype(np.dtype(x.dtype), np.floating) for _, x in pairs):
+    if not any(_is_float(x) for _, x in pairs):
         _refuse(
             "params",
             text,
