@@ -3,13 +3,14 @@ host memory with the activations, and the helpers a training step runs to apply 
 
     import planner
 
-    session = planner.Planner(train_step, params, opt_state, batch, hardware="h200")
-    plan = session.plan(60, opt_state_argnum=1, params_argnum=0, build=build)
+    plan = planner.solve(train_step, state, batch, hbm_gb=60, hardware="h200",
+                         opt_state="auto")        # a TrainState's .opt_state, found
+    train_step = plan.apply(train_step)           # memory kinds, donation, streamed update
+
+    # a step the planner cannot rebuild itself (its layers stream the parameters): build=
+    plan = session.plan(60, opt_state=1, params=0, build=build)
     shardings = plan.state.shardings(opt_state, device_sharding)   # memory kinds per leaf
     update = plan.state.streamed_update(tx.update)                 # your optax update, streamed
-
-    sp = planner.state.plan_state(session, hbm_gb=60, opt_state_argnum=1, params_argnum=0)
-    print(sp.summary())  # parameters, gradients, optimizer state, activations: HBM, host, moved
 
 ``plan.state`` is a :class:`PlanState`: the placement, the budget split, and the helpers
 bound to the placement. The free functions take a :class:`StatePlacement`, for a placement

@@ -16,8 +16,7 @@ import planner
 from examples import llama, moe
 from planner._src.budget import io_bytes, requested_for
 from planner._src.planning import attempt as attempt_mod
-from planner._src.planning import fill as fill_mod
-from planner._src.planning import fit as fit_mod
+from planner._src.planning import context as context_mod
 from planner._src.planning import groups as groups_mod
 from planner._src.planning import planner as planner_mod
 from planner._src.planning.fill import fill_slack
@@ -224,14 +223,15 @@ def test_a_model_corrected_past_full_remat_still_returns_full_remat_where_it_fit
     can rescue the plan. The model, proved wrong, then has its plans for larger budgets
     compiled too (probe rounds, new-user trial 2026-12-06b F4): one that compiles within the
     budget and is predicted faster than full remat is returned instead."""
-    real = fit_mod.build_cost_model
+    real = context_mod.build_cost_model
     anchor = llama_session.trace.anchor.device_bytes
 
     def inflated(*a, **k):  # every prediction 2x the anchor above the truth
         model = real(*a, **k)
         return dataclasses.replace(model, fixed_bytes=model.fixed_bytes + 2 * anchor)
 
-    for module in (fit_mod, fill_mod, groups_mod, planner_mod):  # every planning step
+    # every planning step: the rounds build their model through Context.cost_model
+    for module in (context_mod, groups_mod, planner_mod):
         monkeypatch.setattr(module, "build_cost_model", inflated)
     p = _plan(llama_session, 0.05, compare_stock=False, fill_rounds=0)
     # full remat was tried first, and fits

@@ -19,6 +19,7 @@ from planner._src.cost import evaluate
 from planner._src.cost import state as cst
 from planner._src.errors import InfeasibleBudgetError, PlannerError
 from planner._src.solve import solve_assignment
+from planner._src.trainstate.select import StateSelection
 from planner._src.types import SolverOptions
 from planner._src.units import GB
 from planner._src.xla import compile as xla_compile
@@ -143,8 +144,7 @@ def _applied(policy, placement, cfg=CFG):
     the checkpointed layer, trainstate.streamed_apply around optax's update, shardings with
     memory kinds, params and state donated. Returns (jitted, args placed)."""
     ps = st.PlanState(
-        opt_state_argnum=1,
-        params_argnum=0,
+        selection=StateSelection(opt_path="[1]", params_path="[0]"),
         layers=cfg.n_layers,
         placement=placement,
         parts=(),
@@ -251,14 +251,15 @@ def test_plan_puts_parameters_on_the_host_and_keeps_the_numbers(session):
     recorded as unverified (XLA:CPU has no host memory space), the report's budget split
     shows parameters and gradients on the host, and what to apply names the helpers."""
     budget, hbm_gb = _between(session)
+    build = lambda policy, placement: _applied(policy, placement)  # noqa: E731
     with pytest.raises(InfeasibleBudgetError):  # parameters fixed in HBM: no plan
-        session.plan(hbm_gb, opt_state_argnum=1, params_argnum=0)
+        session.plan(hbm_gb, opt_state_argnum=1, params_argnum=0, build=build)
     plan = session.plan(
         hbm_gb,
         opt_state_argnum=1,
         params_argnum=0,
         stream_params=True,
-        build=lambda policy, placement: _applied(policy, placement),
+        build=build,
     )
     pl = plan.state.placement
     assert pl.param_paths(), pl.on_host

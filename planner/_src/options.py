@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from typing import Any
 
 from planner._src.errors import InvalidArgumentError
 from planner._src.types import SolverOptions
@@ -67,20 +68,26 @@ class PlanOptions:
         what they do not list; the emitted policy is then JAX's own name policy, and only the
         stock policies that keep nothing outside these names are compared
         (``planner.plan_maxtext`` passes MaxText's custom keys).
-      opt_state_argnum: None (default): the optimizer state is fixed bytes in HBM, as traced.
-        An int: which positional argument of the step is the optimizer state (an optax
-        state pytree); the plan then also decides which of its leaves live in pinned host
-        memory, in the same CP-SAT model as the activations
-        (docs/cost-model.md#the-train-state), and ``plan.state`` says what to apply
-        (shardings with memory kinds, donation, the streamed update). Trace the step as it
-        runs, donated
-        (``jax.jit(step, donate_argnums=...)``): a PlanWarning says when it is not.
-      params_argnum: with ``opt_state_argnum``, which argument holds the parameters (for the
-        budget split: parameters and gradients; they stay in HBM unless ``stream_params``).
-      stream_params: with ``params_argnum``, the step streams its stacked layer parameters
-        into the checkpointed layers (``plan.state.stream_layer_params``), so the plan may
-        put them in pinned host memory too, their gradients with them
-        (docs/cost-model.md#the-train-state).
+      opt_state: where the optimizer state is in the step's arguments, so that the plan also
+        decides which of its leaves live in pinned host memory, in the same CP-SAT model as
+        the activations (docs/guide/train-state.md). An argument index (``1``), a path
+        (``"args[0].opt_state"``, as ``jax.tree_util.keystr`` writes it) or a selector
+        (``lambda args: args[0].opt_state``). None (default): found where the step keeps it
+        in a common idiom (a Flax ``TrainState``, an ``nnx.Optimizer``'s state, an optax
+        state in a tuple or dict) and placed only where the budget is refused with it in
+        HBM (the report says so); False: never placed. A selection that cannot be optimizer
+        state (the parameters, the batch, no optax state) is refused before the trace.
+        ``plan.apply(step)`` applies the placement (shardings with memory kinds, donation,
+        the update streamed per layer slice where it can be).
+      params: the parameters, named as ``opt_state`` is (found beside a named or found
+        optimizer state where they can be: ``TrainState.params``, the tree shaped like
+        Adam's moments); for the budget split, and with ``stream_params``.
+      opt_state_argnum: ``opt_state`` as an argument index (the older spelling).
+      params_argnum: ``params`` as an argument index (the older spelling).
+      stream_params: with the parameters named or found, the step streams its stacked layer
+        parameters into the checkpointed layers (``plan.state.stream_layer_params``), so the
+        plan may put them in pinned host memory too, their gradients with them
+        (docs/cost-model.md#the-train-state); such a plan is compiled through ``build``.
       schedule_exposure: on an XLA:GPU target, for a plan that offloads, read the exposed
         copy time per direction from the compiled schedule after the verify compile
         (``plan.verification.schedule``; the report shows it beside the model's). On a
@@ -126,6 +133,8 @@ class PlanOptions:
     compiler: str = "auto"
     check_numerics: bool | None = None
     decide_names: tuple[str, ...] | None = None
+    opt_state: Any = None
+    params: Any = None
     opt_state_argnum: int | None = None
     params_argnum: int | None = None
     stream_params: bool = False
@@ -161,18 +170,38 @@ class PlanOptions:
                     f"positional arguments, got {v!r}.\nFix: e.g. opt_state_argnum=1, "
                     "params_argnum=0 for train_step(params, opt_state, batch)."
                 )
-        if self.params_argnum is not None and self.opt_state_argnum is None:
+        for name in ("opt_state", "params"):
+            v = getattr(self, name)
+            if getattr(self, name + "_argnum") is not None and v is not None:
+                raise InvalidArgumentError(
+                    f"{name}={v!r} and {name}_argnum={getattr(self, name + '_argnum')!r} "
+                    f"both given.\nWhy: {name}_argnum is the older spelling of {name}=.\n"
+                    f"Fix: pass one of them ({name}=...)."
+                )
+            ok = v is None or callable(v) or isinstance(v, str)
+            ok = ok or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+            ok = ok or (v is False and name == "opt_state")
+            if not ok:
+                raise InvalidArgumentError(
+                    f"{name} must be an argument index (an int >= 0), a path "
+                    f"('args[0].{name}') or a selector (lambda args: args[0].{name})"
+                    + (", False (never place the optimizer state)" if name == "opt_state" else "")
+                    + f" or None, got {v!r}."
+                )
+        opt = self.opt_state if self.opt_state_argnum is None else self.opt_state_argnum
+        par = self.params if self.params_argnum is None else self.params_argnum
+        if par is not None and opt in (None, False):
+            name = "params_argnum" if self.params_argnum is not None else "params"
             raise InvalidArgumentError(
-                f"params_argnum={self.params_argnum} without opt_state_argnum.\nWhy: the "
-                "parameters are named for the train state's budget split, which is planned "
-                "with the optimizer state.\nFix: pass opt_state_argnum too (e.g. "
-                "opt_state_argnum=1, params_argnum=0), or neither."
+                f"{name}={par!r} without opt_state.\nWhy: the parameters are named for the "
+                "train state's placement, which is planned with the optimizer state.\nFix: "
+                "pass opt_state= too (e.g. opt_state=1, params=0), or neither."
             )
-        if self.stream_params and self.params_argnum is None:
+        if self.stream_params and opt in (None, False):
             raise InvalidArgumentError(
-                "stream_params=True without params_argnum.\nWhy: the parameters the plan may "
-                "put on the host are found by their argument.\nFix: pass params_argnum too "
-                "(e.g. opt_state_argnum=1, params_argnum=0, stream_params=True)."
+                "stream_params=True without opt_state.\nWhy: the parameters the plan may put "
+                "on the host are planned with the optimizer state's placement.\nFix: pass "
+                "opt_state= too (e.g. opt_state=1, params=0, stream_params=True)."
             )
         if self.decide_names is not None:
             names = self.decide_names
@@ -235,6 +264,13 @@ class PlanOptions:
             raise InvalidArgumentError(
                 f"solver_workers must be an int >= 1, got {self.solver_workers!r}."
             )
+
+    @property
+    def state_selection(self) -> tuple[Any, Any]:
+        """``(opt_state, params)`` as asked for, the argnum spellings folded in."""
+        opt = self.opt_state if self.opt_state_argnum is None else self.opt_state_argnum
+        par = self.params if self.params_argnum is None else self.params_argnum
+        return opt, par
 
     @property
     def solver(self) -> SolverOptions:

@@ -71,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--save", metavar="PLAN.json", help="write the plan file (planner.load_plan)")
     s.add_argument("--timeline", metavar="FILE", help="draw the HBM timeline (.png or .svg)")
     s.add_argument(
+        "--opt-state",
+        metavar="PATH",
+        help="where the optimizer state is in the step's arguments: 'auto' (a Flax "
+        "TrainState, an nnx.Optimizer's state, an optax state in a tuple) or a path such as "
+        "'args[0].opt_state'; the plan also decides which of its leaves live in pinned host "
+        "memory (the report shows the budget split and how plan.apply applies it)",
+    )
+    s.add_argument(
         "--opt-state-argnum",
         type=int,
         metavar="N",
@@ -81,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--params-argnum",
         type=int,
         metavar="N",
-        help="with --opt-state-argnum: the step's argument N is the parameters (budget split)",
+        help="with --opt-state(-argnum): the step's argument N is the parameters (budget "
+        "split; found beside the optimizer state where not given)",
     )
     s.add_argument(
         "--stream-params",

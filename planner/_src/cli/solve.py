@@ -41,6 +41,7 @@ def cmd_solve(a) -> int:
             solver_time_limit_s=a.time_limit,
             progress=progress,
             layer_groups=LAYER_GROUPS[a.layer_groups],
+            opt_state=a.opt_state,
             opt_state_argnum=a.opt_state_argnum,
             params_argnum=a.params_argnum,
             stream_params=a.stream_params,

@@ -29,6 +29,11 @@ class LeafCost:
     # the step's host temporaries: a parameter's gradient, b_i, written to the host slice by
     # slice in the backward pass; a state leaf 0 (updated in place in its own buffer)
     host_temp_bytes: int = 0
+    # brought in whole for an update the planner cannot stream (emit/apply_state.py,
+    # "whole"): the leaves' updates run one after another, each leaf's copies scheduled
+    # beside its own update, so the update holds the largest such leaf's U_i, not their sum
+    # (measured: benchmarks/results/whole-state-deviceless-2026-12-06.md)
+    whole: bool = False
 
 
 # Slices of a streamed parameter on the device while its layer runs backward, counted from
@@ -40,8 +45,12 @@ class LeafCost:
 INFLIGHT_SLICES = 3
 
 
-def leaf_costs(leaves: tuple[StateLeaf, ...], hardware) -> tuple[LeafCost, ...]:
-    """:class:`LeafCost` of every movable leaf on ``hardware`` (a cost_models profile)."""
+def leaf_costs(
+    leaves: tuple[StateLeaf, ...], hardware, whole: bool = False
+) -> tuple[LeafCost, ...]:
+    """:class:`LeafCost` of every movable leaf on ``hardware`` (a cost_models profile);
+    ``whole``: the optimizer-state leaves are brought in whole for an update the planner
+    cannot stream (their update buffers combine by the largest, not the sum)."""
     out = []
     for leaf in leaves:
         if not leaf.movable:
@@ -74,6 +83,7 @@ def leaf_costs(leaves: tuple[StateLeaf, ...], hardware) -> tuple[LeafCost, ...]:
                 exposed_s=float(leaf.layers * (h2d + d2h)),
                 moved_bytes=2 * leaf.nbytes,
                 host_bytes=leaf.nbytes,
+                whole=whole and leaf.layers == 1,
             )
         )
     return tuple(out)
@@ -92,7 +102,8 @@ def evaluate_state(costs: tuple[LeafCost, ...], on_host: frozenset[str]) -> Stat
     chosen = [by_path[p] for p in sorted(on_host)]
     return StateTerms(
         saved_bytes=sum(c.saved_bytes for c in chosen),
-        update_buffer_bytes=sum(c.update_buffer_bytes for c in chosen),
+        update_buffer_bytes=sum(c.update_buffer_bytes for c in chosen if not c.whole)
+        + max((c.update_buffer_bytes for c in chosen if c.whole), default=0),
         host_bytes=sum(c.host_bytes for c in chosen),
         exposed_s=sum(c.exposed_s for c in chosen),
         moved_bytes=sum(c.moved_bytes for c in chosen),
@@ -101,7 +112,8 @@ def evaluate_state(costs: tuple[LeafCost, ...], on_host: frozenset[str]) -> Stat
     )
 
 
-def with_state(cost, leaves: tuple[StateLeaf, ...]):
+def with_state(cost, leaves: tuple[StateLeaf, ...], whole: bool = False):
     """``cost`` (a CostModel) with the train state's leaves priced on its hardware, so that
-    solve.solve_assignment decides their placement with the activations'."""
-    return dataclasses.replace(cost, state=leaf_costs(leaves, cost.hardware))
+    solve.solve_assignment decides their placement with the activations' (``whole``:
+    :func:`leaf_costs`)."""
+    return dataclasses.replace(cost, state=leaf_costs(leaves, cost.hardware, whole=whole))

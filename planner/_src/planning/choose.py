@@ -12,6 +12,7 @@ import math
 from planner._src.planning.context import Attempt, Context
 from planner._src.planning.fit import Standing
 from planner._src.planning.stock import offload_estimate
+from planner._src.planning.train_state import is_state_baseline, state_baseline_attempt
 from planner._src.policies import STOCK
 from planner._src.results.report.build import made_up_times
 from planner._src.types import Baseline
@@ -60,14 +61,16 @@ def choose(ctx: Context, s: Standing, baselines: tuple[Baseline, ...]) -> Choice
         (
             b
             for b in baselines
-            if b.applicable and b.name in STOCK and b.prediction.step_s < plan_step
+            if b.applicable
+            and (b.name in STOCK or is_state_baseline(b.name))
+            and b.prediction.step_s < plan_step
         ),
         key=lambda b: b.prediction.step_s,
     )
     pick, why, plan_why = None, "", ""
-    ctx.stock.prefetch([b.name for b in faster], ctx.timings, s.graph, s.cost)
+    ctx.stock.prefetch([b.name for b in faster if b.name in STOCK], ctx.timings, s.graph, s.cost)
     for b in faster:
-        got = ctx.stock.fit_bytes(b.name, ctx.timings, ctx.trace, s.graph, s.cost)
+        got = fit_bytes(ctx, s, b.name)
         if got is not None and got <= budget:
             pick = b
             if plan_fits:
@@ -87,7 +90,7 @@ def choose(ctx: Context, s: Standing, baselines: tuple[Baseline, ...]) -> Choice
                 )
             break
     if pick is not None:
-        answer = (pick.name, pick.prediction.step_s, ctx.stock.exact(pick.name))
+        answer = (pick.name, pick.prediction.step_s, exact(ctx, s, pick.name))
     elif plan_fits:
         answer = ("the planner's plan", best.prediction.step_s, best.verification.exact)
     else:
@@ -123,6 +126,22 @@ def choose(ctx: Context, s: Standing, baselines: tuple[Baseline, ...]) -> Choice
                 if pick is None:
                     plan_why = why
     return Choice(stock=None if pick is None else pick.name, why=why, plan_why=plan_why)
+
+
+def fit_bytes(ctx: Context, s: Standing, name: str) -> int | None:
+    """The compiled device bytes of a stock policy, or of one with the whole optimizer state
+    on the host (train_state.py), compiled now if needed."""
+    if is_state_baseline(name):
+        return state_baseline_attempt(ctx, name, s.graph, s.cost)[
+            0
+        ].verification.compiled_device_bytes
+    return ctx.stock.fit_bytes(name, ctx.timings, ctx.trace, s.graph, s.cost)
+
+
+def exact(ctx: Context, s: Standing, name: str) -> bool:
+    if is_state_baseline(name):
+        return state_baseline_attempt(ctx, name, s.graph, s.cost)[0].verification.exact
+    return ctx.stock.exact(name)
 
 
 def fastest_verified(

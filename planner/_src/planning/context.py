@@ -16,11 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 from planner._src.budget import Budget
-from planner._src.cost import evaluate
+from planner._src.cost import build_cost_model, evaluate
+from planner._src.cost.state import with_state
 from planner._src.errors import InfeasibleBudgetError
 from planner._src.graph import NAMES_ONLY_WHY, LivenessGraph, class_key
 from planner._src.options import PlanOptions
 from planner._src.solve import solve_assignment
+from planner._src.trainstate.records import StateLeaf
+from planner._src.trainstate.select import StateSelection
 from planner._src.types import (
     Assignment,
     CostModel,
@@ -99,6 +102,38 @@ class Subject:
         }
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StateSpec:
+    """The train state a budget places (planning/train_state.py): where it is in the
+    arguments, its leaves as priced (``layers``: the slices a stacked leaf is streamed in;
+    1 where the update cannot be streamed and host leaves come in whole), how the plan is
+    applied (``mode``, emit/apply_state.py: "streamed", "whole", or "build": the user's
+    ``build(policy, placement)``), and why the placement was planned."""
+
+    selection: StateSelection
+    leaves: tuple[StateLeaf, ...]
+    layers: int
+    mode: str
+    mode_why: str
+    build: Callable | None = None
+    donated: bool = True
+    # auto-detected selections are planned only where the budget was refused with the state
+    # in HBM: what that refusal said ("" for a selection the user named)
+    planned_because: str = ""
+
+    def movable_bytes(self) -> int:
+        return sum(x.nbytes for x in self.leaves if x.movable and x.role == "opt")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AppliedRun:
+    """The step as applied for a plan that moves train state, compiled, and the arguments
+    placed for it (``fn(*args)`` runs it: the numerics check, on fresh copies)."""
+
+    fn: Callable
+    args: tuple
+
+
 class Solves:
     """The CP-SAT solves of one Planner, each (graph, cost model, budget, uniform) solved
     once: deciding whether layer groups pay solves the per-group and the uniform problem,
@@ -142,6 +177,10 @@ class Attempt:
     cost: CostModel | None = None
     graph: LivenessGraph | None = None
     solution: Solution | None = None
+    # the train-state leaves this candidate puts in pinned host memory (its compile is the
+    # step as applied: an AppliedRun in ``compiled``), and that compile's check
+    state_on_host: frozenset = frozenset()
+    state_check: Any = None  # trainstate.StateCheck
 
     def solved(self, solution: Solution, cost: CostModel, graph: LivenessGraph) -> Attempt:
         return dataclasses.replace(self, solution=solution, cost=cost, graph=graph)
@@ -183,6 +222,23 @@ class Context:
     stock: Any  # stock.StockCompiles
     numerics: Any  # numerics_check.NumericsJudge
     timings: Timings
+    state: StateSpec | None = None  # the train state placed with the activations
+    # an optimizer state found in the arguments but left in HBM: a refusal names it
+    offer: StateSelection | None = None
+
+    def cost_model(self, trace: Trace, graph: LivenessGraph, correction: int) -> CostModel:
+        """The cost model of one round (corrected by ``correction`` bytes), with the train
+        state's leaves priced where the budget places them."""
+        cost = build_cost_model(
+            trace,
+            graph,
+            self.hardware,
+            allow_offload=self.subject.offload,
+            correction_bytes=correction,
+        )
+        if self.state is None:
+            return cost
+        return with_state(cost, self.state.leaves, whole=self.state.mode == "whole")
 
     @property
     def usable(self) -> int:

@@ -15,7 +15,7 @@ import dataclasses
 import math
 import time
 
-from planner._src.cost import build_cost_model, evaluate
+from planner._src.cost import evaluate
 from planner._src.errors import InfeasibleBudgetError
 from planner._src.graph import class_key
 from planner._src.planning.attempt import attempt
@@ -78,7 +78,7 @@ def fill_rounds(ctx: Context, log: Attempts, s: Standing) -> Standing:
     if opts.fill_rounds == 0:
         return done("fill_rounds=0: no rounds to use it")
     start = len(log.rounds)
-    tried = {best.assignment}
+    tried = {(best.assignment, best.state_on_host)}
     over: int | None = None  # the smallest compile of a faster plan over the budget
     last, last_cost = best, cost
     not_kept = set(log.not_kept)  # learned here for the fill rounds only
@@ -88,13 +88,7 @@ def fill_rounds(ctx: Context, log: Attempts, s: Standing) -> Standing:
         err = last.verification.compiled_device_bytes - last.prediction.peak_bytes
         correction = last_cost.correction_bytes + err
         t = time.perf_counter()
-        cost_k = build_cost_model(
-            ctx.trace,
-            ctx.graph,
-            ctx.hardware,
-            allow_offload=ctx.subject.offload,
-            correction_bytes=correction,
-        )
+        cost_k = ctx.cost_model(ctx.trace, ctx.graph, correction)
         g = with_forced(ctx.graph, not_kept, NOT_KEPT_WHY)
         ctx.say(
             f"{(budget - best.verification.compiled_device_bytes) / GB:g} GB of "
@@ -108,8 +102,9 @@ def fill_rounds(ctx: Context, log: Attempts, s: Standing) -> Standing:
             solved = None
         ctx.timings.timed(f"solve (fill round {n + 1})", t)
         a = None if solved is None else normalize(g, cost_k, solved.assignment)
-        step = math.inf if a is None else evaluate(cost_k, g, a).step_s
-        if a is None or a in tried or not faster(step, best.prediction.step_s):
+        on_host = frozenset() if solved is None else solved.state_on_host
+        step = math.inf if a is None else evaluate(cost_k, g, a, state_on_host=on_host).step_s
+        if a is None or (a, on_host) in tried or not faster(step, best.prediction.step_s):
             why = _stop_why(ctx, g_best, cost, best, over, err)
             break
         if n >= opts.fill_rounds:
@@ -124,7 +119,7 @@ def fill_rounds(ctx: Context, log: Attempts, s: Standing) -> Standing:
             )
             break
         n += 1
-        tried.add(a)
+        tried.add((a, on_host))
         att = attempt(
             ctx.subject,
             ctx.timings,
@@ -134,6 +129,8 @@ def fill_rounds(ctx: Context, log: Attempts, s: Standing) -> Standing:
             solved.assignment,
             budget,
             label=f"a faster plan (fill round {n})",
+            state=ctx.state,
+            state_on_host=on_host,
         )
         log.rounds.append(round_of(att, correction, budget, "fill", not_kept))
         if att.not_kept and not set(att.not_kept) <= not_kept:

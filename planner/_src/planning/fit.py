@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from planner._src.cost import build_cost_model, evaluate
+from planner._src.cost import evaluate
 from planner._src.cost.baselines import evaluate_baselines
 from planner._src.errors import InfeasibleBudgetError
 from planner._src.graph import LivenessGraph
@@ -28,7 +28,7 @@ from planner._src.planning.context import (
 )
 from planner._src.planning.stock import offload_estimate
 from planner._src.policies import STOCK
-from planner._src.solve import check_solution, min_peak_assignment
+from planner._src.solve import check_solution, min_peak_plan
 from planner._src.types import Assignment, CostModel, Solution
 from planner._src.units import GB
 
@@ -79,9 +79,7 @@ def fit_rounds(ctx: Context, log: Attempts, threads: CompileThreads) -> Standing
     model_overruled = False
     for round_no in range(opts.max_rounds):
         t = time.perf_counter()
-        cost = build_cost_model(
-            tr, graph, ctx.hardware, allow_offload=subject.offload, correction_bytes=correction
-        )
+        cost = ctx.cost_model(tr, graph, correction)
         ctx.timings.timed(f"cost (round {round_no + 1})", t)
         g = with_forced(graph, log.not_kept, NOT_KEPT_WHY)
         ctx.say(f"solving for {budget / GB:g} GB (round {round_no + 1})")
@@ -89,7 +87,7 @@ def fit_rounds(ctx: Context, log: Attempts, threads: CompileThreads) -> Standing
         try:
             sol = ctx.solves(g, cost, budget, opts.solver)
             check_solution(g, cost, sol)
-            candidate = sol.assignment
+            candidate, on_host = sol.assignment, sol.state_on_host
         except InfeasibleBudgetError as e:
             infeasible = e
             if not opts.verify_compile:
@@ -99,14 +97,15 @@ def fit_rounds(ctx: Context, log: Attempts, threads: CompileThreads) -> Standing
             # a correction learned from an under-predicted plan can put every plan, full
             # remat too, above a budget full remat meets.
             if tr.anchor.device_bytes <= budget:
-                candidate = Assignment.of({})
+                candidate, on_host = Assignment.of({}), frozenset()
             else:
-                candidate, _ = min_peak_assignment(g, cost, opts.solver)
+                candidate, on_host, _ = min_peak_plan(g, cost, opts.solver)
             sol = None
         ctx.timings.timed(f"solve (round {round_no + 1})", t)
         plan_pre = None
         if round_no == 0 and opts.compare_stock and opts.verify_compile:
-            plan_pre = start_plan_compile(threads, g, cost, candidate)
+            if not on_host:  # (a plan that moves state compiles the step as applied)
+                plan_pre = start_plan_compile(threads, g, cost, candidate)
             # The stock policies predicted faster than this first plan (or within
             # PREFETCH_MARGIN of it) are compared with the answer at the end: their
             # compiles start now, beside the plan's.
@@ -124,7 +123,18 @@ def fit_rounds(ctx: Context, log: Attempts, threads: CompileThreads) -> Standing
                 g,
                 cost,
             )
-        att = attempt(subject, ctx.timings, tr, g, cost, candidate, budget, precompiled=plan_pre)
+        att = attempt(
+            subject,
+            ctx.timings,
+            tr,
+            g,
+            cost,
+            candidate,
+            budget,
+            precompiled=plan_pre,
+            state=ctx.state,
+            state_on_host=on_host,
+        )
         log.record(att, correction, budget, "fit")
         graph_used = g
         if log.learns(att):
@@ -133,6 +143,7 @@ def fit_rounds(ctx: Context, log: Attempts, threads: CompileThreads) -> Standing
         if sol is None:  # the smallest plan: fits or not, nothing smaller to try
             if overrules_model(att.verification, budget):
                 sol = unsolved(att.assignment, "FEASIBLE", att.prediction.step_s, g, budget)
+                sol = dataclasses.replace(sol, state_on_host=att.state_on_host)
                 infeasible = None
                 model_overruled = True
             break

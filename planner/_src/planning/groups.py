@@ -9,6 +9,7 @@ from planner._src.cost import build_cost_model, evaluate
 from planner._src.cost.baselines import evaluate_baselines
 from planner._src.errors import InfeasibleBudgetError
 from planner._src.planning.context import Solves, Subject, normalize
+from planner._src.planning.train_state import state_baselines
 from planner._src.results.plan import UNIFORM
 from planner._src.types import Baseline, Trace
 from planner._src.units import GB
@@ -69,8 +70,12 @@ def uniform_baseline(subject: Subject, solves: Solves, graph, cost, budget) -> t
 
 
 def baselines_of(ctx, graph, cost) -> tuple[Baseline, ...]:
-    """The stock policies on the model (the compiled ones judged by their figure), and the
-    uniform plan where the plan decides per group."""
-    return evaluate_baselines(
-        graph, cost, ctx.usable, compiled=dict(ctx.stock.compiled_bytes)
-    ) + uniform_baseline(ctx.subject, ctx.solves, graph, cost, ctx.usable)
+    """The stock policies on the model (the compiled ones judged by their figure), the
+    uniform plan where the plan decides per group, and where the budget places train state,
+    the stock policies with the whole optimizer state on the host (train_state.py)."""
+    stock = evaluate_baselines(graph, cost, ctx.usable, compiled=dict(ctx.stock.compiled_bytes))
+    return (
+        stock
+        + uniform_baseline(ctx.subject, ctx.solves, graph, cost, ctx.usable)
+        + state_baselines(ctx, graph, cost, stock)
+    )

@@ -15,7 +15,7 @@ import jax
 
 from planner._src.emit.emit import emit
 from planner._src.errors import PlanWarning
-from planner._src.planning.context import Subject, Timings
+from planner._src.planning.context import AppliedRun, Subject, Timings
 from planner._src.types import Assignment, Status
 from planner._src.verify import numerics
 from planner._src.verify.sites import policy_maker
@@ -130,13 +130,16 @@ class NumericsJudge:
                 self._ensure_reference(plan.trace.float_dtypes)
                 if self._traces_differ:
                     return with_result(plan, numerics.not_checked(self._traces_differ), timings)
-                planned = numerics.run_planned(
-                    self.subject.fn,
-                    self.subject.args,
-                    policy_maker(plan.graph, plan.emitted.policy, plan.emitted.policies),
-                    compiled,
-                    like=self._reference,
-                )
+                if isinstance(compiled, AppliedRun):  # the step as applied (train state)
+                    planned = numerics.run_applied(compiled.fn, compiled.args)
+                else:
+                    planned = numerics.run_planned(
+                        self.subject.fn,
+                        self.subject.args,
+                        policy_maker(plan.graph, plan.emitted.policy, plan.emitted.policies),
+                        compiled,
+                        like=self._reference,
+                    )
             except Exception as e:  # noqa: BLE001  (a step that cannot run here, e.g. OOM)
                 if self.subject.options.check_numerics:
                     raise

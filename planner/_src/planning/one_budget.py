@@ -5,6 +5,10 @@ and its log of attempts.
     budget unused) -> the stock comparison -> the answer (the plan or a stock policy) or the
     refusal -> the numerics check
 
+Where the budget places train state (``Context.state``, train_state.py), every step runs on
+the model with the state's leaves priced, a candidate that moves state is compiled as
+applied (attempt.py), and the answer carries the state part (``plan.state``).
+
 The Planner runs :func:`plan_budget` again where the numerics check isolated classes whose
 saving changes the math (they are then recomputed).
 """
@@ -33,6 +37,11 @@ from planner._src.planning.fit import Standing, fit_rounds
 from planner._src.planning.groups import baselines_of
 from planner._src.planning.probes import probe_frontier
 from planner._src.planning.refusal import refusal
+from planner._src.planning.train_state import (
+    is_state_baseline,
+    state_baseline_attempt,
+    state_part,
+)
 from planner._src.results.plan import Plan
 from planner._src.types import Status
 from planner._src.units import fmt_pair
@@ -97,6 +106,10 @@ def estimate_plan(ctx: Context, log: Attempts, s: Standing, baselines, refused) 
 
 
 def _plan(ctx: Context, log: Attempts, s: Standing, att: Attempt, solution, **fields) -> Plan:
+    if ctx.state is not None:
+        fields["state"] = state_part(
+            ctx, s.graph, s.cost, att.assignment, att.state_on_host, att.state_check
+        )
     return Plan(
         budget_bytes=ctx.budget.requested,
         hardware=ctx.hardware,
@@ -123,7 +136,9 @@ def planner_plan(ctx: Context, log: Attempts, s: Standing, baselines, plan_why: 
         log,
         s,
         best,
-        dataclasses.replace(s.solution, assignment=best.assignment),
+        dataclasses.replace(
+            s.solution, assignment=best.assignment, state_on_host=best.state_on_host
+        ),
         baselines=baselines,
         choice="planner",
         choice_why=plan_why,
@@ -134,10 +149,16 @@ def planner_plan(ctx: Context, log: Attempts, s: Standing, baselines, plan_why: 
 
 def stock_plan(ctx: Context, log: Attempts, s: Standing, name: str, why: str, baselines) -> Plan:
     """The plan that is stock policy ``name``: its own policy object, verified (the compile
-    made while comparing is reused), numerics checked."""
+    made while comparing is reused), numerics checked. A stock policy with the whole
+    optimizer state on the host (MaxText's flag, train_state.py) carries that placement."""
     graph, cost, budget = s.graph, s.cost, ctx.usable
     ver = ctx.stock.verification(name)
-    if ver is not None:
+    if is_state_baseline(name):
+        att, whole = state_baseline_attempt(ctx, name, graph, cost)
+        att = dataclasses.replace(att, verification=restatus(att.verification, budget))
+        ctx = dataclasses.replace(ctx, state=whole)
+        s = dataclasses.replace(s, cost=att.cost)
+    elif ver is not None:
         a = stock_assignment(graph, name)
         emitted = emit(a, {c.key: c.name for c in graph.classes}, ctx.hardware, stock=name)
         att = Attempt(
@@ -152,6 +173,7 @@ def stock_plan(ctx: Context, log: Attempts, s: Standing, name: str, why: str, ba
         att = ctx.stock.attempt(name, ctx.timings, ctx.trace, graph, cost, budget)
     att = dataclasses.replace(att, verification=judged_by_jax(att.verification, name))
     sol = unsolved(att.assignment, "STOCK", att.prediction.step_s, graph, budget)
+    sol = dataclasses.replace(sol, state_on_host=att.state_on_host)
     log.rounds.append(round_of(att, cost.correction_bytes, budget, "stock"))
     plan = _plan(ctx, log, s, att, sol, baselines=baselines, choice=name, choice_why=why)
     return ctx.numerics.check(plan, att.compiled, ctx.timings)  # warn_unfit warns

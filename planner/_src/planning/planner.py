@@ -40,15 +40,24 @@ from planner._src.errors import InvalidArgumentError, PlannerError, UnsupportedE
 from planner._src.graph import build_graph
 from planner._src.options import PlanOptions, check_fits_device
 from planner._src.planning import inputs, sessions
-from planner._src.planning import state_placement as placement
 from planner._src.planning.attempt import CompileThreads
-from planner._src.planning.context import Context, Solves, Subject, Timings, names_only, with_forced
+from planner._src.planning.context import (
+    Context,
+    Solves,
+    StateSpec,
+    Subject,
+    Timings,
+    names_only,
+    with_forced,
+)
 from planner._src.planning.groups import groups_pay, groups_possible
 from planner._src.planning.numerics_check import NUMERICS_FORCED_WHY, NumericsJudge
 from planner._src.planning.one_budget import plan_budget, warn_unfit
 from planner._src.planning.stock import StockCompiles
+from planner._src.planning.train_state import state_spec
 from planner._src.results.plan import Plan
 from planner._src.trace import merge_call_sites, trace_step
+from planner._src.trainstate import select
 from planner._src.units import GB
 from planner._src.verify import numerics
 from planner._src.xla import deviceless
@@ -97,6 +106,19 @@ class Planner:
                 "0.4.31), or pass allow_offload=False."
             )
         offload, offload_why = inputs.offload_choice(opts.allow_offload, host_ok, hw.platform)
+        # The train state, before any trace: a selection that cannot be optimizer state is
+        # refused here; an optimizer state found but not asked for is named by refusals.
+        self._named = select.resolve(
+            example_args,
+            *opts.state_selection,
+            stream_params=opts.stream_params,
+            names=(
+                "opt_state" if opts.opt_state_argnum is None else "opt_state_argnum",
+                "params" if opts.params_argnum is None else "params_argnum",
+            ),
+        )
+        self._named_for = opts.state_selection
+        self._found = None if opts.opt_state is False else select.detect(example_args)
         self.subject = Subject(
             fn=step_fn,
             args=args,
@@ -238,6 +260,8 @@ class Planner:
         self,
         hbm_gb: float,
         *,
+        opt_state=None,
+        params=None,
         opt_state_argnum: int | None = None,
         params_argnum: int | None = None,
         build: Callable | None = None,
@@ -246,20 +270,34 @@ class Planner:
         """The plan for one budget (GB per device); raises InfeasibleBudgetError when neither
         a plan nor a stock policy fits.
 
-        ``opt_state_argnum`` (default: ``PlanOptions.opt_state_argnum``): which argument of
-        the step is the optimizer state; the plan then also decides which of its leaves live
-        in pinned host memory (``plan.state``; state_placement.py), and ``params_argnum``
-        names the parameters for the budget split. ``build(policy, placement) ->
-        (jitted_step, args)``: your step as you run it under a plan's policy and placement
-        (``plan.state.shardings``, ``plan.state.streamed_update``, donated), compiled to hold
-        a plan that moves state to the budget and run to check its numbers against your
-        step's; without it such a plan is not compiled (the report says so).
+        ``opt_state`` (default: ``PlanOptions.opt_state``): where the optimizer state is in
+        the arguments (an index, a path, a selector, or ``"auto"``: found); the plan then
+        also decides which of its leaves live in pinned host memory (``plan.state``;
+        train_state.py), and ``plan.apply(step)`` applies it. ``params`` names the
+        parameters (found beside the optimizer state where they can be);
+        ``opt_state_argnum`` / ``params_argnum``: the older spellings. ``build(policy,
+        placement) -> (jitted_step, args)``: your step as you run it under a plan's policy
+        and placement, compiled in place of ``plan.apply``'s (needed where parameters move).
         ``stream_params`` (default: ``PlanOptions.stream_params``): your step streams its
         stacked layer parameters (``plan.state.stream_layer_params``), so the plan may put
         them in pinned host memory too."""
         b = inputs.validate_budget(hbm_gb)
         inputs.warn_above_allocator_limit(b, self.hardware)
-        return self._plan_budget(int(b * GB), opt_state_argnum, params_argnum, build, stream_params)
+        for name, v, old in (
+            ("opt_state", opt_state, opt_state_argnum),
+            ("params", params, params_argnum),
+        ):
+            if v is not None and old is not None:
+                raise InvalidArgumentError(
+                    f"{name}= and {name}_argnum= both given.\nFix: pass one of them."
+                )
+        names = (
+            "opt_state" if opt_state_argnum is None else "opt_state_argnum",
+            "params" if params_argnum is None else "params_argnum",
+        )
+        opt = opt_state if opt_state_argnum is None else opt_state_argnum
+        par = params if params_argnum is None else params_argnum
+        return self._plan_budget(int(b * GB), opt, par, build, stream_params, names)
 
     def pareto(self, hbm_gb=None, *, points: int = 5) -> list:
         """Plans for several budgets: ``[Plan or PlannerError per budget]``.
@@ -308,9 +346,14 @@ class Planner:
     def plan_activations(self, requested: int) -> Plan:
         """The plan for ``requested`` bytes per device (before headroom) that decides the
         activations only, with the train state where the step has it: what :meth:`plan`
-        returns without ``opt_state_argnum``, whatever the options say."""
+        returns without ``opt_state``, whatever the options say."""
+        return self._plan_with(requested, None)
+
+    def _plan_with(self, requested: int, state: StateSpec | None) -> Plan:
+        """One budget through one_budget.py, planned again where the numerics check isolated
+        classes whose saving changes the math."""
         while True:
-            ctx = self._context(requested)
+            ctx = self._context(requested, state)
             plan = plan_budget(ctx, self._threads, (self.trace, self.graph))
             if not self.numerics.isolate_culprits(plan, ctx.timings):
                 break
@@ -321,9 +364,10 @@ class Planner:
 
     # ------------------------------------------------------------------ one budget
 
-    def _context(self, requested: int) -> Context:
+    def _context(self, requested: int, state: StateSpec | None = None) -> Context:
         """The context of one budget: the merged trace and graph, or the per-call-site ones
-        where deciding per layer group pays; the classes the numerics check forced."""
+        where deciding per layer group pays; the classes the numerics check forced; the
+        train state it places (or, where it places none, the one found, for a refusal)."""
         budget = self.budget(requested)
         tr, graph = self.trace, self.graph
         if self._grouped is not None and (
@@ -340,28 +384,33 @@ class Planner:
             stock=self.stock,
             numerics=self.numerics,
             timings=Timings(self.timings),
+            state=state,
+            offer=self._found if state is None else None,
         )
 
     def _plan_budget(
         self,
         requested: int,
-        opt_state_argnum=None,
-        params_argnum=None,
+        opt=None,
+        par=None,
         build=None,
         stream_params=None,
+        names=("opt_state", "params"),
     ) -> Plan:
         """:meth:`plan_activations`, or with the train state's placement where it is asked
         for (by the arguments or the options)."""
         opts = self.options
-        if opt_state_argnum is None and params_argnum is None:
-            opt_state_argnum, params_argnum = opts.opt_state_argnum, opts.params_argnum
+        selection = None
+        if opt is None and par is None:
+            opt, par = opts.state_selection
+            selection = self._named if (opt, par) == self._named_for else None
         if stream_params is None:
             stream_params = opts.stream_params
         # A budget planned before with the same options: its plan, as it was (every stage
         # it rests on is this Planner's, and planning is deterministic). Not with ``build``:
         # the user's function is run to verify, and may have changed.
-        key = (requested, opt_state_argnum, params_argnum, bool(stream_params), opts)
-        keep = build is None and self._plans is not None
+        key = (requested, opt, par, names, bool(stream_params), opts)
+        keep = build is None and self._plans is not None and _hashable(key)
         if keep and key in self._plans:
             t = time.perf_counter()
             plan, took, warned = self._plans[key]
@@ -370,42 +419,38 @@ class Planner:
             return dataclasses.replace(plan, timings=((what, time.perf_counter() - t),))
         if not keep:
             return self._plan_budget_anew(
-                requested, opt_state_argnum, params_argnum, build, stream_params
+                requested, opt, par, build, stream_params, names, selection
             )
         t = time.perf_counter()
         with sessions.recording() as warned:
             plan = self._plan_budget_anew(
-                requested, opt_state_argnum, params_argnum, build, stream_params
+                requested, opt, par, build, stream_params, names, selection
             )
         self._plans[key] = (plan, time.perf_counter() - t, tuple(warned))
         return plan
 
     def _plan_budget_anew(
-        self, requested: int, opt_state_argnum, params_argnum, build, stream_params
+        self, requested: int, opt, par, build, stream_params, names, selection
     ) -> Plan:
-        if opt_state_argnum is None:
-            if params_argnum is not None or build is not None:
-                what = "params_argnum" if params_argnum is not None else "build"
+        opts = self.options
+        if opt is None or opt is False:
+            if par is not None or build is not None:
+                what = names[1] if par is not None else "build"
                 raise InvalidArgumentError(
-                    f"{what} was given without opt_state_argnum.\nWhy: both belong to "
-                    "planning the optimizer state's placement, which opt_state_argnum asks "
-                    "for.\nFix: pass opt_state_argnum (e.g. opt_state_argnum=1 for "
-                    "train_step(params, opt_state, batch)), or neither."
+                    f"{what} was given without opt_state_argnum or opt_state.\nWhy: both "
+                    "belong to planning the optimizer state's placement, which opt_state asks "
+                    "for.\nFix: pass opt_state (e.g. opt_state=1 for train_step(params, "
+                    "opt_state, batch), or opt_state='auto'), or neither."
                 )
             return self.plan_activations(requested)
-        PlanOptions(  # checks
-            opt_state_argnum=opt_state_argnum,
-            params_argnum=params_argnum,
-            stream_params=bool(stream_params),
+        if selection is None or stream_params != opts.stream_params:
+            selection = select.resolve(
+                self.example_args, opt, par, stream_params=bool(stream_params), names=names
+            )
+        spec = state_spec(
+            self.subject, self.trace, selection, build=build, stream_params=bool(stream_params)
         )
-        return placement.plan_in_session(
-            self,
-            requested,
-            opt_state_argnum=opt_state_argnum,
-            params_argnum=params_argnum,
-            build=build,
-            stream_params=bool(stream_params),
-        )
+        return self._plan_with(requested, spec)
 
 
 def solve(
@@ -489,3 +534,12 @@ def _session(step_fn, example_args, hardware, options, progress, option_fields):
         session._plans = {}
     sessions.keep(key, session, opts.session_cache)
     return session, None
+
+
+def _hashable(key) -> bool:
+    """Whether a budget's cache key can be kept (a selector given as a list is not)."""
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True

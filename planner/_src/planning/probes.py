@@ -25,7 +25,7 @@ from planner._src.planning.context import (
     with_forced,
 )
 from planner._src.planning.fit import Standing
-from planner._src.solve import min_peak_assignment
+from planner._src.solve import min_peak_plan
 from planner._src.types import Assignment
 from planner._src.units import GB
 
@@ -65,23 +65,28 @@ def _probes(ctx: Context, log: Attempts, s: Standing):
     g = with_forced(ctx.graph, log.not_kept, NOT_KEPT_WHY)
     opts = ctx.options.solver
     try:
-        smallest_plan, _ = min_peak_assignment(g, cost, opts)
+        smallest_plan, smallest_host, _ = min_peak_plan(g, cost, opts)
     except (InfeasibleBudgetError, SolverError):
         return None, None
-    lo = evaluate(cost, g, normalize(g, cost, smallest_plan)).peak_bytes
+    lo = evaluate(
+        cost, g, normalize(g, cost, smallest_plan), state_on_host=smallest_host
+    ).peak_bytes
     everything = Assignment.of({c.key: "save" for c in g.classes})
     hi = evaluate(cost, g, normalize(g, cost, everything)).peak_bytes
 
-    def key(a):
-        return normalize(g, cost, a).decisions
+    def key(a, on_host):
+        return normalize(g, cost, a).decisions, on_host
 
-    seen: set = set() if tried is None else {key(tried.assignment)}
+    seen: set = set() if tried is None else {key(tried.assignment, tried.state_on_host)}
     fitting = []
     smallest = None
 
     def solutions():
-        step_s = evaluate(cost, g, normalize(g, cost, smallest_plan)).step_s
-        yield lo, unsolved(smallest_plan, "FEASIBLE", step_s, g, budget)
+        step_s = evaluate(
+            cost, g, normalize(g, cost, smallest_plan), state_on_host=smallest_host
+        ).step_s
+        first = unsolved(smallest_plan, "FEASIBLE", step_s, g, budget)
+        yield lo, dataclasses.replace(first, state_on_host=smallest_host)
         for f in PROBE_FRACTIONS:
             at = int(lo + f * (hi - lo))
             if at <= lo:
@@ -92,11 +97,21 @@ def _probes(ctx: Context, log: Attempts, s: Standing):
                 continue
 
     for at, sol in solutions():
-        if key(sol.assignment) in seen:
+        if key(sol.assignment, sol.state_on_host) in seen:
             continue
-        seen.add(key(sol.assignment))
+        seen.add(key(sol.assignment, sol.state_on_host))
         ctx.say(f"probing the model's plan for {at / GB:g} GB: does it compile smaller?")
-        att = attempt(ctx.subject, ctx.timings, tr, g, cost, sol.assignment, budget)
+        att = attempt(
+            ctx.subject,
+            ctx.timings,
+            tr,
+            g,
+            cost,
+            sol.assignment,
+            budget,
+            state=ctx.state,
+            state_on_host=sol.state_on_host,
+        )
         log.record(att, s.correction, budget, "probe")
         v = att.verification
         if att.not_kept or v.compiled_device_bytes is None or not v.exact:

@@ -1,6 +1,7 @@
 """The refusal: when nothing fits, the teaching error that names the smallest figure any plan
-or stock policy compiled to, as the budget that works. Before it is raised, every applicable
-stock policy has been compiled."""
+or stock policy compiled to, as the budget that works; where an optimizer state was found in
+the arguments and left in HBM, what placing it would free and the argument that asks for it.
+Before it is raised, every applicable stock policy has been compiled."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from planner._src.cost.baselines import evaluate_baselines
 from planner._src.errors import InfeasibleBudgetError
 from planner._src.planning.context import Context
 from planner._src.planning.fit import Standing
+from planner._src.planning.train_state import (
+    offer_note,
+    state_baseline_attempt,
+    state_baselines,
+)
 from planner._src.policies import STOCK
 from planner._src.units import GB, fmt_bytes, fmt_pair, gb_at_least
 
@@ -56,11 +62,18 @@ def refusal(ctx: Context, s: Standing, base_trace, base_graph) -> InfeasibleBudg
     # Without verify_compile the model is the judge; with it, the compiler's figures.
     tried = dict(ctx.stock.compiled_bytes) if opts.verify_compile else {}
     if opts.verify_compile and opts.compare_stock:
-        for b in evaluate_baselines(base_graph, cost, budget):
+        stock = evaluate_baselines(base_graph, cost, budget)
+        for b in stock:
             if b.applicable and b.name in STOCK and b.name not in tried:
                 got = ctx.stock.fit_bytes(b.name, ctx.timings, base_trace, base_graph, cost)
                 if got is not None:
                     tried[b.name] = got
+        # where the budget places train state: MaxText's all-or-nothing state offload too
+        for b in state_baselines(ctx, s.graph, cost, stock):
+            att = state_baseline_attempt(ctx, b.name, s.graph, cost)[0]
+            got = att.verification.compiled_device_bytes
+            if got is not None and att.verification.exact:
+                tried[b.name] = got
     figures = dict(tried)
     # Only an exact figure can be named as the budget that works: an estimate (XLA:CPU with
     # host bytes subtracted, "unverified") is not accepted as fitting when planning there.
@@ -102,7 +115,7 @@ def refusal(ctx: Context, s: Standing, base_trace, base_graph) -> InfeasibleBudg
         + ".\n"
         f"Why: {fixed_why(cost.fixed_bytes, io)}, and the backward pass "
         "of a layer needs its working set.\n"
-        f"Fix: {remedies(ctx, need_req)}." + note,
+        f"Fix: {remedies(ctx, need_req)}." + offer_note(ctx) + note,
         budget_bytes=requested,
         min_feasible_bytes=need_req,
     )

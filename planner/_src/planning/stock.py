@@ -28,6 +28,9 @@ class StockCompiles:
         self._compiled: dict = {}  # name -> its verify compile (live)
         self._pending: dict = {}  # name -> a Future of its verify program
         self._bytes: dict[str, int | None] = {"nothing_saveable": trace.anchor.device_bytes}
+        # the stock policies with the optimizer state on the host (train_state.py: MaxText's
+        # optimizer_memory_host_offload), compiled as applied: (name, selection) -> Attempt
+        self._applied: dict[tuple, Attempt] = {}
         if trace.anchor_saved is not None:
             self._bytes["everything_saveable"] = trace.anchor_saved.device_bytes
 
@@ -99,6 +102,19 @@ class StockCompiles:
             label=f"stock {name}",
             precompiled=self._pending.pop(name, None),
         )
+
+    def applied(self, key: tuple, make) -> Attempt:
+        """The attempt of a stock policy with the train state placed (``key``: its name and
+        the placement's selection), made by ``make()`` once per Planner (budget-free: held
+        to each budget by its figure)."""
+        if key not in self._applied:
+            self._applied[key] = make()
+        return self._applied[key]
+
+    def applied_bytes(self, key: tuple) -> int | None:
+        """The compiled device bytes of :meth:`applied`'s attempt, if it was compiled."""
+        att = self._applied.get(key)
+        return None if att is None else att.verification.compiled_device_bytes
 
     def prefetch(self, names, timings: Timings, graph, cost) -> None:
         """Start the verify compiles of the stock policies ``names`` (those not compiled or

@@ -14,6 +14,7 @@ from typing import Any
 from planner._src.budget import Budget, headroom_why
 from planner._src.emit.apply import apply as apply_to_step
 from planner._src.emit.apply import binding
+from planner._src.emit.apply_state import apply_state
 from planner._src.emit.emit import differing_groups_error
 from planner._src.errors import PlanWarning
 from planner._src.graph import LivenessGraph, class_key
@@ -118,9 +119,15 @@ class Plan:
 
         Its first call compares the step, with that call's arguments, with the step this plan
         was made for, and raises PlanFileError naming what differs (``.differences``) for
-        another one (another batch size, model or dtype); ``check=False`` skips that."""
+        another one (another batch size, model or dtype); ``check=False`` skips that.
+        Where the plan puts train state in pinned host memory (``plan.state``), the result
+        is also jitted with the state's memory kinds and donation, its update streamed per
+        layer slice where the plan says (emit/apply_state.py): call it as the step; it is
+        the step the plan was compiled as."""
         b = binding(self.bind_groups(), self.emitted.policy, self.emitted.policies)
         guard = first_call_check(step_fn, self.trace.fingerprint, "This plan") if check else None
+        if self.state is not None and self.state.placement.on_host:
+            return apply_state(step_fn, b, self.state.applies, guard)
         return apply_to_step(step_fn, b, guard)
 
     @property

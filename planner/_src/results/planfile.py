@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from planner._src.emit.apply import apply, binding
+from planner._src.emit.apply_state import apply_state
 from planner._src.emit.emit import differing_groups_error, policies_for
 from planner._src.errors import PlanFileError
 from planner._src.fingerprints import StepFingerprint
@@ -23,6 +24,7 @@ from planner._src.graph import num_groups
 from planner._src.results.files import as_path, target_of, write_text_atomically
 from planner._src.results.report import Report, build_report, render, report_from_dict
 from planner._src.results.stale import first_call_check, refuse_another_step
+from planner._src.trainstate.records import StateApply
 from planner._src.types import DECISIONS, Assignment
 from planner._src.xla.fingerprint import step_fingerprint_and_bodies
 from planner._version import __version__
@@ -64,6 +66,10 @@ class SavedPlan:
             program=self.fingerprint, jax=str(v.get("jax", "")), jaxlib=str(v.get("jaxlib", ""))
         )
 
+    # how the plan's train-state placement is applied (plan.state.applies); None: the plan
+    # places no train state
+    state: StateApply | None = None
+
     @property
     def policy(self):
         """The plan's policy; raises LayerGroupsError when its layer groups decide differently."""
@@ -98,7 +104,10 @@ class SavedPlan:
             )
         where = f"The plan in {self.path or 'this file'}"
         guard = first_call_check(step_fn, self.step_fingerprint, where) if check else None
-        return apply(step_fn, binding(self.bind_groups(), policy, policies), guard)
+        b = binding(self.bind_groups(), policy, policies)
+        if self.state is not None and self.state.on_host:
+            return apply_state(step_fn, b, self.state, guard)  # the train state's placement too
+        return apply(step_fn, b, guard)
 
     def bind_groups(self) -> dict[int, int | None]:
         """Bind order of the step's checkpoint call sites -> layer group (``Plan.bind_groups``)."""
@@ -239,6 +248,9 @@ def save(plan, path: str | os.PathLike) -> None:
         "candidates": plan.candidates(),
         "report": dataclasses.asdict(build_report(plan, str(path))),
     }
+    if plan.state is not None:
+        a = plan.state.applies
+        data["state"] = {**dataclasses.asdict(a), "on_host": sorted(a.on_host)}
     write_text_atomically(path, json.dumps(data, indent=1, sort_keys=True))
 
 
@@ -376,6 +388,7 @@ def _parse(data: dict, path: Path) -> SavedPlan:
         bind_group_pairs=bind_groups,
         candidates_data=_candidates(data.get("candidates", []), path),
         step=_step(data.get("step"), fingerprint, path),
+        state=_state(data.get("state"), path),
     )
 
 
@@ -399,6 +412,20 @@ def _step(raw, program: str, path) -> StepFingerprint | None:
             "of them was edited",
         )
     return StepFingerprint.from_json(raw)
+
+
+def _state(raw, path) -> StateApply | None:
+    """The train state's placement as recorded (``plan.state.applies``), checked."""
+    if raw is None:
+        return None
+    fields = {f.name for f in dataclasses.fields(StateApply)}
+    if not isinstance(raw, dict) or set(raw) != fields:
+        raise _damaged(path, f"'state' is {raw!r:.80}, not the train state's placement")
+    if not isinstance(raw["on_host"], list) or not all(isinstance(x, str) for x in raw["on_host"]):
+        raise _damaged(path, "'state' names its host leaves by anything but their paths")
+    if raw["mode"] not in ("streamed", "whole", "build") or not isinstance(raw["layers"], int):
+        raise _damaged(path, f"'state' has the mode {raw['mode']!r} or layers {raw['layers']!r}")
+    return StateApply(**{**raw, "on_host": frozenset(raw["on_host"])})
 
 
 def _candidates(raw, path) -> tuple:

@@ -9,6 +9,7 @@ from planner._src.solve.phases import (
     check_solution,
     min_feasible_bytes,
     min_peak_assignment,
+    min_peak_plan,
     solve_assignment,
 )
 from planner._src.types import Solution, SolverOptions
@@ -19,5 +20,6 @@ __all__ = [
     "check_solution",
     "min_feasible_bytes",
     "min_peak_assignment",
+    "min_peak_plan",
     "solve_assignment",
 ]

@@ -24,13 +24,27 @@ from planner._src.solve.regions import KIB, NS
 from planner._src.types import Assignment, CostModel, Solution, SolverOptions
 from planner._src.units import gb_at_least
 
-__all__ = ["check_solution", "min_feasible_bytes", "min_peak_assignment", "solve_assignment"]
+__all__ = [
+    "check_solution",
+    "min_feasible_bytes",
+    "min_peak_assignment",
+    "min_peak_plan",
+    "solve_assignment",
+]
 
 
 def min_peak_assignment(
     graph: LivenessGraph, cost: CostModel, opts: SolverOptions
 ) -> tuple[Assignment, float]:
     """The assignment with the smallest predicted peak, and the proved lower bound on any peak."""
+    a, _, bound = min_peak_plan(graph, cost, opts)
+    return a, bound
+
+
+def min_peak_plan(
+    graph: LivenessGraph, cost: CostModel, opts: SolverOptions
+) -> tuple[Assignment, frozenset, float]:
+    """:func:`min_peak_assignment` with the train-state leaves its plan puts on the host."""
     mod = Model(graph, cost, None)
     mod.hint_all_remat()
     s, status = mod.run(mod.peak_kib, opts, opts.time_limit_s)
@@ -40,7 +54,7 @@ def min_peak_assignment(
             f"status {s.StatusName(status)}. This is a planner bug; please report it."
         )
     # The proved lower bound is the honest "no plan goes below this" figure.
-    return mod.assignment(s), float(s.BestObjectiveBound() * KIB)
+    return mod.assignment(s), mod.state_host(s), float(s.BestObjectiveBound() * KIB)
 
 
 def min_feasible_bytes(graph: LivenessGraph, cost: CostModel, opts: SolverOptions) -> float:

@@ -17,17 +17,26 @@ def add_to_model(m, costs: tuple[LeafCost, ...], kib_up, ns):
     ``on_host[key]`` is the 0/1 variable h_i (key: :attr:`StateLeaf.key`), and the others
     are linear expressions in them (the sums S, U, V, host bytes, X of
     docs/cost-model.md#the-train-state; bytes in KiB rounded up as solve/model.py does, so
-    the saving is rounded *down*).
+    the saving is rounded *down*). U sums the streamed leaves' buffers and adds the largest
+    of the whole leaves' (a variable held above each chosen one's).
     """
     on_host, saved, buf, inflight, host, t = {}, [], [], [], [], []
+    # leaves brought in whole (LeafCost.whole): their update buffers combine by the largest
+    whole = [c for c in costs if c.whole]
+    largest = m.NewIntVar(
+        0, max((kib_up(c.update_buffer_bytes) for c in whole), default=0), "U_whole"
+    )
     for c in costs:
         h = m.NewBoolVar(f"state_on_host[{c.leaf.key}]")
         on_host[c.leaf.key] = h
         saved.append((c.saved_bytes // 1024) * h)  # down: a plan never saves more than it does
-        buf.append(kib_up(c.update_buffer_bytes) * h)
+        if c.whole:
+            m.Add(largest >= kib_up(c.update_buffer_bytes) * h)
+        else:
+            buf.append(kib_up(c.update_buffer_bytes) * h)
         inflight.append(kib_up(c.inflight_bytes) * h)
         # resident between steps + written during the step (a host parameter's gradient):
         # both in pinned host memory at the step's host peak, under one cap
         host.append(kib_up(c.host_bytes + c.host_temp_bytes) * h)
         t.append(ns(c.exposed_s) * h)
-    return on_host, sum(saved), sum(buf), sum(inflight), sum(host), sum(t)
+    return on_host, sum(saved), sum(buf) + largest, sum(inflight), sum(host), sum(t)

@@ -22,13 +22,22 @@ __all__ = [
     "PARAM_PREFIX",
     "BudgetPart",
     "StateLeaf",
+    "StateApply",
     "StatePlacement",
     "StateTerms",
     "budget_parts",
     "budget_split",
+    "leaves_of",
     "placement_of",
     "state_leaves",
+    "under",
 ]
+
+
+def under(path: str, prefix: str) -> bool:
+    """Whether ``path`` (a keystr) is ``prefix`` or inside it (a keystr's keys start with
+    ``[`` or ``.``, so ``"[0].opt"`` does not contain ``"[0].opt_state"``)."""
+    return path.startswith(prefix) and (len(path) == len(prefix) or path[len(prefix)] in "[.")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +108,26 @@ def state_leaves(
     may be placed on the host. Arrays or ``ShapeDtypeStruct``s; bytes are per device.
     """
     import jax
+
+    pairs = {
+        role: [
+            (jax.tree_util.keystr(k), x)
+            for k, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+            if hasattr(x, "shape")
+        ]
+        for role, tree in (("param", params), ("opt", opt_state))
+        if tree is not None
+    }
+    return leaves_of(
+        pairs.get("opt", []), pairs.get("param"), layers=layers, stream_params=stream_params
+    )
+
+
+def leaves_of(
+    opt_pairs, param_pairs=None, *, layers: int, stream_params: bool = False
+) -> tuple[StateLeaf, ...]:
+    """:func:`state_leaves` from ``(path, array)`` pairs: the leaves of the optimizer state
+    and of the parameters with their paths inside each tree (trainstate.select.subtree)."""
     import numpy as np
 
     if layers < 1:
@@ -107,18 +136,14 @@ def state_leaves(
             "stacked leaf is streamed in.\nFix: pass the scanned model's layer count (>= 1)."
         )
     out = []
-    for role, tree in (("param", params), ("opt", opt_state)):
-        if tree is None:
-            continue
-        for key, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
-            if not hasattr(x, "shape"):
-                continue
+    for role, pairs in (("param", param_pairs), ("opt", opt_pairs)):
+        for path, x in pairs or ():
             shape = tuple(int(d) for d in x.shape)
             nbytes = math.prod(shape) * np.dtype(x.dtype).itemsize // _shard_count(x)
             stacked = len(shape) >= 1 and shape[0] == layers and layers > 1
             out.append(
                 StateLeaf(
-                    path=jax.tree_util.keystr(key),
+                    path=path,
                     role=role,
                     nbytes=int(nbytes),
                     layers=layers if stacked else 1,
@@ -218,3 +243,40 @@ def budget_parts(split: dict[str, dict[str, int]]) -> tuple[BudgetPart, ...]:
         BudgetPart(part=k, hbm_bytes=v["hbm"], host_bytes=v["host"], moved_bytes=v["moved"])
         for k, v in split.items()
     )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StateApply:
+    """How a plan's train-state placement is applied (what a plan file records of it):
+    where the optimizer state and the parameters are in the arguments (keystr paths), the
+    Flax ``TrainState`` holding them (None: none does), the leaves on the host (keys as in
+    a placement), the layer count a stacked leaf is streamed in, and the mode (module
+    docstring; ``"build"``: the user's ``build`` applies it)."""
+
+    opt_path: str
+    params_path: str | None
+    container: str | None
+    on_host: frozenset[str]
+    layers: int
+    mode: str
+    mode_why: str = ""
+
+    def opt_keys(self) -> frozenset[str]:
+        return frozenset(k for k in self.on_host if not k.startswith(PARAM_PREFIX))
+
+    def param_keys(self) -> frozenset[str]:
+        return frozenset(k[len(PARAM_PREFIX) :] for k in self.on_host if k.startswith(PARAM_PREFIX))
+
+    def host_leaf(self, path: str) -> bool:
+        """Whether the argument leaf at ``path`` (a keystr into the arguments) is on the host."""
+        if under(path, self.opt_path) and path[len(self.opt_path) :] in self.opt_keys():
+            return True
+        p = self.params_path
+        return p is not None and under(path, p) and path[len(p) :] in self.param_keys()
+
+    def argnums(self) -> tuple[int, ...]:
+        out = set()
+        for p in (self.opt_path, self.params_path):
+            if p:
+                out.add(int(p[1 : p.index("]")]))
+        return tuple(sorted(out))

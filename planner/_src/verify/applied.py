@@ -1,5 +1,6 @@
-"""The Verification of a plan that moves train state, from the compile of the step as the
-user applies it (state_plan.py): the traced step cannot show such a plan's bytes."""
+"""The Verification of a plan that moves train state, from the compile of the step as
+applied (``plan.apply``'s or the user's ``build``; planning/attempt.py): the traced step
+cannot show such a plan's bytes."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from planner._src.units import fmt_bytes
 def applied_step_verification(
     check, predicted_peak_bytes: int, usable_bytes: int, *, backend: str, compiler
 ) -> Verification:
-    """The Verification of a plan that moves train state (state_plan.py), from the compile
-    of the step as the user applies it: ``check``, a ``state.StateCheck`` (None where no
-    ``build`` was given, so nothing was compiled). ``compiler``: the session's
-    ``target.CompilerTarget``.
+    """The Verification of a plan that moves train state, from the compile of the step as
+    applied: ``check``, a ``trainstate.StateCheck`` (None where it was not compiled: host
+    parameters without ``build``, or ``verify_compile=False``). ``compiler``: the
+    session's ``CompilerTarget``.
 
-    The traced step cannot verify such a plan: the placement is applied by the user's step
-    (the shardings, the streamed update), so only that step's compile shows the plan's bytes.
+    The traced step cannot verify such a plan: the placement is applied by the step as
+    applied (the memory kinds, the update), so only that step's compile shows its bytes.
     XLA:CPU's compile of it (``check.estimated``) keeps the host leaves in its one memory:
     recorded, not held to the budget."""
     if check is None:
@@ -29,11 +30,12 @@ def applied_step_verification(
             checks=(),
             backend=backend,
             note=(
-                "Not compiled: the plan puts optimizer state in pinned host memory, which "
-                "your step applies (plan.state: the shardings, the streamed update), so the "
-                "traced step's compile would not show the plan's bytes. Pass build=(policy, "
-                "placement) -> (jitted step, args) to Planner.plan to compile the step as "
-                "applied and hold it to the budget."
+                "Not compiled: the plan puts parameters in pinned host memory, which only "
+                "your step can stream into its layers (plan.state.stream_layer_params), so "
+                "neither the traced step's compile nor plan.apply's would show the plan's "
+                "bytes. Pass build=(policy, placement) -> (jitted step, args) to "
+                "Planner.plan to compile the step as applied and hold it to the budget "
+                "(verify_compile=False also leaves it uncompiled)."
             ),
             exact=compiler.exact,
             compiler=compiler.description,
@@ -77,8 +79,8 @@ def applied_step_verification(
             ),
         ),
         backend=backend,
-        note="The compiled figures are the step as applied (build: the plan's policy, "
-        "the state's shardings, the streamed update).",
+        note="The compiled figures are the step as applied (plan.apply's, or your build's: "
+        "the plan's policy, the state's memory kinds, the update).",
         exact=exact,
         compiler=compiler.description,
     )

@@ -80,7 +80,7 @@ def _status_lines(plan) -> tuple[tuple[str, str], ...]:
     state = getattr(plan, "state", None)
     if ver.compiled is None and state is not None and state.placement.on_host:
         where = (
-            "none: the plan moves train state, which the step you run applies (pass "
+            "none: the plan moves parameters, which only your step can stream (pass "
             "build= to Planner.plan to compile it as applied; notes)"
         )
     elif ver.compiled is None:
@@ -357,6 +357,8 @@ def build_report(plan, plan_file: str | None = None) -> Report:
         )
     if plan.offload_why:
         notes.append(plan.offload_why)
+    if plan.state is not None:
+        notes.append("Train state: " + "; ".join(plan.state.lines()) + ".")
     if plan.choice != "planner":
         notes.append(f"The answer is the stock policy {plan.choice}: {plan.choice_why}.")
     elif plan.choice_why:

@@ -86,6 +86,20 @@ def run_planned(step_fn: Callable, args: Sequence[Any], make_policy, compiled=No
             return _ready(_jitted(step_fn)(*_copy(args)))
 
 
+def run_applied(fn: Callable, args: Sequence[Any]):
+    """A step as applied (a plan that places train state: its compile, on arguments placed
+    in their memory kinds), on fresh buffers of ``args`` in the same memory kinds."""
+
+    def fresh(x):
+        if isinstance(x, jax.Array):
+            return jax.device_put(x, x.sharding, may_alias=False)
+        return x
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*donated buffers.*")
+        return _ready(fn(*jax.tree.map(fresh, tuple(args))))
+
+
 def reference_runs(
     step_fn: Callable, args: Sequence[Any], computed: Sequence[str], full_remat=None
 ):

@@ -1,0 +1,307 @@
+"""The optimizer state where users keep it (issue 42): selected by structure (a Flax linen
+TrainState, an nnx.Optimizer's state, an Equinox (model, opt_state) step, a (params,
+opt_state) tuple), refused before any trace where a selection cannot be optimizer state,
+planned as a step of the one driver (fit rounds, the stock comparison, the numerics check),
+applied with ``plan.apply(step)`` (and ``load_plan(...).apply(step)``), and named by a
+refusal that leaves it in HBM.
+
+Each idiom at a budget below its full-remat compile with the state in HBM: on XLA:CPU the
+plan places state on the host and the applied step gives the unplanned step's loss and
+update; deviceless XLA:GPU for the H200 (where the CUDA plugin is installed) compiles the
+applied step within the budget with exactly the planned host bytes."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import jax
+import numpy as np
+import pytest
+from zoo import equinox_model, flax_linen, flax_nnx
+
+import planner
+from examples import llama
+from planner._src.budget import io_bytes, requested_for
+from planner._src.errors import InfeasibleBudgetError, InvalidArgumentError, PlanWarning
+from planner._src.planning import planner as planner_mod
+from planner._src.trainstate import select
+from planner._src.units import GB
+from planner._src.verify.numerics import coarsest_eps, compare, reference_runs
+from planner._src.xla import compile as xla_compile
+from planner._src.xla import targets as tg
+
+SMALL = dict(n_layers=4, d_model=64, d_ff=128, seq=32, batch=2)
+CFG = dataclasses.replace(llama.QUICKSTART, d_model=128, n_heads=4, d_ff=256, seq=32, batch=2)
+
+
+def _tuple_step():
+    """A NeoX-style step: ``train_step((params, opt_state), batch)``, optax closed over."""
+    step, (params, opt, batch) = llama.make_adam_step(CFG)
+
+    def train_step(state, batch):
+        params, opt = state
+        params, opt, loss = step(params, opt, batch)
+        return (params, opt), loss
+
+    return train_step, ((params, opt), batch)
+
+
+IDIOMS = {
+    "linen TrainState": lambda: flax_linen.make(**SMALL),
+    "nnx.Optimizer": lambda: flax_nnx.make(**SMALL),
+    "equinox (model, opt_state)": lambda: equinox_model.make(**SMALL),
+    "(params, opt_state) tuple": _tuple_step,
+}
+FOUND = {
+    "linen TrainState": ("[0].opt_state", "[0].params", "streamed"),
+    "nnx.Optimizer": ("[0][1]['opt_state']", "[0][0]", "whole"),
+    "equinox (model, opt_state)": ("[1]", "[0]", "whole"),
+    "(params, opt_state) tuple": ("[0][1]", "[0][0]", "whole"),
+}
+
+
+# ------------------------------------------------------------------ selection, before any work
+
+
+@pytest.mark.parametrize("idiom", IDIOMS)
+def test_the_common_idioms_are_found(idiom):
+    _, args = IDIOMS[idiom]()
+    sel = select.detect(args)
+    opt, params, _ = FOUND[idiom]
+    assert (sel.opt_path, sel.params_path) == (opt, params)
+    assert "of Adam moments, f32" in sel.line() and sel.line().startswith(
+        f"optimizer state: `args{opt}`, 2 x "
+    )
+
+
+def test_a_selection_by_index_path_or_selector_is_the_same():
+    _, args = flax_linen.make(**SMALL)
+    by = [
+        select.resolve(args, spec)
+        for spec in ("args[0].opt_state", "[0].opt_state", lambda a: a[0].opt_state, "auto")
+    ]
+    assert {(s.opt_path, s.params_path, s.container) for s in by} == {
+        ("[0].opt_state", "[0].params", "[0]")
+    }
+    _, args = flax_nnx.make(**SMALL)
+    assert select.resolve(args, lambda a: a[0][1]["opt_state"]).opt_path == "[0][1]['opt_state']"
+    _, args = llama.make_adam_step(CFG)
+    assert select.resolve(args, 1).params_path == "[0]"  # the argnum shorthand
+
+
+def test_a_bfloat16_state_is_float_state():
+    """bfloat16 moments (numpy does not count ml_dtypes' floats as np.floating) are found
+    and accepted, not refused as "no float arrays"."""
+    import jax.numpy as jnp
+    import optax
+
+    params = {"w": jnp.zeros((4, 8), jnp.bfloat16)}
+    args = ((params, optax.adam(1e-3).init(params)), {"tokens": jnp.zeros((2, 4), jnp.int32)})
+    for spec in ("auto", "args[0][1]"):
+        sel = select.resolve(args, spec)
+        assert (sel.opt_path, sel.params_path) == ("[0][1]", "[0][0]")
+        assert "of Adam moments, bf16" in sel.line()
+    with pytest.raises(InvalidArgumentError, match="has no float arrays"):
+        select.resolve(args, "args[1]")
+
+
+@pytest.fixture
+def no_trace(monkeypatch):
+    """Fail the test if the planner traces the step (a refusal must come first)."""
+
+    def trace_step(*a, **k):
+        raise AssertionError("traced before refusing the selection")
+
+    monkeypatch.setattr(planner_mod, "trace_step", trace_step)
+
+
+@pytest.mark.parametrize(
+    "spec, said",
+    [
+        (lambda a: a[0].params, "is the parameters"),
+        (1, "has no float arrays"),  # the tokens
+        (lambda a: a[0], "holds more than the optimizer state"),
+        ("args[0].step", "has no float arrays"),
+        ("args[0].opt", "names nothing in the step's arguments"),
+        (lambda a: a[1] + 1, "not among the step's arguments"),
+    ],
+)
+def test_wrong_selections_are_refused_before_any_trace(no_trace, spec, said):
+    step, args = flax_linen.make(**SMALL)
+    with pytest.raises(InvalidArgumentError, match=said) as e:
+        planner.Planner(step, *args, hardware="cpu", opt_state=spec)
+    assert "args[0].opt_state" in str(e.value)  # what was found, as the fix
+
+
+def test_the_parameters_as_optimizer_state_are_refused(no_trace):
+    step, args = llama.make_adam_step(CFG)
+    with pytest.raises(InvalidArgumentError, match=r"`args\[1\]` is the parameters"):
+        planner.Planner(step, *args, hardware="cpu", opt_state_argnum=1, params_argnum=1)
+    with pytest.raises(InvalidArgumentError, match=r"`args\[0\]` is the parameters"):
+        planner.Planner(step, *args, hardware="cpu", opt_state=0)
+    with pytest.raises(InvalidArgumentError, match="opt_state_argnum=3 does not name"):
+        planner.Planner(step, *args, hardware="cpu", opt_state_argnum=3)
+    with pytest.raises(InvalidArgumentError, match="not an optax state"):
+        planner.Planner(step, *args, hardware="cpu", opt_state=lambda a: a[0]["layers"])
+
+
+# ------------------------------------------------------------------ the model of whole leaves
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_whole_leaves_equal_brute_force(seed):
+    """Leaves brought in whole (an update the planner cannot stream): their update buffers
+    combine by the largest (benchmarks/results/whole-state-deviceless-2026-12-06.md), in
+    the solver as in cost.evaluate, which brute force checks."""
+    from synthetic import check_state_solve, random_problem, state_options
+
+    from planner._src.cost import state as cst
+    from planner._src.trainstate import StateLeaf
+    from planner._src.types import SolverOptions
+
+    graph, cost = random_problem(seed, n_nodes=6, n_regions=1, n_classes=3)
+    leaves = tuple(
+        StateLeaf(
+            path=f"m{i}",
+            role="opt",
+            nbytes=kib * 1024,
+            layers=1,
+            shape=(kib * 256,),
+            dtype="float32",
+        )
+        for i, kib in enumerate((256, 384, 128))
+    )
+    cost = cst.with_state(cost, leaves, whole=True)
+    t = cst.evaluate_state(cost.state, frozenset({"m0", "m1"}))
+    assert t.update_buffer_bytes == 2 * 384 * 1024  # the largest, not the sum
+    options = state_options(graph, cost)
+    lo = min(p.peak_bytes for _, _, p in options)
+    hi = min(p.peak_bytes for _, h, p in options if not h)
+    for budget in sorted({lo, (lo + hi) // 2, hi}):
+        check_state_solve(graph, cost, budget, options, SolverOptions(time_limit_s=5.0))
+
+
+# ------------------------------------------------------------------ planned, applied
+
+
+def _budget_below_full_remat(session, share: float = 0.5) -> float:
+    """hbm_gb whose usable bytes are the full-remat compile (state in HBM) less ``share`` of
+    the optimizer state's movable bytes."""
+    sel = select.detect(session.example_args)
+    movable = sum(
+        x.size * x.dtype.itemsize for _, x in sel.opt_leaves(session.example_args) if x.ndim
+    )
+    usable = session.trace.anchor.device_bytes - share * movable
+    req = requested_for(usable, session.hardware, io_bytes(session.trace), session.compiler.margin)
+    return req / GB
+
+
+def _donated(step, args):
+    return jax.jit(step, donate_argnums=select.detect(args).argnums())
+
+
+@pytest.mark.parametrize("idiom", IDIOMS)
+def test_state_placed_applied_and_same_numbers_on_cpu(idiom):
+    """XLA:CPU: below full remat with the state in HBM, the activations alone are refused
+    (naming the state placement), ``opt_state="auto"`` plans it; ``plan.apply(step)`` is
+    the step the plan was compiled as, and it gives the unplanned step's loss and update
+    (the plan's own numerics check, and here again on fresh arguments)."""
+    step, args = IDIOMS[idiom]()
+    session = planner.Planner(_donated(step, args), *args, hardware="cpu")
+    hbm_gb = _budget_below_full_remat(session)
+    with pytest.raises(InfeasibleBudgetError, match="opt_state=") as refused:
+        session.plan(hbm_gb)
+    assert "Or place the optimizer state" in str(refused.value)
+    plan = session.plan(hbm_gb, opt_state="auto")
+    st = plan.state
+    opt, params, mode = FOUND[idiom]
+    assert st.selection.opt_path == opt and st.mode == mode
+    assert st.placement.on_host, plan.report()
+    assert plan.numerics is not None and plan.numerics.checked and plan.numerics.ok
+    assert st.compiled is not None and st.compiled.estimated  # XLA:CPU: no host memory space
+    text = plan.report()
+    assert f"optimizer state: `args{opt}`" in text and "plan.apply(train_step)" in text
+    fresh_step, fresh = IDIOMS[idiom]()
+    want, rounding = reference_runs(fresh_step, fresh, ())  # (on copies: fresh stays)
+    got = plan.apply(fresh_step)(*fresh)  # donated
+    checks = compare(got, want, coarsest_eps(fresh, want), rounding)
+    assert checks and all(c.ok for c in checks), [c for c in checks if not c.ok]
+    kinds = {
+        jax.tree_util.keystr(k): x.sharding.memory_kind
+        for k, x in jax.tree_util.tree_flatten_with_path(got)[0]
+    }
+    host = {p for p, kind in kinds.items() if kind == "pinned_host"}
+    assert len(host) == len(st.placement.opt_paths())
+
+
+def test_a_saved_state_plan_applies_from_its_file(tmp_path):
+    step, args = flax_linen.make(**SMALL)
+    session = planner.Planner(_donated(step, args), *args, hardware="cpu")
+    plan = session.plan(_budget_below_full_remat(session), opt_state=lambda a: a[0].opt_state)
+    assert plan.state.placement.on_host
+    plan.save(tmp_path / "plan.json")
+    saved = planner.load_plan(tmp_path / "plan.json")
+    assert saved.state == plan.state.applies
+    fresh_step, fresh = flax_linen.make(**SMALL)
+    copy = jax.tree.map(lambda x: x.copy() if isinstance(x, jax.Array) else x, fresh)
+    a = plan.apply(fresh_step)(*fresh)
+    b = saved.apply(fresh_step)(*copy)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_plans_of_steps_whose_state_fits_do_not_change():
+    """Without opt_state the found state changes nothing: the same plan as before, no state
+    part; with it at a roomy budget, nothing moves."""
+    step, args = flax_linen.make(**SMALL)
+    session = planner.Planner(_donated(step, args), *args, hardware="cpu")
+    roomy = 2 * session.trace.anchor_saved.device_bytes / GB
+    plain = session.plan(roomy)
+    assert plain.state is None
+    placed = session.plan(roomy, opt_state="auto")
+    assert not placed.state.placement.on_host
+    assert placed.assignment == plain.assignment
+
+
+# ------------------------------------------------------------------ deviceless XLA:GPU, H200
+
+
+def _h200():
+    target = tg.resolve("h200", num_devices=1)
+    if target.kind != "deviceless":
+        pytest.skip(f"no deviceless XLA:GPU here: {target.description}")
+    return target
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("idiom", IDIOMS)
+def test_deviceless_h200_compiles_the_applied_step_within_budget(idiom):
+    """Deviceless XLA:GPU for the H200: below full remat with the state in HBM, the plan
+    puts optimizer state on the host, and the step ``plan.apply`` returns compiles within
+    the budget with exactly the planned host bytes (the plan's own verify compile, and
+    again here from ``plan.apply``)."""
+    target = _h200()
+    step, args = IDIOMS[idiom]()
+    session = planner.Planner(_donated(step, args), *args, hardware="h200")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PlanWarning)
+        plan = session.plan(_budget_below_full_remat(session), opt_state="auto")
+    st = plan.state
+    assert st.placement.on_host
+    assert plan.verification.status == "compiled, within budget", plan.report()
+    assert st.compiled.host_matches and not st.compiled.estimated
+    applied = plan.apply(step)
+    placed = applied.placed(_target_args(target, args))
+    prog = xla_compile.compile_traced(target, applied.jitted(placed), placed)
+    from planner._src.trainstate import check_compiled
+
+    check = check_compiled(prog.compiled, st.placement)
+    assert check.host_matches and check.host_argument_bytes == st.placement.host_bytes()
+    assert check.device_bytes <= plan.budget.usable
+
+
+def _target_args(target, args):
+    from planner._src.xla import deviceless
+
+    return deviceless.args_for(target, args)
