@@ -26,15 +26,19 @@ Sections of ``run`` (``--sections``), each record one JSON line of OUT/records.j
   (``decoder_layer_input``) or offloading it, the rest rematerialized; the offload's
   exposed time per step (offload - save) against its copy time at the measured per-GPU
   rate: the share hidden when every GPU offloads at once.
-* ``plans``: the same step over all GPUs, planned on the machine (``planner.Planner.pareto``,
-  4 budgets per device from above full remat to save-everything, the h200 profile, whose
-  link rate is its ``link.shared`` row for N GPUs); each plan run in a fresh process capped
+* ``plans``: the same step over all GPUs, planned on the machine (``planner.Planner``, the
+  h200 profile, whose link rate is its ``link.shared`` row for N GPUs; 4 budgets per device
+  from above full remat's predicted peak to the fastest plan's, ``plan_budgets``); each plan run in a fresh process capped
   at its budget per device (``XLA_PYTHON_CLIENT_MEM_FRACTION``), and full remat and the
   stock policies uncapped (their peaks say whether they fit): step time (median of 3 after
   a warm-up), peak bytes per device (the largest of the devices), and the plan's
   prediction.
 
-Nothing here is measured on a CPU: ``--dry-run`` runs the code paths at a tiny size.
+Nothing here is measured on a CPU: ``--dry-run`` runs the code paths at a tiny size, each
+job in this process (``--subprocess``: a fresh one, as on the device). The contention
+model's predicted effect on offloading the step, deviceless (no plan):
+``XLA_FLAGS=--xla_force_host_platform_device_count=8 python benchmarks/multi_gpu.py _effect
+h200 8 DIR``.
 """
 
 from __future__ import annotations
@@ -525,6 +529,58 @@ def _plan_one(hardware: str, n: int, out: Path) -> None:
     print(json.dumps(rec, indent=1)[:3000])
 
 
+def effect(hardware: str, n: int, out: Path) -> None:
+    """The contention model's predicted effect on the step over ``n`` devices (deviceless
+    compiles; no plan): per assignment (full remat with one named class offloaded; every
+    class that may be offloaded offloaded), the predicted step, copy and exposed copy time
+    with the profile's link.shared row for ``n`` GPUs and with one GPU's link alone."""
+    import cost_models as cm
+    import planner
+    from planner._src.cost import Assignment, build_cost_model, evaluate
+
+    step, args = abstract_step(n, False)
+    session = planner.Planner(step, *args, hardware=hardware)
+    tr, g = session.trace, session.graph
+    hw = cm.load_profile(hardware)
+    alone = hw.replace(link=hw.link.__class__(**{**_fields(hw.link), "shared": None}))
+    models = {
+        "shared": build_cost_model(tr, g, hw, allow_offload=True),
+        "alone": build_cost_model(tr, g, alone, allow_offload=True),
+    }
+    movable = [c.key for c in g.classes if c.key not in models["shared"].no_offload_classes]
+    names = {c.key: c.name for c in g.classes}
+    picks = {
+        f"offload {OFFLOADED}": [k for k in movable if names.get(k) == OFFLOADED],
+        "offload every movable class": movable,
+    }
+    rows = []
+    for label, keys in picks.items():
+        assignment = Assignment.of(dict.fromkeys(keys, "offload"))
+        row = {"assignment": label, "classes": len(keys)}
+        for which, model in models.items():
+            p = evaluate(model, g, assignment)
+            row[which] = {
+                "link_d2h_bytes_per_s": model.hardware.link.d2h_bytes_per_s,
+                "step_s": p.step_s,
+                "transfer_s": p.transfer_s,
+                "exposed_transfer_s": p.exposed_transfer_s,
+                "peak_bytes": p.peak_bytes,
+            }
+        rows.append(row)
+    remat = evaluate(models["shared"], g, Assignment.of({}))
+    rec = {
+        "key": f"effect/{hardware}/{n}",
+        "hardware": hardware,
+        "devices": n,
+        "full_remat_step_s": remat.step_s,
+        "step_collective_bytes": tr.step_collective_bytes,
+        "rows": rows,
+    }
+    with open(out / "effect.jsonl", "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    print(json.dumps(rec, indent=1))
+
+
 def summarize(a) -> None:
     out = Path(a.out)
     recs = []
@@ -603,6 +659,9 @@ def main(argv=None) -> int:
     if argv[:1] == ["_job"]:
         spec = json.loads(argv[1])
         print("RESULT " + json.dumps(job(spec)), flush=True)
+        return 0
+    if argv[:1] == ["_effect"]:  # XLA_FLAGS=--xla_force_host_platform_device_count=N
+        effect(argv[1], int(argv[2]), Path(argv[3]))
         return 0
     if argv[:1] == ["_plan"]:
         _plan_one(argv[1], int(argv[2]), Path(argv[3]))
