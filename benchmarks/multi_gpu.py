@@ -55,6 +55,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import multi_gpu_plans as mp  # noqa: E402
+
 COUNTS = (1, 2, 4, 8)
 SECTIONS = ("link", "hiding", "plans")
 OFFLOADED = "decoder_layer_input"
@@ -335,79 +337,6 @@ def section_hiding(r: Run, n_all: int) -> None:
             )
 
 
-def make_plans(n: int, hardware: str, dry: bool, out: Path, points: int = 4) -> list[dict]:
-    """Plans at ``points`` budgets per device for the step over ``n`` devices, saved in
-    ``out``; per plan its budget, prediction and, for the contention model, the same
-    assignment's predicted step with one GPU's link (not shared)."""
-    import cost_models as cm
-    import planner
-    from planner._src.cost import build_cost_model, evaluate
-
-    step, args = abstract_step(n, dry)
-    session = planner.Planner(step, *args, hardware=hardware)
-    hw = cm.load_profile(hardware)
-    alone = hw.replace(link=hw.link.__class__(**{**_fields(hw.link), "shared": None}))
-    rows = []
-    budgets = plan_budgets(session, points)
-    for k, plan in enumerate(session.pareto(hbm_gb=budgets), start=1):
-        if isinstance(plan, Exception):
-            rows.append({"plan": k, "error": f"{type(plan).__name__}: {plan}"[:600]})
-            continue
-        f = out / f"{hardware}-{n}-plan{k}.json"
-        plan.save(f)
-        unshared = build_cost_model(plan.trace, plan.graph, alone, allow_offload=True)
-        p_alone = evaluate(unshared, plan.graph, plan.assignment)
-        pred = plan.prediction
-        rows.append(
-            {
-                "plan": k,
-                "file": str(f),
-                "budget_gb": plan.budget_bytes / 1e9,
-                "predicted_step_s": pred.step_s,
-                "predicted_peak_bytes": pred.peak_bytes,
-                "transfer_s": pred.transfer_s,
-                "exposed_transfer_s": pred.exposed_transfer_s,
-                "alone_step_s": p_alone.step_s,
-                "alone_exposed_transfer_s": p_alone.exposed_transfer_s,
-                "link_d2h_bytes_per_s": plan.cost.hardware.link.d2h_bytes_per_s,
-                "step_collective_bytes": plan.trace.step_collective_bytes,
-                "decisions": plan.decisions(),
-                "verified": bool(getattr(plan.verification, "ok", False)),
-                "compiled_device_bytes": getattr(plan.verification, "compiled_device_bytes", None),
-                "compiler": plan.compiler,
-                "choice": plan.choice,
-                "xla_flags": plan.xla_flags,
-            }
-        )
-    return rows
-
-
-def plan_budgets(session, points: int) -> list[float]:
-    """``points`` budgets (GB per device) from above full remat's predicted peak up to the
-    fastest plan's (solved at the device's whole HBM without its verify compile): the range
-    where plans differ. Where that range is empty: ``Planner.span_budgets``."""
-    import dataclasses
-
-    two = session.span_budgets(2)  # [lo + (hi - lo) / 2, hi]
-    lo = 2 * two[0] - two[1]
-    opts = session.options
-    session.options = dataclasses.replace(opts, verify_compile=False)
-    try:
-        top = session.plan(two[1])
-    finally:
-        session.options = opts
-    hi = 1.02 * (top.prediction.peak_bytes + top.headroom_bytes) / 1e9
-    if not lo < hi <= two[1]:
-        return session.span_budgets(points)
-    return [lo + (hi - lo) * k / points for k in range(1, points + 1)]
-
-
-def _fields(link) -> dict:
-    import dataclasses
-
-    return {f.name: getattr(link, f.name) for f in dataclasses.fields(link)}
-
-
 def section_plans(r: Run, n_all: int) -> None:
     plans_dir = r.out / "plans"
     plans_dir.mkdir(exist_ok=True)
@@ -416,7 +345,7 @@ def section_plans(r: Run, n_all: int) -> None:
     if made is None and not r.skip(key):
         t = time.perf_counter()
         hardware = "cpu" if r.a.dry_run else r.a.hardware
-        rows = make_plans(n_all, hardware, r.a.dry_run, plans_dir, r.a.points)
+        rows = mp.make_plans(n_all, hardware, r.a.dry_run, plans_dir, r.a.points)
         made = {"key": key, "section": "plans-made", "devices": n_all, "plans": rows}
         made["wall_s"] = time.perf_counter() - t
         r.record(made)
@@ -511,76 +440,6 @@ def plan_cmd(a) -> None:
         print(f"{item}: {time.perf_counter() - t:.0f} s, returncode {p.returncode}", flush=True)
 
 
-def _plan_one(hardware: str, n: int, out: Path) -> None:
-    import jax
-
-    t = time.perf_counter()
-    rows = make_plans(n, hardware, False, out)
-    rec = {
-        "key": f"deviceless/{hardware}/{n}",
-        "hardware": hardware,
-        "devices": n,
-        "jax": jax.__version__,
-        "wall_s": time.perf_counter() - t,
-        "plans": rows,
-    }
-    with open(out / "deviceless.jsonl", "a") as f:
-        f.write(json.dumps(rec) + "\n")
-    print(json.dumps(rec, indent=1)[:3000])
-
-
-def effect(hardware: str, n: int, out: Path) -> None:
-    """The contention model's predicted effect on the step over ``n`` devices (deviceless
-    compiles; no plan): per assignment (full remat with one named class offloaded; every
-    class that may be offloaded offloaded), the predicted step, copy and exposed copy time
-    with the profile's link.shared row for ``n`` GPUs and with one GPU's link alone."""
-    import cost_models as cm
-    import planner
-    from planner._src.cost import Assignment, build_cost_model, evaluate
-
-    step, args = abstract_step(n, False)
-    session = planner.Planner(step, *args, hardware=hardware)
-    tr, g = session.trace, session.graph
-    hw = cm.load_profile(hardware)
-    alone = hw.replace(link=hw.link.__class__(**{**_fields(hw.link), "shared": None}))
-    models = {
-        "shared": build_cost_model(tr, g, hw, allow_offload=True),
-        "alone": build_cost_model(tr, g, alone, allow_offload=True),
-    }
-    movable = [c.key for c in g.classes if c.key not in models["shared"].no_offload_classes]
-    names = {c.key: c.name for c in g.classes}
-    picks = {
-        f"offload {OFFLOADED}": [k for k in movable if names.get(k) == OFFLOADED],
-        "offload every movable class": movable,
-    }
-    rows = []
-    for label, keys in picks.items():
-        assignment = Assignment.of(dict.fromkeys(keys, "offload"))
-        row = {"assignment": label, "classes": len(keys)}
-        for which, model in models.items():
-            p = evaluate(model, g, assignment)
-            row[which] = {
-                "link_d2h_bytes_per_s": model.hardware.link.d2h_bytes_per_s,
-                "step_s": p.step_s,
-                "transfer_s": p.transfer_s,
-                "exposed_transfer_s": p.exposed_transfer_s,
-                "peak_bytes": p.peak_bytes,
-            }
-        rows.append(row)
-    remat = evaluate(models["shared"], g, Assignment.of({}))
-    rec = {
-        "key": f"effect/{hardware}/{n}",
-        "hardware": hardware,
-        "devices": n,
-        "full_remat_step_s": remat.step_s,
-        "step_collective_bytes": tr.step_collective_bytes,
-        "rows": rows,
-    }
-    with open(out / "effect.jsonl", "a") as f:
-        f.write(json.dumps(rec) + "\n")
-    print(json.dumps(rec, indent=1))
-
-
 def summarize(a) -> None:
     out = Path(a.out)
     recs = []
@@ -661,10 +520,10 @@ def main(argv=None) -> int:
         print("RESULT " + json.dumps(job(spec)), flush=True)
         return 0
     if argv[:1] == ["_effect"]:  # XLA_FLAGS=--xla_force_host_platform_device_count=N
-        effect(argv[1], int(argv[2]), Path(argv[3]))
+        mp.effect(argv[1], int(argv[2]), Path(argv[3]))
         return 0
     if argv[:1] == ["_plan"]:
-        _plan_one(argv[1], int(argv[2]), Path(argv[3]))
+        mp.plan_one(argv[1], int(argv[2]), Path(argv[3]))
         return 0
     a = ap.parse_args(argv)
     if a.cmd == "run":
