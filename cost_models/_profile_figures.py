@@ -204,6 +204,16 @@ def _check_value(figure: _Figure, value: object, field: str, profile: str) -> No
 
 # The optional per-direction hiding models of a link (LinkProfile.d2h_hiding / h2d_hiding).
 _HIDING_KEYS: tuple[str, ...] = ("d2h_hiding", "h2d_hiding")
+# Optional link fields of several GPUs (cost_models/_sharing.py): the per-GPU rates by GPUs
+# copying at once, and how much collective time hides no host copy.
+_SHARED_KEY = "shared"
+_CONTENTION_FIGURE = _Figure(
+    key="collective_contention",
+    kind=None,
+    what="fraction of a step's collective time during which host copies make no progress "
+    "(0: collectives hide host copies like compute does; 1: they hide none), 0 to 1",
+    upper=1.0,
+)
 
 ATTENTION_DIRECTIONS: tuple[str, ...] = ("fwd", "bwd")
 
@@ -233,4 +243,8 @@ def _figure_values(fields: Mapping[str, object]) -> dict[str, object]:
     values.update(
         {f"link.{k}": getattr(link, k) for k in _HIDING_KEYS if getattr(link, k) is not None}
     )
+    if link.shared is not None:
+        values["link.shared"] = link.shared.rows
+    if link.collective_contention:
+        values["link.collective_contention"] = link.collective_contention
     return values

@@ -23,6 +23,7 @@ from ._profile_figures import (
     ProfileError,
     _Figure,
 )
+from ._sharing import LinkSharing
 from ._units import FLOP_RATE, UnitError, parse_quantity
 
 
@@ -48,6 +49,24 @@ def _parse_hiding(raw: object, field: str, where: str, sources: dict[str, str]) 
         raise ProfileError(str(err)) from None
     sources[field] = source
     return model
+
+
+def _parse_shared(raw: object, where: str, sources: dict[str, str]) -> LinkSharing:
+    """``link.shared``: {"value": {gpus: {"d2h", "h2d"}}, "source": ...}; the source recorded."""
+    if not isinstance(raw, Mapping) or set(raw) != {"value", "source"}:
+        raise ProfileError(
+            f"{where}: field 'link.shared' (per-GPU host-link rates by GPUs copying at once) must "
+            f"be an object with exactly a value and its source; got {raw!r:.80}."
+        )
+    source = raw["source"]
+    if not isinstance(source, str) or not source.strip():
+        raise ProfileError(
+            f"{where}: field 'link.shared' has an empty source. Every figure needs a citation "
+            "(a measurement file, or the published figures an assumed row is made of)."
+        )
+    sharing = LinkSharing.from_json(raw["value"], where)
+    sources["link.shared"] = source
+    return sharing
 
 
 def _parse_attention(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ._hiding import HidingModel
 from ._profile_figures import (
+    _CONTENTION_FIGURE,
     _DTYPE_ALIASES,
     _FIGURES,
     _HIDING_KEYS,
@@ -19,6 +20,7 @@ from ._profile_figures import (
     _MATMUL_FIGURE,
     _OPTIONAL,
     _REQUIRED_MATMUL_DTYPES,
+    _SHARED_KEY,
     _SOURCE_HINT,
     ATTENTION_DIRECTIONS,
     LINK_KINDS,
@@ -36,8 +38,10 @@ from ._profile_format import (
     _parse_attention,
     _parse_figure,
     _parse_hiding,
+    _parse_shared,
 )
-from ._units import FLOP_RATE, format_quantity
+from ._sharing import LinkSharing
+from ._units import BANDWIDTH, FLOP_RATE, format_quantity
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +60,13 @@ class LinkProfile:
     # capacity limit and no floor (profiles written before the field existed).
     d2h_hiding: HidingModel | None = None
     h2d_hiding: HidingModel | None = None
+    # Several GPUs (cost_models/_sharing.py): per-GPU rates by GPUs copying at once (None:
+    # no figures, every count gets the 1-GPU rates); how many copy at once in this profile
+    # (HardwareProfile.for_devices sets it, and d2h/h2d_bytes_per_s to that row's rates);
+    # the share of collective time that hides no host copy (an assumption until measured).
+    shared: LinkSharing | None = None
+    copying_gpus: int = 1
+    collective_contention: float = 0.0
 
     def hiding(self, direction: str, overlap_efficiency: float) -> HidingModel:
         """The hiding model of ``direction`` ("d2h" or "h2d"), or ``overlap_efficiency`` as
@@ -84,6 +95,26 @@ class LinkProfile:
                 "engine. Write the GPU's count (H100/H200: 3; nvidia-smi -q shows it), or use "
                 "link kind 'none' for a device without host memory."
             )
+        _check_value(
+            _CONTENTION_FIGURE, self.collective_contention, "link.collective_contention", self.kind
+        )
+        if not (isinstance(self.copying_gpus, int) and self.copying_gpus >= 1):
+            raise ProfileError(
+                f"link.copying_gpus is {self.copying_gpus!r}: the GPUs copying over their host "
+                "links at once, a whole number >= 1 (HardwareProfile.for_devices sets it)."
+            )
+        if self.shared is not None:
+            want = (
+                self.shared.per_gpu("d2h", self.copying_gpus),
+                self.shared.per_gpu("h2d", self.copying_gpus),
+            )
+            if any(abs(a - b) > 1e-9 * b for a, b in zip(bandwidths, want)):
+                raise ProfileError(
+                    f"link.shared's row for {self.copying_gpus} GPU(s) copying at once gives "
+                    f"d2h/h2d {want} B/s, but the link's d2h_bytes_per_s/h2d_bytes_per_s are "
+                    f"{bandwidths}. Its 1-GPU row is one GPU copying alone: write the same "
+                    "rates there as in d2h_bytes_per_s and h2d_bytes_per_s."
+                )
         if self.kind != "none" and not all(bandwidths):
             raise ProfileError(
                 f"link kind {self.kind!r} has a zero bandwidth {bandwidths}; a transfer over it "
@@ -179,6 +210,8 @@ class HardwareProfile:
             _figure_keys(rates)
             + [f"link.{k}" for k in _HIDING_KEYS if getattr(self.link, k) is not None]
             + [f"attention_flops_per_s.{d}" for d, _ in self.attention_flops_per_s]
+            + (["link.shared"] if self.link.shared is not None else [])
+            + (["link.collective_contention"] if self.link.collective_contention else [])
         )
         missing = sorted(set(keys) - set(dict(self.sources)))
         if missing:
@@ -186,6 +219,28 @@ class HardwareProfile:
                 f"profile {self.name!r}: no source for {missing}. Every figure needs a citation, "
                 f"e.g. sources={{'{missing[0]}': '{_SOURCE_HINT}'}}."
             )
+
+    def for_devices(self, n: int) -> HardwareProfile:
+        """This profile as each of ``n`` devices sees it when all of them copy over their host
+        links at once (a step sharded over ``n`` devices offloads on every one): the link's
+        d2h/h2d rates from ``link.shared`` (cost_models/_sharing.py), their sources saying
+        so. Itself where ``n`` is 1 or the profile has no ``link.shared`` figures."""
+        link = self.link
+        if link.shared is None or n == link.copying_gpus or (n <= 1 and link.copying_gpus == 1):
+            return self
+        n = max(1, int(n))
+        shared_src = dict(self.sources)["link.shared"]
+        rates = {d: link.shared.per_gpu(d, n) for d in ("d2h", "h2d")}
+        sources = {
+            f"link.{d}_bytes_per_s": f"link.shared at {n} GPU(s) copying at once "
+            f"({format_quantity(r, BANDWIDTH)} per GPU): {shared_src}"
+            for d, r in rates.items()
+        }
+        new_link = dataclasses.replace(
+            link, d2h_bytes_per_s=rates["d2h"], h2d_bytes_per_s=rates["h2d"], copying_gpus=n
+        )
+        merged = dict(self.sources) | sources
+        return dataclasses.replace(self, link=new_link, sources=merged)  # type: ignore[arg-type]
 
     def matmul_rate(self, dtype_name: object = "bfloat16") -> float:
         """Dense matrix-unit FLOP/s for operands of `dtype_name`.
@@ -296,6 +351,17 @@ class HardwareProfile:
             model = getattr(self.link, key)
             if model is not None:
                 link[key] = {"value": model.to_json(), "source": sources[f"link.{key}"]}
+        if self.link.shared is not None:
+            link[_SHARED_KEY] = {
+                "value": self.link.shared.to_json(),
+                "source": sources["link.shared"],
+            }
+        if self.link.copying_gpus != 1:
+            link["copying_gpus"] = self.link.copying_gpus
+        if "link.collective_contention" in sources:
+            link[_CONTENTION_FIGURE.key] = entry(
+                _CONTENTION_FIGURE, self.link.collective_contention, "link.collective_contention"
+            )
         out["link"] = link
         return out
 
@@ -347,7 +413,7 @@ class HardwareProfile:
             where,
             "link",
             required=("kind", *(f.key for f in _LINK_FIGURES)),
-            optional=_HIDING_KEYS,
+            optional=(*_HIDING_KEYS, _SHARED_KEY, "copying_gpus", _CONTENTION_FIGURE.key),
         )
         link_values = {
             figure.key: _parse_figure(
@@ -358,6 +424,15 @@ class HardwareProfile:
         for key in _HIDING_KEYS:  # optional: profiles older than the field fall back to eta
             if key in link_json:
                 link_values[key] = _parse_hiding(link_json[key], f"link.{key}", where, sources)
+        if _SHARED_KEY in link_json:
+            link_values[_SHARED_KEY] = _parse_shared(link_json[_SHARED_KEY], where, sources)
+        if "copying_gpus" in link_json:
+            link_values["copying_gpus"] = link_json["copying_gpus"]
+        if _CONTENTION_FIGURE.key in link_json:
+            key = f"link.{_CONTENTION_FIGURE.key}"
+            link_values[_CONTENTION_FIGURE.key] = _parse_figure(
+                _CONTENTION_FIGURE, link_json[_CONTENTION_FIGURE.key], key, where, sources
+            )
         try:
             link = LinkProfile(kind=str(link_json["kind"]), **link_values)  # type: ignore[arg-type]
             return cls(

@@ -509,7 +509,11 @@ def test_shipped_profile_loads_round_trips_and_cites_every_figure(name):
     # the calibrated hiding models (link.d2h_hiding / h2d_hiding) are cited where present
     hiding = sum(getattr(profile.link, f"{d}_hiding") is not None for d in ("d2h", "h2d"))
     attention = len(profile.attention_flops_per_s)  # measured fused-attention rates
-    figures = 8 + len(profile.matmul_flops_per_s) + 5 + hiding + attention
+    # several GPUs: link.shared rows and link.collective_contention, cited where present
+    several = (profile.link.shared is not None) + (
+        "link.collective_contention" in dict(profile.sources)
+    )
+    figures = 8 + len(profile.matmul_flops_per_s) + 5 + hiding + attention + several
     assert len(profile.sources) == figures
     assert all(source.strip() for _, source in profile.sources)
     assert "TODO" not in json.dumps(data) and "provisional" not in json.dumps(data)

@@ -226,6 +226,7 @@ class Trace:
     undifferentiated_regions: int  # checkpoint regions the gradient never reached
     anchor_saved: CompiledFigures | None = None  # ... and with everything saved
     num_partitions: int = 1  # devices the step is partitioned over (SPMD)
+    step_collective_bytes: float = 0.0  # per device per step: the partitioner's collectives
     step_work: cm.Work = cm.Work()  # the whole step with nothing recomputed (global avals)
     jax_version: str = ""
     # every floating dtype the step computes in (its equations' outputs, nested jaxprs

@@ -27,7 +27,11 @@ def build_cost_model(
     trace: Trace, graph: LivenessGraph, hardware, *, allow_offload: bool, correction_bytes: int = 0
 ) -> CostModel:
     """Cost every candidate on ``hardware`` and measure the fixed bytes from the anchor."""
-    hw = cm.load_profile(hardware)
+    # A step sharded over n devices offloads on all n at once: each device's host link at
+    # the profile's rate for n GPUs copying together (link.shared; one device: unchanged).
+    hw = cm.load_profile(hardware).for_devices(trace.num_partitions)
+    # The share of collective time that hides no host copy (link.collective_contention).
+    contention = hw.link.collective_contention
     # XLA:GPU's loop-slice copies (S_v below and the step's own in T0); other platforms: none.
     copy_rate = hw.loop_copy_rate() if hw.platform == "gpu" else 0.0
     unknown: set[str] = set()
@@ -40,6 +44,7 @@ def build_cost_model(
     for rg in graph.regions:
         r = rg.region
         fwd, rec, mat, stack = [], [], [], []
+        win = []  # per candidate: its forward seconds that can hide a host copy
         hlo_s = r.hlo_recompute_s if priced else None
         glob = compute_local = 0.0
         kept_writes = 0.0  # seconds T0's forward spends writing values only as residuals
@@ -57,6 +62,7 @@ def build_cost_model(
             # partitioner added for this equation (paid again when it is recomputed).
             coll = _collective_seconds(c.collective_bytes, hw)
             fwd.append(local + coll)
+            win.append(local + (1.0 - contention) * coll)
             prim = c.primitive
             reads = rg.reads(c.index)
             # What the forward writes only because the backward reads v as a residual
@@ -134,14 +140,17 @@ def build_cost_model(
         unknown.update(r.backward_work.total().unknown_primitives)
         bwd_s = ratio * r.backward_work.seconds(hw)
         fwd_s = sum(fwd)
+        win_s = sum(win)
         after, acc = [], 0.0
-        for t in reversed(fwd):
+        for t in reversed(win):
             after.append(acc)
             acc += t
         after.reverse()
         # The backward trip runs the layer in reverse: the compute that precedes the first
-        # use of v is, in proportion, the forward compute that followed v.
-        before = [bwd_s * (a / fwd_s) if fwd_s > 0 else 0.0 for a in after]
+        # use of v is, in proportion, the forward compute that followed v (less, like the
+        # forward's windows, the collective time that hides no copy).
+        bwd_win = bwd_s * (win_s / fwd_s) if fwd_s > 0 else 0.0
+        before = [bwd_win * (a / win_s) if win_s > 0 else 0.0 for a in after]
         # Copy times only where a copy can happen (a host link, offloading allowed).
         can_copy = allow_offload and hw.link.kind != "none"
         d2h = [
@@ -190,7 +199,8 @@ def build_cost_model(
         # the stacked parameters, gradients written back, the stacked layer inputs): per
         # device already, as compiled.
         base_step_s=max(0.0, step_ratio * trace.step_work.seconds(hw) - sum(base_writes))
-        + (trace.anchor.loop_copy_bytes / copy_rate if copy_rate else 0.0),
+        + (trace.anchor.loop_copy_bytes / copy_rate if copy_rate else 0.0)
+        + _step_collective_seconds(trace, hw, step_ratio),
         fixed_bytes=0,
         correction_bytes=correction_bytes,
         host_cap_bytes=float(link.host_pinned_bytes),
@@ -342,6 +352,18 @@ def _time_divisor(c) -> float:
     if c.local_elements and c.shape:
         already = max(1.0, math.prod(c.shape) / max(1, c.local_elements))
     return max(1.0, c.flop_divisor / already)
+
+
+def _step_collective_seconds(trace: Trace, hw, step_ratio: float) -> float:
+    """T0's share of the collectives the SPMD partitioner put in the step (FSDP's all-gathers
+    and reduce-scatters, data parallelism's all-reduces), read from the compiled
+    save-everything program (``Trace.step_collective_bytes``, per device per step) at the
+    profile's device-to-device bandwidth, on the compute stream (not overlapped), less what
+    the jaxpr's own collectives (shard_map's psum...) already put in T0's roofline."""
+    if trace.step_collective_bytes <= 0:
+        return 0.0
+    in_roofline = step_ratio * trace.step_work.total().collective_bytes
+    return _collective_seconds(max(0.0, trace.step_collective_bytes - in_roofline), hw)
 
 
 def _collective_seconds(nbytes: float, hw) -> float:

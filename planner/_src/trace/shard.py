@@ -173,6 +173,35 @@ def _collective_bytes(opcode: str, out_bytes: float, n: int) -> float:
     return out_bytes  # collective-permute: the whole buffer moves
 
 
+def program_collective_bytes(text: str) -> float:
+    """Bytes one device sends per run of a partitioned program in all its collectives (ring
+    implementations, ``_collective_bytes``), each counted once per run of the loop body
+    holding it (``hlo.while_trips``): the compiled save-everything step's all-gathers and
+    reduce-scatters (FSDP), all-reduces (data parallelism), all-to-alls and permutes."""
+    module = hlo.parse(text or "")
+    if module.num_partitions <= 1:
+        return 0.0
+    trips = hlo.while_trips(module)
+    total = 0.0
+    for ins in module.instructions:
+        if ins.opcode.removesuffix("-start") not in _COLLECTIVES:
+            continue
+        sizes = [hlo.array_bytes(t, d) for t, d in ins.arrays if d]
+        if not sizes:
+            continue
+        # An async start returns (operand, result, contexts): the result is the gathered
+        # (largest) array of an all-gather, the scattered (smallest) of a reduce-scatter.
+        if not ins.opcode.endswith("-start") or len(sizes) == 1:
+            out_b = float(sum(sizes))
+        elif ins.opcode.startswith("reduce-scatter"):
+            out_b = float(min(sizes))
+        else:
+            out_b = float(max(sizes))
+        n = _group_size(ins.line, module.num_partitions)
+        total += _collective_bytes(ins.opcode, out_b, n) * trips.get(ins.computation, 1)
+    return total
+
+
 def parse_hlo(texts: Iterable[str]) -> HloIndex:
     """Index the instructions of compiled HLO modules (``compiled.as_text()``).
 

@@ -303,6 +303,9 @@ def trace_step(
         undifferentiated_regions=sum(1 for br in bound if br.region_id not in mult),
         anchor_saved=anchor_saved,
         num_partitions=index.num_partitions,
+        step_collective_bytes=shard.program_collective_bytes(saved_text)
+        if index.num_partitions > 1
+        else 0.0,
         step_work=cm.work_of(step_jaxpr),
         jax_version=jax.__version__,
         float_dtypes=adapter.float_dtypes(step_jaxpr),
