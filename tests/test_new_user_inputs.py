@@ -240,7 +240,7 @@ def test_opt_state_argnum_that_cannot_be_the_optimizer_state_is_refused():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", planner.PlanWarning)
         session = planner.Planner(step, *args, hardware="cpu")
-        with pytest.raises(planner.InvalidArgumentError, match="cannot be the parameters and"):
+        with pytest.raises(planner.InvalidArgumentError, match="is the parameters"):
             planner.state.plan_state(session, 0.02, opt_state_argnum=0, params_argnum=0)
-        with pytest.raises(planner.InvalidArgumentError, match="no floating leaf"):
+        with pytest.raises(planner.InvalidArgumentError, match="has no float arrays"):
             planner.state.plan_state(session, 0.02, opt_state_argnum=2, params_argnum=0)
