@@ -59,42 +59,11 @@ from benchmarks import multi_gpu_plans as mp  # noqa: E402
 
 COUNTS = (1, 2, 4, 8)
 SECTIONS = ("link", "hiding", "plans")
-OFFLOADED = "decoder_layer_input"
 STOCKS = ("nothing_saveable", "dots_saveable", "everything_saveable")
 DRY_STOCKS = ("nothing_saveable", "everything_saveable")
 
 
 # ------------------------------------------------------------------ the step
-
-
-def config(n: int, dry: bool):
-    """The Llama-style decoder sharded FSDP over ``n`` devices (examples/frontier.py's code
-    path, mesh (n, 1)): on a device, 16 layers of Llama 3 8B's width (d_model 4096, 32 query
-    and 8 KV heads of 128, FFN 14336), 4 sequences of 4096 tokens per device, a 32k
-    vocabulary; dry, the tiny test model."""
-    from examples import frontier as F
-
-    if dry:
-        return F.TINY_LLAMA.scaled(name=f"tiny-llama-fsdp{n}", mesh_shape=(n, 1))
-    return F.LLAMA3_405B.scaled(
-        name=f"llama-16x4096-fsdp{n}",
-        vocab=32768,
-        d_model=4096,
-        n_heads=32,
-        n_kv_heads=8,
-        head_dim=128,
-        d_ff=14336,
-        n_layers=16,
-        seq=4096,
-        per_device_batch=4,
-        mesh_shape=(n, 1),
-    )
-
-
-def abstract_step(n: int, dry: bool):
-    from examples import frontier as F
-
-    return F.make_train_step(config(n, dry))
 
 
 def concrete(args):
@@ -160,7 +129,7 @@ def job(spec: dict) -> dict:
     """One step run (a fresh process: the memory cap and the peak are its own)."""
     import jax
 
-    step, abstract = abstract_step(spec["devices"], spec["dry"])
+    step, abstract = mp.abstract_step(spec["devices"], spec["dry"])
     fn = policy_step(step, spec["policy"])
     args = concrete(abstract)
     first, step_s = time_steps(fn, args, spec.get("steps", 3))
@@ -305,10 +274,10 @@ def section_link(r: Run, n_all: int) -> None:
 def section_hiding(r: Run, n_all: int) -> None:
     counts = {1, n_all} if r.a.hiding_gpus is None else set(map(int, r.a.hiding_gpus.split(",")))
     for n in sorted(c for c in counts if c <= n_all):
-        cfg = config(n, r.a.dry_run)
+        cfg = mp.config(n, r.a.dry_run)
         for what, spec in (
-            ("save", {"kind": "names", "saved": [OFFLOADED]}),
-            ("offload", {"kind": "names", "offloaded": [OFFLOADED]}),
+            ("save", {"kind": "names", "saved": [mp.OFFLOADED]}),
+            ("offload", {"kind": "names", "offloaded": [mp.OFFLOADED]}),
         ):
             key = f"hiding/{n}/{what}"
             if r.skip(key):

@@ -10,11 +10,37 @@ import json
 import time
 from pathlib import Path
 
+OFFLOADED = "decoder_layer_input"  # the layer input, the one tensor the runs offload
+
+
+def config(n: int, dry: bool):
+    """The Llama-style decoder sharded FSDP over ``n`` devices (examples/frontier.py's code
+    path, mesh (n, 1)): on a device, 16 layers of Llama 3 8B's width (d_model 4096, 32 query
+    and 8 KV heads of 128, FFN 14336), 4 sequences of 4096 tokens per device, a 32k
+    vocabulary; dry, the tiny test model."""
+    from examples import frontier as F
+
+    if dry:
+        return F.TINY_LLAMA.scaled(name=f"tiny-llama-fsdp{n}", mesh_shape=(n, 1))
+    return F.LLAMA3_405B.scaled(
+        name=f"llama-16x4096-fsdp{n}",
+        vocab=32768,
+        d_model=4096,
+        n_heads=32,
+        n_kv_heads=8,
+        head_dim=128,
+        d_ff=14336,
+        n_layers=16,
+        seq=4096,
+        per_device_batch=4,
+        mesh_shape=(n, 1),
+    )
+
 
 def abstract_step(n: int, dry: bool):
-    from benchmarks.multi_gpu import abstract_step as step_of
+    from examples import frontier as F
 
-    return step_of(n, dry)
+    return F.make_train_step(config(n, dry))
 
 
 def make_plans(n: int, hardware: str, dry: bool, out: Path, points: int = 4) -> list[dict]:
@@ -115,7 +141,6 @@ def effect(hardware: str, n: int, out: Path) -> None:
     with the profile's link.shared row for ``n`` GPUs and with one GPU's link alone."""
     import cost_models as cm
     import planner
-    from benchmarks.multi_gpu import OFFLOADED
     from planner._src.cost import Assignment, build_cost_model, evaluate
 
     step, args = abstract_step(n, False)
