@@ -39,7 +39,11 @@ class Eq:
     __hash__ = None
 
 
-@pytest.mark.parametrize("extra", ["step 3", 3, 2.5, None, Tag(), Eq(1)], ids=repr)
+@pytest.mark.parametrize(
+    "extra",
+    ["step 3", 3, 2.5, None, Tag(), Eq(1)],
+    ids=["str", "int", "float", "None", "object", "object with __eq__"],
+)
 def test_non_array_outputs_are_compared_as_values(extra):
     def step(w, x):
         return _grad(w, x), extra
