@@ -351,7 +351,9 @@ def test_a_step_raising_on_a_later_trace_is_a_trace_error_too():
 
     def flaky(*args):
         calls.append(1)
-        if len(calls) > 2:  # traces for the candidates and the anchor work, then it fails
+        # the session cache's fingerprint, the candidates' and the anchor's traces work,
+        # then it fails
+        if len(calls) > 3:
             raise RuntimeError("the data iterator is exhausted")
         return STEP(*args)
 

@@ -69,6 +69,7 @@ def test_argument_signature_of_every_kind_of_leaf():
             np.zeros((4,), np.int32),
             3,
             1.5,
+            jax.random.key(0),
         )
     )
     assert sig == (
@@ -76,4 +77,5 @@ def test_argument_signature_of_every_kind_of_leaf():
         "args[1]: int32[4]",
         "args[2]: python int",
         "args[3]: python float",
+        "args[4]: key<fry>[]",
     )

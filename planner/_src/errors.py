@@ -12,7 +12,11 @@ class InvalidArgumentError(PlannerError, ValueError):
 
 
 class TraceError(PlannerError):
-    """The train step could not be traced or differentiated with the example arguments."""
+    """The train step could not be traced or differentiated with the example arguments.
+
+    ``first_trace``: the planner's first trace of the step failed (no trace of it worked)."""
+
+    first_trace: bool = False
 
 
 class NoCheckpointRegionError(PlannerError):

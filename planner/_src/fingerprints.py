@@ -90,7 +90,11 @@ def leaf_signature(x: Any) -> str:
     dtype = getattr(x, "dtype", None)
     if shape is None or dtype is None:
         return type(x).__name__
-    return f"{np.dtype(dtype).name}[{','.join(str(d) for d in shape)}]"
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:  # an extended dtype NumPy does not know (a typed PRNG key: key<fry>)
+        name = str(dtype)
+    return f"{name}[{','.join(str(d) for d in shape)}]"
 
 
 def argument_signature(args: Sequence[Any]) -> tuple[str, ...]:

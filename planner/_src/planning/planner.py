@@ -36,7 +36,7 @@ import jax
 from planner._src.budget import Budget, io_bytes, requested_for, usable_bytes
 from planner._src.cost import build_cost_model
 from planner._src.cost.baselines import evaluate_baselines
-from planner._src.errors import InvalidArgumentError, PlannerError, UnsupportedError
+from planner._src.errors import InvalidArgumentError, PlannerError, TraceError, UnsupportedError
 from planner._src.graph import build_graph
 from planner._src.options import PlanOptions, check_fits_device
 from planner._src.planning import inputs, sessions
@@ -528,7 +528,15 @@ def _session(step_fn, example_args, hardware, options, progress, option_fields):
             say = progress or (lambda message: None)
             session._set_subject(dataclasses.replace(session.subject, say=say))
             return session, (sessions.HIT, took)
-    session = Planner(step_fn, *example_args, hardware=hardware, options=opts, progress=progress)
+    try:
+        session = Planner(
+            step_fn, *example_args, hardware=hardware, options=opts, progress=progress
+        )
+    except TraceError as e:
+        if key is not None and isinstance(e.__cause__, Exception) and e.first_trace:
+            # The fingerprint's trace worked: the step failed when traced again.
+            raise sessions.traced_again_error(e.__cause__) from e.__cause__
+        raise
     if key is not None:
         session.timings.insert(0, (sessions.MISS, took))
         session._plans = {}

@@ -29,6 +29,7 @@ import numpy as np
 
 from planner._src.fingerprints import leaf_signature
 from planner._src.xla import adapter
+from planner._src.xla import compile as xla_compile
 from planner._src.xla.fingerprint import fingerprint_of
 
 # What a call that found its Planner, or did not, shows in the plan's timings.
@@ -70,6 +71,14 @@ def session_key(step_fn, args, hardware, options) -> tuple[str | None, float]:
         except Exception:  # noqa: BLE001  (values not readable here: no key, no cache)
             return None, time.perf_counter() - t
     return h.hexdigest()[:32], time.perf_counter() - t
+
+
+def traced_again_error(cause: Exception):
+    """The step failed on the Planner's trace after :func:`session_key`'s trace of it worked:
+    a step that traces only once (xla/compile.py's ``again_error``, naming this trace)."""
+    return xla_compile.again_error(
+        cause, "the second trace (the planner's own, after the session cache's fingerprint trace)"
+    )
 
 
 def find(key: str | None):

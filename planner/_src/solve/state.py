@@ -23,8 +23,10 @@ def add_to_model(m, costs: tuple[LeafCost, ...], kib_up, ns):
     on_host, saved, buf, inflight, host, t = {}, [], [], [], [], []
     # leaves brought in whole (LeafCost.whole): their update buffers combine by the largest
     whole = [c for c in costs if c.whole]
-    largest = m.NewIntVar(
-        0, max((kib_up(c.update_buffer_bytes) for c in whole), default=0), "U_whole"
+    largest = (
+        m.NewIntVar(0, max(kib_up(c.update_buffer_bytes) for c in whole), "U_whole")
+        if whole
+        else 0
     )
     for c in costs:
         h = m.NewBoolVar(f"state_on_host[{c.leaf.key}]")

@@ -80,13 +80,15 @@ def trace_step(
     except PlannerError:  # already says what, why and how (the adapter's TraceError)
         raise
     except Exception as e:  # the user's code failed to trace: say so, keep the cause
-        raise TraceError(
+        err = TraceError(
             f"Tracing the train step failed with {type(e).__name__}: {e}\n"
             "Why: the planner traces step_fn(*example_args) with jax.jit(...).trace; the step "
             "must be traceable by jax.jit with these arguments.\n"
             "Fix: check that `jax.jit(step_fn).lower(*example_args)` works on its own, and "
             "pass arrays or jax.ShapeDtypeStruct with the shapes the step expects."
-        ) from e
+        )
+        err.first_trace = True
+        raise err from e
 
     _refuse_nested(bound)
     backward = loops.backward_sites(step_jaxpr)
@@ -156,7 +158,7 @@ def trace_step(
         step_fn,
         args,
         lambda rid, r: cp.nothing_saveable,
-        which="the second trace (the full-remat anchor, after a first trace that worked)",
+        which="the full-remat anchor's trace (after a first trace that worked)",
     )
     saved_lowered = xla_compile.lower(traced)
     timings.append(("lower the two anchors", time.perf_counter() - t))
