@@ -24,9 +24,7 @@ def add_to_model(m, costs: tuple[LeafCost, ...], kib_up, ns):
     # leaves brought in whole (LeafCost.whole): their update buffers combine by the largest
     whole = [c for c in costs if c.whole]
     largest = (
-        m.NewIntVar(0, max(kib_up(c.update_buffer_bytes) for c in whole), "U_whole")
-        if whole
-        else 0
+        m.NewIntVar(0, max(kib_up(c.update_buffer_bytes) for c in whole), "U_whole") if whole else 0
     )
     for c in costs:
         h = m.NewBoolVar(f"state_on_host[{c.leaf.key}]")
