@@ -460,13 +460,6 @@ class Solution:
 # ------------------------------------------------------------------------------ stage 5: emit
 
 
-@_frozen
-class XlaFlagNote:
-    flag: str
-    why: str
-    source: str
-
-
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Emitted:
     policy: Any  # pass to jax.checkpoint(..., policy=...); None: groups differ

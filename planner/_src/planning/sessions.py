@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import hashlib
 import threading
 import time
@@ -143,8 +144,6 @@ def warn_again(caught) -> None:
 
 
 def _keyed_options(options):
-    import dataclasses
-
     # The cache's own size changes no answer.
     return dataclasses.replace(options, session_cache=0)
 

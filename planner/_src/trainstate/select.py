@@ -12,7 +12,6 @@ itself gives it.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import jax
@@ -21,6 +20,7 @@ import numpy as np
 from planner._src.errors import InvalidArgumentError
 from planner._src.trainstate.records import under
 from planner._src.units import fmt_bytes
+from planner._src.xla import adapter
 
 __all__ = ["StateSelection", "detect", "resolve", "subtree"]
 
@@ -87,10 +87,6 @@ def _is_float(x) -> bool:
     """A float array (bfloat16 and the other ml_dtypes floats too, which numpy does not
     count as np.floating)."""
     return bool(jax.numpy.issubdtype(x.dtype, jax.numpy.floating))
-
-
-def _nbytes(x) -> int:
-    return math.prod(int(d) for d in x.shape) * np.dtype(x.dtype).itemsize
 
 
 def _name(key) -> str | None:
@@ -203,8 +199,8 @@ def _describe(pairs: list[tuple[str, Any]], opt_key_paths=None) -> str:
     for p, x in arrays:
         f = next((m for m in MOMENT_FIELDS if f".{m}" in p or f"['{m}']" in p), None)
         if f is not None:
-            fields[f] = fields.get(f, 0) + _nbytes(x)
-    total = sum(_nbytes(x) for _, x in arrays)
+            fields[f] = fields.get(f, 0) + adapter.nbytes(x)
+    total = sum(adapter.nbytes(x) for _, x in arrays)
     kinds = ", ".join(dtypes)
     if set(fields) == {"mu", "nu"} and fields["mu"] == fields["nu"]:
         return f"2 x {fmt_bytes(fields['mu'])} of Adam moments, {kinds}"
