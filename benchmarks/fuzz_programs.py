@@ -44,6 +44,8 @@ import warnings
 from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The made-up cpu profile (not this machine's calibration): the same plans on every machine.
+os.environ.setdefault("PLANNER_CPU_PROFILE", "made-up")
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:

@@ -31,6 +31,8 @@ import time
 import warnings
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The made-up cpu profile (not this machine's calibration): the same plans on every machine.
+os.environ.setdefault("PLANNER_CPU_PROFILE", "made-up")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 

@@ -29,6 +29,9 @@ from ._cost import (
     register_rule,
     registered_primitives,
 )
+from ._cpu_profile import CALIBRATED as CPU_CALIBRATED
+from ._cpu_profile import MADE_UP as CPU_MADE_UP
+from ._cpu_profile import calibrate_cpu, calibration_note, this_cpu_profile
 from ._flags import (
     XLA_GPU_MEMORY_LIMIT_SLOP,
     XlaFlag,
@@ -54,8 +57,9 @@ from ._fusion import (
 )
 from ._hiding import FORMS as HIDING_FORMS
 from ._hiding import HidingError, HidingFit, HidingModel, HidingPoint, fit_hiding
+from ._load import load_profile
 from ._profile_figures import ProfileError
-from ._profile_files import list_profiles, load_profile
+from ._profile_files import list_profiles
 from ._profiles import HardwareProfile, LinkProfile
 from ._trace_overlap import hiding_from_sweep, measured_overlap_efficiency, overlap_from_trace
 from ._transfer import exposed_seconds, transfer_seconds
@@ -77,6 +81,11 @@ __all__ = [
     "XlaFlag",
     "aval_bytes",
     "calibrate",
+    "calibrate_cpu",
+    "calibration_note",
+    "CPU_CALIBRATED",
+    "CPU_MADE_UP",
+    "this_cpu_profile",
     "calibrate_overlap_with_flags",
     "eqn_cost",
     "fusible_primitives",

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ._gpus import for_device_kind
-from ._profile_files import load_profile
+from ._profile_files import load_profile_file as load_profile
 from ._profiles import HardwareProfile
 
 
@@ -70,16 +70,19 @@ _MAX_CALLS_PER_REPEAT = 64
 _MIB = 2**20
 
 
-def _median_seconds(step: Callable[[], Any], *, repeats: int, batched: bool = False) -> float:
+def _median_seconds(
+    step: Callable[[], Any], *, repeats: int, batched: bool = False, warmup_s: float = _WARMUP_S
+) -> float:
     """Median seconds per `step()` call.
 
     `batched`: each repeat runs enough calls back to back to last _REPEAT_S and waits once (for
     throughput measurements, where dispatch would otherwise count). Unbatched: one call per repeat
     (for transfers, which could overlap across calls, and for the differential chains).
+    `warmup_s`: back-to-back calls before timing (a CPU has no idle clocks to wake: shorter).
     """
     jax.block_until_ready(step())  # compiles
     calls, start = 0, time.perf_counter()
-    while calls == 0 or time.perf_counter() - start < _WARMUP_S:
+    while calls == 0 or time.perf_counter() - start < warmup_s:
         jax.block_until_ready(step())
         calls += 1
     per_call = (time.perf_counter() - start) / calls
@@ -109,14 +112,20 @@ def _random(device: Any, shape: tuple[int, ...], dtype: Any, seed: int = 0) -> j
     return jax.device_put(x, device)
 
 
-def _matmul_seconds(device: Any, n: int, dtype: Any, precision: Any, repeats: int) -> float:
+def _matmul_seconds(
+    device: Any, n: int, dtype: Any, precision: Any, repeats: int, warmup_s: float = _WARMUP_S
+) -> float:
     a, b = _random(device, (n, n), dtype, 0), _random(device, (n, n), dtype, 1)
     product = jax.jit(lambda a, b: lax.dot(a, b, precision=precision))
-    return _median_seconds(lambda: product(a, b), repeats=repeats, batched=True)
+    return _median_seconds(lambda: product(a, b), repeats=repeats, batched=True, warmup_s=warmup_s)
 
 
 def _in_place_seconds(
-    device: Any, nbytes: int, fn: Callable[[jax.Array], jax.Array], repeats: int
+    device: Any,
+    nbytes: int,
+    fn: Callable[[jax.Array], jax.Array],
+    repeats: int,
+    warmup_s: float = _WARMUP_S,
 ) -> float:
     """Seconds per call of `fn` applied in place (donated) to `nbytes` of fp32, call after call."""
     state = {"x": _random(device, (nbytes // 4,), jnp.float32)}
@@ -126,16 +135,17 @@ def _in_place_seconds(
         state["x"] = update(state["x"])
         return state["x"]
 
-    return _median_seconds(step, repeats=repeats, batched=True)
+    return _median_seconds(step, repeats=repeats, batched=True, warmup_s=warmup_s)
+
+
+def _fma_chain(x: jax.Array) -> jax.Array:
+    for _ in range(_VECTOR_FMAS):
+        x = x * _FMA_A + _FMA_B
+    return x
 
 
 def _vector_rate(device: Any, nbytes: int, repeats: int) -> float:
-    def chain(x: jax.Array) -> jax.Array:
-        for _ in range(_VECTOR_FMAS):
-            x = x * _FMA_A + _FMA_B
-        return x
-
-    return 2 * _VECTOR_FMAS * (nbytes // 4) / _in_place_seconds(device, nbytes, chain, repeats)
+    return 2 * _VECTOR_FMAS * (nbytes // 4) / _in_place_seconds(device, nbytes, _fma_chain, repeats)
 
 
 # Fused attention (cuDNN flash attention, causal, bf16, BTNH) measured at these key lengths,
@@ -195,7 +205,7 @@ def _hbm_rate(device: Any, nbytes: int, repeats: int) -> float:
     return 2 * (nbytes // 4 * 4) / _in_place_seconds(device, nbytes, jnp.negative, repeats)
 
 
-def _launch_seconds(device: Any, repeats: int) -> float:
+def _launch_seconds(device: Any, repeats: int, warmup_s: float = _WARMUP_S) -> float:
     """Fixed time per kernel: (t(chain of _LAUNCH_CHAIN tiny matmuls) - t(chain of 1)) / (n - 1)."""
     w = _random(device, (_LAUNCH_N, _LAUNCH_N), jnp.float32)
 
@@ -206,7 +216,7 @@ def _launch_seconds(device: Any, repeats: int) -> float:
             return x
 
         program = jax.jit(run)
-        return _median_seconds(lambda: program(w), repeats=repeats)
+        return _median_seconds(lambda: program(w), repeats=repeats, warmup_s=warmup_s)
 
     return max(0.0, (timed(_LAUNCH_CHAIN) - timed(1)) / (_LAUNCH_CHAIN - 1))
 

@@ -47,7 +47,7 @@ def _load_file(path: Path, display: str) -> HardwareProfile:
     return HardwareProfile.from_json(data, where=display)
 
 
-def load_profile(name_or_path: str | os.PathLike[str] | HardwareProfile) -> HardwareProfile:
+def load_profile_file(name_or_path: str | os.PathLike[str] | HardwareProfile) -> HardwareProfile:
     """A profile by shipped name ("h200"), by path to a JSON file, or passed through as is."""
     if isinstance(name_or_path, HardwareProfile):
         return name_or_path

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._hiding import fit_hiding
-from ._profile_files import load_profile
+from ._load import load_profile
 from ._profiles import HardwareProfile
 
 

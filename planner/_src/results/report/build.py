@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import cost_models as cm
 from planner._src.cost.predict import evaluate, hiding_models
 from planner._src.emit.paste import PLAN_FILE, apply_snippet, paste_snippets
 from planner._src.results.report.model import NOT_READ, REGION_LINE, PolicyLine, Report, Row
@@ -92,16 +93,7 @@ def _status_lines(plan) -> tuple[tuple[str, str], ...]:
     else:
         where = f"{compiler} (this machine's backend, not the target's: an estimate)"
     lines = [("compiled by", where)]
-    made_up = made_up_times(plan.hardware)
-    if made_up:
-        lines.append(
-            (
-                "times",
-                f"from the made-up {plan.hardware.name} profile: not a measurement ({made_up} "
-                "made up); no plan here is predicted faster than another in a sense to rely "
-                "on. Measure this machine: python -m cost_models calibrate",
-            )
-        )
+    lines += times_lines(plan.hardware)
     if ver.status == "compiled, unverified" and "not verified for the GPU" in ver.note:
         lines.append(("not verified", ver.note))
     lines.append(("budget", f"{fmt_bytes(plan.budget_bytes)} as given (hbm_gb, per device)"))
@@ -129,6 +121,28 @@ def _status_lines(plan) -> tuple[tuple[str, str], ...]:
 
 # The figures a step's time is predicted from (a profile's sources name them).
 _TIME_FIGURES = ("hbm_bytes_per_s", "matmul_flops_per_s", "vector_flops_per_s")
+
+
+def times_lines(hw) -> list[tuple[str, str]]:
+    """The status line that says where the times come from: a made-up profile (no speed
+    claim), or this machine's CPU calibration (which CPU, when, where cached); none for a
+    profile of cited figures (each figure's source is in the profile)."""
+    made_up = made_up_times(hw)
+    if made_up:
+        why = (
+            f"from the made-up {hw.name} profile: not a measurement ({made_up} made up); no "
+            "plan here is predicted faster than another in a sense to rely on. "
+        )
+        if hw.platform == "cpu":
+            why += (
+                "Plan with this machine's calibration: hardware='cpu' with "
+                "PLANNER_CPU_PROFILE unset; or measure a device: python -m cost_models calibrate"
+            )
+        else:
+            why += "Measure the device: python -m cost_models calibrate"
+        return [("times", why)]
+    note = cm.calibration_note(hw)
+    return [("times", f"from {note}")] if note else []
 
 
 def made_up_times(hw) -> str:
