@@ -16,7 +16,10 @@ from planner._src.cli.throughput import cmd_throughput
 
 def _hardware_help() -> str:
     names = ", ".join(profile_names()) or "see cost_models/profiles"
-    return f"hardware profile: one of {names}; or a profile JSON file (calibrate --out)"
+    return (
+        f"hardware profile: one of {names} (cpu: this machine, calibrated once and cached; "
+        "cpu-made-up: the made-up test figures); or a profile JSON file (calibrate --out)"
+    )
 
 
 def _common(p, planning: bool = False) -> None:
