@@ -71,14 +71,20 @@ _MIB = 2**20
 
 
 def _median_seconds(
-    step: Callable[[], Any], *, repeats: int, batched: bool = False, warmup_s: float = _WARMUP_S
+    step: Callable[[], Any],
+    *,
+    repeats: int,
+    batched: bool = False,
+    warmup_s: float = _WARMUP_S,
+    fastest: bool = False,
 ) -> float:
-    """Median seconds per `step()` call.
+    """Median seconds per `step()` call (`fastest`: the fastest repeat's).
 
     `batched`: each repeat runs enough calls back to back to last _REPEAT_S and waits once (for
     throughput measurements, where dispatch would otherwise count). Unbatched: one call per repeat
     (for transfers, which could overlap across calls, and for the differential chains).
     `warmup_s`: back-to-back calls before timing (a CPU has no idle clocks to wake: shorter).
+    `fastest`: on a machine shared with other work, which only ever slows a repeat down.
     """
     jax.block_until_ready(step())  # compiles
     calls, start = 0, time.perf_counter()
@@ -94,7 +100,7 @@ def _median_seconds(
             out = step()
         jax.block_until_ready(out)
         times.append((time.perf_counter() - start) / batch)
-    return statistics.median(times)
+    return min(times) if fastest else statistics.median(times)
 
 
 def _default_matmul_n(device: Any) -> int:
@@ -113,11 +119,11 @@ def _random(device: Any, shape: tuple[int, ...], dtype: Any, seed: int = 0) -> j
 
 
 def _matmul_seconds(
-    device: Any, n: int, dtype: Any, precision: Any, repeats: int, warmup_s: float = _WARMUP_S
+    device: Any, n: int, dtype: Any, precision: Any, repeats: int, **timing: Any
 ) -> float:
     a, b = _random(device, (n, n), dtype, 0), _random(device, (n, n), dtype, 1)
     product = jax.jit(lambda a, b: lax.dot(a, b, precision=precision))
-    return _median_seconds(lambda: product(a, b), repeats=repeats, batched=True, warmup_s=warmup_s)
+    return _median_seconds(lambda: product(a, b), repeats=repeats, batched=True, **timing)
 
 
 def _in_place_seconds(
@@ -125,7 +131,7 @@ def _in_place_seconds(
     nbytes: int,
     fn: Callable[[jax.Array], jax.Array],
     repeats: int,
-    warmup_s: float = _WARMUP_S,
+    **timing: Any,
 ) -> float:
     """Seconds per call of `fn` applied in place (donated) to `nbytes` of fp32, call after call."""
     state = {"x": _random(device, (nbytes // 4,), jnp.float32)}
@@ -135,7 +141,7 @@ def _in_place_seconds(
         state["x"] = update(state["x"])
         return state["x"]
 
-    return _median_seconds(step, repeats=repeats, batched=True, warmup_s=warmup_s)
+    return _median_seconds(step, repeats=repeats, batched=True, **timing)
 
 
 def _fma_chain(x: jax.Array) -> jax.Array:
@@ -205,7 +211,7 @@ def _hbm_rate(device: Any, nbytes: int, repeats: int) -> float:
     return 2 * (nbytes // 4 * 4) / _in_place_seconds(device, nbytes, jnp.negative, repeats)
 
 
-def _launch_seconds(device: Any, repeats: int, warmup_s: float = _WARMUP_S) -> float:
+def _launch_seconds(device: Any, repeats: int, **timing: Any) -> float:
     """Fixed time per kernel: (t(chain of _LAUNCH_CHAIN tiny matmuls) - t(chain of 1)) / (n - 1)."""
     w = _random(device, (_LAUNCH_N, _LAUNCH_N), jnp.float32)
 
@@ -216,7 +222,7 @@ def _launch_seconds(device: Any, repeats: int, warmup_s: float = _WARMUP_S) -> f
             return x
 
         program = jax.jit(run)
-        return _median_seconds(lambda: program(w), repeats=repeats, warmup_s=warmup_s)
+        return _median_seconds(lambda: program(w), repeats=repeats, **timing)
 
     return max(0.0, (timed(_LAUNCH_CHAIN) - timed(1)) / (_LAUNCH_CHAIN - 1))
 
