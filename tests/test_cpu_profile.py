@@ -166,5 +166,10 @@ def test_the_report_says_the_times_are_this_machines_calibration(cache):
     assert "times from this machine's calibration (" in text
     assert f"cached at {_cpu_profile.cache_path()}" in text
     assert "made-up" not in text and "not a measurement" not in plan.choice_why
+    # The calibration makes the figures this machine's, not the model's form XLA:CPU's: no
+    # "predicted faster" is a speed claim here either.
+    assert "did not order the stock policies as measured" in text
+    if "predicted faster" in plan.choice_why:
+        assert "by this machine's CPU calibration: on XLA:CPU not a ranking" in plan.choice_why
     (line,) = [v for k, v in json.loads(plan.report("json"))["status_lines"] if k == "times"]
     assert line.startswith("from this machine's calibration (") and "measured 20" in line

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import cost_models as cm
 from planner._src.planning.context import Attempt, Context
 from planner._src.planning.fit import Standing
 from planner._src.planning.stock import offload_estimate
@@ -43,10 +44,14 @@ class _Verified:
 
 
 def _not_a_claim(ctx: Context) -> str:
-    """The qualifier of a "predicted faster" under a profile whose times are made up."""
-    if not made_up_times(ctx.hardware):
-        return ""
-    return f"; by the made-up {ctx.hardware.name} profile's times: not a measurement"
+    """The qualifier of a "predicted faster" under a profile whose times are made up, or
+    under this machine's CPU calibration (whose step times do not rank policies on XLA:CPU:
+    build.CPU_TIMES_CAVEAT)."""
+    if made_up_times(ctx.hardware):
+        return f"; by the made-up {ctx.hardware.name} profile's times: not a measurement"
+    if cm.calibration_note(ctx.hardware):
+        return "; by this machine's CPU calibration: on XLA:CPU not a ranking to rely on"
+    return ""
 
 
 def choose(ctx: Context, s: Standing, baselines: tuple[Baseline, ...]) -> Choice:

@@ -142,7 +142,17 @@ def times_lines(hw) -> list[tuple[str, str]]:
             why += "Measure the device: python -m cost_models calibrate"
         return [("times", why)]
     note = cm.calibration_note(hw)
-    return [("times", f"from {note}")] if note else []
+    return [("times", f"from {note}; {CPU_TIMES_CAVEAT}")] if note else []
+
+
+# What the calibration does not fix (docs/guide/hardware.md, measured in
+# benchmarks/results/cpu-calibration-2026-12-06.md): the figures are this machine's, but the
+# cost model's form misses XLA:CPU's costs (an exp at one FLOP, a lax.scan's per-trip work).
+CPU_TIMES_CAVEAT = (
+    "measured steps on XLA:CPU ran 0.9-5.7x the cost model's, which did not order the stock "
+    "policies as measured, so no plan here is predicted faster in a sense to rely on "
+    "(docs/guide/hardware.md)"
+)
 
 
 def made_up_times(hw) -> str:
