@@ -1,4 +1,4 @@
-"""Command line: `python -m cost_models {profiles,calibrate,overlap-probe}`."""
+"""Command line: `python -m cost_models {profiles,calibrate,cpu-profile,overlap-probe}`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from ._calibrate import calibrate, measure_overlap
+from ._cpu_profile import this_cpu_profile
 from ._profile_files import list_profiles
 
 
@@ -22,6 +23,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     cal.add_argument("--sizes-mb", type=float, nargs="+", default=[256, 1024])
     cal.add_argument("--repeats", type=int, default=5)
     cal.add_argument("--matmul-n", type=int)
+
+    cpu = commands.add_parser(
+        "cpu-profile", help="this machine's calibrated CPU profile (hardware='cpu'), as JSON"
+    )
+    cpu.add_argument("--refresh", action="store_true", help="measure again (a few seconds)")
 
     probe = commands.add_parser(
         "overlap-probe", help="print the copy/compute overlap as JSON (run under XLA_FLAGS)"
@@ -41,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             repeats=args.repeats,
             matmul_n=args.matmul_n,
         )
+        print(json.dumps(profile.to_json(), indent=2))
+    elif args.command == "cpu-profile":
+        profile = this_cpu_profile(refresh=args.refresh)
         print(json.dumps(profile.to_json(), indent=2))
     else:
         measured = measure_overlap(
