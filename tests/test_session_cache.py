@@ -9,6 +9,7 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import planner
@@ -159,32 +160,70 @@ def test_other_options_or_hardware_find_no_planner():
     _solve(step, args, gb)
     assert _solve(step, args, gb, fill_rounds=0).timings[0][0] == sessions.MISS
     hw = planner.PlanOptions()
-    key = sessions.session_key(step, args, planner.hardware.load_profile("cpu"), hw)[0]
-    assert key != sessions.session_key(step, args, planner.hardware.load_profile("h200"), hw)[0]
+    key = sessions.session_key(step, args, planner.hardware.load_profile("cpu"), hw).key
+    assert key != sessions.session_key(step, args, planner.hardware.load_profile("h200"), hw).key
     # the cache's own size is no part of the key
     assert (
         key
         == sessions.session_key(
             step, args, planner.hardware.load_profile("cpu"), planner.PlanOptions(session_cache=5)
-        )[0]
+        ).key
     )
 
 
-def test_values_key_the_cache_only_where_the_numerics_check_runs_the_step():
+def test_values_find_the_planner_only_where_the_numerics_check_runs_the_step():
     step, cpu = _make_step([]), planner.hardware.load_profile("cpu")
     on, off = planner.PlanOptions(), planner.PlanOptions(check_numerics=False)
     a, same, b = _concrete(0), _concrete(0), _concrete(1)
-    assert sessions.session_key(step, a, cpu, on)[0] == sessions.session_key(step, same, cpu, on)[0]
-    assert sessions.session_key(step, a, cpu, on)[0] != sessions.session_key(step, b, cpu, on)[0]
-    assert sessions.session_key(step, a, cpu, off)[0] == sessions.session_key(step, b, cpu, off)[0]
+    ka, ksame, kb = (sessions.session_key(step, x, cpu, on) for x in (a, same, b))
+    # One key for the step; the values decide whether its Planner answers.
+    assert ka.key == ksame.key == kb.key
+    sessions.keep(ka, "planner of a", 2)
+    assert sessions.find(ka) == "planner of a"  # the same arrays: no comparison needed
+    assert sessions.find(ksame) == "planner of a"  # equal values in other arrays
+    assert sessions.find(kb) is None  # other values: the numerics check would differ
+    # Without the numerics check, values do not matter.
+    koff = sessions.session_key(step, a, cpu, off)
+    assert koff.values is None and koff.key != ka.key
+    sessions.keep(koff, "planner without check", 2)
+    assert sessions.find(sessions.session_key(step, b, cpu, off)) == "planner without check"
 
     # A closed-over array is a value of the step too.
     def closing(v):
         return lambda ws, x: step(ws, x + v)
 
-    k1 = sessions.session_key(closing(jnp.ones((WIDTH,))), a, cpu, on)[0]
-    k2 = sessions.session_key(closing(jnp.zeros((WIDTH,))), a, cpu, on)[0]
-    assert k1 != k2
+    k1 = sessions.session_key(closing(jnp.ones((WIDTH,))), a, cpu, on)
+    k2 = sessions.session_key(closing(jnp.zeros((WIDTH,))), a, cpu, on)
+    sessions.keep(k1, "closing over ones", 2)
+    assert k1.key == k2.key and sessions.find(k2) is None
+
+
+def test_same_values_compares_on_the_device_never_widening():
+    x = jnp.arange(6.0)
+    assert sessions.same_values((x,), (x,))
+    assert sessions.same_values((x, 3, "a"), (jnp.arange(6.0), 3, "a"))
+    assert not sessions.same_values((x,), (x.at[5].set(7.0),))
+    assert not sessions.same_values((x,), (x.astype(jnp.float16),))
+    nan = jnp.array([jnp.nan])
+    assert sessions.same_values((nan,), (nan,))  # the same object
+    assert not sessions.same_values((nan,), (jnp.array([jnp.nan]),))  # NaN: plan anew
+    assert not sessions.same_values((x,), (x, x))
+    assert not sessions.same_values((x,), (None,)) and not sessions.same_values(None, (x,))
+    assert sessions.same_values((np.ones(3),), (np.ones(3),))
+    assert not sessions.same_values((np.ones(3),), (x[:3],))
+    k = jax.random.key(0)
+    assert sessions.same_values((k,), (jax.random.key(0),))
+    assert not sessions.same_values((k,), (jax.random.key(1),))
+
+
+def test_equal_values_in_new_arrays_find_the_planner_with_the_same_answer():
+    step, a = _make_step([]), _concrete(0)
+    gb = _budget_gb(_abstract())
+    cold = _solve(step, a, gb)
+    again = _solve(step, _concrete(0), gb)
+    assert again.timings[0][0] == sessions.HIT
+    assert _answer(again) == _answer(cold)
+    assert _solve(step, _concrete(1), gb).timings[0][0] == sessions.MISS
 
 
 def test_a_step_that_does_not_trace_is_not_cached_and_raises_the_planners_error():

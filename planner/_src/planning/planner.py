@@ -518,27 +518,26 @@ def _session(step_fn, example_args, hardware, options, progress, option_fields):
     (kept, the fingerprint's time in its timings) and None."""
     inputs.validate_step(step_fn, example_args)
     opts = inputs.merge_options(options, option_fields)
-    key, took = None, 0.0
+    key = None
     if opts.session_cache > 0:
-        key, took = sessions.session_key(
-            step_fn, example_args, inputs.load_hardware(hardware), opts
-        )
+        key = sessions.session_key(step_fn, example_args, inputs.load_hardware(hardware), opts)
         session = sessions.find(key)
         if session is not None:
             say = progress or (lambda message: None)
             session._set_subject(dataclasses.replace(session.subject, say=say))
-            return session, (sessions.HIT, took)
+            return session, (sessions.HIT, key.seconds)
     try:
         session = Planner(
             step_fn, *example_args, hardware=hardware, options=opts, progress=progress
         )
     except TraceError as e:
-        if key is not None and isinstance(e.__cause__, Exception) and e.first_trace:
+        traced_once = key is not None and key.key is not None
+        if traced_once and isinstance(e.__cause__, Exception) and e.first_trace:
             # The fingerprint's trace worked: the step failed when traced again.
             raise sessions.traced_again_error(e.__cause__) from e.__cause__
         raise
-    if key is not None:
-        session.timings.insert(0, (sessions.MISS, took))
+    if key is not None and key.key is not None:
+        session.timings.insert(0, (sessions.MISS, key.seconds))
         session._plans = {}
     sessions.keep(key, session, opts.session_cache)
     return session, None

@@ -7,8 +7,11 @@ The key is the step's :class:`~planner._src.fingerprints.StepFingerprint` ``.key
 program, the arguments' shapes and dtypes, the JAX: one trace of the step, the only work a
 call that finds its Planner does), with what else makes a Planner's answers: the arguments'
 shardings, the hardware profile, this machine's backend and devices (the compiler a Planner
-resolves), the options, and, where the numerics check runs the step, the values of the
-arguments and of the step's closed-over arrays (the check's answer depends on them).
+resolves) and the options. Where the numerics check runs the step, its answer depends on the
+values of the arguments and of the step's closed-over arrays too: a Planner is found only
+for the same values, compared where they live (the same array objects, else one compiled
+comparison on their devices; never a copy of them to the host, which on a GPU would read
+every weight for each call).
 
 Bounded: at most ``PlanOptions.session_cache`` Planners (default 2), least recently used
 first out; each holds its step, its example arguments (concrete arrays stay alive), traces,
@@ -41,17 +44,29 @@ _lock = threading.Lock()
 _sessions: collections.OrderedDict = collections.OrderedDict()
 
 
-def session_key(step_fn, args, hardware, options) -> tuple[str | None, float]:
-    """``(key, seconds)``: the session key of planning ``step_fn(*args)`` for ``hardware``
-    with ``options``; None where the step does not trace (the Planner then raises its own
-    error, with the fix)."""
+@dataclasses.dataclass(frozen=True)
+class SessionKey:
+    """Where ``planner.solve`` finds a kept Planner: ``key`` (None: the step does not trace,
+    nothing is cached), ``values`` (the argument and closed-over leaves whose values the
+    numerics check's answer depends on; None where it runs nothing) and the ``seconds`` the
+    key took."""
+
+    key: str | None
+    values: tuple | None
+    seconds: float
+
+
+def session_key(step_fn, args, hardware, options) -> SessionKey:
+    """The session key of planning ``step_fn(*args)`` for ``hardware`` with ``options``
+    (:class:`SessionKey`; its ``key`` is None where the step does not trace: the Planner then
+    raises its own error, with the fix)."""
     t = time.perf_counter()
     try:
         traced, _ = adapter.trace_step_with(
             step_fn, args, lambda rid, r: adapter.everything_saveable
         )
     except Exception:  # noqa: BLE001  (the Planner traces it again and says why it fails)
-        return None, time.perf_counter() - t
+        return SessionKey(None, None, time.perf_counter() - t)
     fp = fingerprint_of(traced.jaxpr, args)
     h = hashlib.sha256()
     for part in (
@@ -64,14 +79,11 @@ def session_key(step_fn, args, hardware, options) -> tuple[str | None, float]:
     ):
         h.update(part.encode())
         h.update(b"\0")
+    values = None
     if options.check_numerics is not False and _concrete(args):
         # The numerics check runs the step on these values: another value, another check.
-        try:
-            for x in (*jax.tree.leaves(args), *_consts(traced)):
-                _digest_leaf(h, x)
-        except Exception:  # noqa: BLE001  (values not readable here: no key, no cache)
-            return None, time.perf_counter() - t
-    return h.hexdigest()[:32], time.perf_counter() - t
+        values = (*jax.tree.leaves(args), *_consts(traced))
+    return SessionKey(h.hexdigest()[:32], values, time.perf_counter() - t)
 
 
 def traced_again_error(cause: Exception):
@@ -82,26 +94,85 @@ def traced_again_error(cause: Exception):
     )
 
 
-def find(key: str | None):
-    """The Planner kept under ``key`` (now the most recently used), or None."""
-    if key is None:
+def find(key: SessionKey):
+    """The Planner kept under ``key`` for the same values (now the most recently used), or
+    None."""
+    if key.key is None:
         return None
     with _lock:
-        got = _sessions.get(key)
-        if got is not None:
-            _sessions.move_to_end(key)
-        return got
-
-
-def keep(key: str | None, session, size: int) -> None:
-    """Keep ``session`` under ``key``, at most ``size`` Planners in all (least recently used
-    out first; 0: none, and those kept are let go)."""
+        got = _sessions.get(key.key)
+    if got is None:
+        return None
+    session, values = got
+    try:
+        same = same_values(values, key.values)
+    except Exception:  # noqa: BLE001  (values not comparable here: plan anew)
+        same = False
+    if not same:
+        return None
     with _lock:
-        if key is not None and size > 0:
-            _sessions[key] = session
-            _sessions.move_to_end(key)
+        if key.key in _sessions:
+            _sessions.move_to_end(key.key)
+    return session
+
+
+def keep(key: SessionKey | None, session, size: int) -> None:
+    """Keep ``session`` under ``key`` with its values, at most ``size`` Planners in all
+    (least recently used out first; 0: none, and those kept are let go). A Planner kept
+    for other values of the same key is replaced."""
+    with _lock:
+        if key is not None and key.key is not None and size > 0:
+            _sessions[key.key] = (session, key.values)
+            _sessions.move_to_end(key.key)
         while len(_sessions) > max(size, 0):
             _sessions.popitem(last=False)
+
+
+def same_values(kept: tuple | None, given: tuple | None) -> bool:
+    """Whether the leaves ``given`` hold the values of ``kept`` (both None: no values
+    matter). The same objects are equal without a look (JAX arrays are immutable); other
+    JAX arrays are compared on their devices in one compiled comparison, NumPy arrays and
+    scalars on the host; a NaN anywhere compares unequal (plan anew: never a wrong hit)."""
+    if kept is None or given is None:
+        return kept is None and given is None
+    if len(kept) != len(given):
+        return False
+    on_device: list[tuple] = []
+    for a, b in zip(kept, given, strict=True):
+        if a is b:
+            continue
+        if isinstance(a, jax.Array) and isinstance(b, jax.Array):
+            if a.shape != b.shape or a.dtype != b.dtype or a.sharding != b.sharding:
+                return False
+            on_device.append((_key_data(a), _key_data(b)))
+        elif isinstance(a, jax.Array) or isinstance(b, jax.Array):
+            return False
+        elif isinstance(a, np.ndarray | np.generic) or isinstance(b, np.ndarray | np.generic):
+            a, b = np.asarray(a), np.asarray(b)
+            if a.dtype != b.dtype or not np.array_equal(a, b):
+                return False
+        elif type(a) is not type(b) or repr(a) != repr(b):
+            return False
+    if not on_device:
+        return True
+    xs, ys = zip(*on_device, strict=True)
+    try:
+        return bool(_all_equal(xs, ys))
+    except ValueError:  # leaves on different devices: one comparison each
+        return all(bool(_all_equal((x,), (y,))) for x, y in on_device)
+
+
+@jax.jit
+def _all_equal(xs, ys):
+    import jax.numpy as jnp
+
+    return jnp.all(jnp.stack([jnp.array_equal(x, y) for x, y in zip(xs, ys, strict=True)]))
+
+
+def _key_data(x):
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return jax.random.key_data(x)
+    return x
 
 
 def clear() -> None:
@@ -160,14 +231,3 @@ def _concrete(args) -> bool:
 def _consts(traced) -> list:
     jaxpr = getattr(traced, "jaxpr", None)
     return list(getattr(jaxpr, "consts", ()) or ())
-
-
-def _digest_leaf(h, x) -> None:
-    if isinstance(x, jax.Array | np.ndarray | np.generic):
-        if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            x = jax.random.key_data(x)
-        a = np.asarray(x)
-        h.update(f"{a.dtype}{a.shape}".encode())
-        h.update(np.ascontiguousarray(a).tobytes())
-    else:
-        h.update(repr(x).encode())
