@@ -119,7 +119,7 @@ def plan(over: dict, hbm_gb: float, margin: float | None) -> dict:
     # F, their per-slice copies in the time; MaxText's update brings the state back whole,
     # which the harness compiles and measures).
     tr, graph, hw = s.trace, s.graph, s.hardware
-    budget = usable_bytes(int(hbm_gb * 1e9), hw, io_bytes(tr), s.compiler.margin)
+    budget = usable_bytes(int(hbm_gb * 1e9), hw, io_bytes(tr), s.margin)
     cost = build_cost_model(tr, graph, hw, allow_offload=s.offload)
     leaves = sp.placement.leaves
     movable = frozenset(x.path for x in leaves if x.movable)

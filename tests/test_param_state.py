@@ -214,7 +214,7 @@ def _hbm_gb_for(session, usable: int) -> float:
     for _ in range(60):
         mid = (lo + hi) / 2
         got = usable_bytes(
-            int(mid * GB), session.hardware, io_bytes(session.trace), session.compiler.margin
+            int(mid * GB), session.hardware, io_bytes(session.trace), session.margin
         )
         lo, hi = (mid, hi) if got < usable else (lo, mid)
     return hi
