@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from planner._src.budget import Margin, headroom_short, headroom_why, requested_for, usable_bytes
+from planner._src.budget import (
+    Margin,
+    headroom_short,
+    headroom_why,
+    program_usable,
+    requested_for,
+    usable_bytes,
+)
 from planner._src.xla import deviceless_bound as db
 from planner._src.xla import targets
 
@@ -137,3 +144,23 @@ def test_the_headroom_names_each_part_of_the_bound(hw):
         hw, m
     )
     assert "deviceless" not in headroom_why(hw, margin=Margin())
+
+
+@pytest.mark.parametrize("program_io,program_ws", [(14 * 10**9, None), (30 * 10**9, 10**9)])
+def test_a_program_with_other_inputs_or_workspaces_is_held_to_the_same_rule(
+    hw, program_io, program_ws
+):
+    """A plan that moves train state to the host has fewer device inputs than the step the
+    usable figure was folded for: program_usable holds it to its own bound, not to the
+    step's (where the usable figure alone would leave it temp_fraction of the moved
+    bytes too much)."""
+    m = Margin(workspace_bytes=540_016_640, temp_fraction=0.045)
+    requested, io = 40 * 10**9, 22 * 10**9
+    base, usable = usable_bytes(requested, hw, io), usable_bytes(requested, hw, io, m)
+    limit = program_usable(usable, io, program_io, m, program_ws)
+    ws = m.workspace_bytes if program_ws is None else program_ws
+    for temp in range(limit - program_io - 2000, limit - program_io + 2000, 7):
+        fits_bound = program_io + temp + ws + int(m.temp_fraction * temp) <= base
+        assert (program_io + temp <= limit) == fits_bound or abs(program_io + temp - limit) <= 2
+    assert program_usable(usable, io, io, m) == usable
+    assert program_usable(usable, io, program_io, Margin()) == usable

@@ -30,7 +30,7 @@ def zoo_budgets(session) -> list[int]:
     larger: a stock policy compiles within each, so none may be called infeasible. The usable
     part is what the planner leaves of a budget (``session.usable_bytes``), the deviceless
     compiler's bound included (a deviceless H200 target leaves room for what the GPU's own
-    compile: without it the first budget of a deviceless run was below both anchors, and
+    compile adds: without it the first budget of a deviceless run was below both anchors, and
     the planner rightly refused it, 2026-12-05)."""
     lo = session.trace.anchor.device_bytes
     hi = session.trace.anchor_saved.device_bytes

@@ -23,6 +23,7 @@ __all__ = [
     "headroom_why",
     "io_bytes",
     "margin_of",
+    "program_usable",
     "requested_for",
     "usable_bytes",
 ]
@@ -136,6 +137,26 @@ def usable_bytes(requested: int, hw, io: int, margin: Margin | float = 0.0) -> i
     if not m:
         return usable
     return io + int((usable - io - m.workspace_bytes) / (1 + m.temp_fraction))
+
+
+def program_usable(
+    usable: int,
+    io: int,
+    program_io: int,
+    margin: Margin | float = 0.0,
+    program_workspace: int | None = None,
+) -> int:
+    """What one program may use of ``usable`` (folded by :func:`usable_bytes` for programs
+    of ``io`` input/output bytes) when its own inputs and outputs are ``program_io`` bytes
+    (a plan that moves train state to the host) and its own cuDNN workspaces
+    ``program_workspace`` (None: the margin's): the same rule, ``io + t + workspace +
+    temp_fraction * t`` within the budget without the bound."""
+    m = as_margin(margin)
+    if not m:
+        return usable
+    r = m.temp_fraction
+    extra = 0 if program_workspace is None else program_workspace - m.workspace_bytes
+    return usable - int((r * (io - program_io) + extra) / (1 + r))
 
 
 def requested_for(usable: float, hw, io: int, margin: Margin | float = 0.0) -> float:

@@ -88,11 +88,12 @@ class CompilerTarget:
 # the program's temporaries (arguments and outputs measured identical on both sides). Without
 # a device XLA does not autotune: deviceless compiles turn Triton GEMMs off
 # (DEVICELESS_COMPILE_OPTIONS), so their matmuls are cuBLAS calls, and the device keeps some
-# GEMMs as Triton fusions; the schedule and buffer assignment follow. Over 34 programs of 6
-# models measured on the H200 at the same jaxlib (plans and stock policies), the device's
-# bytes less the deviceless bytes less the cuDNN bound reached 4.31% of the temporaries (an
-# MoE plan with no cuDNN call; at most 1.39% on the programs with cuDNN attention besides
-# the MoE's), rounded up to the next half percent (benchmarks/results/deviceless-bound-2026-12-06.md).
+# GEMMs as Triton fusions; the schedule and buffer assignment follow. Over 35 programs (12
+# plans, 23 stock-policy programs; Llama, long-context and MoE steps) measured on the H200 at
+# the same jaxlib (0.11.2), the device's bytes less the deviceless bytes less the cuDNN bound
+# reached 4.31% of the temporaries (an MoE plan with no cuDNN call; 2.29% at most where the
+# program has cuDNN attention), rounded up to the next half percent
+# (benchmarks/results/deviceless-bound-2026-12-06.md).
 DEVICELESS_TEMP_FRACTION = 0.045
 
 _DEVICELESS_CAVEATS = (
@@ -102,8 +103,8 @@ _DEVICELESS_CAVEATS = (
     "formula, read from the compiled HLO (planner/_src/xla/deviceless_bound.py)",
     "measured on the H200 at the same jaxlib with the deviceless compile's matmuls as cuBLAS "
     "calls: beyond the cuDNN workspaces the device's own compile took up to 4.31% more "
-    "temporaries over 34 programs of 6 models (benchmarks/results/deviceless-bound-2026-12-06.md), "
-    "so plans leave 4.5% of their temporaries free (xla.targets.DEVICELESS_TEMP_FRACTION)",
+    "temporaries over 35 programs (benchmarks/results/deviceless-bound-2026-12-06.md), so "
+    "plans leave 4.5% of their temporaries free (xla.targets.DEVICELESS_TEMP_FRACTION)",
 )
 
 
