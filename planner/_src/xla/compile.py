@@ -494,7 +494,7 @@ def compiled_figures(
     module = hlo.parse(text)
     host_lines = hlo.host_memory_instructions(module)
     async_host = hlo.async_host_copies(module)
-    unseen = deviceless_bound.unseen_workspaces(text)
+    unseen = deviceless_bound.unseen_workspaces(module)
     stacks = (
         stacked_residuals(adapter.open_jaxpr(step_jaxpr))
         if step_jaxpr is not None

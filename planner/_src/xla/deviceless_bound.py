@@ -36,31 +36,14 @@ import dataclasses
 import json
 import re
 
+from planner._src.xla import hlo
+
 __all__ = ["ENGINE_BYTES", "UnseenWorkspaces", "unseen_workspaces"]
 
 # Bytes cuDNN's engine adds to a fused-attention call's workspace beyond the frontend's
 # tensors: 256 B on each call measured (4 shapes, H200, jaxlib 0.11.2), bounded at 1 MiB.
 ENGINE_BYTES = 1 << 20
 
-_DTYPE_BYTES = {
-    "pred": 1,
-    "s8": 1,
-    "u8": 1,
-    "f8e4m3fn": 1,
-    "f8e5m2": 1,
-    "bf16": 2,
-    "f16": 2,
-    "s16": 2,
-    "u16": 2,
-    "f32": 4,
-    "s32": 4,
-    "u32": 4,
-    "f64": 8,
-    "s64": 8,
-    "u64": 8,
-}
-_ARRAY = re.compile(r"\b([a-z][a-z0-9]*)\[([0-9,]*)\]")
-_CALL = re.compile(r"=\s*\((?P<shapes>[^=]*?)\)\s*custom-call\(")
 _TARGET = re.compile(r'custom_call_target="(?P<target>[^"]+)"')
 
 
@@ -86,19 +69,8 @@ class UnseenWorkspaces:
         )
 
 
-def _arrays(text: str) -> list[tuple[str, tuple[int, ...]]]:
-    return [
-        (dt, tuple(int(d) for d in dims.split(",") if d))
-        for dt, dims in _ARRAY.findall(text)
-        if dt in _DTYPE_BYTES
-    ]
-
-
 def _size(dtype: str, dims: tuple[int, ...]) -> int:
-    n = _DTYPE_BYTES[dtype]
-    for d in dims:
-        n *= d
-    return n
+    return hlo.array_bytes(dtype, dims)
 
 
 def _config(line: str) -> dict:
@@ -132,7 +104,7 @@ def cudnn_attention_workspace(target: str, shapes, config: dict) -> tuple[int, s
     b, h_q, s_q, d_qk = dq[1]
     s_kv = dims[3] if len(dims) == 4 else dk[1][2]
     h_k, d_v = dk[1][1], dv[1][3]
-    esize = _DTYPE_BYTES[dq[0]]
+    esize = hlo.ITEMSIZE.get(dq[0], 2)
     softmax_sum = b * h_q * s_q * 4
     dq_accum = b * h_q * s_q * d_qk * 4
     full_heads = b * h_q * s_kv * (d_qk + d_v) * esize if h_k != h_q else 0
@@ -142,23 +114,25 @@ def cudnn_attention_workspace(target: str, shapes, config: dict) -> tuple[int, s
     return total, what
 
 
-def unseen_workspaces(hlo_text: str) -> UnseenWorkspaces:
+def unseen_workspaces(module: hlo.Module | str) -> UnseenWorkspaces:
     """The workspace bytes the GPU's own compile of this deviceless program can add to its
-    peak (module docstring), read from the program's optimized HLO text."""
+    peak (module docstring), read from the program's optimized HLO (``hlo.parse``'s module,
+    or its text)."""
+    if isinstance(module, str):
+        module = hlo.parse(module)
     same_stream: list[int] = []
     other_streams = 0
     shapes: dict[str, None] = {}
     largest = 0
     cudnn = cublas = cublas_ws = 0
-    for line in hlo_text.splitlines():
-        if "custom-call(" not in line:
+    for ins in module.instructions:
+        if ins.opcode != "custom-call":
             continue
-        target = _TARGET.search(line)
-        call = _CALL.search(line)
-        if target is None or call is None:
+        target = _TARGET.search(ins.attrs)
+        if target is None:
             continue
         name = target["target"]
-        outs = _arrays(call["shapes"])
+        outs = hlo.array_shapes(ins.shape)
         if name.startswith("__cublas$"):
             cublas += 1
             if outs and outs[-1][0] in ("s8", "u8"):
@@ -167,7 +141,7 @@ def unseen_workspaces(hlo_text: str) -> UnseenWorkspaces:
         if not name.startswith("__cudnn$fmha") or len(outs) < 2:
             continue
         cudnn += 1
-        config = _config(line)
+        config = _config(ins.attrs)
         bound, what = cudnn_attention_workspace(name, outs, config)
         bound = max(0, bound - _size(*outs[-1]))  # what the deviceless figure already holds
         shapes.setdefault(what)
