@@ -36,9 +36,10 @@ class Margin:
     cuDNN workspaces the GPU's compile sizes and the deviceless one leaves at 0 bytes, read
     from the compiled HLO) and ``temp_fraction`` of the program's temporaries (the GPU's own
     choice of GEMM backends and the schedule and buffer assignment that follow; measured).
-    A program fits ``usable`` when ``device_bytes + workspace_bytes + temp_fraction * temp``
-    does; :func:`usable_bytes` folds that into one usable figure for programs with the
-    step's inputs and outputs."""
+    A program is within the budget when ``device_bytes + workspace_bytes + temp_fraction *
+    temp`` is within what the budget leaves without the bound; :func:`usable_bytes` folds that
+    into one usable figure for programs with the step's inputs and outputs, and
+    :func:`program_usable` adjusts it for a program with others."""
 
     workspace_bytes: int = 0
     temp_fraction: float = 0.0
