@@ -262,7 +262,7 @@ def _requested(session, f: float) -> int:
     lo = session.trace.anchor.device_bytes
     hi = session.trace.anchor_saved.device_bytes
     a, b = min(lo, hi), max(lo, hi)
-    margin = session.compiler.margin
+    margin = session.margin
     return (
         math.ceil(requested_for(a + f * (b - a), session.hardware, io_bytes(session.trace), margin))
         + 1024

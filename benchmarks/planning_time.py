@@ -232,10 +232,7 @@ def part_loop(depths) -> list[dict]:
 def session_budget_gb(session, usable: float) -> float:
     from planner._src.budget import io_bytes, requested_for
 
-    return (
-        requested_for(usable, session.hardware, io_bytes(session.trace), session.compiler.margin)
-        / 1e9
-    )
+    return requested_for(usable, session.hardware, io_bytes(session.trace), session.margin) / 1e9
 
 
 def run_part(name: str, depths) -> list[dict]:

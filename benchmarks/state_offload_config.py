@@ -11,8 +11,8 @@ trace's anchors) and the model's predicted step time of full remat: configuratio
 this batch. ``plan``: the mixed plan (planner.state.plan_state, compiled as applied) at
 ``--hbm-gb`` and the activation plan of (a) (the whole optimizer state on the host, the
 same solve with the state's bytes out of the fixed bytes, its copies added as the model's
-state terms) with their predicted step times; ``--margin`` overrides the deviceless compile
-margin (xla.targets.DEVICELESS_MARGIN) the budget is divided by, for plans that the device's
+state terms) with their predicted step times; ``--margin`` overrides the share of the
+temporaries the deviceless bound leaves free (xla.targets.DEVICELESS_TEMP_FRACTION), for plans that the device's
 own compile checks before they run (state_offload_h200.py). Prints one JSON line.
 """
 
@@ -119,7 +119,7 @@ def plan(over: dict, hbm_gb: float, margin: float | None) -> dict:
     # F, their per-slice copies in the time; MaxText's update brings the state back whole,
     # which the harness compiles and measures).
     tr, graph, hw = s.trace, s.graph, s.hardware
-    budget = usable_bytes(int(hbm_gb * 1e9), hw, io_bytes(tr), s.compiler.margin)
+    budget = usable_bytes(int(hbm_gb * 1e9), hw, io_bytes(tr), s.margin)
     cost = build_cost_model(tr, graph, hw, allow_offload=s.offload)
     leaves = sp.placement.leaves
     movable = frozenset(x.path for x in leaves if x.movable)

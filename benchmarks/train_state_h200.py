@@ -91,9 +91,7 @@ def main() -> None:
     moments = sum(x.size * x.dtype.itemsize for _, x in sel.opt_leaves(args) if x.ndim)
     full = session.trace.anchor.device_bytes
     usable = full - a.share * moments
-    hbm_gb = requested_for(
-        usable, session.hardware, io_bytes(session.trace), session.compiler.margin
-    )
+    hbm_gb = requested_for(usable, session.hardware, io_bytes(session.trace), session.margin)
     hbm_gb /= GB
     out.update(
         full_remat_device_bytes=full,

@@ -112,7 +112,7 @@ def planned(request):
     for f in FRACTIONS:
         # the budget whose usable part (allocator headroom off) is that far along
         usable = lo + f * (hi - lo)
-        budget = requested_for(usable, s.hardware, io_bytes(tr), s.compiler.margin) / GB
+        budget = requested_for(usable, s.hardware, io_bytes(tr), s.margin) / GB
         plans.append(session.plan(budget))
     return name, session, plans
 

@@ -213,9 +213,7 @@ def _hbm_gb_for(session, usable: int) -> float:
     lo, hi = usable / GB, 4 * usable / GB
     for _ in range(60):
         mid = (lo + hi) / 2
-        got = usable_bytes(
-            int(mid * GB), session.hardware, io_bytes(session.trace), session.compiler.margin
-        )
+        got = usable_bytes(int(mid * GB), session.hardware, io_bytes(session.trace), session.margin)
         lo, hi = (mid, hi) if got < usable else (lo, mid)
     return hi
 

@@ -55,7 +55,7 @@ def _budget_gb(args) -> float:
         warnings.simplefilter("ignore", planner.PlanWarning)
         s = planner.Planner(_make_step([]), *args, hardware="cpu", check_numerics=False)
     lo, hi = s.trace.anchor.device_bytes, s.trace.anchor_saved.device_bytes
-    return requested_for((lo + hi) / 2, s.hardware, io_bytes(s.trace), s.compiler.margin) / 1e9
+    return requested_for((lo + hi) / 2, s.hardware, io_bytes(s.trace), s.margin) / 1e9
 
 
 def _answer(plan):
@@ -309,7 +309,7 @@ def test_a_planners_identical_programs_compile_once_with_the_same_answers():
         warnings.simplefilter("ignore", planner.PlanWarning)
         s = planner.Planner(step, *args, hardware="cpu")
         hi = s.trace.anchor_saved.device_bytes
-        big = requested_for(hi * 3, s.hardware, io_bytes(s.trace), s.compiler.margin) / 1e9
+        big = requested_for(hi * 3, s.hardware, io_bytes(s.trace), s.margin) / 1e9
         first = s.plan(big)
         hits = s.subject.compiles.hits
         second = s.plan(big * 1.5)  # saves everything too: the same program

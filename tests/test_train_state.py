@@ -193,7 +193,7 @@ def _budget_below_full_remat(session, share: float = 0.5) -> float:
         x.size * x.dtype.itemsize for _, x in sel.opt_leaves(session.example_args) if x.ndim
     )
     usable = session.trace.anchor.device_bytes - share * movable
-    req = requested_for(usable, session.hardware, io_bytes(session.trace), session.compiler.margin)
+    req = requested_for(usable, session.hardware, io_bytes(session.trace), session.margin)
     return req / GB
 
 

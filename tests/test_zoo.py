@@ -29,14 +29,14 @@ def zoo_budgets(session) -> list[int]:
     GPU, XLA's own limit) runs from just above the smaller of the two compiled anchors to the
     larger: a stock policy compiles within each, so none may be called infeasible. The usable
     part is what the planner leaves of a budget (``session.usable_bytes``), the deviceless
-    compiler's margin included (a deviceless H200 target leaves 3.5% for the GPU's own
-    compile: without it the first budget of a deviceless run was below both anchors, and
+    compiler's bound included (a deviceless H200 target leaves room for what the GPU's own
+    compile adds: without it the first budget of a deviceless run was below both anchors, and
     the planner rightly refused it, 2026-12-05)."""
     lo = session.trace.anchor.device_bytes
     hi = session.trace.anchor_saved.device_bytes
     a, b = min(lo, hi), max(lo, hi)
     io = io_bytes(session.trace)
-    margin = session.compiler.margin
+    margin = session.margin
     return [
         math.ceil(requested_for(a + f * (b - a), session.hardware, io, margin)) + 1024
         for f in FRACTIONS

@@ -206,6 +206,10 @@ class CompiledFigures:
     # Bytes the while-loop bodies allocate per run for copies of their operands' slices,
     # summed over the bodies (hlo.loop_slice_bytes; the cost model's K_r, docs/cost-model.md).
     loop_slice_bytes: int = 0
+    # Bytes the GPU's own compile of this program can add that a deviceless compile leaves
+    # out (its cuDNN workspaces; xla.deviceless_bound.unseen_workspaces), and what they are.
+    unseen_workspace_bytes: int = 0
+    unseen_workspace_note: str = ""
 
     @property
     def device_bytes(self) -> int:

@@ -14,6 +14,7 @@ import dataclasses
 import time
 import weakref
 
+from planner._src.budget import io_bytes, margin_of, program_usable
 from planner._src.cost import evaluate
 from planner._src.cost.state import evaluate_state
 from planner._src.emit.apply import binding
@@ -36,6 +37,7 @@ from planner._src.verify.applied import applied_step_verification
 from planner._src.verify.verify import VerifyRequest, precompile, verify
 from planner._src.xla import compile as xla_compile
 from planner._src.xla import deviceless
+from planner._src.xla.deviceless_bound import unseen_workspaces
 
 
 def attempt(
@@ -74,6 +76,8 @@ def attempt(
             state,
             state_on_host,
             label,
+            io_bytes(trace),
+            margin_of(subject.compiler, trace),
         )
     opts = subject.options
     if opts.verify_compile:
@@ -142,9 +146,13 @@ def _attempt_applied(
     state: StateSpec,
     on_host: frozenset,
     label: str,
+    io: int,
+    margin,
 ) -> Attempt:
     """A candidate with train state on the host, verified by compiling the step as applied
-    (``plan.apply``'s, or the user's ``build``) and reading its device and host bytes."""
+    (``plan.apply``'s, or the user's ``build``) and reading its device and host bytes; held
+    to ``budget`` (folded for ``io`` input/output bytes) by its own inputs, outputs and
+    workspaces under the verifying compiler's ``margin`` (budget.program_usable)."""
     placement = placement_of(state.leaves, on_host)
     terms = evaluate_state(cost.state, on_host)
     compiler = subject.compiler
@@ -169,12 +177,17 @@ def _attempt_applied(
         jitted = step.jitted(args)
     run = None
     check = None
+    limit = budget
     if compiles:
         with subject.scope():
             prog = xla_compile.compile_traced(
                 compiler, jitted, target_args, emitted.compiler_options or None
             )
         check = check_compiled(prog.compiled, placement, terms)
+        ws = None
+        if compiler.kind == "deviceless":
+            ws = unseen_workspaces(prog.compiled.as_text() or "").bytes
+        limit = program_usable(budget, io, check.device_bytes - check.temp_bytes, margin, ws)
         if compiler.kind != "deviceless":
             run = AppliedRun(prog.compiled, tuple(args))
         if subject.backend == "cpu" and check.host_argument_bytes == 0 and check.planned_host_bytes:
@@ -199,7 +212,7 @@ def _attempt_applied(
             )
     timings.timed(f"verify as applied ({label or 'plan'})", t)
     ver = applied_step_verification(
-        check, pred.peak_bytes, budget, backend=subject.backend, compiler=compiler
+        check, pred.peak_bytes, limit, backend=subject.backend, compiler=compiler
     )
     return Attempt(
         assignment,

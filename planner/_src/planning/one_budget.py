@@ -124,7 +124,7 @@ def _plan(ctx: Context, log: Attempts, s: Standing, att: Attempt, solution, **fi
         timings=tuple(ctx.timings),
         headroom_bytes=ctx.budget.headroom,
         **fields,
-        **ctx.subject.plan_fields(),
+        **{**ctx.subject.plan_fields(), "compiler_margin": ctx.budget.margin},
     )
 
 

@@ -33,7 +33,14 @@ from collections.abc import Callable
 
 import jax
 
-from planner._src.budget import Budget, io_bytes, requested_for, usable_bytes
+from planner._src.budget import (
+    Budget,
+    Margin,
+    io_bytes,
+    margin_of,
+    requested_for,
+    usable_bytes,
+)
 from planner._src.cost import build_cost_model
 from planner._src.cost.baselines import evaluate_baselines
 from planner._src.errors import InvalidArgumentError, PlannerError, TraceError, UnsupportedError
@@ -228,7 +235,7 @@ class Planner:
     def plan_fields(self) -> dict:
         """The Plan fields every plan of this Planner shares (the verifying compiler, why
         offloading was off); a stage that builds a Plan of this Planner passes them on."""
-        return self.subject.plan_fields()
+        return {**self.subject.plan_fields(), "compiler_margin": self.margin}
 
     def compile_workers(self) -> int:
         """How many verify compiles run at once (``PlanOptions.parallel_compiles``)."""
@@ -246,13 +253,18 @@ class Planner:
         (run once per Planner): numerics.judge's result."""
         return self.numerics.judge_run(plan, run, Timings())
 
+    @property
+    def margin(self) -> Margin | float:
+        """What the verifying compiler cannot see of the GPU's own (budget.margin_of)."""
+        return margin_of(self.compiler, self.trace)
+
     def budget(self, requested: int) -> Budget:
         """The budget of ``requested`` bytes per device: what a plan may use of it."""
-        return Budget.of(requested, self.hardware, io_bytes(self.trace), self.compiler.margin)
+        return Budget.of(requested, self.hardware, io_bytes(self.trace), self.margin)
 
     def usable(self, requested: int) -> int:
         """Bytes a plan may use of ``requested`` (``budget(requested).usable``)."""
-        return usable_bytes(requested, self.hardware, io_bytes(self.trace), self.compiler.margin)
+        return usable_bytes(requested, self.hardware, io_bytes(self.trace), self.margin)
 
     # ------------------------------------------------------------------ the verbs
 
@@ -335,7 +347,7 @@ class Planner:
         # No budget above the device's HBM: when saving everything would not fit, what the
         # plans may use ends at what the HBM leaves usable.
         io = io_bytes(tr)
-        m = self.compiler.margin
+        m = self.margin
         top = usable_bytes(int(hw.hbm_bytes), hw, io, m)
         if lo < top < hi:
             hi = top

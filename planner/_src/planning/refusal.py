@@ -58,7 +58,7 @@ def refusal(ctx: Context, s: Standing, base_trace, base_graph) -> InfeasibleBudg
     hw, opts, budget = ctx.hardware, ctx.options, ctx.usable
     requested, headroom = ctx.budget.requested, ctx.budget.headroom
     best, error, cost = s.best, s.infeasible, s.cost
-    margin = ctx.subject.compiler.margin
+    margin = ctx.budget.margin
     # Without verify_compile the model is the judge; with it, the compiler's figures.
     tried = dict(ctx.stock.compiled_bytes) if opts.verify_compile else {}
     if opts.verify_compile and opts.compare_stock:

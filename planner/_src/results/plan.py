@@ -74,9 +74,10 @@ class Plan:
     compiler: str = ""
     compiler_exact: bool = True
     compiler_note: str = ""
-    # The fraction of the usable budget left free because the compiler is not the device's
-    # own (target.CompilerTarget.margin; part of headroom_bytes).
-    compiler_margin: float = 0.0
+    # What the budget leaves free because the compiler is not the device's own (budget.Margin:
+    # the cuDNN workspaces it cannot size and a share of the temporaries; part of
+    # headroom_bytes); 0 where the compiler is the device's own.
+    compiler_margin: Any = 0.0
     # The numerics check (planner._src.verify.numerics.NumericsResult): the planned step against the
     # step under the user's own policies on the example arguments; None: not attempted.
     numerics: Any = None

@@ -34,7 +34,7 @@ import jax
 
 from planner._src.errors import PlannerError, PlanWarning, TraceError
 from planner._src.types import CompiledFigures
-from planner._src.xla import adapter, deviceless, gpus, hlo, targets
+from planner._src.xla import adapter, deviceless, deviceless_bound, gpus, hlo, targets
 from planner._src.xla.gpus import TargetError
 from planner._src.xla.memo import active_memo
 
@@ -490,9 +490,11 @@ def compiled_figures(
     """Read the compiler's memory figures and host-memory markers from a compiled step
     (``text``: its ``as_text()``, when the caller has it already)."""
     m = compiled.memory_analysis()
-    module = hlo.parse((compiled.as_text() if text is None else text) or "")
+    text = (compiled.as_text() if text is None else text) or ""
+    module = hlo.parse(text)
     host_lines = hlo.host_memory_instructions(module)
     async_host = hlo.async_host_copies(module)
+    unseen = deviceless_bound.unseen_workspaces(module)
     stacks = (
         stacked_residuals(adapter.open_jaxpr(step_jaxpr))
         if step_jaxpr is not None
@@ -516,6 +518,8 @@ def compiled_figures(
         compiler=compiler,
         loop_copy_bytes=hlo.loop_slice_copy_bytes(module),
         loop_slice_bytes=hlo.loop_slice_bytes(module),
+        unseen_workspace_bytes=unseen.bytes,
+        unseen_workspace_note=unseen.note(),
     )
 
 
