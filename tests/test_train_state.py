@@ -306,3 +306,52 @@ def _target_args(target, args):
     from planner._src.xla import deviceless
 
     return deviceless.args_for(target, args)
+
+
+def test_deviceless_streamed_update_writes_host_leaves_in_place():
+    """Deviceless XLA:GPU for the H200 (skipped without the CUDA plugin): the step as
+    applied (a linen TrainState: the streamed update) sees its host leaves in host memory,
+    as the GPU's trace does, so it writes their slices into their own host buffers: no
+    PlanWarning, no host temporaries, no whole-leaf host copy in the compiled program, and
+    exactly the planned host argument and output bytes. (The target's devices drop a
+    ``pinned_host`` kind: a leaf placed with JAX's own ``with_memory_kind`` traced in device
+    memory, and the update warned that it copies 16 host leaves whole, 535,552 bytes of host
+    temporaries and 16 ``S(5)`` copies here.)"""
+    import re
+
+    from planner._src.emit.apply import binding
+    from planner._src.emit.apply_state import apply_state
+    from planner._src.trainstate import StateApply
+    from planner._src.trainstate.records import leaves_of
+    from planner._src.xla import deviceless
+
+    target = _h200()
+    step, args = flax_linen.make(**SMALL)
+    sel = select.detect(args)
+    opt, params = (select.subtree(args, p) for p in (sel.opt_path, sel.params_path))
+    leaves = leaves_of(opt, params, layers=SMALL["n_layers"])
+    host = frozenset(x.key for x in leaves if x.movable and x.layers > 1 and ".mu[" in x.path)
+    assert len(host) == 16
+    sa = StateApply(
+        opt_path=sel.opt_path,
+        params_path=sel.params_path,
+        container=sel.container,
+        on_host=host,
+        layers=SMALL["n_layers"],
+        mode="streamed",
+        mode_why="",
+    )
+    applied = apply_state(
+        _donated(step, args), binding({}, jax.checkpoint_policies.nothing_saveable), sa
+    )
+    placed = applied.placed(deviceless.args_for(target, args))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prog = xla_compile.compile_traced(target, applied.jitted(placed), placed)
+    assert not [str(w.message) for w in caught if issubclass(w.category, PlanWarning)]
+    m = prog.compiled.memory_analysis()
+    planned = sum(x.nbytes for x in leaves if x.key in host)
+    assert m.host_argument_size_in_bytes == m.host_output_size_in_bytes == planned
+    assert m.host_temp_size_in_bytes == 0
+    copies = re.findall(r"= \S+\{[^}]*S\(5\)\} copy\(", prog.compiled.as_text())
+    assert not copies
