@@ -25,8 +25,9 @@ from examples import llama
 from planner._src.budget import io_bytes, requested_for
 from planner._src.errors import InfeasibleBudgetError, InvalidArgumentError, PlanWarning
 from planner._src.planning import planner as planner_mod
+from planner._src.results.report.build import _status_lines
 from planner._src.trainstate import select
-from planner._src.units import GB
+from planner._src.units import GB, fmt_bytes
 from planner._src.verify.numerics import coarsest_eps, compare, reference_runs
 from planner._src.xla import compile as xla_compile
 from planner._src.xla import targets as tg
@@ -213,7 +214,10 @@ def test_state_placed_applied_and_same_numbers_on_cpu(idiom):
     with pytest.raises(InfeasibleBudgetError, match="opt_state=") as refused:
         session.plan(hbm_gb)
     assert "Or place the optimizer state" in str(refused.value)
-    plan = session.plan(hbm_gb, opt_state="auto")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = session.plan(hbm_gb, opt_state="auto")
+    _assert_unverified_is_said(plan, caught)
     st = plan.state
     opt, params, mode = FOUND[idiom]
     assert st.selection.opt_path == opt and st.mode == mode
@@ -234,6 +238,34 @@ def test_state_placed_applied_and_same_numbers_on_cpu(idiom):
     }
     host = {p for p, kind in kinds.items() if kind == "pinned_host"}
     assert len(host) == len(st.placement.opt_paths())
+
+
+def _assert_unverified_is_said(plan, caught):
+    """XLA:CPU cannot check a placement's host bytes: the status is "compiled, unverified",
+    a PlanWarning says so (what, why, fix) at the user's line, the check says "unverified"
+    (not "ok"), and the answer's row of the stock table shows the compile the status shows,
+    unverified, not "not compiled"."""
+    from planner._src.results.report import build_report
+
+    assert plan.verification.status == "compiled, unverified"
+    said = [w for w in caught if issubclass(w.category, PlanWarning)]
+    unverified = [w for w in said if "not verified within its budget" in str(w.message)]
+    assert len(unverified) == 1, [str(w.message) for w in said]
+    text = str(unverified[0].message)
+    assert "train state on the host: the compiler reports no host memory space" in text
+    assert "\nWhy: " in text and "\nFix: " in text and unverified[0].filename == __file__
+    (check,) = [c for c in plan.verification.checks if c.name == "train state on the host"]
+    assert check.unverified
+    checks = [text for what, text in build_report(plan).status_lines if what == "check"]
+    assert any(t.startswith("unverified: train state on the host: the compiler") for t in checks)
+    report = " ".join(plan.report().split())
+    assert "check ok: train state on the host" not in report and "ok: unverified" not in report
+    row = build_report(plan).stock_policies[0]
+    assert row.name == "planner" and row.unverified
+    compiled = plan.state.compiled.device_bytes  # the step as applied, XLA:CPU's one memory
+    assert plan.verification.compiled.device_bytes == compiled
+    assert round(row.compiled_gb * GB) == compiled and row.compiled_text != "not compiled"
+    assert row.fits_text.endswith(", unverified (compiled by XLA:CPU)"), row.fits_text
 
 
 def test_a_saved_state_plan_applies_from_its_file(tmp_path):
@@ -260,6 +292,10 @@ def test_plans_of_steps_whose_state_fits_do_not_change():
     roomy = 2 * session.trace.anchor_saved.device_bytes / GB
     plain = session.plan(roomy)
     assert plain.state is None
+    use = dict(_status_lines(plain))["budget use"]  # no "budget use uses"
+    got, usable = plain.verification.compiled_device_bytes, plain.budget.usable
+    assert use.startswith(f"{fmt_bytes(got)} of {fmt_bytes(usable)} (")
+    assert "budget use uses" not in " ".join(plain.report().split())
     placed = session.plan(roomy, opt_state="auto")
     assert not placed.state.placement.on_host
     assert placed.assignment == plain.assignment
@@ -355,3 +391,33 @@ def test_deviceless_streamed_update_writes_host_leaves_in_place():
     assert m.host_temp_size_in_bytes == 0
     copies = re.findall(r"= \S+\{[^}]*S\(5\)\} copy\(", prog.compiled.as_text())
     assert not copies
+
+
+def test_the_donation_warning_points_at_the_users_line(monkeypatch):
+    """The warning for a step that does not donate its optimizer state names the user's
+    line that called the planner, through ``Planner.plan`` and through ``planner.solve``
+    (a fixed stacklevel pointed into planner.py for one of them)."""
+
+    class Stop(Exception):
+        pass
+
+    def stop(self, requested, spec):  # after the state's spec (and its warning): no solve
+        raise Stop
+
+    monkeypatch.setattr(planner_mod.Planner, "_plan_with", stop)
+    step, args = flax_linen.make(**SMALL)  # not donated
+    session = planner.Planner(step, *args, hardware="cpu")
+    calls = {
+        "Planner.plan": lambda: session.plan(1.0, opt_state="auto"),
+        "planner.solve": lambda: planner.solve(
+            step, *args, hbm_gb=1.0, hardware="cpu", opt_state="auto"
+        ),
+    }
+    for how, call in calls.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(Stop):
+                call()
+        (w,) = [w for w in caught if "does not donate its optimizer state" in str(w.message)]
+        assert issubclass(w.category, PlanWarning)
+        assert w.filename == __file__, (how, w.filename, w.lineno)

@@ -488,6 +488,10 @@ class Check:
     name: str
     ok: bool
     detail: str
+    # the compiler cannot say (XLA:CPU's one memory for a placement's host bytes): not
+    # failed, not passed; the report says "check unverified" and the plan's status is
+    # "compiled, unverified"
+    unverified: bool = False
 
 
 @_frozen

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from planner._src.cost import evaluate
 from planner._src.cost.baselines import stock_assignment
 from planner._src.cost.state import evaluate_state, with_state
-from planner._src.errors import InvalidArgumentError, PlanWarning
+from planner._src.errors import InvalidArgumentError, PlanWarning, user_stacklevel
 from planner._src.planning.attempt import attempt
 from planner._src.planning.context import Attempt, Context, StateSpec, Subject, normalize
 from planner._src.policies import STOCK
@@ -125,12 +125,11 @@ def is_donated(trace: Trace, leaves) -> bool:
     return trace.anchor.alias_bytes >= opt
 
 
-def warn_if_not_donated(
-    trace: Trace, leaves, selection: StateSelection, stacklevel: int = 6
-) -> bool:
-    """A PlanWarning where the traced step does not donate its optimizer state; returns
-    :func:`is_donated`. (``plan.apply`` donates it: the plan is made for that step, but
-    the fixed bytes measured from the step as traced count the state twice.)"""
+def warn_if_not_donated(trace: Trace, leaves, selection: StateSelection) -> bool:
+    """A PlanWarning where the traced step does not donate its optimizer state, pointing at
+    the user's call of the planner (errors.user_stacklevel); returns :func:`is_donated`.
+    (``plan.apply`` donates it: the plan is made for that step, but the fixed bytes measured
+    from the step as traced count the state twice.)"""
     if is_donated(trace, leaves):
         return True
     opt = sum(x.nbytes for x in leaves if x.role == "opt")
@@ -147,7 +146,7 @@ def warn_if_not_donated(
         f"Fix: plan the step as it runs, donated: planner.Planner(jax.jit(train_step, "
         f"donate_argnums={donate}), *args, ...), and run it donated too (plan.apply does).",
         PlanWarning,
-        stacklevel=stacklevel,
+        stacklevel=user_stacklevel(),
     )
     return False
 

@@ -103,7 +103,7 @@ def _status_lines(plan) -> tuple[tuple[str, str], ...]:
             )
         )
     if ver.status == "compiled, unverified" and "not verified for the GPU" in ver.note:
-        lines.append(("not verified", ver.note))
+        lines.append(("not verified", ver.note.removeprefix("not verified ")))
     lines.append(("budget", f"{fmt_bytes(plan.budget_bytes)} as given (hbm_gb, per device)"))
     if plan.headroom_bytes:
         lines.append(("planned to", f"{fmt_bytes(usable)}: {plan.headroom_why(short=True)}"))
@@ -123,8 +123,15 @@ def _status_lines(plan) -> tuple[tuple[str, str], ...]:
     if num is not None and not getattr(num, "checked", True):
         why = getattr(num, "detail", "").removeprefix("Numerics not checked: ")
         lines.append(("numerics", "not checked: " + why.split(". ")[0].split(": ")[0]))
-    lines += [("check", f"{'ok' if c.ok else 'FAILED'}: {c.name}: {c.detail}") for c in ver.checks]
+    lines += [("check", f"{_check_word(c)}: {c.name}: {c.detail}") for c in ver.checks]
     return tuple(lines)
+
+
+def _check_word(c) -> str:
+    """ok, FAILED, or unverified (the compiler cannot say: Check.unverified)."""
+    if getattr(c, "unverified", False):
+        return "unverified"
+    return "ok" if c.ok else "FAILED"
 
 
 # The figures a step's time is predicted from (a profile's sources name them).
@@ -149,11 +156,11 @@ def budget_use(plan) -> str:
     usable = plan.budget.usable
     got = plan.verification.compiled_device_bytes
     fills = sum(1 for r in plan.rounds if getattr(r, "purpose", "") == "fill")
-    text = (
-        f"uses {fmt_bytes(got)} of {fmt_bytes(usable)} ({fmt_bytes(usable - got)} left, "
+    text = (  # after the line's label, "budget use"
+        f"{fmt_bytes(got)} of {fmt_bytes(usable)} ({fmt_bytes(usable - got)} left, "
         f"{(usable - got) / usable:.1%})"
         if usable > 0
-        else f"uses {fmt_bytes(got)}"
+        else fmt_bytes(got)
     )
     if plan.choice != "planner":
         why = (
@@ -316,6 +323,13 @@ def build_report(plan, plan_file: str | None = None) -> Report:
     # the verifying compiler compiles the stock policies too (planning/stock.py)
     short_compiler = (plan.compiler or plan.verification.compiler or "").split(" (")[0]
     planner_fits = (pred.peak_bytes if compiled is None else compiled) <= plan.budget.usable
+    unverified = plan.verification.status == "compiled, unverified"
+    shown = compiled
+    if shown is None and unverified and plan.verification.compiled is not None:
+        # compiled, but a figure that cannot hold the plan to the budget (XLA:CPU's compile
+        # of a step with state on the host keeps those bytes in its one memory): the row
+        # shows it as the status block does, with "unverified"
+        shown = plan.verification.compiled.device_bytes
     policies = [
         PolicyLine(
             name="planner",
@@ -324,8 +338,9 @@ def build_report(plan, plan_file: str | None = None) -> Report:
             step_ms=pred.step_s * 1e3,
             fits=planner_fits,
             applicable=True,
-            compiled_gb=None if compiled is None else compiled / GB,
+            compiled_gb=None if shown is None else shown / GB,
             compiler=short_compiler,
+            unverified=unverified,
         )
     ]
     for b in plan.baselines:
