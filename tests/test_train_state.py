@@ -317,17 +317,30 @@ def test_deviceless_h200_compiles_the_applied_step_within_budget(idiom):
     """Deviceless XLA:GPU for the H200: below full remat with the state in HBM, the plan
     puts optimizer state on the host, and the step ``plan.apply`` returns compiles within
     the budget with exactly the planned host bytes (the plan's own verify compile, and
-    again here from ``plan.apply``)."""
+    again here from ``plan.apply``), with no PlanWarning (the streamed update's host leaves
+    written in place). MaxText's all-or-nothing flag rows: those predicted faster than the
+    answer compiled (and none fits), and the one the answer is compared against (the
+    fastest that fits by the model) compiled, its "fits" the compiler's."""
     target = _h200()
     step, args = IDIOMS[idiom]()
     session = planner.Planner(_donated(step, args), *args, hardware="h200")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PlanWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         plan = session.plan(_budget_below_full_remat(session), opt_state="auto")
+    assert not [str(w.message) for w in caught if issubclass(w.category, PlanWarning)]
     st = plan.state
     assert st.placement.on_host
     assert plan.verification.status == "compiled, within budget", plan.report()
     assert st.compiled.host_matches and not st.compiled.estimated
+    flag = [b for b in plan.baselines if b.name.endswith(" + optimizer_memory_host_offload")]
+    assert flag and plan.choice == "planner"
+    faster = [b for b in flag if b.prediction.step_s < plan.prediction.step_s]
+    assert all(b.compiled_device_bytes is not None and not b.fits for b in faster)
+    by_model = [b for b in flag if b.prediction.peak_bytes <= plan.budget.usable]
+    if by_model:
+        compared = min(by_model, key=lambda b: b.prediction.step_s)
+        assert compared.compiled_device_bytes is not None, compared.name
+        assert compared.fits == (compared.compiled_device_bytes <= plan.budget.usable)
     applied = plan.apply(step)
     placed = applied.placed(_target_args(target, args))
     prog = xla_compile.compile_traced(target, applied.jitted(placed), placed)

@@ -38,6 +38,7 @@ from planner._src.planning.groups import baselines_of
 from planner._src.planning.probes import probe_frontier
 from planner._src.planning.refusal import refusal
 from planner._src.planning.train_state import (
+    check_flag_row,
     is_state_baseline,
     state_baseline_attempt,
     state_part,
@@ -66,9 +67,12 @@ def plan_budget(ctx: Context, threads: CompileThreads, base) -> Plan:
         s = fill_rounds(ctx, log, s)
     baselines = baselines_of(ctx, s.graph, s.cost)
     choice = choose(ctx, s, baselines)
-    if choice.stock is not None:
-        # the stock policies compiled while choosing judge their own fit
+    # the stock policies compiled while choosing (or as the row compared) judge their fit
+    baselines = baselines_of(ctx, s.graph, s.cost)
+    answer = s.best if choice.stock is None and s.infeasible is None else None
+    if answer is not None and check_flag_row(ctx, s.graph, s.cost, baselines, answer.state_on_host):
         baselines = baselines_of(ctx, s.graph, s.cost)
+    if choice.stock is not None:
         return stock_plan(ctx, log, s, choice.stock, choice.why, baselines)
     if s.infeasible is not None or s.best is None or s.solution is None:
         refused = refusal(ctx, s, *base)

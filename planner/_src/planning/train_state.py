@@ -39,6 +39,7 @@ from planner._src.units import fmt_bytes
 
 __all__ = [
     "MAXTEXT_FLAG",
+    "check_flag_row",
     "is_state_baseline",
     "layers_of",
     "offer_note",
@@ -273,3 +274,27 @@ def state_baseline_attempt(ctx: Context, name: str, graph, cost) -> tuple[Attemp
         )
 
     return ctx.stock.applied((name, ctx.state.selection.opt_path), make), whole
+
+
+def check_flag_row(ctx: Context, graph, cost, baselines, answer_on_host: frozenset) -> bool:
+    """Where the answer moves train state, the MaxText row it is compared against (what a
+    MaxText user would run at this budget: the fastest stock policy with the whole
+    optimizer state on the host that fits, ``baselines``' fits) compiled as applied where
+    it was not (once per Planner, budget-free: :func:`state_baseline_attempt`), so that its
+    "fits" is the compiler's; returns whether it compiled one. The rows predicted faster
+    than the answer are compiled by the choice (choose.py: never worse than stock); no
+    other row is compiled for the table (one compile at most: planning time). On XLA:CPU
+    (no host memory space) a compile cannot check such a row, so none is made there."""
+    opts = ctx.options
+    if not (answer_on_host and opts.verify_compile and opts.compare_stock):
+        return False
+    if ctx.subject.backend == "cpu":
+        return False
+    rows = [b for b in baselines if is_state_baseline(b.name) and b.fits]
+    if not rows:
+        return False
+    row = min(rows, key=lambda b: b.prediction.step_s)
+    if row.compiled_device_bytes is not None:
+        return False
+    state_baseline_attempt(ctx, row.name, graph, cost)
+    return True
