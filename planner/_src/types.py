@@ -493,6 +493,11 @@ class Check:
     # "compiled, unverified"
     unverified: bool = False
 
+    @property
+    def word(self) -> str:
+        """The report's word for it: ok, FAILED, or unverified."""
+        return "unverified" if self.unverified else ("ok" if self.ok else "FAILED")
+
 
 @_frozen
 class ScheduleExposure:

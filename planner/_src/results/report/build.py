@@ -123,15 +123,8 @@ def _status_lines(plan) -> tuple[tuple[str, str], ...]:
     if num is not None and not getattr(num, "checked", True):
         why = getattr(num, "detail", "").removeprefix("Numerics not checked: ")
         lines.append(("numerics", "not checked: " + why.split(". ")[0].split(": ")[0]))
-    lines += [("check", f"{_check_word(c)}: {c.name}: {c.detail}") for c in ver.checks]
+    lines += [("check", f"{c.word}: {c.name}: {c.detail}") for c in ver.checks]
     return tuple(lines)
-
-
-def _check_word(c) -> str:
-    """ok, FAILED, or unverified (the compiler cannot say: Check.unverified)."""
-    if getattr(c, "unverified", False):
-        return "unverified"
-    return "ok" if c.ok else "FAILED"
 
 
 # The figures a step's time is predicted from (a profile's sources name them).
@@ -323,13 +316,10 @@ def build_report(plan, plan_file: str | None = None) -> Report:
     # the verifying compiler compiles the stock policies too (planning/stock.py)
     short_compiler = (plan.compiler or plan.verification.compiler or "").split(" (")[0]
     planner_fits = (pred.peak_bytes if compiled is None else compiled) <= plan.budget.usable
+    # compiled, but no figure to hold to the budget (XLA:CPU keeps host state in its one memory)
     unverified = plan.verification.status == "compiled, unverified"
-    shown = compiled
-    if shown is None and unverified and plan.verification.compiled is not None:
-        # compiled, but a figure that cannot hold the plan to the budget (XLA:CPU's compile
-        # of a step with state on the host keeps those bytes in its one memory): the row
-        # shows it as the status block does, with "unverified"
-        shown = plan.verification.compiled.device_bytes
+    if compiled is None and unverified and plan.verification.compiled is not None:
+        compiled = plan.verification.compiled.device_bytes  # shown, "unverified"
     policies = [
         PolicyLine(
             name="planner",
@@ -338,7 +328,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
             step_ms=pred.step_s * 1e3,
             fits=planner_fits,
             applicable=True,
-            compiled_gb=None if shown is None else shown / GB,
+            compiled_gb=None if compiled is None else compiled / GB,
             compiler=short_compiler,
             unverified=unverified,
         )
