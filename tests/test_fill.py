@@ -185,7 +185,7 @@ def test_report_says_what_is_left_and_why_and_json_carries_the_rounds(
     usable = _usable(p)
     got = p.verification.compiled_device_bytes
     line = budget_use(p)
-    assert line.startswith(f"uses {planner_fmt(got)} of {planner_fmt(usable)}")
+    assert line.startswith(f"{planner_fmt(got)} of {planner_fmt(usable)} (")
     assert p.fill_why in line and "fill round" in line
     assert f"budget use {line}" in p.report("text").replace("\n  ", " ")
     assert f"budget use {line}" in p.report("markdown")

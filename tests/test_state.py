@@ -353,12 +353,15 @@ def test_planner_plan_places_state_reports_the_split_and_checks_numerics(donated
     from planner._src.results.report import report_from_dict
 
     session = donated_session
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", PlanWarning)  # donated: no warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         plan = session.plan(0.012, opt_state_argnum=1, params_argnum=0, build=_build)
         sp = planner.state.plan_state(
             session, 0.012, opt_state_argnum=1, params_argnum=0, build=_build
         )
+    said = [str(w.message) for w in caught if issubclass(w.category, PlanWarning)]
+    # donated: no donation warning; XLA:CPU cannot check the host bytes: "not verified"
+    assert said and all(m.startswith("The plan is compiled but not verified") for m in said)
     assert plan.state.placement == sp.placement and plan.state.placement.on_host
     assert plan.state.donated
     assert plan.prediction.peak_bytes == sp.prediction.peak_bytes <= 12_000_000

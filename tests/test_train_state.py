@@ -25,8 +25,9 @@ from examples import llama
 from planner._src.budget import io_bytes, requested_for
 from planner._src.errors import InfeasibleBudgetError, InvalidArgumentError, PlanWarning
 from planner._src.planning import planner as planner_mod
+from planner._src.results.report.build import _status_lines
 from planner._src.trainstate import select
-from planner._src.units import GB
+from planner._src.units import GB, fmt_bytes
 from planner._src.verify.numerics import coarsest_eps, compare, reference_runs
 from planner._src.xla import compile as xla_compile
 from planner._src.xla import targets as tg
@@ -213,7 +214,10 @@ def test_state_placed_applied_and_same_numbers_on_cpu(idiom):
     with pytest.raises(InfeasibleBudgetError, match="opt_state=") as refused:
         session.plan(hbm_gb)
     assert "Or place the optimizer state" in str(refused.value)
-    plan = session.plan(hbm_gb, opt_state="auto")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = session.plan(hbm_gb, opt_state="auto")
+    _assert_unverified_is_said(plan, caught)
     st = plan.state
     opt, params, mode = FOUND[idiom]
     assert st.selection.opt_path == opt and st.mode == mode
@@ -234,6 +238,34 @@ def test_state_placed_applied_and_same_numbers_on_cpu(idiom):
     }
     host = {p for p, kind in kinds.items() if kind == "pinned_host"}
     assert len(host) == len(st.placement.opt_paths())
+
+
+def _assert_unverified_is_said(plan, caught):
+    """XLA:CPU cannot check a placement's host bytes: the status is "compiled, unverified",
+    a PlanWarning says so (what, why, fix) at the user's line, the check says "unverified"
+    (not "ok"), and the answer's row of the stock table shows the compile the status shows,
+    unverified, not "not compiled"."""
+    from planner._src.results.report import build_report
+
+    assert plan.verification.status == "compiled, unverified"
+    said = [w for w in caught if issubclass(w.category, PlanWarning)]
+    unverified = [w for w in said if "not verified within its budget" in str(w.message)]
+    assert len(unverified) == 1, [str(w.message) for w in said]
+    text = str(unverified[0].message)
+    assert "train state on the host: the compiler reports no host memory space" in text
+    assert "\nWhy: " in text and "\nFix: " in text and unverified[0].filename == __file__
+    (check,) = [c for c in plan.verification.checks if c.name == "train state on the host"]
+    assert check.unverified
+    checks = [text for what, text in build_report(plan).status_lines if what == "check"]
+    assert any(t.startswith("unverified: train state on the host: the compiler") for t in checks)
+    report = " ".join(plan.report().split())
+    assert "check ok: train state on the host" not in report and "ok: unverified" not in report
+    row = build_report(plan).stock_policies[0]
+    assert row.name == "planner" and row.unverified
+    compiled = plan.state.compiled.device_bytes  # the step as applied, XLA:CPU's one memory
+    assert plan.verification.compiled.device_bytes == compiled
+    assert round(row.compiled_gb * GB) == compiled and row.compiled_text != "not compiled"
+    assert row.fits_text.endswith(", unverified (compiled by XLA:CPU)"), row.fits_text
 
 
 def test_a_saved_state_plan_applies_from_its_file(tmp_path):
@@ -260,6 +292,10 @@ def test_plans_of_steps_whose_state_fits_do_not_change():
     roomy = 2 * session.trace.anchor_saved.device_bytes / GB
     plain = session.plan(roomy)
     assert plain.state is None
+    use = dict(_status_lines(plain))["budget use"]  # no "budget use uses"
+    got, usable = plain.verification.compiled_device_bytes, plain.budget.usable
+    assert use.startswith(f"{fmt_bytes(got)} of {fmt_bytes(usable)} (")
+    assert "budget use uses" not in " ".join(plain.report().split())
     placed = session.plan(roomy, opt_state="auto")
     assert not placed.state.placement.on_host
     assert placed.assignment == plain.assignment
@@ -275,23 +311,56 @@ def _h200():
     return target
 
 
+# plan.apply's "whole" mode brings each host leaf to HBM at the step's start (it cannot reach
+# the optimizer), and XLA:GPU keeps that copy through the step: deviceless, now traced as the
+# GPU traces the step (host leaves in host memory), the whole state on the host compiles to
+# 37.01 MB against 36.93 MB all in HBM (nnx test model; equinox: 7.09 vs 6.80 MB), so at this
+# budget no plan fits. Before, the deviceless trace saw those leaves in device memory and
+# compiled to 35.78 / 5.57 MB, figures the GPU would not meet. Open: bring a whole leaf in
+# at its update, or price it as held from the step's start (docs/guide/train-state.md).
+WHOLE_GAP = pytest.mark.xfail(
+    strict=True, reason="whole mode holds its host leaves in HBM through the step"
+)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("idiom", IDIOMS)
+@pytest.mark.parametrize(
+    "idiom",
+    [
+        pytest.param(i, marks=WHOLE_GAP)
+        if i in ("nnx.Optimizer", "equinox (model, opt_state)")
+        else i
+        for i in IDIOMS
+    ],
+)
 def test_deviceless_h200_compiles_the_applied_step_within_budget(idiom):
     """Deviceless XLA:GPU for the H200: below full remat with the state in HBM, the plan
     puts optimizer state on the host, and the step ``plan.apply`` returns compiles within
     the budget with exactly the planned host bytes (the plan's own verify compile, and
-    again here from ``plan.apply``)."""
+    again here from ``plan.apply``), with no PlanWarning (the streamed update's host leaves
+    written in place). MaxText's all-or-nothing flag rows: those predicted faster than the
+    answer compiled (and none fits), and the one the answer is compared against (the
+    fastest that fits by the model) compiled, its "fits" the compiler's."""
     target = _h200()
     step, args = IDIOMS[idiom]()
     session = planner.Planner(_donated(step, args), *args, hardware="h200")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PlanWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         plan = session.plan(_budget_below_full_remat(session), opt_state="auto")
+    assert not [str(w.message) for w in caught if issubclass(w.category, PlanWarning)]
     st = plan.state
     assert st.placement.on_host
     assert plan.verification.status == "compiled, within budget", plan.report()
     assert st.compiled.host_matches and not st.compiled.estimated
+    flag = [b for b in plan.baselines if b.name.endswith(" + optimizer_memory_host_offload")]
+    assert flag and plan.choice == "planner"
+    faster = [b for b in flag if b.prediction.step_s < plan.prediction.step_s]
+    assert all(b.compiled_device_bytes is not None and not b.fits for b in faster)
+    by_model = [b for b in flag if b.prediction.peak_bytes <= plan.budget.usable]
+    if by_model:
+        compared = min(by_model, key=lambda b: b.prediction.step_s)
+        assert compared.compiled_device_bytes is not None, compared.name
+        assert compared.fits == (compared.compiled_device_bytes <= plan.budget.usable)
     applied = plan.apply(step)
     placed = applied.placed(_target_args(target, args))
     prog = xla_compile.compile_traced(target, applied.jitted(placed), placed)
@@ -306,3 +375,82 @@ def _target_args(target, args):
     from planner._src.xla import deviceless
 
     return deviceless.args_for(target, args)
+
+
+def test_deviceless_streamed_update_writes_host_leaves_in_place():
+    """Deviceless XLA:GPU for the H200 (skipped without the CUDA plugin): the step as
+    applied (a linen TrainState: the streamed update) sees its host leaves in host memory,
+    as the GPU's trace does, so it writes their slices into their own host buffers: no
+    PlanWarning, no host temporaries, no whole-leaf host copy in the compiled program, and
+    exactly the planned host argument and output bytes. (The target's devices drop a
+    ``pinned_host`` kind: a leaf placed with JAX's own ``with_memory_kind`` traced in device
+    memory, and the update warned that it copies 16 host leaves whole, 535,552 bytes of host
+    temporaries and 16 ``S(5)`` copies here.)"""
+    import re
+
+    from planner._src.emit.apply import binding
+    from planner._src.emit.apply_state import apply_state
+    from planner._src.trainstate import StateApply
+    from planner._src.trainstate.records import leaves_of
+    from planner._src.xla import deviceless
+
+    target = _h200()
+    step, args = flax_linen.make(**SMALL)
+    sel = select.detect(args)
+    opt, params = (select.subtree(args, p) for p in (sel.opt_path, sel.params_path))
+    leaves = leaves_of(opt, params, layers=SMALL["n_layers"])
+    host = frozenset(x.key for x in leaves if x.movable and x.layers > 1 and ".mu[" in x.path)
+    assert len(host) == 16
+    sa = StateApply(
+        opt_path=sel.opt_path,
+        params_path=sel.params_path,
+        container=sel.container,
+        on_host=host,
+        layers=SMALL["n_layers"],
+        mode="streamed",
+        mode_why="",
+    )
+    applied = apply_state(
+        _donated(step, args), binding({}, jax.checkpoint_policies.nothing_saveable), sa
+    )
+    placed = applied.placed(deviceless.args_for(target, args))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prog = xla_compile.compile_traced(target, applied.jitted(placed), placed)
+    assert not [str(w.message) for w in caught if issubclass(w.category, PlanWarning)]
+    m = prog.compiled.memory_analysis()
+    planned = sum(x.nbytes for x in leaves if x.key in host)
+    assert m.host_argument_size_in_bytes == m.host_output_size_in_bytes == planned
+    assert m.host_temp_size_in_bytes == 0
+    copies = re.findall(r"= \S+\{[^}]*S\(5\)\} copy\(", prog.compiled.as_text())
+    assert not copies
+
+
+def test_the_donation_warning_points_at_the_users_line(monkeypatch):
+    """The warning for a step that does not donate its optimizer state names the user's
+    line that called the planner, through ``Planner.plan`` and through ``planner.solve``
+    (a fixed stacklevel pointed into planner.py for one of them)."""
+
+    class Stop(Exception):
+        pass
+
+    def stop(self, requested, spec):  # after the state's spec (and its warning): no solve
+        raise Stop
+
+    monkeypatch.setattr(planner_mod.Planner, "_plan_with", stop)
+    step, args = flax_linen.make(**SMALL)  # not donated
+    session = planner.Planner(step, *args, hardware="cpu")
+    calls = {
+        "Planner.plan": lambda: session.plan(1.0, opt_state="auto"),
+        "planner.solve": lambda: planner.solve(
+            step, *args, hbm_gb=1.0, hardware="cpu", opt_state="auto"
+        ),
+    }
+    for how, call in calls.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(Stop):
+                call()
+        (w,) = [w for w in caught if "does not donate its optimizer state" in str(w.message)]
+        assert issubclass(w.category, PlanWarning)
+        assert w.filename == __file__, (how, w.filename, w.lineno)

@@ -59,3 +59,19 @@ class LayerGroupsError(PlannerError):
 class PlanWarning(UserWarning):
     """The plan was returned but its compiled program does not meet the budget, or one of its
     checks failed (the warning says which)."""
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a ``warnings.warn`` issued by the caller of this
+    function point at the first frame outside the ``planner`` package: the user's line that
+    called the planner, however deep the call path (``planner.solve`` goes through more of
+    the planner's frames than ``Planner.plan``; a fixed stacklevel pointed into planner.py
+    for one of them). 1 where every frame is the planner's (a compile thread)."""
+    import os
+    import sys
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame, level = sys._getframe(1), 1  # level 1: the frame that calls warnings.warn
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level if frame is not None else 1

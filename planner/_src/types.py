@@ -492,6 +492,15 @@ class Check:
     name: str
     ok: bool
     detail: str
+    # the compiler cannot say (XLA:CPU's one memory for a placement's host bytes): not
+    # failed, not passed; the report says "check unverified" and the plan's status is
+    # "compiled, unverified"
+    unverified: bool = False
+
+    @property
+    def word(self) -> str:
+        """The report's word for it: ok, FAILED, or unverified."""
+        return "unverified" if self.unverified else ("ok" if self.ok else "FAILED")
 
 
 @_frozen

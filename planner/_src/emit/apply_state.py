@@ -35,7 +35,7 @@ from planner._src.errors import PlannerError
 from planner._src.trainstate.records import StateApply, StatePlacement, under
 from planner._src.trainstate.select import is_train_state
 from planner._src.trainstate.streamed import streamed_update
-from planner._src.xla import adapter
+from planner._src.xla import adapter, deviceless
 
 __all__ = ["AppliedStep", "StateApply", "apply_state"]
 
@@ -182,7 +182,7 @@ def _host_sharding(x):
     base = getattr(x, "sharding", None)
     if base is None:
         base = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    return adapter.with_memory_kind(base, "pinned_host")
+    return deviceless.with_memory_kind(base, "pinned_host")  # kept on a deviceless target
 
 
 def _outputs_to_host(out, args, sa: StateApply):

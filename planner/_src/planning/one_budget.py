@@ -21,7 +21,7 @@ import warnings
 from planner._src.cost import evaluate
 from planner._src.cost.baselines import stock_assignment
 from planner._src.emit.emit import emit
-from planner._src.errors import PlanWarning
+from planner._src.errors import PlanWarning, user_stacklevel
 from planner._src.planning.attempt import CompileThreads
 from planner._src.planning.choose import choose
 from planner._src.planning.context import (
@@ -38,6 +38,7 @@ from planner._src.planning.groups import baselines_of
 from planner._src.planning.probes import probe_frontier
 from planner._src.planning.refusal import refusal
 from planner._src.planning.train_state import (
+    check_flag_row,
     is_state_baseline,
     state_baseline_attempt,
     state_part,
@@ -66,9 +67,12 @@ def plan_budget(ctx: Context, threads: CompileThreads, base) -> Plan:
         s = fill_rounds(ctx, log, s)
     baselines = baselines_of(ctx, s.graph, s.cost)
     choice = choose(ctx, s, baselines)
-    if choice.stock is not None:
-        # the stock policies compiled while choosing judge their own fit
+    # the stock policies compiled while choosing (or as the row compared) judge their fit
+    baselines = baselines_of(ctx, s.graph, s.cost)
+    answer = s.best if choice.stock is None and s.infeasible is None else None
+    if answer is not None and check_flag_row(ctx, s.graph, s.cost, baselines, answer.state_on_host):
         baselines = baselines_of(ctx, s.graph, s.cost)
+    if choice.stock is not None:
         return stock_plan(ctx, log, s, choice.stock, choice.why, baselines)
     if s.infeasible is not None or s.best is None or s.solution is None:
         refused = refusal(ctx, s, *base)
@@ -101,8 +105,7 @@ def estimate_plan(ctx: Context, log: Attempts, s: Standing, baselines, refused) 
     )
     plan = stock_plan(ctx, log, s, "nothing_saveable", why, baselines)
     ver = dataclasses.replace(plan.verification, status=Status.UNVERIFIED, note=why)
-    warnings.warn(f"No refusal on {c.description}'s figures: {why}", PlanWarning, stacklevel=5)
-    return dataclasses.replace(plan, verification=ver)
+    return dataclasses.replace(plan, verification=ver)  # warn_unfit warns: not verified
 
 
 def _plan(ctx: Context, log: Attempts, s: Standing, att: Attempt, solution, **fields) -> Plan:
@@ -202,8 +205,17 @@ def judged_by_jax(ver, name: str):
     return dataclasses.replace(ver, checks=checks)
 
 
+UNVERIFIED_FIX = (
+    "Fix: verify it on the GPU's own compiler before training at this budget: plan with the "
+    'GPU\'s profile (hardware="h200") where JAX has the CUDA plugin (pip install -e '
+    '".[cuda]"; it compiles for the GPU without one, JAX_PLATFORMS=cpu), or on the GPU.'
+)
+
+
 def warn_unfit(plan: Plan, budget: int) -> None:
-    """A PlanWarning where the returned plan compiled over its budget or failed a check."""
+    """A PlanWarning where the returned plan compiled over its budget, failed a check, or
+    is not verified (status "compiled, unverified": a check the compiler cannot make);
+    each points at the user's call of the planner (errors.user_stacklevel)."""
     ver = plan.verification
     if ver.compiled_device_bytes is not None and ver.compiled_device_bytes > budget:
         need, have = fmt_pair(ver.compiled_device_bytes, budget)
@@ -212,7 +224,7 @@ def warn_unfit(plan: Plan, budget: int) -> None:
             f"{need} against a budget of {have}, and no stock policy fits either. The plan is returned for inspection; do "
             "not run it at this budget. Raise hbm_gb or max_rounds.",
             PlanWarning,
-            stacklevel=5,
+            stacklevel=user_stacklevel(),
         )
     failed = [c for c in ver.checks if not c.ok]
     if failed:
@@ -224,5 +236,15 @@ def warn_unfit(plan: Plan, budget: int) -> None:
             "train with this plan until the check passes (plan again, e.g. with "
             "allow_offload=False, or report the step).",
             PlanWarning,
-            stacklevel=5,
+            stacklevel=user_stacklevel(),
+        )
+    if ver.status == Status.UNVERIFIED:
+        said = [f"{c.name}: {c.detail}" for c in ver.checks if getattr(c, "unverified", False)]
+        warnings.warn(
+            'The plan is compiled but not verified within its budget (status "compiled, '
+            f'unverified"): {"; ".join(said) or ver.note}\nWhy: a plan is within budget only '
+            f"when the verifying compiler's figure says so, and {ver.compiler or ver.backend} "
+            "cannot say it for this plan; its figures are not the GPU's.\n" + UNVERIFIED_FIX,
+            PlanWarning,
+            stacklevel=user_stacklevel(),
         )

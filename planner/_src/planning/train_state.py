@@ -27,7 +27,7 @@ from collections.abc import Callable
 from planner._src.cost import evaluate
 from planner._src.cost.baselines import stock_assignment
 from planner._src.cost.state import evaluate_state, with_state
-from planner._src.errors import InvalidArgumentError, PlanWarning
+from planner._src.errors import InvalidArgumentError, PlanWarning, user_stacklevel
 from planner._src.planning.attempt import attempt
 from planner._src.planning.context import Attempt, Context, StateSpec, Subject, normalize
 from planner._src.policies import STOCK
@@ -39,6 +39,7 @@ from planner._src.units import fmt_bytes
 
 __all__ = [
     "MAXTEXT_FLAG",
+    "check_flag_row",
     "is_state_baseline",
     "layers_of",
     "offer_note",
@@ -125,12 +126,11 @@ def is_donated(trace: Trace, leaves) -> bool:
     return trace.anchor.alias_bytes >= opt
 
 
-def warn_if_not_donated(
-    trace: Trace, leaves, selection: StateSelection, stacklevel: int = 6
-) -> bool:
-    """A PlanWarning where the traced step does not donate its optimizer state; returns
-    :func:`is_donated`. (``plan.apply`` donates it: the plan is made for that step, but
-    the fixed bytes measured from the step as traced count the state twice.)"""
+def warn_if_not_donated(trace: Trace, leaves, selection: StateSelection) -> bool:
+    """A PlanWarning where the traced step does not donate its optimizer state, pointing at
+    the user's call of the planner (errors.user_stacklevel); returns :func:`is_donated`.
+    (``plan.apply`` donates it: the plan is made for that step, but the fixed bytes measured
+    from the step as traced count the state twice.)"""
     if is_donated(trace, leaves):
         return True
     opt = sum(x.nbytes for x in leaves if x.role == "opt")
@@ -147,7 +147,7 @@ def warn_if_not_donated(
         f"Fix: plan the step as it runs, donated: planner.Planner(jax.jit(train_step, "
         f"donate_argnums={donate}), *args, ...), and run it donated too (plan.apply does).",
         PlanWarning,
-        stacklevel=stacklevel,
+        stacklevel=user_stacklevel(),
     )
     return False
 
@@ -274,3 +274,27 @@ def state_baseline_attempt(ctx: Context, name: str, graph, cost) -> tuple[Attemp
         )
 
     return ctx.stock.applied((name, ctx.state.selection.opt_path), make), whole
+
+
+def check_flag_row(ctx: Context, graph, cost, baselines, answer_on_host: frozenset) -> bool:
+    """Where the answer moves train state, the MaxText row it is compared against (what a
+    MaxText user would run at this budget: the fastest stock policy with the whole
+    optimizer state on the host that fits, ``baselines``' fits) compiled as applied where
+    it was not (once per Planner, budget-free: :func:`state_baseline_attempt`), so that its
+    "fits" is the compiler's; returns whether it compiled one. The rows predicted faster
+    than the answer are compiled by the choice (choose.py: never worse than stock); no
+    other row is compiled for the table (one compile at most: planning time). On XLA:CPU
+    (no host memory space) a compile cannot check such a row, so none is made there."""
+    opts = ctx.options
+    if not (answer_on_host and opts.verify_compile and opts.compare_stock):
+        return False
+    if ctx.subject.backend == "cpu":
+        return False
+    rows = [b for b in baselines if is_state_baseline(b.name) and b.fits]
+    if not rows:
+        return False
+    row = min(rows, key=lambda b: b.prediction.step_s)
+    if row.compiled_device_bytes is not None:
+        return False
+    state_baseline_attempt(ctx, row.name, graph, cost)
+    return True

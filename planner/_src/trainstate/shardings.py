@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner._src.trainstate.records import StatePlacement
-from planner._src.xla import adapter
+from planner._src.xla import deviceless
 
 __all__ = ["host_mask", "param_shardings", "state_shardings"]
 
@@ -50,12 +50,14 @@ def state_shardings(opt_state: Any, placement: StatePlacement, device_sharding: 
     budget (measured: ``benchmarks/results/h200-2026-12-04-state-offload.md``). A
     ``SingleDeviceSharding`` comes back as the same placement over a one-device mesh
     (``NamedSharding``): only then does JAX trace an array made in it as host memory, which
-    :func:`streamed_update` needs to write it in place (xla.adapter.with_memory_kind)."""
+    :func:`streamed_update` needs to write it in place (xla.adapter.with_memory_kind; on a
+    deviceless target's devices, which drop a host kind, xla.deviceless.with_memory_kind
+    keeps it)."""
     import jax
 
     def one(x, host):
         base = getattr(x, "sharding", None) or device_sharding
-        return adapter.with_memory_kind(base, "pinned_host" if host else "device")
+        return deviceless.with_memory_kind(base, "pinned_host" if host else "device")
 
     return jax.tree.map(one, opt_state, _mask(opt_state, placement))
 
@@ -72,5 +74,5 @@ def param_shardings(params: Any, host, device_sharding: Any) -> Any:
     out = []
     for (_, x), h in zip(flat, mask):
         base = getattr(x, "sharding", None) or device_sharding
-        out.append(adapter.with_memory_kind(base, "pinned_host" if h else "device"))
+        out.append(deviceless.with_memory_kind(base, "pinned_host" if h else "device"))
     return jax.tree.unflatten(tree, out)

@@ -43,10 +43,10 @@ def applied_step_verification(
     over = check.device_bytes > usable_bytes and not check.estimated
     exact = compiler.exact and not check.estimated
     # state.StateCheck.status: the compiled host bytes against the plan's, or why the
-    # compiler cannot say ("unverified" on XLA:CPU, never "within budget")
+    # compiler cannot say (an unverified check on XLA:CPU, never "within budget")
     host_detail = check.status
     if check.estimated:
-        host_detail += (
+        host_detail = host_detail.removeprefix("unverified: ") + (
             f" (XLA:CPU's compile of the step as applied, {fmt_bytes(check.device_bytes)}, "
             f"keeps the {fmt_bytes(check.planned_host_bytes)} the plan puts on the host in "
             "its one memory and copies them)"
@@ -76,6 +76,7 @@ def applied_step_verification(
                 name="train state on the host",
                 ok=check.host_matches or check.estimated,
                 detail=host_detail,
+                unverified=check.estimated,
             ),
         ),
         backend=backend,

@@ -119,6 +119,15 @@ def _with_kind(sharding, memory_kind: str | None):
     return sharding
 
 
+def with_memory_kind(sharding, kind: str):
+    """``sharding`` with memory ``kind`` as ``adapter.with_memory_kind`` gives it (a
+    ``SingleDeviceSharding`` as a one-device ``NamedSharding``), the kind kept where the
+    devices drop it: on a deviceless target's devices JAX's ``with_memory_kind`` answers
+    None for ``pinned_host`` (above), so an argument placed there would trace in device
+    memory and lower as a device argument, though the GPU's trace sees it on the host."""
+    return _with_kind(adapter.with_memory_kind(sharding, kind), kind)
+
+
 def _replicated(
     target: targets.CompilerTarget, memory_kind: str | None, *, keep_host: bool = False
 ):

@@ -95,7 +95,7 @@ def _status_lines(plan) -> tuple[tuple[str, str], ...]:
     lines = [("compiled by", where)]
     lines += times_lines(plan.hardware)
     if ver.status == "compiled, unverified" and "not verified for the GPU" in ver.note:
-        lines.append(("not verified", ver.note))
+        lines.append(("not verified", ver.note.removeprefix("not verified ")))
     lines.append(("budget", f"{fmt_bytes(plan.budget_bytes)} as given (hbm_gb, per device)"))
     if plan.headroom_bytes:
         lines.append(("planned to", f"{fmt_bytes(usable)}: {plan.headroom_why(short=True)}"))
@@ -115,7 +115,7 @@ def _status_lines(plan) -> tuple[tuple[str, str], ...]:
     if num is not None and not getattr(num, "checked", True):
         why = getattr(num, "detail", "").removeprefix("Numerics not checked: ")
         lines.append(("numerics", "not checked: " + why.split(". ")[0].split(": ")[0]))
-    lines += [("check", f"{'ok' if c.ok else 'FAILED'}: {c.name}: {c.detail}") for c in ver.checks]
+    lines += [("check", f"{c.word}: {c.name}: {c.detail}") for c in ver.checks]
     return tuple(lines)
 
 
@@ -173,11 +173,11 @@ def budget_use(plan) -> str:
     usable = plan.budget.usable
     got = plan.verification.compiled_device_bytes
     fills = sum(1 for r in plan.rounds if getattr(r, "purpose", "") == "fill")
-    text = (
-        f"uses {fmt_bytes(got)} of {fmt_bytes(usable)} ({fmt_bytes(usable - got)} left, "
+    text = (  # after the line's label, "budget use"
+        f"{fmt_bytes(got)} of {fmt_bytes(usable)} ({fmt_bytes(usable - got)} left, "
         f"{(usable - got) / usable:.1%})"
         if usable > 0
-        else f"uses {fmt_bytes(got)}"
+        else fmt_bytes(got)
     )
     if plan.choice != "planner":
         why = (
@@ -340,6 +340,10 @@ def build_report(plan, plan_file: str | None = None) -> Report:
     # the verifying compiler compiles the stock policies too (planning/stock.py)
     short_compiler = (plan.compiler or plan.verification.compiler or "").split(" (")[0]
     planner_fits = (pred.peak_bytes if compiled is None else compiled) <= plan.budget.usable
+    # compiled, but no figure to hold to the budget (XLA:CPU keeps host state in its one memory)
+    unverified = plan.verification.status == "compiled, unverified"
+    if compiled is None and unverified and plan.verification.compiled is not None:
+        compiled = plan.verification.compiled.device_bytes  # shown, "unverified"
     policies = [
         PolicyLine(
             name="planner",
@@ -350,6 +354,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
             applicable=True,
             compiled_gb=None if compiled is None else compiled / GB,
             compiler=short_compiler,
+            unverified=unverified,
         )
     ]
     for b in plan.baselines:

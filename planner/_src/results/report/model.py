@@ -47,6 +47,10 @@ class PolicyLine:
     # which compiler made compiled_gb (the verifying compiler, in short: "XLA:CPU"); "" in
     # plan files written before it was recorded
     compiler: str = ""
+    # the answer's row where its status is "compiled, unverified": compiled, but by a figure
+    # that cannot say whether it fits (fits: the prediction, or the estimate the status block
+    # shows)
+    unverified: bool = False
 
     @property
     def fits_text(self) -> str:
@@ -56,9 +60,12 @@ class PolicyLine:
         yes = "yes" if self.fits else "no"
         if not self.compiled_recorded:
             return yes
+        by = f" by {self.compiler}" if self.compiler else ""
+        if self.unverified and self.compiled_gb is not None:
+            return f"{yes}, unverified (compiled{by})"
         if self.compiled_gb is None:
             return yes + ", predicted (not compiled)"
-        return yes + ", compiled" + (f" by {self.compiler}" if self.compiler else "")
+        return yes + ", compiled" + by
 
     @property
     def compiled_text(self) -> str:
