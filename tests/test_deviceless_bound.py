@@ -164,3 +164,31 @@ def test_a_program_with_other_inputs_or_workspaces_is_held_to_the_same_rule(
         assert (program_io + temp <= limit) == fits_bound or abs(program_io + temp - limit) <= 2
     assert program_usable(usable, io, io, m) == usable
     assert program_usable(usable, io, program_io, Margin()) == usable
+
+
+def test_the_fit_rounds_hold_a_program_to_its_own_limit_not_the_folded_budget():
+    """A plan that moves train state is verified against its own limit
+    (budget.program_usable, lower than the budget the model is held to): a compile between
+    the two is over, and the next round's correction closes the gap as well as the error."""
+    from planner._src.planning.context import fits, limit_of
+    from planner._src.types import Status, Verification
+
+    budget, limit = 44_358_000, 44_200_000
+
+    def ver(compiled, usable):
+        return Verification(
+            status=Status.OVER if compiled > usable else Status.OK,
+            compiled=None,
+            compiled_device_bytes=compiled,
+            predicted_peak_bytes=44_300_000,
+            usable_bytes=usable,
+            checks=(),
+            backend="gpu",
+        )
+
+    between = ver(44_258_000, limit)
+    assert limit_of(between, budget) == limit
+    assert not fits(between, budget)  # over its own limit though under the folded budget
+    assert fits(ver(44_150_000, limit), budget)
+    assert limit_of(ver(44_258_000, budget), budget) == budget  # the step's own io: no gap
+    assert fits(ver(44_258_000, budget), budget)

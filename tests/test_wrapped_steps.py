@@ -2,6 +2,7 @@
 2026-12-04): a ``@nnx.jit`` step (F1), an ``@eqx.filter_jit`` step whose model has non-array
 leaves (F2), ``plan.apply`` of a donated ``jax.jit`` step (F8)."""
 
+import math
 import warnings
 
 import jax
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 import planner
+from planner._src.budget import io_bytes, requested_for
 from planner._src.verify.numerics import CHECK_NAME
 
 nnx = pytest.importorskip("flax.nnx")
@@ -24,9 +26,14 @@ def _plan_between(session):
     tests/test_hoisted_recompute.py; nnx's MLP: 124,204 bytes both), so the budget is the
     tightest any plan fits; one byte over the midpoint keeps it plannable (hbm_gb -> bytes
     rounds down). On JAX 0.12.0.1 they differ (nnx 109,868 / 154,924; eqx 413,852 /
-    1,159,068; donated 540,716 / 737,324 bytes, 2026-12-05)."""
+    1,159,068; donated 540,716 / 737,324 bytes, 2026-12-05). The midpoint is what the plan may
+    use: the budget asked for is the one whose usable bytes reach it (budget.requested_for; on
+    a deviceless target the bound on what it cannot see comes on top)."""
     lo, hi = session.trace.anchor.device_bytes, session.trace.anchor_saved.device_bytes
-    budget = (lo + hi) // 2 + 1
+    usable = (lo + hi) // 2 + 1
+    io = io_bytes(session.trace)
+    budget = math.ceil(requested_for(usable, session.hardware, io, session.margin)) + 2
+    assert session.usable(budget) >= usable
     plan = session.plan(hbm_gb=budget / 1e9)
     ver = plan.verification
     assert ver.compiled_device_bytes <= budget - plan.headroom_bytes, (ver, lo, hi, budget)

@@ -307,8 +307,17 @@ def restatus(ver: Verification, budget: int) -> Verification:
     return dataclasses.replace(ver, status=status, usable_bytes=budget)
 
 
+def limit_of(ver: Verification, budget: int) -> int:
+    """What a verified program was held to: ``budget``, or less where its own limit is lower
+    (a plan that moves train state to the host under a deviceless bound: its inputs and
+    outputs differ from the step's, budget.program_usable)."""
+    return min(budget, ver.usable_bytes) if ver.usable_bytes > 0 else budget
+
+
 def fits(ver: Verification, budget: int) -> bool:
-    return ver.compiled_device_bytes is not None and ver.compiled_device_bytes <= budget
+    return ver.compiled_device_bytes is not None and ver.compiled_device_bytes <= limit_of(
+        ver, budget
+    )
 
 
 def overrules_model(ver: Verification, budget: int) -> bool:

@@ -21,6 +21,7 @@ from planner._src.planning.context import (
     Attempts,
     Context,
     fits,
+    limit_of,
     normalize,
     overrules_model,
     unsolved,
@@ -151,8 +152,10 @@ def fit_rounds(ctx: Context, log: Attempts, threads: CompileThreads) -> Standing
         ver = att.verification
         if ver.compiled_device_bytes is None or fits(ver, budget):
             break
-        # The compiler needs more than the model said: learn the error and solve again.
-        correction += max(1, ver.compiled_device_bytes - att.prediction.peak_bytes)
+        # The compiler needs more than the model said: learn the error and solve again (and
+        # where the program's own limit is below the budget the model is held to, the gap).
+        gap = budget - limit_of(ver, budget)
+        correction += max(1, ver.compiled_device_bytes - att.prediction.peak_bytes + gap)
     if cost is None:
         raise AssertionError("max_rounds >= 1 is validated")
     return Standing(
