@@ -30,9 +30,11 @@ class LeafCost:
     # slice in the backward pass; a state leaf 0 (updated in place in its own buffer)
     host_temp_bytes: int = 0
     # brought in whole for an update the planner cannot stream (emit/apply_state.py,
-    # "whole"): the leaves' updates run one after another, each leaf's copies scheduled
-    # beside its own update, so the update holds the largest such leaf's U_i, not their sum
-    # (measured: benchmarks/results/whole-state-deviceless-2026-12-06.md)
+    # "whole"): priced as each leaf's copies beside its own update, so the update holds the
+    # largest such leaf's U_i, not their sum. XLA's default scheduler places them so; XLA:GPU's
+    # latency-hiding scheduler starts them all at the step's start, where they save nothing
+    # (benchmarks/results/whole-mode-2026-12-06.md): the compile of the step as applied
+    # judges each such plan
     whole: bool = False
 
 
