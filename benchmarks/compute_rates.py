@@ -153,7 +153,7 @@ def sizes(out: Path) -> list[dict]:
     import jax.numpy as jnp
     from jax import lax
 
-    from cost_models._calibrate import _median_seconds, attention_seconds
+    from cost_models._calibrate import _seconds_per_call, attention_seconds
 
     rows = []
     for k, n in ((4096, 4096), (4096, 14336), (14336, 4096), (4096, 1024), (2048, 1408)):
@@ -161,7 +161,7 @@ def sizes(out: Path) -> list[dict]:
         f = jax.jit(lambda a, b: lax.dot(a, b))
         for m in (512, 1024, 2048, 4096, 8192, 16384, 32768):
             a = jax.random.normal(jax.random.key(0), (m, k), jnp.bfloat16)
-            sec = _median_seconds(functools.partial(f, a, w), repeats=5, batched=True)
+            sec = _seconds_per_call(functools.partial(f, a, w), repeats=5, batched=True)
             flops = 2 * m * k * n
             rows.append(
                 {

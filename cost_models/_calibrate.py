@@ -70,7 +70,7 @@ _MAX_CALLS_PER_REPEAT = 64
 _MIB = 2**20
 
 
-def _median_seconds(
+def _seconds_per_call(
     step: Callable[[], Any],
     *,
     repeats: int,
@@ -123,7 +123,7 @@ def _matmul_seconds(
 ) -> float:
     a, b = _random(device, (n, n), dtype, 0), _random(device, (n, n), dtype, 1)
     product = jax.jit(lambda a, b: lax.dot(a, b, precision=precision))
-    return _median_seconds(lambda: product(a, b), repeats=repeats, batched=True, **timing)
+    return _seconds_per_call(lambda: product(a, b), repeats=repeats, batched=True, **timing)
 
 
 def _in_place_seconds(
@@ -141,7 +141,7 @@ def _in_place_seconds(
         state["x"] = update(state["x"])
         return state["x"]
 
-    return _median_seconds(step, repeats=repeats, batched=True, **timing)
+    return _seconds_per_call(step, repeats=repeats, batched=True, **timing)
 
 
 def _fma_chain(x: jax.Array) -> jax.Array:
@@ -183,8 +183,8 @@ def attention_seconds(
         _random(device, (batch, length, h, d), jnp.bfloat16, seed)
         for seed, h in enumerate((heads[0], heads[1], heads[1]))
     )
-    fwd_s = _median_seconds(functools.partial(_FWD, q, k, v), repeats=repeats, batched=True)
-    both_s = _median_seconds(functools.partial(_FWD_BWD, q, k, v), repeats=repeats, batched=True)
+    fwd_s = _seconds_per_call(functools.partial(_FWD, q, k, v), repeats=repeats, batched=True)
+    both_s = _seconds_per_call(functools.partial(_FWD_BWD, q, k, v), repeats=repeats, batched=True)
     return fwd_s, both_s
 
 
@@ -222,7 +222,7 @@ def _launch_seconds(device: Any, repeats: int, **timing: Any) -> float:
             return x
 
         program = jax.jit(run)
-        return _median_seconds(lambda: program(w), repeats=repeats, **timing)
+        return _seconds_per_call(lambda: program(w), repeats=repeats, **timing)
 
     return max(0.0, (timed(_LAUNCH_CHAIN) - timed(1)) / (_LAUNCH_CHAIN - 1))
 
@@ -243,8 +243,8 @@ def _measure_link(device: Any, sizes_bytes: Sequence[int], repeats: int) -> Link
     def times(nbytes: int) -> tuple[float, float]:
         x = _random(device, (nbytes // 4,), jnp.float32)
         on_host = jax.device_put(x, to_host)
-        d2h = _median_seconds(lambda: jax.device_put(x, to_host), repeats=repeats)
-        h2d = _median_seconds(lambda: jax.device_put(on_host, to_device), repeats=repeats)
+        d2h = _seconds_per_call(lambda: jax.device_put(x, to_host), repeats=repeats)
+        h2d = _seconds_per_call(lambda: jax.device_put(on_host, to_device), repeats=repeats)
         return d2h, h2d
 
     rates = {n: times(n) for n in sorted(sizes_bytes)}
@@ -305,9 +305,9 @@ def measure_overlap(
     w = _random(device, (n, n), jnp.bfloat16, 2) * n**-0.5  # keeps the chain's values bounded
 
     copy = jax.jit(lambda x: jax.device_put(x, to_host))
-    copy_s = _median_seconds(lambda: copy(x), repeats=repeats)
+    copy_s = _seconds_per_call(lambda: copy(x), repeats=repeats)
     one = jax.jit(lambda a, w: a @ w)
-    one_s = _median_seconds(lambda: one(a, w), repeats=repeats)
+    one_s = _seconds_per_call(lambda: one(a, w), repeats=repeats)
     matmuls = min(_MAX_OVERLAP_MATMULS, max(1, round(copy_s / one_s)))
 
     def chain(a: jax.Array, w: jax.Array) -> jax.Array:
@@ -316,9 +316,9 @@ def measure_overlap(
         return a
 
     matmuls_only = jax.jit(chain)
-    matmul_s = _median_seconds(lambda: matmuls_only(a, w), repeats=repeats)
+    matmul_s = _seconds_per_call(lambda: matmuls_only(a, w), repeats=repeats)
     both = jax.jit(lambda a, w, x: (chain(a, w), jax.device_put(x, to_host)))
-    both_s = _median_seconds(lambda: both(a, w, x), repeats=repeats)
+    both_s = _seconds_per_call(lambda: both(a, w, x), repeats=repeats)
     return OverlapMeasurement(
         matmul_s=matmul_s, copy_s=copy_s, both_s=both_s, matmuls=matmuls, copy_bytes=x.nbytes
     )

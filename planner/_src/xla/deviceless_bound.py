@@ -69,10 +69,6 @@ class UnseenWorkspaces:
         )
 
 
-def _size(dtype: str, dims: tuple[int, ...]) -> int:
-    return hlo.array_bytes(dtype, dims)
-
-
 def _config(line: str) -> dict:
     """The custom call's ``backend_config`` JSON ({} when absent or unreadable)."""
     at = line.find("backend_config=")
@@ -136,14 +132,16 @@ def unseen_workspaces(module: hlo.Module | str) -> UnseenWorkspaces:
         if name.startswith("__cublas$"):
             cublas += 1
             if outs and outs[-1][0] in ("s8", "u8"):
-                cublas_ws = max(cublas_ws, _size(*outs[-1]))
+                cublas_ws = max(cublas_ws, hlo.array_bytes(*outs[-1]))
             continue
         if not name.startswith("__cudnn$fmha") or len(outs) < 2:
             continue
         cudnn += 1
         config = _config(ins.attrs)
         bound, what = cudnn_attention_workspace(name, outs, config)
-        bound = max(0, bound - _size(*outs[-1]))  # what the deviceless figure already holds
+        bound = max(
+            0, bound - hlo.array_bytes(*outs[-1])
+        )  # what the deviceless figure already holds
         shapes.setdefault(what)
         largest = max(largest, bound)
         if str(config.get("operation_queue_id", "0")) in ("0", ""):
