@@ -25,15 +25,14 @@ class PlanOptions:
         compiler's figure (``argument + output - alias + temp`` of ``memory_analysis()``).
         Without it no plan is called "within budget" and the stock policies are compared by
         the model only.
-      max_rounds: solve / compile rounds: when the compiled program exceeds the budget, or
-        the compiler shows the model's memory figure to be off, the model is corrected by the
-        measured error and solved again, at most this many times.
-      fill_rounds: extra solve / compile rounds that use the budget the compiler shows the
-        model left unused: when the verified plan compiles well under the planned-to budget
-        (more than max(2% of it, 1 MB) left) and the model has a faster plan with more
-        memory, the model is corrected by the measured over-prediction and solved again; a
-        new plan is kept only if it compiles within the budget and is predicted faster
-        (planner/_src/planning/fill.py). 0: never. Default 3.
+      max_rounds: with ``fill_rounds``, how many distinct plans the frontier walk may compile
+        for one budget (planner/_src/planning/walk.py): the walk solves the model at one
+        fixed grid of caps (1% apart), from a little over the budget down, and compiles each
+        new plan until one compiles within the budget. Default 3.
+      fill_rounds: the walk's compiles beyond ``max_rounds``, spent where the budget's reach
+        (max(2% of it, 1 MB) over it: the memory model errs both ways) holds faster plans
+        that compile over. 0: the walk starts at the budget itself, never at a plan
+        predicted over it. Default 3.
       layer_groups: decide each checkpoint call site separately, with one policy per call
         site (``plan.policies``). True: always, where the step has several call sites. False:
         one decision for all identical regions (``plan.policy``). None (default): per call

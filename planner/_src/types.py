@@ -575,14 +575,13 @@ class Baseline:
 class Round:
     """One solve-and-compile round of the verify loop.
 
-    ``purpose``: "fit" (the first solve, and each one after a compile exceeded the budget or
-    JAX did not keep a planned tensor), "fill" (session.Planner._fill: the compile left the
-    budget well unused and a faster plan was tried with the model corrected by the measured
-    over-prediction), "stock" (a stock policy's compile), "probe" (before a refusal, the
-    model's plan for a larger budget, compiled: session.Planner._probe_frontier). The model was held to
-    ``budget - correction_bytes`` before its correction. ``outcome`` says what became of
-    the round's plan ("kept", "over budget", "not kept by JAX", ...; "" before fill rounds
-    existed)."""
+    ``purpose``: "walk" (a plan of the frontier walk, planning/walk.py: the model's plan at
+    one cap of its fixed grid, ``budget - correction_bytes``), "stock" (a stock policy's
+    compile), "probe" (before a refusal, the model's plan for a larger budget, compiled:
+    planning/probes.py); plan files written before the walk also say "fit" (a first solve
+    or one after a compile exceeded the budget) and "fill" (a faster plan tried where the
+    compile left the budget well unused). ``outcome`` says what became of the round's plan
+    ("within budget", "over budget", "JAX does not keep ...", ...)."""
 
     correction_bytes: int
     predicted_peak_bytes: int

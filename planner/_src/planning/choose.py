@@ -11,9 +11,9 @@ import math
 
 import cost_models as cm
 from planner._src.planning.context import Attempt, Context
-from planner._src.planning.fit import Standing
 from planner._src.planning.stock import offload_estimate
 from planner._src.planning.train_state import is_state_baseline, state_baseline_attempt
+from planner._src.planning.walk import Standing
 from planner._src.policies import STOCK
 from planner._src.results.report.build import made_up_times
 from planner._src.types import Baseline

@@ -44,7 +44,7 @@ from planner._src.xla import memo as xla_memo
 STEP_RTOL = 1e-9
 
 # Why a class is forced to be recomputed after the verify stage's replay of JAX's residual
-# choice found that the emitted policy does not keep it (the fit and the fill rounds).
+# choice found that the emitted policy does not keep it (the frontier walk).
 NOT_KEPT_WHY = (
     "the emitted policy did not keep it when JAX's residual choice was replayed (verify, level 1)"
 )

@@ -1,9 +1,10 @@
 """One budget, start to answer: the steps in order, each over the budget's :class:`Context`
 and its log of attempts.
 
-    fit rounds -> probes (where the model fit nothing) -> fill rounds (where the plan leaves
-    budget unused) -> the stock comparison -> the answer (the plan or a stock policy) or the
-    refusal -> the numerics check
+    the frontier walk (walk.py: the model's plans at a fixed grid of caps, from a little over
+    the budget down, compiled until one fits) -> probes (where the model fit nothing) -> the
+    stock comparison -> the answer (the plan or a stock policy) or the refusal -> the
+    numerics check
 
 Where the budget places train state (``Context.state``, train_state.py), every step runs on
 the model with the state's leaves priced, a candidate that moves state is compiled as
@@ -32,8 +33,6 @@ from planner._src.planning.context import (
     round_of,
     unsolved,
 )
-from planner._src.planning.fill import fill_rounds
-from planner._src.planning.fit import Standing, fit_rounds
 from planner._src.planning.groups import baselines_of
 from planner._src.planning.probes import probe_frontier
 from planner._src.planning.refusal import refusal
@@ -43,6 +42,7 @@ from planner._src.planning.train_state import (
     state_baseline_attempt,
     state_part,
 )
+from planner._src.planning.walk import Standing, walk_frontier
 from planner._src.results.plan import Plan
 from planner._src.types import Status
 from planner._src.units import fmt_pair
@@ -55,16 +55,9 @@ def plan_budget(ctx: Context, threads: CompileThreads, base) -> Plan:
     neither a plan nor a stock policy fits."""
     opts = ctx.options
     log = Attempts()
-    s = fit_rounds(ctx, log, threads)
+    s = walk_frontier(ctx, log, threads)
     if (s.infeasible is not None or s.model_overruled) and opts.verify_compile:
         s = probe_frontier(ctx, log, s)
-    if (
-        s.best is not None
-        and s.solution is not None
-        and s.infeasible is None
-        and opts.verify_compile
-    ):
-        s = fill_rounds(ctx, log, s)
     baselines = baselines_of(ctx, s.graph, s.cost)
     choice = choose(ctx, s, baselines)
     # the stock policies compiled while choosing (or as the row compared) judge their fit
@@ -146,6 +139,7 @@ def planner_plan(ctx: Context, log: Attempts, s: Standing, baselines, plan_why: 
         choice="planner",
         choice_why=plan_why,
         fill_why=s.fill_why,
+        walk_note=s.walk_note,
     )
     return ctx.numerics.check(plan, best.compiled, ctx.timings)
 

@@ -17,9 +17,11 @@ What a Planner guarantees, by construction (the compiler is the judge):
 * It never raises :class:`InfeasibleBudgetError` while a stock policy compiles within the
   budget: before raising, every applicable stock policy is compiled (refusal.py).
 * A plan whose saving rests on a tensor JAX will not keep is solved again with those
-  tensors recomputed (fit.py).
-* The budget is used: fill rounds try faster plans where the compile leaves budget unused,
-  and never return one that did not verify (fill.py).
+  tensors recomputed (walk.py).
+* A larger budget never gets a plan predicted slower, and an answer never depends on the
+  budgets asked before: the frontier walk compiles the model's plans at one fixed grid of
+  caps, from a little over the budget down, and returns the first that fits (walk.py, which
+  names where this does not reach; the report says when a budget is such a case).
 * Per-call-site decisions (``plan.policies``) only where the user's code can pass the call
   sites different policies, unless asked for with ``layer_groups=True`` (groups.py).
 """

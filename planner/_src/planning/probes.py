@@ -24,7 +24,7 @@ from planner._src.planning.context import (
     unsolved,
     with_forced,
 )
-from planner._src.planning.fit import Standing
+from planner._src.planning.walk import Standing
 from planner._src.solve import min_peak_plan
 from planner._src.types import Assignment
 from planner._src.units import GB

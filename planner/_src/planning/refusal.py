@@ -9,12 +9,12 @@ from planner._src.budget import headroom_why, io_bytes, requested_for
 from planner._src.cost.baselines import evaluate_baselines
 from planner._src.errors import InfeasibleBudgetError
 from planner._src.planning.context import Context
-from planner._src.planning.fit import Standing
 from planner._src.planning.train_state import (
     offer_note,
     state_baseline_attempt,
     state_baselines,
 )
+from planner._src.planning.walk import Standing
 from planner._src.policies import STOCK
 from planner._src.units import GB, fmt_bytes, fmt_pair, gb_at_least
 

@@ -8,7 +8,7 @@
     print(sp.summary())  # the budget split: parameters, gradients, optimizer state, activations
     step = sp.plan.apply(train_step)   # the placement applied
 
-It is ``session.plan(hbm_gb, opt_state=..., ...)`` (the one path: fit rounds, fill rounds,
+It is ``session.plan(hbm_gb, opt_state=..., ...)`` (the one path: the frontier walk,
 the stock comparison, the numerics check; planning/train_state.py), read as a StatePlan; it
 uses only the Planner's public members.
 """

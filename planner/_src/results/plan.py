@@ -62,10 +62,13 @@ class Plan:
     # (planner._src.policies.STOCK) returned instead, and why (the session's guarantees).
     choice: str = "planner"
     choice_why: str = ""
-    # Why the returned plan leaves what it leaves of the planned-to budget (the verify loop's
-    # fill rounds, session.Planner._fill); "" where it was not asked (no compile, a stock
-    # policy, a plan not verified within budget).
+    # Why the returned plan leaves what it leaves of the planned-to budget (the frontier
+    # walk, planning/walk.py); "" where it was not asked (no compile, a stock policy, a plan
+    # not verified within budget).
     fill_why: str = ""
+    # Where this budget's walk does not carry the guarantee that a larger budget gets no
+    # slower answer (walk.Standing.walk_note); "" where it does.
+    walk_note: str = ""
     # Why the session planned without offloading though it was not told to ("" otherwise):
     # session.CPU_OFFLOAD_WHY on a CPU target.
     offload_why: str = ""

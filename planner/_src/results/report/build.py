@@ -168,11 +168,11 @@ def made_up_times(hw) -> str:
 
 
 def budget_use(plan) -> str:
-    """How much of the planned-to budget the returned plan leaves, and why (the verify loop's
-    fill rounds: session.Planner._fill; the rounds are in the JSON's "rounds")."""
+    """How much of the planned-to budget the returned plan leaves, and why (the frontier
+    walk, planning/walk.py; the rounds are in the JSON's "rounds")."""
     usable = plan.budget.usable
     got = plan.verification.compiled_device_bytes
-    fills = sum(1 for r in plan.rounds if getattr(r, "purpose", "") == "fill")
+    walked = sum(1 for r in plan.rounds if getattr(r, "purpose", "") == "walk")
     text = (  # after the line's label, "budget use"
         f"{fmt_bytes(got)} of {fmt_bytes(usable)} ({fmt_bytes(usable - got)} left, "
         f"{(usable - got) / usable:.1%})"
@@ -184,9 +184,11 @@ def budget_use(plan) -> str:
             f'the stock policy {plan.choice} was returned (why: the note "The answer is ..." below)'
         )
     else:
-        why = plan.fill_why or "no fill rounds: the plan was not verified within budget"
-    rounds = f"; {fills} fill round{'s' if fills != 1 else ''} compiled" if fills else ""
-    return f"{text}: {why}{rounds}"
+        why = plan.fill_why or "the plan was not verified within budget"
+    rounds = f"; {walked} plan{'s' if walked != 1 else ''} compiled on the walk" * bool(walked)
+    note = getattr(plan, "walk_note", "")
+    note = f" (no guarantee that a larger budget plans no slower: {note})" if note else ""
+    return f"{text}: {why}{rounds}{note}"
 
 
 # How plan.timings' labels (session.py) group into the report's stages.
