@@ -14,8 +14,6 @@ STEPS = (
     "attempt",
     "choose",
     "context",
-    "fill",
-    "fit",
     "groups",
     "numerics_check",
     "one_budget",
@@ -23,6 +21,7 @@ STEPS = (
     "refusal",
     "stock",
     "train_state",
+    "walk",
 )
 
 

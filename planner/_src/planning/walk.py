@@ -137,7 +137,8 @@ def walk_frontier(ctx: Context, log: Attempts, threads: CompileThreads) -> Stand
     cost = ctx.cost_model(tr, graph, 0)
     limit = opts.max_rounds + opts.fill_rounds if opts.verify_compile else 1
     walk_limit = 1 + opts.fill_rounds  # compiles walked one plan at a time (the guarantee)
-    k = grid_index_at_most(budget + reach(budget, opts.fill_rounds))
+    # Without a compile the model is the only judge: no plan predicted over the budget.
+    k = grid_index_at_most(budget + reach(budget, opts.fill_rounds) * opts.verify_compile)
     compiled: dict[tuple, Attempt] = {}
     over: list[Attempt] = []  # faster plans that compiled over the budget, in walk order
     notes: list[str] = []
@@ -222,15 +223,19 @@ def walk_frontier(ctx: Context, log: Attempts, threads: CompileThreads) -> Stand
             break
         infeasible = None
         ver = att.verification
-        if ver.compiled_device_bytes is None or fits(ver, budget):
+        if holds(att, budget):
             break
         over.append(att)
         k = _below(k, att)
+        if ver.compiled_device_bytes is None or not ver.exact:
+            # Without an exact figure the model judges: no plan predicted over the budget
+            # holds (holds()), so the caps above it are skipped as the walk would reject them.
+            k = min(k, grid_index_at_most(budget))
         if len(over) >= walk_limit:
             # Past the walk's own compiles the model is corrected by this plan's measured
             # error (the plans between, predicted over the budget by less than that error,
             # are skipped): few compiles where the frontier is dense, outside the guarantee.
-            err = ver.compiled_device_bytes - att.prediction.peak_bytes
+            err = (ver.compiled_device_bytes or 0) - att.prediction.peak_bytes
             k = min(k, grid_index_at_most(max(1, limit_of(ver, budget) - err)))
             notes.append(
                 f"after {walk_limit} plan{'s' * (walk_limit != 1)} over the budget the walk "
@@ -253,6 +258,18 @@ def walk_frontier(ctx: Context, log: Attempts, threads: CompileThreads) -> Stand
         fill_why=_why(ctx, best, best_sol, over, budget, graph_used, cost),
         walk_note="; ".join(dict.fromkeys(notes)),
     )
+
+
+def holds(att: Attempt, budget: int) -> bool:
+    """Whether the walk stops at ``att``: its compiled figure fits, and where that figure is
+    an estimate (XLA:CPU keeps host arrays in its one memory) the model's prediction fits
+    too: an estimate does not overrule the model for a plan predicted over the budget; with
+    no compiled figure, the prediction alone. Each widens with the budget, so the walk stays
+    monotone."""
+    ver = att.verification
+    if ver.compiled_device_bytes is None:  # not compiled (the user's build=): the model judges
+        return att.prediction.peak_bytes <= budget
+    return fits(ver, budget) and (ver.exact or att.prediction.peak_bytes <= budget)
 
 
 def _below(k: int, att: Attempt) -> int:
@@ -292,15 +309,17 @@ def _why(ctx: Context, best, sol, over, budget: int, g, cost) -> str:
     """Why the answer leaves what it leaves of the budget (the report's "budget use")."""
     if best is None or sol is None or best.verification.compiled_device_bytes is None:
         return ""
-    if not fits(best.verification, budget):
+    if not holds(best, budget):
         return ""
     r = reach(budget, ctx.options.fill_rounds)
     if over:
-        smallest = min(a.verification.compiled_device_bytes for a in over)
         n = len(over)
+        figures = [a.verification.compiled_device_bytes for a in over]
+        figures = [b for b in figures if b is not None and b > budget]
+        smallest = f" (the smallest compiled to {fmt_bytes(min(figures))})" if figures else ""
         return (
-            f"the {n} faster plan{'s' if n != 1 else ''} the walk compiled went over the "
-            f"budget (the smallest to {fmt_bytes(smallest)})"
+            f"the {n} faster plan{'s' if n != 1 else ''} the walk tried did not fit the "
+            f"budget{smallest}"
         )
     if sol.objective_s <= _fastest_step(ctx, g, cost):
         return "the fastest plan the model has at any budget"
