@@ -517,10 +517,17 @@ def compiled_figures(
         backend=backend or jax.default_backend(),
         compiler=compiler,
         loop_copy_bytes=hlo.loop_slice_copy_bytes(module),
-        loop_slice_bytes=hlo.loop_slice_bytes(module),
+        loop_slice_bytes=hlo.loop_slice_bytes(module, in_line=_slices_in_line(backend)),
         unseen_workspace_bytes=unseen.bytes,
         unseen_workspace_note=unseen.note(),
     )
+
+
+def _slices_in_line(backend: str | None) -> bool:
+    """XLA:GPU of jaxlib 0.10 copies a loop's slices of its stacked operands in line; from
+    0.11 on asynchronously (hlo.loop_slice_bytes). XLA:CPU's are not held at once."""
+    gpu = (backend or jax.default_backend()) in ("gpu", "cuda", "rocm")
+    return gpu and gpus._version_number(targets.jaxlib_version()) < gpus._version_number("0.11")
 
 
 def host_bytes_in_jaxpr(jaxpr) -> int:

@@ -388,13 +388,17 @@ def _copies_a_slice(comps: dict[str, list[Instruction]], name: str) -> bool:
     return sliced
 
 
-def loop_slice_bytes(module: Module) -> int:
+def loop_slice_bytes(module: Module, *, in_line: bool = False) -> int:
     """Bytes of the buffers one run of every while-loop body allocates for *asynchronous*
     copies of slices of its operands, summed over the bodies (once each, not times the
     trips): ``fusion-start`` / ``async-start`` of a fusion that only slices, reshapes or
     transposes an operand (XLA:GPU's ``loop_dynamic_slice_fusion``, a memcpy on a side
     stream). A slice XLA fuses into its reader, or passes to cuBLAS as an address offset,
-    allocates nothing.
+    allocates nothing. ``in_line``: count the plain ``fusion`` of such a copy as well, for
+    XLA:GPU of jaxlib 0.10, which makes these copies in line (thunk ``kDynamicSliceFusion``,
+    no async start in the loops) and holds them at the trip's peak as the later XLAs hold
+    the async ones (tests/zoo/parallel_residual.py, 2026-12-06: 6.05 MB more a trip in the
+    save-everything compile, as jaxlib 0.11.2's async copies).
 
     In a scan's backward loop these are the trip's residuals copied out of the stacked
     buffers the forward loop wrote (and the layer's weights sliced out of the stacked
@@ -409,10 +413,15 @@ def loop_slice_bytes(module: Module) -> int:
     total = 0
     for body in trips:
         for ins in comps.get(body, ()):
-            if ins.opcode not in ("fusion-start", "async-start"):
+            if ins.opcode not in ("fusion-start", "async-start") and not (
+                in_line and ins.opcode == "fusion"
+            ):
                 continue
             called = re.search(r"calls=%?([\w.\-]+)", ins.attrs)
             if called and _copies_a_slice(comps, called.group(1)):
+                if ins.opcode == "fusion":  # its result
+                    total += sum(array_bytes(t, d) for t, d in array_shapes(ins.shape))
+                    continue
                 # ((operands), result, context): the result's bytes
                 top = split_top(ins.shape[1:-1]) if ins.shape.startswith("(") else []
                 if len(top) >= 2:
