@@ -455,17 +455,28 @@ def lower_with(
     traced and lowered on this thread (the planner's policies are bound per thread); the
     compile of ``lowered`` may then run on another (verify.precompile)."""
 
-    def wrap(rid, r):
-        pol = make_policy(rid, r)
-        return lambda prim, *a, **p: as_enum(pol(prim, *a, **p))
-
     try:
-        traced, bound = adapter.trace_step_with(step_fn, args, wrap)
+        traced, bound = adapter.trace_step_with(step_fn, args, enum_policies(make_policy))
     except PlannerError:
         raise
     except Exception as e:  # noqa: BLE001  (the user's step traced before: it changed)
         raise again_error(e, which) from e
     return traced.jaxpr, lower(traced), bound
+
+
+def enum_policies(make_policy):
+    """``make_policy`` with each policy's decisions as JAX's enum (:func:`as_enum`). Regions
+    given the same policy object get the same wrapped policy: JAX then partially evaluates
+    identical layers under it once (adapter.RegionPolicy)."""
+    wrapped: dict[int, tuple[Any, Callable]] = {}  # id(policy) -> (policy, its wrapper)
+
+    def wrap(rid, r):
+        pol = make_policy(rid, r)
+        if id(pol) not in wrapped:
+            wrapped[id(pol)] = (pol, lambda prim, *a, **p: as_enum(pol(prim, *a, **p)))
+        return wrapped[id(pol)][1]
+
+    return wrap
 
 
 def as_enum(decision):
@@ -486,12 +497,14 @@ def compiled_figures(
     *,
     backend: str | None = None,
     compiler: str = "",
+    module: hlo.Module | None = None,
 ) -> CompiledFigures:
     """Read the compiler's memory figures and host-memory markers from a compiled step
-    (``text``: its ``as_text()``, when the caller has it already)."""
+    (``text``: its ``as_text()``, ``module``: that text parsed, when the caller has them
+    already: a long program's text takes a while to parse)."""
     m = compiled.memory_analysis()
-    text = (compiled.as_text() if text is None else text) or ""
-    module = hlo.parse(text)
+    if module is None:
+        module = hlo.parse((compiled.as_text() if text is None else text) or "")
     host_lines = hlo.host_memory_instructions(module)
     async_host = hlo.async_host_copies(module)
     unseen = deviceless_bound.unseen_workspaces(module)
