@@ -210,24 +210,28 @@ def trace_step(
     if anchor_out is not None:
         anchor_out.append(compiled)
     anchor_text = compiled.as_text() or ""
+    # Each program's text parsed once: its figures, the sharding index and the loop stacks
+    # read the same instructions (a 200-layer program's text takes a while to parse).
+    anchor_module = hlo.parse(anchor_text)
     anchor = xla_compile.compiled_figures(
-        compiled, anchor_jaxpr, anchor_text, backend=backend, compiler=compiler
+        compiled, anchor_jaxpr, backend=backend, compiler=compiler, module=anchor_module
     )
     compiled_saved = done[saved][0]
     saved_text = compiled_saved.as_text() or ""
+    saved_module = hlo.parse(saved_text)
     anchor_saved = xla_compile.compiled_figures(
-        compiled_saved, step_jaxpr, saved_text, backend=backend, compiler=compiler
+        compiled_saved, step_jaxpr, backend=backend, compiler=compiler, module=saved_module
     )
     # Sharded steps: the partitioned programs give per-device sizes (trace/shard.py). The
     # everything-saveable compile runs every forward equation; the full-remat one adds the
     # recompute's instructions.
-    index = shard.parse_hlo([saved_text, anchor_text])
+    index = shard.parse_hlo([saved_module, anchor_module])
 
     # One region per differentiated call site, in bind order (a scan's trips are one call
     # site, multiplicity = trip count). Identical bodies share one candidate analysis.
     # What the compiled everything-saveable program's loops really stack (single device:
     # a partitioned program's shapes are per device, the jaxpr's global).
-    stacks = loops.compiled_loop_stacks(saved_text) if index.num_partitions == 1 else None
+    stacks = loops.compiled_loop_stacks(saved_module) if index.num_partitions == 1 else None
     anchor_sites = loops.backward_sites(anchor_jaxpr)
     sites: list[Region] = []
     analysed: dict[tuple, candidates.Analysed] = {}
