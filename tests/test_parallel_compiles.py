@@ -211,3 +211,18 @@ def test_compiler_probes_compile_without_autotuning_on_a_live_gpu(monkeypatch):
         **xla_compile.AUTOTUNE_OFF,
         **xla_compile.DEVICELESS_COMPILE_OPTIONS,
     }
+
+
+def test_the_trace_stage_compiles_two_at_once_by_default_from_two_cores(monkeypatch):
+    """The anchors (and the compiler probes) compile two at once on a 2-core machine by
+    default, where verify compiles run one at a time; parallel_compiles, where given, rules
+    both."""
+    import dataclasses
+    import os
+
+    one = _session(0)
+    default = dataclasses.replace(one.subject, options=planner.PlanOptions())
+    for cores, verify, anchors in ((1, 0, 1), (2, 0, 2), (3, 0, 2), (8, 2, 2), (16, 4, 4)):
+        monkeypatch.setattr(os, "cpu_count", lambda c=cores: c)
+        assert (default.compile_workers(), default.anchor_workers()) == (verify, anchors), cores
+        assert one.subject.anchor_workers() == 0

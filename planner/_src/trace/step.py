@@ -150,17 +150,25 @@ def trace_step(
     # so the anchor trace's ids match this trace's. The second anchor is the
     # everything-saveable program traced above: compiled as is. Both are lowered here (the
     # planner's policies are bound per thread) and compiled at once with the compiles that
-    # do not need them (xla.compile.at_once).
+    # do not need them (xla.compile.at_once). With two workers or more the save-everything
+    # anchor compiles on a thread of its own from here on, while the full-remat one is
+    # traced and lowered.
     from jax.ad_checkpoint import checkpoint_policies as cp
 
     t = time.perf_counter()
+    saved_lowered = xla_compile.lower(traced)
+    t_jobs = time.perf_counter()
+    saved_early = (
+        xla_compile.started(lambda: xla_compile.compile_lowered(saved_lowered))
+        if workers > 1
+        else None
+    )
     anchor_jaxpr, anchor_lowered, _ = xla_compile.lower_with(
         step_fn,
         args,
         lambda rid, r: cp.nothing_saveable,
         which="the full-remat anchor's trace (after a first trace that worked)",
     )
-    saved_lowered = xla_compile.lower(traced)
     timings.append(("lower the two anchors", time.perf_counter() - t))
     in_scan = {
         br.region_id: loops.loop_form(backward[br.region_id].site)[0]
@@ -192,19 +200,23 @@ def trace_step(
         "" if pricing is None else " (twice: then with Triton GEMMs on, for recompute prices)"
     )
     saved = "compile the save-everything anchor"
-    jobs: dict[str, Callable[[], Any]] = {
-        full: full_remat,
-        saved: lambda: xla_compile.compile_lowered(saved_lowered),
-    }
+    jobs: dict[str, Callable[[], Any]] = {full: full_remat}
+    if saved_early is None:
+        jobs[saved] = lambda: xla_compile.compile_lowered(saved_lowered)
     if outside:
         jobs["compiler probe: twice-held re-reads"] = lambda: probes.holds_rereads_twice(name)
         jobs["compiler probe: hoisted recompute"] = lambda: probes.hoists_recompute(name)
     t = time.perf_counter()
-    done = dict(zip(jobs, xla_compile.at_once(list(jobs.values()), workers), strict=True))
-    wall = time.perf_counter() - t
+    # (the early compile holds one of the workers)
+    at_once = xla_compile.at_once(list(jobs.values()), workers - (saved_early is not None))
+    done = dict(zip(jobs, at_once, strict=True))
+    if saved_early is not None:
+        done[saved] = saved_early()
+    wall = time.perf_counter() - (t if saved_early is None else t_jobs)
     timings += [(what, s) for what, (_, s) in done.items()]
-    if workers > 1 and len(jobs) > 1:
-        timings.append((f"the {len(jobs)} jobs above, {min(workers, len(jobs))} at once", wall))
+    n_jobs = len(done)
+    if workers > 1 and n_jobs > 1:
+        timings.append((f"the {n_jobs} jobs above, {min(workers, n_jobs)} at once", wall))
     t = time.perf_counter()
     compiled, compiled_pricing = done[full][0]
     if anchor_out is not None:
@@ -235,6 +247,8 @@ def trace_step(
     anchor_sites = loops.backward_sites(anchor_jaxpr)
     sites: list[Region] = []
     analysed: dict[tuple, candidates.Analysed] = {}
+    # N layers of one function bind one body jaxpr: its text (the structure key) made once
+    body_texts: dict[int, str] = {}
     for br in bound:
         if br.region_id not in mult:
             continue
@@ -246,7 +260,9 @@ def trace_step(
             if stacks is not None and in_scan and unroll == 1
             else None
         )
-        key = (region_structure_key(br.jaxpr), in_scan, trip_stacks is not None)
+        if id(br.jaxpr) not in body_texts:
+            body_texts[id(br.jaxpr)] = region_structure_key(br.jaxpr)
+        key = (body_texts[id(br.jaxpr)], in_scan, trip_stacks is not None)
         cache_key = key + (id(br.user_policy),)  # the user's own decisions are per policy
         if cache_key not in analysed:
             analysed[cache_key] = candidates.region_candidates(

@@ -137,6 +137,23 @@ def at_once(calls: Sequence[Callable[[], Any]], workers: int) -> list[tuple[Any,
     return [f.result() for f in futures]
 
 
+def started(call: Callable[[], Any]) -> Callable[[], tuple[Any, float]]:
+    """``call`` (a compile) started now on a thread of its own, in a copy of the caller's
+    context (as :func:`at_once`); returns what waits for ``(its result, its wall seconds)``
+    and raises what the call raised."""
+    import concurrent.futures
+    import time
+
+    def timed():
+        t = time.perf_counter()
+        return call(), time.perf_counter() - t
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(contextvars.copy_context().run, timed)
+    pool.shutdown(wait=False)
+    return future.result
+
+
 def _foreign_device_error(target: targets.CompilerTarget, e: Exception) -> TargetError:
     return TargetError(
         f"The step names devices of this machine where {target.description} needs its own: "
