@@ -119,6 +119,7 @@ def test_autotune_cache_dir_reaches_live_gpu_compiles_on_every_thread(monkeypatc
     import jax
 
     from planner._src.xla import compile as xla_compile
+    from planner._src.xla.jobs import at_once
 
     low = _Lowered()
     d = tmp_path / "xla-autotune"
@@ -127,7 +128,7 @@ def test_autotune_cache_dir_reaches_live_gpu_compiles_on_every_thread(monkeypatc
         xla_compile.compile_lowered(low)  # this CPU: no autotuner, nothing added
         monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
         xla_compile.compile_lowered(low, {"xla_gpu_autotune_level": 4})
-        xla_compile.at_once(
+        at_once(
             [lambda: xla_compile.compile_lowered(low), lambda: xla_compile.compile_lowered(low)], 2
         )
         xla_compile.compile_lowered(low, {xla_compile.AUTOTUNE_CACHE_FLAG: "/elsewhere"})

@@ -1,7 +1,7 @@
 """Compiling: a step traced under the planner's policies and lowered (:func:`lower_with`), a
 lowered program compiled (:func:`compile_lowered`), both at once (:func:`compile_with`), a
 step traced, lowered and compiled for a compiler target (:func:`compile_traced`), compiles run
-side by side (:func:`at_once`), the XLA options the planner's compiles use (deviceless,
+side by side (xla/jobs.py), the XLA options the planner's compiles use (deviceless,
 pricing, probe, autotune cache), and a compiled step's memory figures with the stacked
 residuals and host bytes of its jaxpr (:func:`compiled_figures`).
 
@@ -114,44 +114,6 @@ def _no_rule_here_error(e: Exception) -> TargetError:
             else "."
         )
     )
-
-
-def at_once(calls: Sequence[Callable[[], Any]], workers: int) -> list[tuple[Any, float]]:
-    """Run ``calls`` (compiles: XLA compiles without holding the GIL) on ``workers`` threads,
-    each in a copy of the caller's context (a deviceless target's scope, a ``ContextVar``,
-    travels with it), and return each call's result with its own wall seconds, in order.
-    Fewer than two workers or calls: one after the other on this thread. A call that raises
-    raises here, after the others have finished."""
-    import concurrent.futures
-    import time
-
-    def timed(call):
-        t = time.perf_counter()
-        return call(), time.perf_counter() - t
-
-    if workers < 2 or len(calls) < 2:
-        return [timed(c) for c in calls]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(contextvars.copy_context().run, timed, c) for c in calls]
-        concurrent.futures.wait(futures)
-    return [f.result() for f in futures]
-
-
-def started(call: Callable[[], Any]) -> Callable[[], tuple[Any, float]]:
-    """``call`` (a compile) started now on a thread of its own, in a copy of the caller's
-    context (as :func:`at_once`); returns what waits for ``(its result, its wall seconds)``
-    and raises what the call raised."""
-    import concurrent.futures
-    import time
-
-    def timed():
-        t = time.perf_counter()
-        return call(), time.perf_counter() - t
-
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(contextvars.copy_context().run, timed)
-    pool.shutdown(wait=False)
-    return future.result
 
 
 def _foreign_device_error(target: targets.CompilerTarget, e: Exception) -> TargetError:
