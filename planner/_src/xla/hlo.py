@@ -30,6 +30,11 @@ _COMP = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(?:\(.*\))?.*\{\s*$")
 _ARRAY = re.compile(r"\b([a-z][a-z0-9]*)\[([\d,]*)\]")
 _META = re.compile(r"metadata=\{([^}]*)\}")
 _OPERAND = re.compile(r"%([\w.\-]+)")
+_OPCODE = re.compile(r"([\w\-]+)\((.*)")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+_SOURCE_FILE = re.compile(r'source_file="([^"]*)"')
+_SOURCE_LINE = re.compile(r"source_line=(\d+)")
+_FRAME_ID = re.compile(r"stack_frame_id=(\d+)")
 
 # Bytes per element of XLA's element types (sub-byte types rounded up to one byte).
 ITEMSIZE = {
@@ -243,7 +248,7 @@ def parse(text: str) -> Module:
         if not im:
             continue
         shape, rest = split_shape(im.group(3))
-        om = re.match(r"([\w\-]+)\((.*)", rest)
+        om = _OPCODE.match(rest)
         if not om:
             continue
         opcode = om.group(1)
@@ -251,11 +256,12 @@ def parse(text: str) -> Module:
         meta = _META.search(ln)
         op_name, where = "", None
         if meta:
-            name_m = re.search(r'op_name="([^"]*)"', meta.group(1))
+            fields = meta.group(1)
+            name_m = _OP_NAME.search(fields)
             op_name = name_m.group(1) if name_m else ""
-            sf = re.search(r'source_file="([^"]*)"', meta.group(1))
-            sl = re.search(r"source_line=(\d+)", meta.group(1))
-            fid = re.search(r"stack_frame_id=(\d+)", meta.group(1))
+            sf = _SOURCE_FILE.search(fields)
+            sl = _SOURCE_LINE.search(fields)
+            fid = _FRAME_ID.search(fields)
             if sf and sl:
                 where = (sf.group(1).rsplit("/", 1)[-1], int(sl.group(1)))
             elif fid:
