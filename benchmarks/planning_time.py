@@ -211,7 +211,12 @@ def part_loop(depths) -> list[dict]:
         session = planner.Planner(step, *args, hardware="cpu", check_numerics=False)
         made = time.perf_counter() - t
         tg = sum(s for what, s in session.timings)
-        out.append(_record(f"loop {n}: trace + graph (with the anchor compiles)", tg, c))
+        # The compiler probes run on a process's first Planner only (once per compiler and
+        # JAX): a constant of the process, not of the depth
+        probes = sum(s for what, s in session.sites.timings if what.startswith("compiler probe"))
+        out.append(
+            _record(f"loop {n}: trace + graph (with the anchor compiles)", tg, c, probes_s=probes)
+        )
         lo = session.trace.anchor.device_bytes
         hi = session.trace.anchor_saved.device_bytes
         t = time.perf_counter()
@@ -260,6 +265,8 @@ def table(records: list[dict]) -> str:
                 f"numerics {r['numerics_s']:.2f} s ({r['numerics_share']:.0%})"
                 + ("" if r.get("checked") else ", not checked")
             )
+        if r.get("probes_s"):
+            notes.append(f"compiler probes (first Planner only) {r['probes_s']:.2f} s")
         if r.get("compiles_reused"):
             notes.append(f"{r['compiles_reused']} compiles reused so far")
         if "stages" in r:

@@ -35,6 +35,7 @@ def one(mode: str) -> dict:
 
     from planner._src.trace import probes as T
     from planner._src.xla import compile as xla_compile
+    from planner._src.xla.jobs import at_once
 
     if mode == "autotuned":
         xla_compile.probe_compile_options = lambda: {}
@@ -62,7 +63,7 @@ def one(mode: str) -> dict:
         "N (nothing), 2 layers": lambda: T._probe_temp_bytes(T._nothing_saveable, 2),
     }
     jobs = [load, *programs.values()]
-    done = xla_compile.at_once(jobs, 4)
+    done = at_once(jobs, 4)
     got = {name: r for name, (r, _) in zip(programs, done[1:])}
     secs = {name: s for name, (_, s) in zip(programs, done[1:])}
     a, c = got["A (tanh kept), 4 layers"], got["C (all but dots), 4 layers"]

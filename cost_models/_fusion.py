@@ -126,9 +126,13 @@ def fused_eqn_costs(jaxpr: Any, expanded: dict | None = None) -> list[Cost]:
     return fused_costs(jx.eqns, [v for v in jx.outvars if not isinstance(v, Literal)], expanded)
 
 
-def fused_costs(eqns, escaping, expanded: dict | None = None) -> list[Cost]:
+def fused_costs(
+    eqns, escaping, expanded: dict | None = None, *, calls: bool = True
+) -> list[Cost | None]:
     """Per equation, fusion-aware cost; ``escaping`` are values read after these equations;
-    ``expanded``: inputs that are broadcasts made before them (read at their sources' bytes)."""
+    ``expanded``: inputs that are broadcasts made before them (read at their sources' bytes).
+    ``calls=False``: None in place of each call, loop or cond with a body (:func:`work_of`
+    walks those bodies itself; costing them here too walked every body twice)."""
     src = expanded_sources(eqns, expanded)
     producer_fusible: dict[Any, bool] = {}
     consumers: dict[Any, list[bool]] = {}
@@ -143,7 +147,7 @@ def fused_costs(eqns, escaping, expanded: dict | None = None) -> list[Cost]:
     costs = []
     for e in eqns:
         if e.primitive.name not in FUSIBLE:
-            costs.append(fused_call_cost(e, src))
+            costs.append(fused_call_cost(e, src) if calls or not _walked(e) else None)
             continue
         base = eqn_cost(e)
         read = sum(
@@ -323,29 +327,48 @@ def eqns_work(eqns, escaping, expanded: dict | None = None) -> Work:
     return Work(kernels=tuple(eqn_work(e, c) for e, c in zip(eqns, costs)))
 
 
+def _walked(eqn) -> bool:
+    """Whether :func:`work_of` walks ``eqn``'s body instead of costing the equation."""
+    return eqn.primitive.name in _CALLS + ("scan", "while", "cond") and bool(_subjaxprs(eqn))
+
+
 def work_of(jaxpr: Any, expanded: dict | None = None) -> Work:
     """The :class:`Work` of a jaxpr, nested loops, conds and calls as :func:`fused_seconds`
     walks them (scans times their length, a while loop's body once, calls inlined)."""
+    return _work_of(jaxpr, expanded, {})
+
+
+def _work_of(jaxpr: Any, expanded: dict | None, memo: dict) -> Work:
+    """:func:`work_of`; ``memo``: the Work of each body already walked with the same
+    broadcast inputs (N identical layers' backward bodies are one jaxpr: walked once)."""
+    key = (id(jaxpr), tuple((expanded or {}).items()))
+    if key in memo:
+        return memo[key][1]
     jx = _inner(jaxpr)
     kernels: list[tuple[str, Cost]] = []
     alternatives: list[tuple[Work, ...]] = []
     src = expanded_sources(jx.eqns, expanded)
-    for e, c in zip(jx.eqns, fused_eqn_costs(jx, expanded)):
+    outs = [v for v in jx.outvars if not isinstance(v, Literal)]
+    for e, c in zip(jx.eqns, fused_costs(jx.eqns, outs, expanded, calls=False)):
         name = e.primitive.name
         subs = _subjaxprs(e)
         if subs and name == "scan":
-            inner = work_of(subs[0], body_sources(e, subs[0], src))
+            inner = _work_of(subs[0], body_sources(e, subs[0], src), memo)
             inner = inner.scale(int(e.params["length"]))
         elif subs and name == "cond":
-            alternatives.append(tuple(work_of(s) for s in subs))
+            alternatives.append(tuple(_work_of(s, None, memo) for s in subs))
             continue
         elif subs and name in _CALLS + ("while",):
             inner = Work()
             for s in subs if name == "while" else subs[:1]:
-                inner = inner + work_of(s, body_sources(e, s, src) if name != "while" else None)
+                inner = inner + _work_of(
+                    s, body_sources(e, s, src) if name != "while" else None, memo
+                )
         else:
             kernels.append(eqn_work(e, c))
             continue
         kernels.extend(inner.kernels)
         alternatives.extend(inner.alternatives)
-    return Work(kernels=tuple(kernels), alternatives=tuple(alternatives))
+    out = Work(kernels=tuple(kernels), alternatives=tuple(alternatives))
+    memo[key] = (jaxpr, out)  # the jaxpr held: its id stays its own while the memo lives
+    return out

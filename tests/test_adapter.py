@@ -217,3 +217,47 @@ def test_leaves_on_one_device_share_one_mesh(monkeypatch):
     assert out["a"].mesh is out["b"].mesh is out["c"].mesh
     assert adapter.with_memory_kind(dev, "device") == out["b"]
     assert len(built) == 1, built
+
+
+def _loop_step(depth):
+    def layer(w, x):
+        return jnp.tanh(x @ w) + x
+
+    def loss(ws, x):
+        for w in ws:
+            x = jax.checkpoint(layer)(w, x)
+        return jnp.sum(x**2)
+
+    ws = [jnp.eye(8) * (i + 1) for i in range(depth)]
+    return jax.grad(loss), (ws, jnp.ones((4, 8)))
+
+
+def _backward_remats(jaxpr):
+    return [
+        e
+        for e in adapter.open_jaxpr(jaxpr).eqns
+        if e.primitive is adapter.remat_p and e.params["differentiated"]
+    ]
+
+
+def test_identical_layers_under_one_policy_share_jaxs_partial_evaluation():
+    """N identical layers under one policy object are partially evaluated and transposed
+    once (one backward body shared by the layers' equations, as in the user's own trace;
+    the first layer's is its own: its input carries no tangent),
+    and each layer's equation still names its own region; per-region policy objects stay
+    apart (each region its own body)."""
+    step, args = _loop_step(6)
+    traced, bound = adapter.trace_step_with(step, args, lambda rid, r: adapter.everything_saveable)
+    back = _backward_remats(traced.jaxpr)
+    assert len(bound) == 6 and len(back) == 6
+    assert len({id(e.params["jaxpr"]) for e in back}) == 2
+    assert sorted(e.params["policy"].region_id for e in back) == list(range(6))
+
+    def own(rid, r):
+        return lambda prim, *a, **p: adapter.everything_saveable(prim, *a, **p)
+
+    traced, _ = adapter.trace_step_with(step, args, own)
+    back = _backward_remats(traced.jaxpr)
+    assert len({id(e.params["jaxpr"]) for e in back}) == 6
+    a, b = (e.params["policy"] for e in back[:2])
+    assert a != b and adapter.RegionPolicy(0, a.decide) == adapter.RegionPolicy(5, a.decide)

@@ -119,6 +119,7 @@ def test_autotune_cache_dir_reaches_live_gpu_compiles_on_every_thread(monkeypatc
     import jax
 
     from planner._src.xla import compile as xla_compile
+    from planner._src.xla.jobs import at_once
 
     low = _Lowered()
     d = tmp_path / "xla-autotune"
@@ -127,7 +128,7 @@ def test_autotune_cache_dir_reaches_live_gpu_compiles_on_every_thread(monkeypatc
         xla_compile.compile_lowered(low)  # this CPU: no autotuner, nothing added
         monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
         xla_compile.compile_lowered(low, {"xla_gpu_autotune_level": 4})
-        xla_compile.at_once(
+        at_once(
             [lambda: xla_compile.compile_lowered(low), lambda: xla_compile.compile_lowered(low)], 2
         )
         xla_compile.compile_lowered(low, {xla_compile.AUTOTUNE_CACHE_FLAG: "/elsewhere"})
@@ -211,3 +212,18 @@ def test_compiler_probes_compile_without_autotuning_on_a_live_gpu(monkeypatch):
         **xla_compile.AUTOTUNE_OFF,
         **xla_compile.DEVICELESS_COMPILE_OPTIONS,
     }
+
+
+def test_the_trace_stage_compiles_two_at_once_by_default_from_two_cores(monkeypatch):
+    """The anchors (and the compiler probes) compile two at once on a 2-core machine by
+    default, where verify compiles run one at a time; parallel_compiles, where given, rules
+    both."""
+    import dataclasses
+    import os
+
+    one = _session(0)
+    default = dataclasses.replace(one.subject, options=planner.PlanOptions())
+    for cores, verify, anchors in ((1, 0, 1), (2, 0, 2), (3, 0, 2), (8, 2, 2), (16, 4, 4)):
+        monkeypatch.setattr(os, "cpu_count", lambda c=cores: c)
+        assert (default.compile_workers(), default.anchor_workers()) == (verify, anchors), cores
+        assert one.subject.anchor_workers() == 0

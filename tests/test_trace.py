@@ -1,6 +1,7 @@
 """Stage 1: regions found in unmodified code, policies controlled and caches left clean."""
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -446,6 +447,28 @@ def test_loop_slice_bytes_counts_the_async_slice_copies_of_one_trip():
     assert hlo.loop_slice_copy_bytes(module) == 4 * got
     # XLA:CPU copies its slices synchronously, beside each reader: none counted.
     assert scanned_figures_cpu().loop_slice_bytes == 0
+
+
+def test_loop_slice_bytes_counts_in_line_slice_copies_when_asked():
+    """XLA:GPU of jaxlib 0.10.2 makes the same copies as plain fusions (no async start):
+    ``in_line=True`` (xla/compile.py asks it of that compiler alone) counts them as the async
+    ones, still not the GEMM's offset read nor the slice fused into a multiply."""
+    from planner._src.xla import hlo
+
+    # each fusion-start / fusion-done pair of the backward loop as one plain fusion
+    text, n = re.subn(
+        r"  %fusion-start(|\.1) = \(\(.*?\), (f32\S*), u32\[\]\) fusion-start\((.*)\n"
+        r"  %fusion-done\1 = .*\n",
+        r"  %fusion-done\1 = \2 fusion(\3\n",
+        _GPU_SLICES_HLO,
+    )
+    assert n == 2
+    module = hlo.parse(text)
+    assert "fusion-start" not in {
+        i.opcode for i in module.instructions if i.computation == "backward"
+    }
+    assert hlo.loop_slice_bytes(module) == 0
+    assert hlo.loop_slice_bytes(module, in_line=True) == 4 * 128 * 128 * 4 + 512 * 64 * 4
 
 
 def scanned_figures_cpu():

@@ -97,8 +97,9 @@ class PlanOptions:
         compiles, which start after the first solve (those predicted faster than it) and
         run beside the plan's own verify compiles (each traced on the planning thread,
         compiled on a thread). None (default): a quarter of the machine's cores, at most 4
-        (4 on a 16-core GPU host, none on a 2-core machine); 0 or 1: one at a time, each
-        when it is needed.
+        (4 on a 16-core GPU host, none on a 2-core machine), and at least two of the trace
+        stage's compiles at once from 2 cores (the planning thread only waits for them);
+        0 or 1: one at a time, each when it is needed.
       autotune_cache_dir: None (default), or a directory where the planner's compiles on a
         live GPU keep XLA's autotune results (``--xla_gpu_per_fusion_autotune_cache_dir``),
         read by later processes. The first compile of a step on a GPU is mostly the

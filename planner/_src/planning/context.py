@@ -88,6 +88,17 @@ class Subject:
         n = self.options.parallel_compiles
         return min(4, (os.cpu_count() or 1) // 4) if n is None else n
 
+    def anchor_workers(self) -> int:
+        """How many of the trace stage's compiles (the two anchors, the compiler probes) run
+        at once: ``PlanOptions.parallel_compiles`` where given; by default
+        :meth:`compile_workers`, and two on a machine of 2 or 3 cores: the planning thread
+        waits for these compiles (nothing of its own to contend with), and two at once took
+        0.72x the wall time of one after the other on a 2-core machine at load 5.8 (the
+        100-layer loop of benchmarks/planning_time.py, 5 of 5 runs faster)."""
+        if self.options.parallel_compiles is not None:
+            return self.options.parallel_compiles
+        return max(self.compile_workers(), min(2, os.cpu_count() or 1))
+
     def plan_fields(self) -> dict:
         """The Plan fields every plan of this subject shares: the verifying compiler, and
         why offloading was off where the planner decided it."""

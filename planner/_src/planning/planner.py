@@ -163,7 +163,7 @@ class Planner:
                 backend=self.subject.backend,
                 compiler=compiler.description,
                 hardware=hw,
-                workers=self.subject.compile_workers(),
+                workers=self.subject.anchor_workers(),
                 anchor_out=anchor if self.numerics.not_checked_why() == "" else None,
             )
         self.numerics.full_remat = anchor[0] if anchor else None

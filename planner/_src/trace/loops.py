@@ -38,9 +38,11 @@ def _hlo_dtype(dtype) -> str | None:
     return None
 
 
-def compiled_loop_stacks(hlo_text: str) -> Counter:
-    """What the compiled loops stack (hlo.loop_stacks) of a program's text."""
-    return hlo.loop_stacks(hlo.parse(hlo_text))
+def compiled_loop_stacks(hlo_text: str | hlo.Module) -> Counter:
+    """What the compiled loops stack (hlo.loop_stacks) of a program's text (or that text
+    already parsed)."""
+    module = hlo_text if isinstance(hlo_text, hlo.Module) else hlo.parse(hlo_text)
+    return hlo.loop_stacks(module)
 
 
 def stacks_of_trip_count(stacks: Counter, trips: int) -> Counter | None:

@@ -5,6 +5,8 @@ each read from the temporary bytes of a few small programs, once per compiler an
 
 from __future__ import annotations
 
+import threading
+
 import jax
 
 from planner._src.errors import PlanWarning
@@ -35,7 +37,7 @@ def holds_rereads_twice(compiler: str) -> bool:
     if key in _TWICE:
         return _TWICE[key]
     try:
-        _TWICE[key] = _probe_rereads_twice()
+        _TWICE[key] = _probe_rereads_twice(compiler)
     except Exception as e:  # noqa: BLE001  (an optional refinement of the model)
         import warnings
 
@@ -91,6 +93,24 @@ def _probe_temp_bytes(policy, layers: int = 4) -> int:
     return int(compiled.memory_analysis().temp_size_in_bytes)
 
 
+_TEMP: dict[tuple, int] = {}
+_TEMP_LOCKS: dict[tuple, threading.Lock] = {}
+_TEMP_LOCK = threading.Lock()
+
+
+def _shared_temp_bytes(compiler: str, policy, layers: int = 4) -> int:
+    """:func:`_probe_temp_bytes`, compiled once per compiler and JAX: both probes read the
+    four-layer full-remat program (the two probes may run on two compile threads: the second
+    to ask waits for the first's compile)."""
+    key = (compiler, jax.__version__, policy, layers)
+    with _TEMP_LOCK:
+        lock = _TEMP_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        if key not in _TEMP:
+            _TEMP[key] = _probe_temp_bytes(policy, layers)
+        return _TEMP[key]
+
+
 def _nothing_saveable(*_, **__) -> bool:
     return False
 
@@ -120,12 +140,12 @@ def hoists_rule(two: int, four: int) -> bool:
     return four - two > _PROBE_TENSOR + 2 * _PROBE_N * _PROBE_D * 4
 
 
-def _probe_rereads_twice() -> bool:
+def _probe_rereads_twice(compiler: str = "") -> bool:
     """The probe of :func:`holds_rereads_twice`, on the compiler in scope."""
     return rereads_twice_rule(
         _probe_temp_bytes(_probe_only_tanh),
         _probe_temp_bytes(_probe_all_but_dots),
-        _probe_temp_bytes(_nothing_saveable),
+        _shared_temp_bytes(compiler, _nothing_saveable),
     )
 
 
@@ -155,7 +175,7 @@ def hoists_recompute(compiler: str) -> bool:
         return _HOISTS[key]
     try:
         two = _probe_temp_bytes(_nothing_saveable, layers=2)
-        four = _probe_temp_bytes(_nothing_saveable, layers=4)
+        four = _shared_temp_bytes(compiler, _nothing_saveable)
         _HOISTS[key] = hoists_rule(two, four)
     except Exception as e:  # noqa: BLE001  (an optional refinement of the model)
         import warnings

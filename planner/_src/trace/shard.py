@@ -202,8 +202,9 @@ def program_collective_bytes(text: str) -> float:
     return total
 
 
-def parse_hlo(texts: Iterable[str]) -> HloIndex:
-    """Index the instructions of compiled HLO modules (``compiled.as_text()``).
+def parse_hlo(texts: Iterable[str | hlo.Module]) -> HloIndex:
+    """Index the instructions of compiled HLO modules (``compiled.as_text()``, or that text
+    already parsed by hlo.parse).
 
     A collective is indexed under its own metadata and, where its result feeds another
     instruction (through bitcasts, copies, async dones), also under that reader's: XLA 0.12's
@@ -214,7 +215,7 @@ def parse_hlo(texts: Iterable[str]) -> HloIndex:
     for program, text in enumerate(texts):
         if not text:
             continue
-        module = hlo.parse(text)
+        module = text if isinstance(text, hlo.Module) else hlo.parse(text)
         parts = max(parts, module.num_partitions)
         if parts <= 1:
             continue  # one device: global sizes are per-device sizes, nothing to match

@@ -37,6 +37,7 @@ from planner._src.types import Region, Trace
 from planner._src.xla import adapter, hlo
 from planner._src.xla import compile as xla_compile
 from planner._src.xla.fingerprint import fingerprint_of
+from planner._src.xla.jobs import CompileJobs
 
 
 def trace_step(
@@ -64,8 +65,8 @@ def trace_step(
     no extra compile.
 
     ``workers``: how many of the stage's compiles (the two anchors, the pricing compile, the
-    compiler probes) run at once (xla.compile.at_once; 1: one after the other). ``Trace.timings``
-    says where the stage's time went.
+    compiler probes) run at once (xla.jobs.CompileJobs: each starts as soon as its program
+    is lowered; 1: one after the other). ``Trace.timings`` says where the stage's time went.
 
     ``anchor_out``, when given, receives the full-remat anchor's compiled executable (the
     numerics check runs it: the step under full remat, planning/numerics_check.py).
@@ -149,19 +150,11 @@ def trace_step(
     # The anchor: every region fully rematerialized, compiled. Region ids follow bind order,
     # so the anchor trace's ids match this trace's. The second anchor is the
     # everything-saveable program traced above: compiled as is. Both are lowered here (the
-    # planner's policies are bound per thread) and compiled at once with the compiles that
-    # do not need them (xla.compile.at_once).
+    # planner's policies are bound per thread) and compiled beside each other and the
+    # compiles that do not need them (xla.jobs.CompileJobs): with two workers or more the
+    # save-everything anchor compiles while the full-remat one is traced and lowered.
     from jax.ad_checkpoint import checkpoint_policies as cp
 
-    t = time.perf_counter()
-    anchor_jaxpr, anchor_lowered, _ = xla_compile.lower_with(
-        step_fn,
-        args,
-        lambda rid, r: cp.nothing_saveable,
-        which="the full-remat anchor's trace (after a first trace that worked)",
-    )
-    saved_lowered = xla_compile.lower(traced)
-    timings.append(("lower the two anchors", time.perf_counter() - t))
     in_scan = {
         br.region_id: loops.loop_form(backward[br.region_id].site)[0]
         for br in bound
@@ -177,60 +170,82 @@ def trace_step(
     # Regions outside lax.scan: two facts of the compiler, probed once per compiler and JAX.
     outside = not all(in_scan.values())
     name = compiler or backend or ""
-
-    def full_remat():
-        c = xla_compile.compile_lowered(anchor_lowered)
-        # Again in the same job, not at once: two compiles of one lowered program at once
-        # would share its MLIR module between threads. Single device only: a partitioned
-        # program's HLO shapes are per device, the candidates' global, so its prices would
-        # match nothing by size.
-        if pricing is None or hlo.num_partitions(c.as_text() or "") != 1:
-            return c, None
-        return c, xla_compile.compile_lowered(anchor_lowered, pricing)
-
     full = "compile the full-remat anchor" + (
         "" if pricing is None else " (twice: then with Triton GEMMs on, for recompute prices)"
     )
     saved = "compile the save-everything anchor"
-    jobs: dict[str, Callable[[], Any]] = {
-        full: full_remat,
-        saved: lambda: xla_compile.compile_lowered(saved_lowered),
-    }
-    if outside:
-        jobs["compiler probe: twice-held re-reads"] = lambda: probes.holds_rereads_twice(name)
-        jobs["compiler probe: hoisted recompute"] = lambda: probes.hoists_recompute(name)
+
+    def parsed(c):
+        # Each program's text parsed once, in its compile's job (beside the other compile):
+        # its figures, the sharding index and the loop stacks read the same instructions.
+        text = c.as_text() or ""
+        return c, text, hlo.parse(text)
+
     t = time.perf_counter()
-    done = dict(zip(jobs, xla_compile.at_once(list(jobs.values()), workers), strict=True))
-    wall = time.perf_counter() - t
+    with CompileJobs(workers) as jobs:
+        saved_lowered = xla_compile.lower(traced)
+        jobs.add(saved, lambda: parsed(xla_compile.compile_lowered(saved_lowered)))
+        t_jobs = time.perf_counter()
+        anchor_jaxpr, anchor_lowered, _ = xla_compile.lower_with(
+            step_fn,
+            args,
+            lambda rid, r: cp.nothing_saveable,
+            which="the full-remat anchor's trace (after a first trace that worked)",
+        )
+        timings.append(("lower the two anchors", time.perf_counter() - t))
+
+        def full_remat():
+            c = parsed(xla_compile.compile_lowered(anchor_lowered))
+            # Again in the same job, not at once: two compiles of one lowered program at
+            # once would share its MLIR module between threads. Single device only: a
+            # partitioned program's HLO shapes are per device, the candidates' global, so its
+            # prices would match nothing by size.
+            if pricing is None or c[2].num_partitions != 1:
+                return *c, None
+            return *c, xla_compile.compile_lowered(anchor_lowered, pricing)
+
+        jobs.add(full, full_remat)
+        if outside:
+            jobs.add(
+                "compiler probe: twice-held re-reads", lambda: probes.holds_rereads_twice(name)
+            )
+            jobs.add("compiler probe: hoisted recompute", lambda: probes.hoists_recompute(name))
+        # What the jaxprs alone say, while the compiles run
+        fingerprint = fingerprint_of(step_jaxpr, args)
+        step_work = cm.work_of(step_jaxpr)
+        float_dtypes = adapter.float_dtypes(step_jaxpr)
+        draws_random = adapter.draws_random(step_jaxpr)
+        anchor_sites = loops.backward_sites(anchor_jaxpr)
+        done = jobs.results()
+    wall = time.perf_counter() - t_jobs  # from the first job's start
     timings += [(what, s) for what, (_, s) in done.items()]
-    if workers > 1 and len(jobs) > 1:
-        timings.append((f"the {len(jobs)} jobs above, {min(workers, len(jobs))} at once", wall))
+    if workers > 1 and len(done) > 1:
+        timings.append((f"the {len(done)} jobs above, {min(workers, len(done))} at once", wall))
     t = time.perf_counter()
-    compiled, compiled_pricing = done[full][0]
+    compiled, anchor_text, anchor_module, compiled_pricing = done[full][0]
     if anchor_out is not None:
         anchor_out.append(compiled)
-    anchor_text = compiled.as_text() or ""
     anchor = xla_compile.compiled_figures(
-        compiled, anchor_jaxpr, anchor_text, backend=backend, compiler=compiler
+        compiled, anchor_jaxpr, backend=backend, compiler=compiler, module=anchor_module
     )
-    compiled_saved = done[saved][0]
-    saved_text = compiled_saved.as_text() or ""
+    compiled_saved, saved_text, saved_module = done[saved][0]
     anchor_saved = xla_compile.compiled_figures(
-        compiled_saved, step_jaxpr, saved_text, backend=backend, compiler=compiler
+        compiled_saved, step_jaxpr, backend=backend, compiler=compiler, module=saved_module
     )
     # Sharded steps: the partitioned programs give per-device sizes (trace/shard.py). The
     # everything-saveable compile runs every forward equation; the full-remat one adds the
     # recompute's instructions.
-    index = shard.parse_hlo([saved_text, anchor_text])
+    index = shard.parse_hlo([saved_module, anchor_module])
 
     # One region per differentiated call site, in bind order (a scan's trips are one call
     # site, multiplicity = trip count). Identical bodies share one candidate analysis.
     # What the compiled everything-saveable program's loops really stack (single device:
     # a partitioned program's shapes are per device, the jaxpr's global).
-    stacks = loops.compiled_loop_stacks(saved_text) if index.num_partitions == 1 else None
-    anchor_sites = loops.backward_sites(anchor_jaxpr)
+    stacks = loops.compiled_loop_stacks(saved_module) if index.num_partitions == 1 else None
     sites: list[Region] = []
     analysed: dict[tuple, candidates.Analysed] = {}
+    # N layers of one function bind one body jaxpr: its text (the structure key) made once
+    body_texts: dict[int, str] = {}
     for br in bound:
         if br.region_id not in mult:
             continue
@@ -242,7 +257,9 @@ def trace_step(
             if stacks is not None and in_scan and unroll == 1
             else None
         )
-        key = (region_structure_key(br.jaxpr), in_scan, trip_stacks is not None)
+        if id(br.jaxpr) not in body_texts:
+            body_texts[id(br.jaxpr)] = region_structure_key(br.jaxpr)
+        key = (body_texts[id(br.jaxpr)], in_scan, trip_stacks is not None)
         cache_key = key + (id(br.user_policy),)  # the user's own decisions are per policy
         if cache_key not in analysed:
             analysed[cache_key] = candidates.region_candidates(
@@ -301,17 +318,17 @@ def trace_step(
         anchor=anchor,
         argument_bytes=arg_bytes,
         backend=backend or jax.default_backend(),
-        fingerprint=fingerprint_of(step_jaxpr, args),
+        fingerprint=fingerprint,
         undifferentiated_regions=sum(1 for br in bound if br.region_id not in mult),
         anchor_saved=anchor_saved,
         num_partitions=index.num_partitions,
         step_collective_bytes=shard.program_collective_bytes(saved_text)
         if index.num_partitions > 1
         else 0.0,
-        step_work=cm.work_of(step_jaxpr),
+        step_work=step_work,
         jax_version=jax.__version__,
-        float_dtypes=adapter.float_dtypes(step_jaxpr),
-        draws_random=adapter.draws_random(step_jaxpr),
+        float_dtypes=float_dtypes,
+        draws_random=draws_random,
         holds_rereads_twice=twice,
         hoists_recompute=hoists,
         hlo_priced_with=priced_with,

@@ -204,7 +204,14 @@ class RegionPolicy:
     """The policy the planner installs in region ``region_id`` while it traces.
 
     ``decide(prim, *avals, **params)`` returns JAX's Saveable / Recompute / Offloadable.
-    Hashing is by identity so each region's policy is distinct in JAX's caches.
+    Two regions' policies are equal (and hash alike) when they call the same ``decide``
+    object: JAX keys its partial evaluation of a checkpoint body on the body and the policy
+    (``_partial_eval_jaxpr_custom_cached``, then the transpose on the staged body), so N
+    identical layers under one decision are partially evaluated and transposed once, as in
+    the user's own trace, not N times (a Python loop of 200 layers traced 3-4x slower). This
+    is JAX's own contract for a policy (a pure function of the equation, cached by JAX);
+    ``decide`` objects made per region stay apart. ``region_id`` is read from each bound
+    equation's own policy, never through a cache.
     """
 
     region_id: int
@@ -212,6 +219,12 @@ class RegionPolicy:
 
     def __call__(self, prim, *avals, **params):
         return self.decide(prim, *avals, **params)
+
+    def __eq__(self, other):
+        return isinstance(other, RegionPolicy) and self.decide is other.decide
+
+    def __hash__(self):
+        return hash((RegionPolicy, id(self.decide)))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Compiling: a step traced under the planner's policies and lowered (:func:`lower_with`), a
 lowered program compiled (:func:`compile_lowered`), both at once (:func:`compile_with`), a
 step traced, lowered and compiled for a compiler target (:func:`compile_traced`), compiles run
-side by side (:func:`at_once`), the XLA options the planner's compiles use (deviceless,
+side by side (xla/jobs.py), the XLA options the planner's compiles use (deviceless,
 pricing, probe, autotune cache), and a compiled step's memory figures with the stacked
 residuals and host bytes of its jaxpr (:func:`compiled_figures`).
 
@@ -114,27 +114,6 @@ def _no_rule_here_error(e: Exception) -> TargetError:
             else "."
         )
     )
-
-
-def at_once(calls: Sequence[Callable[[], Any]], workers: int) -> list[tuple[Any, float]]:
-    """Run ``calls`` (compiles: XLA compiles without holding the GIL) on ``workers`` threads,
-    each in a copy of the caller's context (a deviceless target's scope, a ``ContextVar``,
-    travels with it), and return each call's result with its own wall seconds, in order.
-    Fewer than two workers or calls: one after the other on this thread. A call that raises
-    raises here, after the others have finished."""
-    import concurrent.futures
-    import time
-
-    def timed(call):
-        t = time.perf_counter()
-        return call(), time.perf_counter() - t
-
-    if workers < 2 or len(calls) < 2:
-        return [timed(c) for c in calls]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(contextvars.copy_context().run, timed, c) for c in calls]
-        concurrent.futures.wait(futures)
-    return [f.result() for f in futures]
 
 
 def _foreign_device_error(target: targets.CompilerTarget, e: Exception) -> TargetError:
@@ -455,17 +434,28 @@ def lower_with(
     traced and lowered on this thread (the planner's policies are bound per thread); the
     compile of ``lowered`` may then run on another (verify.precompile)."""
 
-    def wrap(rid, r):
-        pol = make_policy(rid, r)
-        return lambda prim, *a, **p: as_enum(pol(prim, *a, **p))
-
     try:
-        traced, bound = adapter.trace_step_with(step_fn, args, wrap)
+        traced, bound = adapter.trace_step_with(step_fn, args, enum_policies(make_policy))
     except PlannerError:
         raise
     except Exception as e:  # noqa: BLE001  (the user's step traced before: it changed)
         raise again_error(e, which) from e
     return traced.jaxpr, lower(traced), bound
+
+
+def enum_policies(make_policy):
+    """``make_policy`` with each policy's decisions as JAX's enum (:func:`as_enum`). Regions
+    given the same policy object get the same wrapped policy: JAX then partially evaluates
+    identical layers under it once (adapter.RegionPolicy)."""
+    wrapped: dict[int, tuple[Any, Callable]] = {}  # id(policy) -> (policy, its wrapper)
+
+    def wrap(rid, r):
+        pol = make_policy(rid, r)
+        if id(pol) not in wrapped:
+            wrapped[id(pol)] = (pol, lambda prim, *a, **p: as_enum(pol(prim, *a, **p)))
+        return wrapped[id(pol)][1]
+
+    return wrap
 
 
 def as_enum(decision):
@@ -486,12 +476,14 @@ def compiled_figures(
     *,
     backend: str | None = None,
     compiler: str = "",
+    module: hlo.Module | None = None,
 ) -> CompiledFigures:
     """Read the compiler's memory figures and host-memory markers from a compiled step
-    (``text``: its ``as_text()``, when the caller has it already)."""
+    (``text``: its ``as_text()``, ``module``: that text parsed, when the caller has them
+    already: a long program's text takes a while to parse)."""
     m = compiled.memory_analysis()
-    text = (compiled.as_text() if text is None else text) or ""
-    module = hlo.parse(text)
+    if module is None:
+        module = hlo.parse((compiled.as_text() if text is None else text) or "")
     host_lines = hlo.host_memory_instructions(module)
     async_host = hlo.async_host_copies(module)
     unseen = deviceless_bound.unseen_workspaces(module)
@@ -517,10 +509,17 @@ def compiled_figures(
         backend=backend or jax.default_backend(),
         compiler=compiler,
         loop_copy_bytes=hlo.loop_slice_copy_bytes(module),
-        loop_slice_bytes=hlo.loop_slice_bytes(module),
+        loop_slice_bytes=hlo.loop_slice_bytes(module, in_line=_slices_in_line(backend)),
         unseen_workspace_bytes=unseen.bytes,
         unseen_workspace_note=unseen.note(),
     )
+
+
+def _slices_in_line(backend: str | None) -> bool:
+    """XLA:GPU of jaxlib 0.10 copies a loop's slices of its stacked operands in line; from
+    0.11 on asynchronously (hlo.loop_slice_bytes). XLA:CPU's are not held at once."""
+    gpu = (backend or jax.default_backend()) in ("gpu", "cuda", "rocm")
+    return gpu and gpus._version_number(targets.jaxlib_version()) < gpus._version_number("0.11")
 
 
 def host_bytes_in_jaxpr(jaxpr) -> int:

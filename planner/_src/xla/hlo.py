@@ -30,6 +30,11 @@ _COMP = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(?:\(.*\))?.*\{\s*$")
 _ARRAY = re.compile(r"\b([a-z][a-z0-9]*)\[([\d,]*)\]")
 _META = re.compile(r"metadata=\{([^}]*)\}")
 _OPERAND = re.compile(r"%([\w.\-]+)")
+_OPCODE = re.compile(r"([\w\-]+)\((.*)")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+_SOURCE_FILE = re.compile(r'source_file="([^"]*)"')
+_SOURCE_LINE = re.compile(r"source_line=(\d+)")
+_FRAME_ID = re.compile(r"stack_frame_id=(\d+)")
 
 # Bytes per element of XLA's element types (sub-byte types rounded up to one byte).
 ITEMSIZE = {
@@ -243,7 +248,7 @@ def parse(text: str) -> Module:
         if not im:
             continue
         shape, rest = split_shape(im.group(3))
-        om = re.match(r"([\w\-]+)\((.*)", rest)
+        om = _OPCODE.match(rest)
         if not om:
             continue
         opcode = om.group(1)
@@ -251,11 +256,12 @@ def parse(text: str) -> Module:
         meta = _META.search(ln)
         op_name, where = "", None
         if meta:
-            name_m = re.search(r'op_name="([^"]*)"', meta.group(1))
+            fields = meta.group(1)
+            name_m = _OP_NAME.search(fields)
             op_name = name_m.group(1) if name_m else ""
-            sf = re.search(r'source_file="([^"]*)"', meta.group(1))
-            sl = re.search(r"source_line=(\d+)", meta.group(1))
-            fid = re.search(r"stack_frame_id=(\d+)", meta.group(1))
+            sf = _SOURCE_FILE.search(fields)
+            sl = _SOURCE_LINE.search(fields)
+            fid = _FRAME_ID.search(fields)
             if sf and sl:
                 where = (sf.group(1).rsplit("/", 1)[-1], int(sl.group(1)))
             elif fid:
@@ -388,13 +394,17 @@ def _copies_a_slice(comps: dict[str, list[Instruction]], name: str) -> bool:
     return sliced
 
 
-def loop_slice_bytes(module: Module) -> int:
+def loop_slice_bytes(module: Module, *, in_line: bool = False) -> int:
     """Bytes of the buffers one run of every while-loop body allocates for *asynchronous*
     copies of slices of its operands, summed over the bodies (once each, not times the
     trips): ``fusion-start`` / ``async-start`` of a fusion that only slices, reshapes or
     transposes an operand (XLA:GPU's ``loop_dynamic_slice_fusion``, a memcpy on a side
     stream). A slice XLA fuses into its reader, or passes to cuBLAS as an address offset,
-    allocates nothing.
+    allocates nothing. ``in_line``: count the plain ``fusion`` of such a copy as well, for
+    XLA:GPU of jaxlib 0.10, which makes these copies in line (thunk ``kDynamicSliceFusion``,
+    no async start in the loops) and holds them at the trip's peak as the later XLAs hold
+    the async ones (tests/zoo/parallel_residual.py, 2026-12-06: 6.05 MB more a trip in the
+    save-everything compile, as jaxlib 0.11.2's async copies).
 
     In a scan's backward loop these are the trip's residuals copied out of the stacked
     buffers the forward loop wrote (and the layer's weights sliced out of the stacked
@@ -409,10 +419,15 @@ def loop_slice_bytes(module: Module) -> int:
     total = 0
     for body in trips:
         for ins in comps.get(body, ()):
-            if ins.opcode not in ("fusion-start", "async-start"):
+            if ins.opcode not in ("fusion-start", "async-start") and not (
+                in_line and ins.opcode == "fusion"
+            ):
                 continue
             called = re.search(r"calls=%?([\w.\-]+)", ins.attrs)
             if called and _copies_a_slice(comps, called.group(1)):
+                if ins.opcode == "fusion":  # its result
+                    total += sum(array_bytes(t, d) for t, d in array_shapes(ins.shape))
+                    continue
                 # ((operands), result, context): the result's bytes
                 top = split_top(ins.shape[1:-1]) if ins.shape.startswith("(") else []
                 if len(top) >= 2:

@@ -281,7 +281,8 @@ def resolve(
             f"plugin embeds none, and its parser refused the recorded ones ("
             f"{'; '.join(refused) or 'none'}; recorded for jaxlib "
             f"{', '.join(gpus.recorded_versions(g))}) for fields it does not know",
-            f"install JAX 0.11.2 or 0.12 with its CUDA plugin ({_how_to_install(g, version)}), "
+            f"install JAX 0.10.2, 0.11.2 or 0.12 with its CUDA plugin "
+            f"({_how_to_install(g, version)}), "
             f"or add XLA's specs at jaxlib {version}'s XLA commit under cost_models/targets/ "
             f"(its README says how)",
         )

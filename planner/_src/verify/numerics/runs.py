@@ -19,7 +19,7 @@ from planner._src.verify.numerics.compare import (
     own_eps,
 )
 from planner._src.xla import adapter
-from planner._src.xla.compile import as_enum
+from planner._src.xla.compile import enum_policies
 
 
 def is_concrete(args) -> bool:
@@ -78,11 +78,7 @@ def run_planned(step_fn: Callable, args: Sequence[Any], make_policy, compiled=No
             ):
                 return out
 
-        def wrap(rid, r):
-            pol = make_policy(rid, r)
-            return lambda prim, *a, **p: as_enum(pol(prim, *a, **p))
-
-        with adapter.controlled_policies(wrap):
+        with adapter.controlled_policies(enum_policies(make_policy)):
             return _ready(_jitted(step_fn)(*_copy(args)))
 
 

@@ -69,9 +69,15 @@ def read_dump(path: str | Path) -> tuple[DumpedStreams, ...]:
             f"no *thunk_sequence*.txt in {root}: compile for a GPU with "
             f"XLA_FLAGS=--xla_dump_to={root} (or the compile option xla_dump_to)"
         )
-    out = []
+    # jaxlib 0.10.2's XLA also writes <module>.thunk_sequence_after_thunk_passes.txt: the
+    # same thunk ids and async starts (command buffers formed around them), no metadata file
+    # of its own. Each module is read once, from its plain sequence (it sorts first).
+    first: dict[str, Path] = {}
     for seq in seqs:
-        meta = seq.with_name(seq.name.replace("thunk_sequence", "thunk_metadata"))
+        first.setdefault(seq.name.split(".thunk_sequence")[0], seq)
+    out = []
+    for module, seq in first.items():
+        meta = seq.with_name(f"{module}.thunk_metadata.txt")
         names = {int(i): n for n, i in _META.findall(meta.read_text())} if meta.exists() else {}
         starts = []
         for line in seq.read_text().splitlines():
@@ -79,7 +85,7 @@ def read_dump(path: str | Path) -> tuple[DumpedStreams, ...]:
             if m:
                 # (without the metadata file the thunk id stands in for the name)
                 starts.append((names.get(int(m.group(1)), m.group(1)), m.group(2)))
-        out.append(DumpedStreams(module=seq.name.split(".thunk_sequence")[0], starts=tuple(starts)))
+        out.append(DumpedStreams(module=module, starts=tuple(starts)))
     return tuple(out)
 
 
