@@ -117,8 +117,11 @@ def test_report_says_where_the_planning_time_went(plan):
         "compiler probe: hoisted recompute",
     ):
         assert want in parts, parts
-    assert sum(parts.values()) <= top[0][1] * 1.01 + 0.05  # parts of the stage, not more
+    stage = top[0][1]
+    assert all(s <= stage * 1.01 + 0.05 for s in parts.values()), (stage, parts)
     text = render_text(r)
+    if sum(parts.values()) > stage * 1.01 + 0.05:  # the anchors compiled side by side
+        assert "the parts overlap" in text.replace("\n  ", " ")
     assert f"planning time {total:.1f} s: trace stage (once per session)" in text
     assert "trace stage: trace the step" in text
     assert report_from_dict(json_round_trip(r)).planning_time == r.planning_time

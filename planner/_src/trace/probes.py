@@ -47,7 +47,7 @@ def holds_rereads_twice(compiler: str) -> bool:
                 "Why: it decides whether this compiler holds a kept value twice outside "
                 "lax.scan (cost.py, D_r); without it the memory model assumes it does not.\n"
                 "Fix: nothing to do: the verify stage's compile measures what the model misses; "
-                "report this with your JAX version if plans need several fit rounds."
+                "report this with your JAX version if plans need several walk compiles."
             ),
             stacklevel=2,
         )
@@ -188,7 +188,7 @@ def hoists_recompute(compiler: str) -> bool:
                 "outside lax.scan from the forward pass on (cost.py, E_r); without it the "
                 "memory model assumes the recompute waits for the backward pass.\n"
                 "Fix: nothing to do: the verify stage's compile measures what the model misses; "
-                "report this with your JAX version if plans need several fit rounds."
+                "report this with your JAX version if plans need several walk compiles."
             ),
             stacklevel=2,
         )

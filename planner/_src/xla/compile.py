@@ -64,7 +64,7 @@ def lower(traced):
     deviceless scope: ``traced.lower()``.
 
     JAX's "Some donated buffers were not usable" warning is silenced here: the planner
-    lowers the step once per anchor, verify and fill round, and the warning (about the
+    lowers the step once per anchor, verify and walk compile, and the warning (about the
     step's own donation, e.g. ``eqx.filter_jit(donate="all")`` donating the batch, which
     Equinox itself silences) says nothing about the plan; the step warns as it always did
     when the user runs it."""
