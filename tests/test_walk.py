@@ -118,7 +118,7 @@ def test_the_grid_is_fixed_and_the_reach_grows_with_the_budget():
         k = grid_index_at_most(x)
         assert grid_cap(k) <= x < grid_cap(k + 1), (x, k)
     assert grid_cap(1000) == int(GRID_RATIO**1000)  # the same caps in every process
-    budgets = sorted([1e5, 4e7] + [rng.uniform(1e5, 2e11) for _ in range(200)])
+    budgets = sorted([1e3, 4e7] + [rng.uniform(1e5, 2e11) for _ in range(200)])
     reaches = [reach(int(b)) for b in budgets]
     assert reaches == sorted(reaches) and reaches[0] == REACH_MIN_BYTES
     assert reach(10**9, fill_rounds=0) == 0
@@ -167,7 +167,7 @@ def test_the_walk_starts_over_the_budget_and_finds_a_plan_predicted_over_it_that
     monkeypatch,
 ):
     # A compiler that always comes in 1.5 MB under the model: the fastest plan predicted
-    # within the reach (max(2%, 1 MB) over the usable bytes) compiles within the budget.
+    # within the reach (2% over the usable bytes) compiles within the budget.
     real = attempt_mod.verify
 
     def verify(request):
@@ -213,7 +213,7 @@ def test_the_walk_is_bounded_and_says_where_the_guarantee_ends(monkeypatch):
     assert len(walk) == 1, [dataclasses.astuple(r) for r in p.rounds]
     assert all(r.outcome == "over budget" for r in walk)
     assert "the walk stopped after 1 compile (max_rounds + fill_rounds)" in p.walk_note
-    assert "jumped by the compiler's measured error" in p.walk_note  # fill_rounds=0
+    assert "the walk jumped by the compiler's measured error" in p.walk_note
     assert "no guarantee that a larger budget plans no slower" in budget_use(p)
 
 

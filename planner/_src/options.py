@@ -30,7 +30,7 @@ class PlanOptions:
         fixed grid of caps (1% apart), from a little over the budget down, and compiles each
         new plan until one compiles within the budget. Default 3.
       fill_rounds: the walk's compiles beyond ``max_rounds``, spent where the budget's reach
-        (max(2% of it, 1 MB) over it: the memory model errs both ways) holds faster plans
+        (2% over it: the memory model errs both ways) holds faster plans
         that compile over. 0: the walk starts at the budget itself, never at a plan
         predicted over it. Default 3.
       layer_groups: decide each checkpoint call site separately, with one policy per call

@@ -17,9 +17,10 @@ predicted no slower. Nothing depends on the budgets asked before: the grid is fi
 solve is deterministic (CP-SAT's deterministic time), and the caches (Solves, the stock
 compiles) only skip repeated work.
 
-Compiles are bounded: after ``1 + fill_rounds`` plans over the budget the walk jumps by the
-last plan's measured error (as a correction round would: few compiles where the frontier is
-dense), and it stops after ``max_rounds + fill_rounds`` compiles. Where the guarantee does
+Compiles are bounded: after ``1 + fill_rounds`` plans over the budget, or one over it by
+more than the reach, the walk jumps by the last plan's measured error (as a correction round
+would: few compiles where the frontier is dense or the model far off) and bisects the caps it
+skipped with the compiles left; it stops after ``max_rounds + fill_rounds`` compiles. Where the guarantee does
 not reach, :attr:`Standing.walk_note` says so (the report prints it): such a jump, a walk
 cut by its compile limit, a solve
 stopped before it proved its plan the fastest at its cap, classes JAX turned out not to
@@ -64,12 +65,12 @@ from planner._src.units import fmt_bytes
 # costs more solves per walk (each cheap next to a compile; a plan met again is not compiled
 # again).
 GRID_RATIO = 1.01
-# How far over the usable bytes the walk starts: REACH_FRACTION of them, at least
-# REACH_MIN_BYTES, so that small CPU models with budgets of tens of MB look over a whole
-# megabyte (a choice, not a measurement; the largest over-prediction of a plan that then fit
-# is 2.155 MB of 43.56 MB, 4.9%, issue 45's Mamba step: the walk's compiles are bounded).
+# How far over the usable bytes the walk starts: REACH_FRACTION of them. Each plan in that
+# band that compiles over costs a compile: a floor of 1 MB (the fill rounds' margin) spent
+# 5 compiles over budget on budgets of 2-6 MB and made 9 of 58 plan-equality answers slower
+# (benchmarks/results/monotone-2026-12-06.md), so the floor is one KiB.
 REACH_FRACTION = 0.02
-REACH_MIN_BYTES = 1_000_000
+REACH_MIN_BYTES = 1024
 # Solves of one walk at most: caps below the first fit are walked one grid step at a time.
 MAX_SOLVES = 60
 # How much slower than the first plan a stock policy may be predicted and still have its
@@ -147,6 +148,7 @@ def walk_frontier(ctx: Context, log: Attempts, threads: CompileThreads) -> Stand
     sol: Solution | None = None
     infeasible: InfeasibleBudgetError | None = None
     graph_used, cap, model_overruled = graph, grid_cap(k), False
+    jump_top = None  # after a jump: the highest cap index no compile has judged
     for n_solve in range(MAX_SOLVES):
         cap = grid_cap(k)
         g = with_forced(graph, log.not_kept, NOT_KEPT_WHY)
@@ -231,20 +233,26 @@ def walk_frontier(ctx: Context, log: Attempts, threads: CompileThreads) -> Stand
             # Without an exact figure the model judges: no plan predicted over the budget
             # holds (holds()), so the caps above it are skipped as the walk would reject them.
             k = min(k, grid_index_at_most(budget))
-        if len(over) >= walk_limit:
-            # Past the walk's own compiles the model is corrected by this plan's measured
-            # error (the plans between, predicted over the budget by less than that error,
-            # are skipped): few compiles where the frontier is dense, outside the guarantee.
+        overshoot = (ver.compiled_device_bytes or 0) - limit_of(ver, budget)
+        if len(over) >= walk_limit or overshoot > reach(budget, opts.fill_rounds):
+            # Past the walk's own compiles, or where a plan compiled over the budget by more
+            # than the walk's reach (the model is off by more than the band it walks), the
+            # model is corrected by this plan's measured error: the plans between, predicted
+            # over by less than that error, are skipped (few compiles where the frontier is
+            # dense or the model far off), and bisected afterwards with the compiles left
+            # (_refine). Outside the guarantee: the report says so.
             err = (ver.compiled_device_bytes or 0) - att.prediction.peak_bytes
+            jump_top = k
             k = min(k, grid_index_at_most(max(1, limit_of(ver, budget) - err)))
-            notes.append(
-                f"after {walk_limit} plan{'s' * (walk_limit != 1)} over the budget the walk "
-                "jumped by the compiler's measured error"
-            )
+            notes.append("the walk jumped by the compiler's measured error")
         if k < 0:
             break
     else:
         notes.append(f"the walk stopped after {MAX_SOLVES} solves")
+    if jump_top is not None and best_sol is not None and holds(best, budget) and jump_top > k:
+        refined = _refine(ctx, log, compiled, limit - len(compiled), k, jump_top, cost, best)
+        if refined is not None:
+            best, best_sol = refined
     if best is not None and best_sol is not None:
         best = best.solved(best_sol, cost, graph_used)
     return Standing(
@@ -258,6 +266,49 @@ def walk_frontier(ctx: Context, log: Attempts, threads: CompileThreads) -> Stand
         fill_why=_why(ctx, best, best_sol, over, budget, graph_used, cost),
         walk_note="; ".join(dict.fromkeys(notes)),
     )
+
+
+def _refine(ctx: Context, log: Attempts, compiled: dict, left: int, lo: int, hi: int, cost, best):
+    """After a jump landed on a plan that fits (at cap index ``lo``), the caps it skipped
+    (up to ``hi``) bisected with the compiles ``left``: the fastest plan among them that
+    holds, with its solve, or None. As the jump, outside the walk's guarantee."""
+    budget, opts, found = ctx.usable, ctx.options, None
+    g = with_forced(ctx.graph, log.not_kept, NOT_KEPT_WHY)
+    while hi > lo and left > 0:
+        mid = (lo + hi + 1) // 2
+        t = time.perf_counter()
+        try:
+            sol = ctx.solves(g, cost, grid_cap(mid), opts.solver)
+        except InfeasibleBudgetError:
+            return found
+        ctx.timings.timed("solve (walk, between the jump's caps)", t)
+        key = (normalize(g, cost, sol.assignment), sol.state_on_host)
+        att = compiled.get(key)
+        if att is None:
+            att = attempt(
+                ctx.subject,
+                ctx.timings,
+                ctx.trace,
+                g,
+                cost,
+                key[0],
+                budget,
+                state=ctx.state,
+                state_on_host=key[1],
+                label="walk, between the jump's caps",
+            )
+            compiled[key] = att
+            log.record(att, budget - grid_cap(mid), budget, "walk")
+            left -= 1
+            if att.not_kept and not set(att.not_kept) <= log.not_kept:
+                return found
+        if holds(att, budget):
+            lo = mid
+            if att.prediction.step_s < best.prediction.step_s:
+                best, found = att, (att, sol)
+        else:
+            hi = min(mid - 1, _below(mid, att))
+    return found
 
 
 def holds(att: Attempt, budget: int) -> bool:
