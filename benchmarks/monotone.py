@@ -1,9 +1,9 @@
-"""Answers against the budget: one Planner per run plans N budgets evenly spaced between the
+"""Answers against the budget: one Planner per run (the 2-layer Llama of examples/llama.py) plans N budgets evenly spaced between the
 two compiled anchors (5%-95% of the way), ascending, and counts the budgets whose answer is
 predicted slower than a smaller budget's (issue 45 requirement 2: there must be none).
 
     PLANNER_CPU_PROFILE=made-up JAX_PLATFORMS=cpu python benchmarks/monotone.py \
-        [--model llama2|mlp] [--budgets 20] [--distort step|crc|none] [--spread 0.15]
+        [--budgets 20] [--distort step|crc|none] [--spread 0.15]
 
 ``--distort`` moves the verify compile's figure of each plan (the compile itself is real):
 ``step`` adds ``spread`` of it to every plan the model puts above the anchors' midpoint (a
@@ -26,32 +26,8 @@ import zlib
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _mlp():
-    import jax
-    import jax.numpy as jnp
-
-    widths = [64, 160, 96, 224, 128, 192, 80]
-
-    def layer(w, x):
-        h = jnp.sin(x @ w) * 1.5
-        return jnp.tanh(h) * jnp.exp(-(h**2))
-
-    def step(ws, x):
-        def loss(ws, x):
-            for w in ws:
-                x = jax.checkpoint(layer)(w, x)
-            return jnp.mean(x**2)
-
-        value, g = jax.value_and_grad(loss)(ws, x)
-        return [w - 1e-3 * gw for w, gw in zip(ws, g)], value
-
-    ws = [jax.ShapeDtypeStruct((a, b), jnp.float32) for a, b in zip(widths, widths[1:])]
-    return step, (ws, jax.ShapeDtypeStruct((512, widths[0]), jnp.float32))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="llama2", choices=("llama2", "mlp"))
     ap.add_argument("--budgets", type=int, default=20)
     ap.add_argument("--distort", default="none", choices=("none", "step", "crc"))
     ap.add_argument("--spread", type=float, default=0.15)
@@ -63,12 +39,9 @@ def main() -> None:
     from planner._src.types import Status
 
     warnings.simplefilter("ignore")
-    if a.model == "llama2":
-        from examples import llama
+    from examples import llama
 
-        step, args = llama.make_train_step(llama.LlamaConfig(n_layers=2))
-    else:
-        step, args = _mlp()
+    step, args = llama.make_train_step(llama.LlamaConfig(n_layers=2))
     s = planner.Planner(step, *args, hardware="cpu", check_numerics=False)
     lo, hi = s.trace.anchor.device_bytes, s.trace.anchor_saved.device_bytes
     mid = lo + 0.5 * (hi - lo)
@@ -105,7 +78,7 @@ def main() -> None:
         json.dumps(
             {
                 "planner": os.path.dirname(os.path.dirname(planner.__file__)),
-                "model": a.model,
+                "model": "llama2",
                 "distort": a.distort,
                 "spread": a.spread,
                 "wall_s": round(time.perf_counter() - t0, 1),
