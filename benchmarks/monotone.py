@@ -1,5 +1,5 @@
-"""Answers against the budget: one Planner per run (the 2-layer Llama of examples/llama.py) plans N budgets evenly spaced between the
-two compiled anchors (5%-95% of the way), ascending, and counts the budgets whose answer is
+"""Answers against the budget: one Planner per run (the 2-layer Llama of examples/llama.py)
+plans N budgets evenly spaced between the two compiled anchors (5%-95% of the way), ascending, and counts the budgets whose answer is
 predicted slower than a smaller budget's (issue 45 requirement 2: there must be none).
 
     PLANNER_CPU_PROFILE=made-up JAX_PLATFORMS=cpu python benchmarks/monotone.py \
