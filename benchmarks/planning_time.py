@@ -14,6 +14,13 @@ a ratio to that compile. Parts:
   concrete arguments, numerics check on, three budgets each on one Planner.
 * ``loop``: an N-layer Python-loop MLP (width 64, each layer in ``jax.checkpoint``) at each
   depth: trace + graph (the Planner) and one budget.
+* ``frontier``: ``examples/frontier.py``'s Llama 3 70B on a 4 x 2 mesh of fake CPU devices,
+  abstract sharded arguments, ``planner.solve(..., hardware="h200")`` with its default
+  verify compiles, on XLA:CPU and on the deviceless XLA:GPU compiler (CUDA plugin); seconds
+  against the issue's 30 s (no ratio: no plain compile is made).
+* ``frontier671``: DeepSeek-V3 671B (capacity dispatch, 64 x 8 mesh) deviceless for the H200,
+  ``verify_compile=False`` as ``benchmarks/frontier.py`` plans it: seconds against 120 s.
+  Its anchors alone took 696 s on 2026-12-03 (loaded): about 15-20 minutes.
 
 The numerics check's share is the sum of the plan's numerics stages over its planning time.
 The machine's load average is recorded with each figure (the machine may be shared).
@@ -234,6 +241,54 @@ def part_loop(depths) -> list[dict]:
     return out
 
 
+# (part, model, compiler, verify_compile, the issue's target in seconds)
+FRONTIER = (
+    ("frontier", "llama3-70b", "local", True, 30),
+    ("frontier", "llama3-70b", "target", True, 30),
+    ("frontier671", "deepseek-v3-671b-capacity", "target", False, 120),
+)
+
+
+def part_frontier(part: str) -> list[dict]:
+    """``benchmarks/frontier.py``'s plans, each in its own process (its fake devices are set
+    before JAX starts): ``planner.solve`` of an abstract sharded step for ``hardware="h200"``
+    at 90% of its HBM. Their targets are seconds, not ratios: no plain compile is made."""
+    out = []
+    for which, model, compiler, verify, target in FRONTIER:
+        if which != part:
+            continue
+        cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "frontier.py"), "--one"]
+        cmd += [model, "h200", "--compiler", compiler] + (["--verify"] if verify else [])
+        got = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+        what = (
+            f"{model} ({'deviceless XLA:GPU' if compiler == 'target' else 'XLA:CPU'}, "
+            f"verify_compile={verify}): planner.solve, target <= {target} s"
+        )
+        if got.returncode != 0:
+            out.append(
+                {
+                    "what": f"{what}: failed ({got.stderr.strip()[-300:]})",
+                    "s": 0.0,
+                    "ratio": None,
+                    "load": _load(),
+                }
+            )
+            continue
+        fig = json.loads(got.stdout.strip().splitlines()[-1])
+        out.append(
+            {
+                "what": what,
+                "s": fig["plan_s"],
+                "ratio": None,
+                "load": _load(),
+                "stages": fig.get("timings") or {},
+                "status": fig.get("status"),
+                "mesh": fig.get("mesh"),
+            }
+        )
+    return out
+
+
 def session_budget_gb(session, usable: float) -> float:
     from planner._src.budget import io_bytes, requested_for
 
@@ -248,7 +303,9 @@ def run_part(name: str, depths) -> list[dict]:
         return part_flax()
     if name == "loop":
         return part_loop(depths)
-    raise SystemExit(f"unknown part {name!r}: quickstart, flax, loop")
+    if name in ("frontier", "frontier671"):
+        return part_frontier(name)
+    raise SystemExit(f"unknown part {name!r}: quickstart, flax, loop, frontier, frontier671")
 
 
 def table(records: list[dict]) -> str:
@@ -272,8 +329,11 @@ def table(records: list[dict]) -> str:
         if "stages" in r:
             top = sorted(r["stages"].items(), key=lambda kv: -kv[1])[:4]
             notes.append("; ".join(f"{k} {v:.2f}" for k, v in top))
+        if r.get("status"):
+            notes.insert(0, f"status {r['status']}")
+        ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f}"
         lines.append(
-            f"| {r['what']} | {r['s']:.2f} | {r['ratio']:.2f} | {r['load']} | {' / '.join(notes)} |"
+            f"| {r['what']} | {r['s']:.2f} | {ratio} | {r['load']} | {' / '.join(notes)} |"
         )
     return "\n".join(lines)
 
@@ -281,7 +341,7 @@ def table(records: list[dict]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None, help="Markdown file (raw records: same name, .json)")
-    ap.add_argument("--parts", default="quickstart,flax,loop")
+    ap.add_argument("--parts", default="quickstart,flax,loop,frontier,frontier671")
     ap.add_argument("--depths", default="25,50,100,200")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a part, in this process
     a = ap.parse_args()
@@ -301,7 +361,7 @@ def main() -> int:
         )
         if got.returncode != 0:
             print(got.stderr[-3000:], file=sys.stderr)
-            records.append({"what": f"{part}: failed", "s": 0, "ratio": 0, "load": _load()})
+            records.append({"what": f"{part}: failed", "s": 0, "ratio": None, "load": _load()})
             continue
         part_records = json.loads(got.stdout.strip().splitlines()[-1])
         print(table(part_records), flush=True)

@@ -155,6 +155,17 @@ DEEPSEEK_V3 = FrontierConfig(
     d_shared=2048,
 )
 
+# Llama 3 70B (Meta's config.json: hidden_size 8192, intermediate_size 28672,
+# num_hidden_layers 80, 64 heads, 8 KV heads) on one 8-GPU host: fsdp 4 x tensor 2.
+LLAMA3_70B = LLAMA3_405B.scaled(
+    name="llama3-70b",
+    d_model=8192,
+    n_heads=64,
+    d_ff=28672,
+    n_layers=80,
+    mesh_shape=(4, 2),
+)
+
 # The same code paths at a size a test traces in seconds on 8 fake CPU devices (4 x 2 mesh).
 TINY_LLAMA = LLAMA3_405B.scaled(
     name="tiny-llama",
@@ -193,7 +204,7 @@ TINY_DEEPSEEK = DEEPSEEK_V3.scaled(
 DEEPSEEK_V3_CAPACITY = DEEPSEEK_V3.scaled(name="deepseek-v3-671b-capacity", moe_impl="capacity")
 TINY_DEEPSEEK_CAPACITY = TINY_DEEPSEEK.scaled(name="tiny-deepseek-capacity", moe_impl="capacity")
 
-CONFIGS = {c.name: c for c in (LLAMA3_405B, DEEPSEEK_V3, DEEPSEEK_V3_CAPACITY)}
+CONFIGS = {c.name: c for c in (LLAMA3_405B, LLAMA3_70B, DEEPSEEK_V3, DEEPSEEK_V3_CAPACITY)}
 
 
 # ---------------------------------------------------------------------------- layers
