@@ -125,7 +125,7 @@ def test_a_stock_answer_is_judged_by_what_jax_keeps_under_it(planned):
     faster than every plan of the walk that compiled within it); its kept check is JAX's own
     policy's, so it passes (and raises no PlanWarning: the test above), and its row of the
     stock table carries the answer's compiled figure. Where it happens depends on the
-    compiler: on JAX 0.12.0.1 at the U-Net's first two budgets
+    compiler: on JAX 0.12.0.1 and 0.12.1 at the U-Net's first budget
     (dots_with_no_batch_dims_saveable), on 0.10.2 at every Mamba budget
     (everything_saveable, which XLA:CPU there compiles smaller than full remat); one of the
     six answers at least is a stock answer on either."""
