@@ -120,6 +120,18 @@ def _entries():
         note="nnx.List of blocks, nnx.remat per call in a Python loop",
     )
     yield ZooEntry(
+        "mamba_linen",
+        "mamba_linen",
+        libraries=flax,
+        note="selective SSM (lax.associative_scan), nn.remat blocks in a Python loop, TrainState",
+    )
+    yield ZooEntry(
+        "unet_nnx",
+        "unet_nnx",
+        libraries=flax,
+        note="DDPM U-Net: GroupNorm ResBlocks with time embedding, skips, nnx.remat per block",
+    )
+    yield ZooEntry(
         "equinox_list",
         "equinox_model",
         {"layers": "list"},
