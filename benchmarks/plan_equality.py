@@ -84,6 +84,10 @@ NOT_DEFAULT: dict[str, str] = {
     "zoo/moe_dense": "top-2 MoE as zoo/moe_ragged and examples/moe, dense dispatch (32 s)",
     "examples/llama_small": "the Llama example's code, as examples/llama_quickstart and "
     "examples/llama_groups (22 s)",
+    "zoo/mamba_linen": "added after the recorded baselines; linen nn.remat in a Python loop "
+    "as zoo/flax_linen's code path (30 s a first budget, zoo-ssm-unet-2026-12-07.md)",
+    "zoo/unet_nnx": "added after the recorded baselines; nnx.remat per block as "
+    "zoo/flax_nnx_loop (70-80 s a first budget, zoo-ssm-unet-2026-12-07.md)",
 }
 
 
