@@ -258,6 +258,40 @@ def _summary(r: dict) -> str:
     return "\n".join(out)
 
 
+def plan_in_process(
+    model: str,
+    hardware: str,
+    *,
+    compiler: str = "auto",
+    verify: bool = False,
+    profile: bool = False,
+    fraction: float = 0.9,
+    timeout: float = 1800,
+) -> dict:
+    """:func:`_one` in a fresh process (its fake devices are set before JAX starts): its
+    figures, or a row that says how the process ended."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", model, hardware]
+    cmd += ["--budget-fraction", str(fraction), "--compiler", compiler]
+    cmd += ["--profile"] if profile else []
+    cmd += ["--verify"] if verify else []
+    failed = {"model": model, "hardware": hardware, "budget_gb": float("nan")}
+    try:
+        p = subprocess.run(
+            cmd,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "PYTHONPATH": ROOT},  # the --one process imports examples/
+        )
+    except subprocess.TimeoutExpired:
+        return {**failed, "status": f"timeout {timeout:.0f} s"}
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if lines:
+        return json.loads(lines[-1])
+    return {**failed, "status": f"crashed rc={p.returncode}", "error": p.stderr.strip()[-500:]}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS + OTHER_MODELS)
@@ -292,49 +326,17 @@ def main(argv=None) -> int:
     rows = []
     for model in a.models:
         for hw in a.hardware:
-            cmd = [
-                sys.executable,
-                os.path.abspath(__file__),
-                "--one",
-                model,
-                hw,
-                "--budget-fraction",
-                str(a.budget_fraction),
-                "--compiler",
-                a.compiler,
-            ]
-            cmd += ["--profile"] if a.profile else []
-            cmd += ["--verify"] if a.verify else []
             print(f"planning {model} on {hw} ...", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
-            try:
-                p = subprocess.run(
-                    cmd,
-                    cwd=ROOT,
-                    capture_output=True,
-                    text=True,
-                    timeout=a.timeout,
-                    env={**os.environ, "PYTHONPATH": ROOT},
-                )
-                lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-                r = (
-                    json.loads(lines[-1])
-                    if lines
-                    else {
-                        "model": model,
-                        "hardware": hw,
-                        "budget_gb": float("nan"),
-                        "status": f"crashed rc={p.returncode}",
-                        "error": p.stderr.strip()[-500:],
-                    }
-                )
-            except subprocess.TimeoutExpired:
-                r = {
-                    "model": model,
-                    "hardware": hw,
-                    "budget_gb": float("nan"),
-                    "status": f"timeout {a.timeout:.0f} s",
-                }
+            r = plan_in_process(
+                model,
+                hw,
+                compiler=a.compiler,
+                verify=a.verify,
+                profile=a.profile,
+                fraction=a.budget_fraction,
+                timeout=a.timeout,
+            )
             r["process_s"] = time.perf_counter() - t0
             rows.append(r)
             print(

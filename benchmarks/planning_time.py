@@ -254,29 +254,23 @@ def part_frontier(part: str) -> list[dict]:
     """``benchmarks/frontier.py``'s plans, each in its own process (its fake devices are set
     before JAX starts): ``planner.solve`` of an abstract sharded step for ``hardware="h200"``
     at 90% of its HBM. Their targets are seconds, not ratios: no plain compile is made."""
+    from benchmarks import frontier
+
     out = []
     for which, model, compiler, verify, target in FRONTIER:
         if which != part:
             continue
-        cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "frontier.py"), "--one"]
-        cmd += [model, "h200", "--compiler", compiler] + (["--verify"] if verify else [])
-        env = {**os.environ, "PYTHONPATH": ROOT}  # frontier.py imports examples/
-        got = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+        fig = frontier.plan_in_process(model, "h200", compiler=compiler, verify=verify)
         what = (
             f"{model} ({'deviceless XLA:GPU' if compiler == 'target' else 'XLA:CPU'}, "
             f"verify_compile={verify}): planner.solve, target <= {target} s"
         )
-        if got.returncode != 0:
+        if "plan_s" not in fig:
+            failed = f"{fig.get('status')}: {fig.get('error', '')[-300:]}"
             out.append(
-                {
-                    "what": f"{what}: failed ({got.stderr.strip()[-300:]})",
-                    "s": 0.0,
-                    "ratio": None,
-                    "load": _load(),
-                }
+                {"what": f"{what}: failed ({failed})", "s": 0.0, "ratio": None, "load": _load()}
             )
             continue
-        fig = json.loads(got.stdout.strip().splitlines()[-1])
         out.append(
             {
                 "what": what,
