@@ -219,6 +219,27 @@ class CompiledFigures:
 
 
 @_frozen
+class ScaleCheck:
+    """A plan between the two anchors, compiled to judge a working-set scale the anchors
+    measured below cost.build.SMALL_SCALE_BELOW: the model with that scale and the model with
+    scale 1 each predicted the plan; the closer one is used for every plan of the step."""
+
+    scale: float  # the small scale (clamped at 0)
+    cap_bytes: int  # the predicted peak the plan was solved for (the anchors' midpoint)
+    compiled_bytes: int  # its compile, as users count it
+    predicted_small: int  # the model with ``scale``
+    predicted_one: int  # the model with scale 1
+    compiler: str = ""
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the small scale predicted the compile better."""
+        return abs(self.predicted_small - self.compiled_bytes) < abs(
+            self.predicted_one - self.compiled_bytes
+        )
+
+
+@_frozen
 class Trace:
     """Everything stage 1 learned about the step."""
 
@@ -229,6 +250,8 @@ class Trace:
     fingerprint: StepFingerprint  # program, arguments, JAX: stale plans, caches
     undifferentiated_regions: int  # checkpoint regions the gradient never reached
     anchor_saved: CompiledFigures | None = None  # ... and with everything saved
+    # the third compile that judged a small working-set scale (planning/scale_check.py)
+    scale_check: ScaleCheck | None = None
     num_partitions: int = 1  # devices the step is partitioned over (SPMD)
     step_collective_bytes: float = 0.0  # per device per step: the partitioner's collectives
     step_work: cm.Work = cm.Work()  # the whole step with nothing recomputed (global avals)
@@ -348,6 +371,9 @@ class CostModel:
     fixed_bytes: int  # bytes no plan changes (measured, see docs/cost-model.md)
     correction_bytes: int  # verify's measured error: compiled - predicted (either sign)
     working_set_scale: float = 1.0  # measured, see cost.build_cost_model
+    # A scale below cost.build.SMALL_SCALE_BELOW the anchors measured and no third compile has
+    # judged yet (the model keeps 1 meanwhile; planning/scale_check.py judges it)
+    unconfirmed_scale: float | None = None
     # Where the per-candidate recompute seconds came from, in words (the report says it):
     # the cost library's roofline, or the compiled HLO for some regions (docs/cost-model.md).
     recompute_priced_from: str = ""
