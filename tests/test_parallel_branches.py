@@ -53,7 +53,9 @@ def test_parallel_residual_branches_and_the_saved_anchor(zoo_session):
     the full-remat anchor) over-lowered by the summed branches, is predicted closer: on JAX
     0.10.2's XLA:CPU -13.4% where the sum gave -21.9% (2026-12-05); since values only
     fusions read back take no buffer (cost.fused_away), both working sets are smaller and
-    the gap narrower: -12.9% against -17.2%."""
+    the gap narrower: -12.9% against -17.2%. Where the two anchors measure the working-set
+    scale (near 0 on JAX 0.12's XLA:CPU: benchmarks/results/memory-model-omega-2026-12-07.md),
+    the saved anchor is reproduced exactly; the branches' structure is compared at scale 1."""
     _, _, session = zoo_session("parallel_residual")
     graph = session.graph
     (rg,) = graph.regions
@@ -74,11 +76,18 @@ def test_parallel_residual_branches_and_the_saved_anchor(zoo_session):
     model = cost.build_cost_model(
         session.trace, graph, session.hardware, allow_offload=session.offload
     )
-    full = cost.evaluate(model, graph, Assignment.of({}))
-    summed = cost.evaluate(model, _summed(graph), Assignment.of({}))
+    # The branches' structure, at the working-set scale 1 (the compiler's measured scale is
+    # near 0 on XLA:CPU here: it multiplies both alike).
+    one = dataclasses.replace(model, working_set_scale=1.0)
+    full = cost.evaluate(one, graph, Assignment.of({}))
+    summed = cost.evaluate(one, _summed(graph), Assignment.of({}))
     assert full.working_set_bytes < summed.working_set_bytes
     new, old = _saved_anchor_error(session, graph), _saved_anchor_error(session, _summed(graph))
-    assert abs(new) < abs(old) - 0.035, (new, old)
+    if model.working_set_scale != 1.0:
+        # the scale measured from the two anchors: the saved anchor is reproduced
+        assert abs(new) < 1e-6 and abs(new) <= abs(old), (new, old)
+    else:
+        assert abs(new) < abs(old) - 0.035, (new, old)
     if jax.__version__ == "0.10.2":
         assert abs(new) < 0.15, new
 

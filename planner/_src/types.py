@@ -75,9 +75,8 @@ class Candidate:
     # materialized; a fusible value read only by fusible backward equations is recomputed
     # inside the fusion that reads it and takes no buffer of its own (docs/cost-model.md).
     read_by_kernel: bool = True
-    # The backward pass reads it with a fusible equation, directly or through views (see
-    # docs/cost-model.md's twice-held term: outside lax.scan XLA then holds the value twice when
-    # kept).
+    # The backward pass reads it with a fusible equation, directly or through views (outside
+    # lax.scan XLA then holds the value twice when kept: docs/cost-model.md's twice-held term).
     read_by_fusion: bool = False
     # A reduction of the backward pass reads it, directly or through fusible equations (on XLA:CPU
     # of jaxlib 0.10.2 a library kernel with its elementwise producers: docs/cost-model.md D_r).
@@ -101,11 +100,9 @@ class Candidate:
     # Sharded steps (see trace/per_device.py and trace/shard.py):
     global_nbytes: int = 0  # its live outputs at their global (jaxpr) shapes
     shard_divisor: int = 1  # global elements / per-device elements of its outputs
-    shard_source: str = (
-        "single device"  # hlo | hlo (reshaped) | hlo (ambiguous) | sharding-constraint |
-    )
-    # input-sharding | reader-sharding | same-shape |
-    # unsharded (conservative) | single device
+    # hlo | hlo (reshaped) | hlo (ambiguous) | sharding-constraint | input-sharding |
+    # reader-sharding | same-shape | unsharded (conservative) | single device
+    shard_source: str = "single device"
     flop_divisor: int = 1  # global work / per-device work of the equation
     collective_bytes: float = 0.0  # per device per run: collectives the partitioner inserted
     collectives: tuple[str, ...] = ()  # those collectives, e.g. "all-gather f32[32,32]"
@@ -151,9 +148,7 @@ class Region:
     in_trip: int = 1
     inputs: tuple[RegionInput, ...] = ()
     backward_work: cm.Work = cm.Work()  # one backward trip without recompute (global avals)
-    # Layer groups: a region of one call site decided on its own has group = its call-site
-    # position; merged regions: None.
-    group: int | None = None
+    group: int | None = None  # layer groups: its call-site position; merged regions: None
     bind_ids: tuple[int, ...] = ()  # the region ids the adapter gave its call sites (bind order)
     body: str = ""  # hash of the body: equal bodies are identical regions
     # Where the user's code can give this call site a policy of its own: the source line of
@@ -219,6 +214,25 @@ class CompiledFigures:
 
 
 @_frozen
+class ScaleCheck:
+    """A plan between the anchors compiled to judge the small working-set scale they measured
+    (planning/scale_check.py): predicted by the model with that scale and with scale 1."""
+
+    scale: float  # the small scale (clamped at 0)
+    cap_bytes: int  # the predicted peak the plan was solved for (the anchors' midpoint)
+    compiled_bytes: int  # its compile, as users count it
+    predicted_small: int
+    predicted_one: int
+    compiler: str = ""
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the small scale predicted the compile closer (then every model uses it)."""
+        small, one, c = self.predicted_small, self.predicted_one, self.compiled_bytes
+        return abs(small - c) < abs(one - c)
+
+
+@_frozen
 class Trace:
     """Everything stage 1 learned about the step."""
 
@@ -229,6 +243,7 @@ class Trace:
     fingerprint: StepFingerprint  # program, arguments, JAX: stale plans, caches
     undifferentiated_regions: int  # checkpoint regions the gradient never reached
     anchor_saved: CompiledFigures | None = None  # ... and with everything saved
+    scale_check: ScaleCheck | None = None  # the plan that judged a small working-set scale
     num_partitions: int = 1  # devices the step is partitioned over (SPMD)
     step_collective_bytes: float = 0.0  # per device per step: the partitioner's collectives
     step_work: cm.Work = cm.Work()  # the whole step with nothing recomputed (global avals)
@@ -242,18 +257,16 @@ class Trace:
     # The compiler holds a kept value twice outside lax.scan when the backward pass reads it with a
     # kernel and a fusion (a probe compile, trace.holds_rereads_twice; docs/cost-model.md, D_r).
     holds_rereads_twice: bool = False
-    # The compiler runs the recompute of a region outside lax.scan in the forward pass and
-    # holds its outputs until the backward pass (a probe compile, trace.hoists_recompute;
-    # docs/cost-model.md, E_r).
+    # The compiler runs a region's recompute outside lax.scan in the forward pass and holds
+    # its outputs until the backward pass (a probe, trace.hoists_recompute; cost-model.md E_r).
     hoists_recompute: bool = False
     # The profile (its name) and the compile the regions' ``hlo_recompute_s`` were priced with, e.g.
     # "h200" and "XLA:GPU deviceless for the H200 ..., Triton GEMMs on"; "" where no region was
     # priced from HLO (docs/cost-model.md then prices every recompute from the library).
     hlo_priced_with: str = ""
     hlo_priced_from: str = ""
-    # Where the stage's time went: (what, wall seconds) in order; compiles run at once
-    # (trace_step's ``workers``) each give their own seconds, then one line with the wall
-    # time of all of them together.
+    # Where the stage's time went: (what, wall seconds) in order; compiles run at once each
+    # give their own seconds, then one line with their wall time together (trace_step).
     timings: tuple[tuple[str, float], ...] = ()
 
 
@@ -348,6 +361,8 @@ class CostModel:
     fixed_bytes: int  # bytes no plan changes (measured, see docs/cost-model.md)
     correction_bytes: int  # verify's measured error: compiled - predicted (either sign)
     working_set_scale: float = 1.0  # measured, see cost.build_cost_model
+    # a small scale the anchors measured that no compile has judged yet (the model keeps 1)
+    unconfirmed_scale: float | None = None
     # Where the per-candidate recompute seconds came from, in words (the report says it):
     # the cost library's roofline, or the compiled HLO for some regions (docs/cost-model.md).
     recompute_priced_from: str = ""
@@ -455,9 +470,8 @@ class Solution:
     num_classes: int
     num_variables: int
     usable_bytes: int  # the usable budget it was solved for (budget.Budget.usable)
-    reproducible: bool = (
-        True  # False: the wall-clock guard, not deterministic time, stopped a phase
-    )
+    # False: the wall-clock guard, not deterministic time, stopped a phase
+    reproducible: bool = True
     state_on_host: frozenset = frozenset()  # paths of the train-state leaves in pinned host
 
 
@@ -492,9 +506,8 @@ class Check:
     name: str
     ok: bool
     detail: str
-    # the compiler cannot say (XLA:CPU's one memory for a placement's host bytes): not
-    # failed, not passed; the report says "check unverified" and the plan's status is
-    # "compiled, unverified"
+    # the compiler cannot say (XLA:CPU's one memory for a placement's host bytes): neither
+    # failed nor passed ("check unverified"; the plan's status "compiled, unverified")
     unverified: bool = False
 
     @property
@@ -508,14 +521,9 @@ class ScheduleExposure:
     """Exposed host-copy time per step, per direction, read from a compiled XLA:GPU schedule
     (planner/_src/verify/schedule/: the copies' starts and dones in the scheduled loop bodies, the
     kernels between them priced by planner/_src/xla/kernels.py, the copy streams and one link per
-    direction replayed), beside the cost model's figure for the same plan.
-
-    Checked on the H200 (measured: benchmarks/results/schedule-exposure-2026-12-05.md): reloads
-    (h2d) within 20% of the trace for 12 of 13 programs from a schedule with Triton GEMMs on
-    (the cost model: 5 of 13), stores (d2h) for 3-5 of 13 (the model: 6 of 13, 9 of them
-    in-sample): which copies share a copy stream decides the stores, and XLA deals the
-    streams in an order a deviceless compile does not reproduce. Hence ``step_s`` takes the
-    schedule's reloads and the model's stores."""
+    direction replayed), beside the cost model's figure for the same plan. ``step_s`` takes
+    the schedule's reloads and the model's stores: a deviceless compile does not reproduce
+    how XLA deals the stores to copy streams (benchmarks/results/schedule-exposure-2026-12-05.md)."""
 
     d2h_copy_s: float
     d2h_exposed_s: float

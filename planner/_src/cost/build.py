@@ -16,17 +16,39 @@ from planner._src.graph import VIEWS as _VIEWS
 from planner._src.graph import LivenessGraph, class_key
 from planner._src.types import Assignment, CostModel, RegionCost, Trace
 
-__all__ = ["WORKING_SET_SCALE_BOUNDS", "build_cost_model", "slice_copy_share"]
+__all__ = [
+    "SMALL_SCALE_BELOW",
+    "WORKING_SET_SCALE_BOUNDS",
+    "build_cost_model",
+    "slice_copy_share",
+]
 
-# The working-set scale measured from the two anchors is trusted inside these bounds; outside
-# them the model's structure does not match this compiler and the scale stays 1.
-WORKING_SET_SCALE_BOUNDS = (0.25, 2.0)
+# The working-set scale measured from the two anchors is trusted inside these bounds (a
+# slightly negative one is measurement noise around 0: clamped to 0); outside them the
+# model's structure does not match this compiler and the scale stays 1.
+WORKING_SET_SCALE_BOUNDS = (-0.25, 2.0)
+# A scale below this one needs a third compile to be trusted (Trace.scale_check): two
+# anchors fit by a small scale cannot tell a compiler that holds almost none of the modelled
+# working set (XLA:CPU on scanned layers: flax_nnx 0.025, equinox_scan -0.006,
+# parallel_residual -0.09, moe_dense 0.08; under scale 1 every plan of theirs was predicted
+# 3-16% under its compile) from a model of the wrong structure (every recomputed value given
+# a buffer fits the Llama anchors on the H200's compiler with 0.21: tests/test_target.py).
+# Results: benchmarks/results/memory-model-omega-2026-12-07.md.
+SMALL_SCALE_BELOW = 0.25
 
 
 def build_cost_model(
-    trace: Trace, graph: LivenessGraph, hardware, *, allow_offload: bool, correction_bytes: int = 0
+    trace: Trace,
+    graph: LivenessGraph,
+    hardware,
+    *,
+    allow_offload: bool,
+    correction_bytes: int = 0,
+    small_scale: bool | None = None,
 ) -> CostModel:
-    """Cost every candidate on ``hardware`` and measure the fixed bytes from the anchor."""
+    """Cost every candidate on ``hardware`` and measure the memory model's two unknowns from
+    the anchors (``small_scale``: whether a working-set scale below SMALL_SCALE_BELOW is
+    used; None: as ``trace.scale_check`` judged it, not at all where nothing judged it)."""
     # A step sharded over n devices offloads on all n at once: each device's host link at
     # the profile's rate for n GPUs copying together (link.shared; one device: unchanged).
     hw = cm.load_profile(hardware).for_devices(trace.num_partitions)
@@ -223,9 +245,12 @@ def build_cost_model(
     # omega = 1, F = 0):
     #   compiled(full remat)  = F + A_n + omega * B_n
     #   compiled(save all)    = F + A_e + omega * B_e
-    # When the two are not independent (B_n == B_e) or omega falls outside [0.25, 2] (the
-    # model's structure does not match this compiler), omega stays 1 and F comes from the
-    # full-remat compile alone; verify corrects what remains.
+    # When the two are not independent (B_n == B_e) or omega falls outside
+    # WORKING_SET_SCALE_BOUNDS (the model's structure does not match this compiler), omega
+    # stays 1 and F comes from the full-remat compile alone; verify corrects what remains.
+    # An omega below SMALL_SCALE_BELOW is used only where a third compile judged it better
+    # than 1 (trace.scale_check; ``small_scale`` True / False decides instead); until then
+    # the model keeps 1 and names the small one (CostModel.unconfirmed_scale).
     model = _shift_for_hlo_prices(model, graph, library_rec, trace)
     everything = Assignment.of({c.key: "save" for c in graph.classes})
     model = dataclasses.replace(
@@ -233,7 +258,7 @@ def build_cost_model(
     )
     full = evaluate(model, graph, Assignment.of({}), _fixed=0)
     fixed = trace.anchor.device_bytes - full.peak_bytes
-    ws_scale = 1.0
+    ws_scale, unconfirmed = 1.0, None
     if trace.anchor_saved is not None:
         every = evaluate(model, graph, everything, _fixed=0)
         # the working set omega scales: the peak trip's, less its slice copies (K_r)
@@ -245,16 +270,27 @@ def build_cost_model(
                 (trace.anchor.device_bytes - kept_remat)
                 - (trace.anchor_saved.device_bytes - kept_all)
             ) / (ws_remat - ws_all)
-            if WORKING_SET_SCALE_BOUNDS[0] <= scale <= WORKING_SET_SCALE_BOUNDS[1]:
-                ws_scale = scale
+            lo, hi = WORKING_SET_SCALE_BOUNDS
+            trusted = scale >= SMALL_SCALE_BELOW or (
+                small_scale
+                if small_scale is not None
+                else trace.scale_check is not None and trace.scale_check.accepted
+            )
+            if lo <= scale <= hi and trusted:
+                ws_scale = max(scale, 0.0)
                 fixed = trace.anchor_saved.device_bytes - kept_all - ws_scale * ws_all
+            elif lo <= scale <= hi and small_scale is None and trace.scale_check is None:
+                unconfirmed = max(scale, 0.0)
     # The bytes no plan changes are never negative. F < 0 means the model's working set (or
     # a region that never runs) exceeds the whole compiled anchor; F = 0 keeps the model
     # conservative (its peaks too high, never below zero) and verify corrects the rest. (A
     # scan over 0 layers predicted -29,360,108 bytes before; the trace stage refuses it now.)
     fixed = max(fixed, 0)
     return dataclasses.replace(
-        model, fixed_bytes=int(max(0, fixed + correction_bytes)), working_set_scale=ws_scale
+        model,
+        fixed_bytes=int(max(0, fixed + correction_bytes)),
+        working_set_scale=ws_scale,
+        unconfirmed_scale=unconfirmed,
     )
 
 

@@ -62,6 +62,7 @@ from planner._src.planning.context import (
 from planner._src.planning.groups import groups_pay, groups_possible
 from planner._src.planning.numerics_check import NUMERICS_FORCED_WHY, NumericsJudge
 from planner._src.planning.one_budget import plan_budget, warn_unfit
+from planner._src.planning.scale_check import check_small_scale, with_check
 from planner._src.planning.stock import StockCompiles
 from planner._src.planning.train_state import state_spec
 from planner._src.results.plan import Plan
@@ -176,6 +177,14 @@ class Planner:
             self._grouped = (self.sites, names_only(build_graph(self.sites), opts.decide_names))
         self.timings.append(("graph", time.perf_counter() - t))
         self._solves = Solves()
+        # A small working-set scale is judged by a third compile before any budget (the
+        # per-call-site traces carry the same judgement)
+        t, checked = time.perf_counter(), Timings()
+        with self.subject.scope():
+            check = check_small_scale(self.subject, self._solves, checked, self.trace, self.graph)
+        if check is not None:
+            self.trace, self.sites = with_check(self.trace, check), with_check(self.sites, check)
+            self.timings.append(("scale check (a third compile)", time.perf_counter() - t))
         self._threads = CompileThreads(self.subject)
         self.stock = StockCompiles(self.subject, self.trace, self._threads)
         # A budget's plan and its seconds, kept where planner.solve / pareto keep this
