@@ -239,13 +239,19 @@ class Context:
 
     def cost_model(self, trace: Trace, graph: LivenessGraph, correction: int) -> CostModel:
         """The cost model of one round (corrected by ``correction`` bytes), with the train
-        state's leaves priced where the budget places them."""
+        state's leaves priced where the budget places them. A budget that places train state
+        keeps the working-set scale 1: the scale check (scale_check.py) judged a small scale
+        on a plan with the state in HBM, and moving state to the host moves the peak to
+        program points that plan did not show (tests/test_state.py's donated Adam step: its
+        step as applied compiles within 12 MB by XLA:CPU's estimate, where the small scale's
+        model put no plan under 12.40 MB)."""
         cost = build_cost_model(
             trace,
             graph,
             self.hardware,
             allow_offload=self.subject.offload,
             correction_bytes=correction,
+            small_scale=False if self.state is not None else None,
         )
         if self.state is None:
             return cost
