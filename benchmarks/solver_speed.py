@@ -14,14 +14,15 @@ remedy without changing the planner.
 
 ``compare`` prints per case the phases' wall and deterministic seconds before and after, and
 how many answers are the same (status, objective, decisions, host leaves) and how many have
-the same status and phase objectives: a remedy that keeps the objectives but changes the
-decisions has picked another plan among equal-objective ties.
+the same status and phase objectives (of the phases both ran): a remedy that keeps the
+objectives but changes the decisions has picked another plan among equal-objective ties.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import os
 import sys
@@ -138,7 +139,8 @@ def record(a) -> int:
                 r = {
                     "status": sol.status,
                     "objective_s": sol.objective_s,
-                    "decisions": [list(x) for x in sol.assignment.decisions],
+                    "decisions_sha256": _sha(sol.assignment.decisions),
+                    "non_remat": sum(d != "remat" for _, d in sol.assignment.decisions),
                     "state_on_host": sorted(sol.state_on_host),
                 }
             except PlannerError as e:
@@ -152,12 +154,17 @@ def record(a) -> int:
     return 0
 
 
-ANSWER = ("status", "objective_s", "decisions", "state_on_host", "error")
+ANSWER = ("status", "objective_s", "decisions_sha256", "state_on_host", "error")
+
+
+def _sha(decisions) -> str:
+    """The sorted (class key, decision) pairs, hashed: equal hashes, equal decisions."""
+    return hashlib.sha256(json.dumps(sorted(map(list, decisions))).encode()).hexdigest()
 
 
 def compare(a) -> int:
     runs = [json.load(open(p))["solves"] for p in (a.before, a.after)]
-    per = collections.defaultdict(lambda: [[0.0] * 8, [0.0] * 8, 0, 0, 0])
+    per = collections.defaultdict(lambda: [[0.0] * 8, [0.0] * 8, 0, 0, 0, 0.0, 0.0])
     for key, before in runs[0].items():
         after = runs[1].get(key)
         if after is None:
@@ -170,12 +177,16 @@ def compare(a) -> int:
                 row[k][4 + i] += p["det_s"]
         row[2] += 1
         row[3] += all(before.get(x) == after.get(x) for x in ANSWER)
-        row[4] += before.get("status") == after.get("status") and [
-            p["objective"] for p in before["phases"]
-        ] == [p["objective"] for p in after["phases"]]
+        objectives = [{p["phase"]: p["objective"] for p in r["phases"]} for r in (before, after)]
+        both = objectives[0].keys() & objectives[1].keys()
+        row[4] += before.get("status") == after.get("status") and all(
+            objectives[0][k] == objectives[1][k] for k in both
+        )
+        row[5] += before["wall_s"]
+        row[6] += after["wall_s"]
     print("| case | solves | phase | wall s before | after | det s before | after |")
     print("|---|---|---|---|---|---|---|")
-    for case, (b, f, n, same, same_obj) in per.items():
+    for case, (b, f, n, same, same_obj, wb, wf) in per.items():
         for i, ph in enumerate(PHASES):
             if b[4 + i] or f[4 + i] or b[i] or f[i]:
                 print(
@@ -185,8 +196,10 @@ def compare(a) -> int:
             f"| {case} | {n} | all | {sum(b[:4]):.2f} | {sum(f[:4]):.2f} | {sum(b[4:]):.3f} | "
             f"{sum(f[4:]):.3f} |"
         )
+        print(f"| {case} | {n} | solve_assignment (build + phases) | {wb:.2f} | {wf:.2f} | | |")
         print(
-            f"|  | same answer {same}/{n}, same status and phase objectives {same_obj}/{n} | | | | | |"
+            f"|  | same answer {same}/{n}, same status and phase objectives {same_obj}/{n} "
+            "| | | | | |"
         )
     return 0
 
