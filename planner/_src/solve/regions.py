@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from ortools.sat.python import cp_model
+
 import cost_models as cm
 from planner._src.cost.predict import REDUCTIONS, has_view, hiding_models
 from planner._src.graph import VIEWS, class_key
@@ -318,16 +320,21 @@ class RegionTerms:
             # The queue's tails: the copies from u on hide behind eta times u's window
             # and the rest is exposed. With eta = 0 every tail is dominated by the whole
             # queue (the first start).
+            # Each copy's time in ns is computed once and each tail is one weighted sum: the
+            # tails hold O(n^2) terms, and building them term by term was most of the
+            # model's build time (the constraints are the same, term for term).
+            coeffs = [ns(copy_s[v]) for v, _ in offloads]
+            terms = [o for _, o in offloads]
             starts = offloads if hide.eta > 0 else offloads[:1]
             for k, (u, _) in enumerate(starts):
-                tail = offloads[k:] if hide.eta > 0 else offloads
-                m.Add(
-                    exposed >= sum(ns(copy_s[v]) * o for v, o in tail) - ns(hide.eta * window_s[u])
-                )
+                first = k if hide.eta > 0 else 0
+                tail = cp_model.LinearExpr.weighted_sum(terms[first:], coeffs[first:])
+                m.Add(exposed >= tail - ns(hide.eta * window_s[u]))
             # Capacity: one trip hides at most `capacity` of this direction's copy time,
             # however much compute surrounds it.
             if offloads and math.isfinite(hide.capacity_s):
-                m.Add(exposed >= sum(ns(copy_s[v]) * o for v, o in offloads) - ns(hide.capacity_s))
+                whole = cp_model.LinearExpr.weighted_sum(terms, coeffs)
+                m.Add(exposed >= whole - ns(hide.capacity_s))
             # Floor: a share of every copy is exposed whatever compute is around it.
             if offloads and hide.floor > 0:
                 m.Add(exposed >= sum(ns(hide.floor * copy_s[v]) * o for v, o in offloads))
