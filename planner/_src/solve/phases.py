@@ -118,7 +118,9 @@ def solve_assignment(
     # ties break the same way in every region and layer group. Each phase has its own
     # deterministic time budget, so the answer does not depend on the machine's load.
     final = s
-    mod.cp.Add(mod.extra_ns <= int(first))
+    # CP-SAT reports an integer objective as a double (e.g. 14652404.999999998): rounded, not
+    # truncated, or the next phase is infeasible and every tie-breaking phase is skipped.
+    mod.cp.Add(mod.extra_ns <= round(first))
     for objective, keep in ((mod.host_kib, True), (mod.peak_kib, True), (mod.residual_kib, False)):
         if isinstance(objective, int):  # nothing can be offloaded
             continue
@@ -138,7 +140,7 @@ def solve_assignment(
             break
         final = s2
         if keep:
-            mod.cp.Add(objective <= int(s2.ObjectiveValue()))
+            mod.cp.Add(objective <= round(s2.ObjectiveValue()))
     assignment = mod.assignment(final)
     obj_s = (mod.base_ns + first) / NS
     bound_s = (mod.base_ns + bound) / NS
