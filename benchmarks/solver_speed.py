@@ -78,8 +78,6 @@ def _cases(names):
 
 
 def record(a) -> int:
-    from ortools.sat.python import cp_model
-
     from planner._src.cost import evaluate
     from planner._src.errors import PlannerError
     from planner._src.solve import model as M
@@ -91,22 +89,13 @@ def record(a) -> int:
     run = M.Model.run
 
     def measured(self, objective, opts, time_limit):
-        if extra:  # the planner's own settings (Model.run), then the extra ones
-            self.cp.Minimize(objective)
-            s = cp_model.CpSolver()
-            limit = max(0.1, time_limit)
-            s.parameters.max_deterministic_time = limit
-            s.parameters.max_time_in_seconds = 10 * limit + 30
-            s.parameters.num_workers = opts.workers
-            s.parameters.random_seed = opts.seed
-            s.parameters.linearization_level = opts.linearization_level
+        solver = None
+        if extra:  # the planner's own settings (Model.solver), then the extra ones
+            solver = self.solver(opts, time_limit)
             for k, v in extra.items():
-                setattr(s.parameters, k, v)
-            t = time.perf_counter()
-            status = s.Solve(self.cp)
-        else:
-            t = time.perf_counter()
-            s, status = run(self, objective, opts, time_limit)
+                setattr(solver.parameters, k, v)
+        t = time.perf_counter()
+        s, status = run(self, objective, opts, time_limit, solver)
         wall = time.perf_counter() - t
         tag = [self.extra_ns, self.host_kib, self.peak_kib, self.residual_kib]
         phases.append(

@@ -271,15 +271,13 @@ def build_cost_model(
                 - (trace.anchor_saved.device_bytes - kept_all)
             ) / (ws_remat - ws_all)
             lo, hi = WORKING_SET_SCALE_BOUNDS
-            trusted = scale >= SMALL_SCALE_BELOW or (
-                small_scale
-                if small_scale is not None
-                else trace.scale_check is not None and trace.scale_check.accepted
-            )
-            if lo <= scale <= hi and trusted:
+            judged = small_scale
+            if judged is None and trace.scale_check is not None:
+                judged = trace.scale_check.accepted
+            if lo <= scale <= hi and (scale >= SMALL_SCALE_BELOW or judged):
                 ws_scale = max(scale, 0.0)
                 fixed = trace.anchor_saved.device_bytes - kept_all - ws_scale * ws_all
-            elif lo <= scale <= hi and small_scale is None and trace.scale_check is None:
+            elif lo <= scale <= hi and judged is None:
                 unconfirmed = max(scale, 0.0)
     # The bytes no plan changes are never negative. F < 0 means the model's working set (or
     # a region that never runs) exceeds the whole compiled anchor; F = 0 keeps the model

@@ -175,22 +175,29 @@ class Model:
         for (_, d), v in self.choose.items():
             self.cp.AddHint(v, 1 if d == "remat" else 0)
 
-    def run(self, objective, opts: SolverOptions, time_limit: float):
-        self.cp.Minimize(objective)
+    def solver(self, opts: SolverOptions, time_limit: float) -> cp_model.CpSolver:
+        """A CP-SAT solver set up as every phase runs it.
+
+        The limit is in CP-SAT's deterministic time (work counted, not seconds elapsed), so
+        a search stopped by it gives the same plan on a busy or an idle machine. The wall
+        clock limit only guards against a pathological search; it is generous (ten times
+        the deterministic limit plus 30 s) because a search it stops is no longer
+        reproducible: a loaded 2-core CI machine hit a 3x guard at 0.5 deterministic
+        seconds and returned a different plan on the second call. A stop by the guard is
+        recorded (Solution.reproducible) and the report says so."""
         s = cp_model.CpSolver()
-        # The limit is in CP-SAT's deterministic time (work counted, not seconds elapsed), so
-        # a search stopped by it gives the same plan on a busy or an idle machine. The wall
-        # clock limit only guards against a pathological search; it is generous (ten times
-        # the deterministic limit plus 30 s) because a search it stops is no longer
-        # reproducible: a loaded 2-core CI machine hit a 3x guard at 0.5 deterministic
-        # seconds and returned a different plan on the second call. A stop by the guard is
-        # recorded (Solution.reproducible) and the report says so.
         limit = max(0.1, time_limit)
         s.parameters.max_deterministic_time = limit
         s.parameters.max_time_in_seconds = 10 * limit + 30
         s.parameters.num_workers = opts.workers
         s.parameters.random_seed = opts.seed
         s.parameters.linearization_level = opts.linearization_level
+        return s
+
+    def run(self, objective, opts: SolverOptions, time_limit: float, solver=None):
+        """Minimize ``objective`` (with ``solver``, else :meth:`solver`'s)."""
+        self.cp.Minimize(objective)
+        s = solver if solver is not None else self.solver(opts, time_limit)
         status = s.Solve(self.cp)
         if (
             status in (cp_model.FEASIBLE, cp_model.UNKNOWN)
