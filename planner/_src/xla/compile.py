@@ -1,9 +1,9 @@
 """Compiling: a step traced under the planner's policies and lowered (:func:`lower_with`), a
 lowered program compiled (:func:`compile_lowered`), both at once (:func:`compile_with`), a
 step traced, lowered and compiled for a compiler target (:func:`compile_traced`), compiles run
-side by side (xla/jobs.py), the XLA options the planner's compiles use (deviceless,
-pricing, probe, autotune cache), and a compiled step's memory figures with the stacked
-residuals and host bytes of its jaxpr (:func:`compiled_figures`).
+side by side (xla/jobs.py), and a compiled step's memory figures with the stacked
+residuals and host bytes of its jaxpr (:func:`compiled_figures`). The XLA options of each
+compile come from xla/compile_options.py.
 
 * :func:`lower` and :func:`compile_lowered` are the lowering and compile every planner compile
   goes through (the anchors, the verify step). Under a deviceless target's scope
