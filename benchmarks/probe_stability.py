@@ -1,5 +1,5 @@
 """Are the compiler probes' answers stable on a live GPU? (trace.holds_rereads_twice,
-trace.hoists_recompute; xla.compile.PROBE_COMPILE_OPTIONS says why this is asked.)
+trace.hoists_recompute; xla.compile_options.PROBE_COMPILE_OPTIONS says why this is asked.)
 
     python benchmarks/probe_stability.py --out DIR [--repeats 3]
 
@@ -10,7 +10,7 @@ on the same GPU (the anchors' autotuning does so in the trace stage). Two modes 
 
 - ``autotuned``: the probes compiled with XLA's defaults (before 2026-12-05: the autotuner
   picks each matmul's kernel by timing it, beside the load);
-- ``probe``: with ``xla.compile.PROBE_COMPILE_OPTIONS`` (no autotuning, cuBLAS matmuls).
+- ``probe``: with ``xla.compile_options.PROBE_COMPILE_OPTIONS`` (no autotuning, cuBLAS matmuls).
 
 Results: DIR/probe-stability.jsonl (one record per process: each program's temporary bytes
 and the two answers, computed with the probes' own rules) and DIR/summary.md.
@@ -34,11 +34,11 @@ def one(mode: str) -> dict:
     import jax.numpy as jnp
 
     from planner._src.trace import probes as T
-    from planner._src.xla import compile as xla_compile
+    from planner._src.xla import compile_options
     from planner._src.xla.jobs import at_once
 
     if mode == "autotuned":
-        xla_compile.probe_compile_options = lambda: {}
+        compile_options.probe_compile_options = lambda: {}
 
     def load():
         def f(a, b, c):

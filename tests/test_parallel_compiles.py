@@ -119,21 +119,22 @@ def test_autotune_cache_dir_reaches_live_gpu_compiles_on_every_thread(monkeypatc
     import jax
 
     from planner._src.xla import compile as xla_compile
+    from planner._src.xla import compile_options
     from planner._src.xla.jobs import at_once
 
     low = _Lowered()
     d = tmp_path / "xla-autotune"
     xla_compile.compile_lowered(low)
-    with xla_compile.autotune_cache(str(d)):
+    with compile_options.autotune_cache(str(d)):
         xla_compile.compile_lowered(low)  # this CPU: no autotuner, nothing added
         monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
         xla_compile.compile_lowered(low, {"xla_gpu_autotune_level": 4})
         at_once(
             [lambda: xla_compile.compile_lowered(low), lambda: xla_compile.compile_lowered(low)], 2
         )
-        xla_compile.compile_lowered(low, {xla_compile.AUTOTUNE_CACHE_FLAG: "/elsewhere"})
+        xla_compile.compile_lowered(low, {compile_options.AUTOTUNE_CACHE_FLAG: "/elsewhere"})
     xla_compile.compile_lowered(low)
-    flag = xla_compile.AUTOTUNE_CACHE_FLAG
+    flag = compile_options.AUTOTUNE_CACHE_FLAG
     assert low.options == [
         None,
         None,
@@ -151,12 +152,13 @@ def test_the_session_compiles_inside_its_autotune_cache(monkeypatch, tmp_path):
     compiles, the stock policies' on the compile threads) runs where the directory is in
     force."""
     from planner._src.xla import compile as xla_compile
+    from planner._src.xla import compile_options
 
     seen = []
     real = xla_compile.compile_lowered
 
     def spy(lowered, options=None):
-        seen.append(xla_compile._autotune_cache.get())
+        seen.append(compile_options._autotune_cache.get())
         return real(lowered, options)
 
     monkeypatch.setattr(xla_compile, "compile_lowered", spy)
@@ -187,13 +189,14 @@ def test_autotune_cache_dir_is_validated(bad):
 def test_compiler_probes_compile_without_autotuning_on_a_live_gpu(monkeypatch):
     """The compiler probes (trace.holds_rereads_twice, trace.hoists_recompute) compare
     temporary bytes that differ by one tensor: on a live GPU they compile with the autotuner
-    off and cuBLAS matmuls (compile.PROBE_COMPILE_OPTIONS: no timing decides their kernels,
+    off and cuBLAS matmuls (compile_options.PROBE_COMPILE_OPTIONS: no timing decides their kernels,
     so no timing decides the answer); this CPU's and a deviceless target's compiles get
     nothing more (a deviceless target adds its own options)."""
     import jax
 
     from planner._src.trace import probes as TR
     from planner._src.xla import compile as xla_compile
+    from planner._src.xla import compile_options
 
     seen = []
 
@@ -207,10 +210,17 @@ def test_compiler_probes_compile_without_autotuning_on_a_live_gpu(monkeypatch):
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     with pytest.raises(RuntimeError, match="stop here"):
         TR._probe_temp_bytes(TR._nothing_saveable, layers=2)
-    assert seen == [{}, {"xla_gpu_autotune_level": 0, "xla_gpu_enable_triton_gemm": False}]
-    assert xla_compile.PROBE_COMPILE_OPTIONS == {
-        **xla_compile.AUTOTUNE_OFF,
-        **xla_compile.DEVICELESS_COMPILE_OPTIONS,
+    assert seen == [
+        {},
+        {
+            "xla_gpu_autotune_level": 0,
+            "xla_gpu_enable_triton_gemm": False,
+            "xla_gpu_experimental_enable_fusion_autotuner": False,
+        },
+    ]
+    assert compile_options.PROBE_COMPILE_OPTIONS == {
+        **compile_options.AUTOTUNE_OFF,
+        **compile_options.DEVICELESS_COMPILE_OPTIONS,
     }
 
 

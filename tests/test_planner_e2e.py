@@ -304,6 +304,7 @@ def test_verify_compiles_under_the_plans_own_flags(monkeypatch):
         return original(self, compiler_options=compiler_options, **kw)
 
     from planner._src.solve import SolverOptions, min_feasible_bytes
+    from planner._src.xla import compile_options
 
     step, args = _unrolled_scan_step(1)
     free = planner.solve(
@@ -328,8 +329,10 @@ def test_verify_compiles_under_the_plans_own_flags(monkeypatch):
         "xla_gpu_enable_command_buffer": "",
     }
     assert plan.xla_flags.split() == [f"--{k}={str(v).lower()}" for k, v in options.items()]
-    # The trace stage's anchors compile without options; the verify compile with the plan's.
-    assert seen[0] == {} and seen[-1] == options
+    # The trace stage's anchors compile without options; the verify compile with the plan's
+    # (and, as nothing is run here, both for their figures only: xla.compile_options).
+    only = compile_options.COMPILE_ONLY_CPU_OPTIONS
+    assert seen[0] == only and seen[-1] == {**only, **options}
     assert plan.verification.compiled_device_bytes is not None
 
 
@@ -390,7 +393,8 @@ def test_gpu_plans_stay_under_xlas_own_memory_limit():
 def test_a_gpu_budget_above_the_allocator_limit_warns(monkeypatch):
     """XLA:GPU compiles against the allocator's limit (XLA_PYTHON_CLIENT_MEM_FRACTION x HBM),
     not hbm_gb: a GPU plan for more than this process's allocator holds is warned about, with
-    the limit and the fix; within the limit, or on a backend without the figure, no warning."""
+    the limit and the fix; within the limit, or on a backend without the figure, no warning.
+    (This machine's compiler: the test's budgets are XLA:CPU's figures of the step.)"""
     import planner._src.planning.inputs as pp
 
     if jax.default_backend() == "cpu":
@@ -398,12 +402,20 @@ def test_a_gpu_budget_above_the_allocator_limit_warns(monkeypatch):
     step, args = _unrolled_scan_step(1)
     monkeypatch.setattr(pp, "allocator_limit_bytes", lambda: 5_000_000)
     with pytest.warns(planner.PlanWarning, match=r"allocator limit of 0\.01 GB[\s\S]*Fix: plan"):
-        planner.solve(step, *args, hbm_gb=0.02, hardware="h200", verify_compile=False)
+        planner.solve(
+            step, *args, hbm_gb=0.02, hardware="h200", verify_compile=False, compiler="local"
+        )
     with pytest.warns(planner.PlanWarning, match="allocator limit"):  # automatic budgets too
-        planner.pareto(step, *args, hbm_gb=None, hardware="h200", verify_compile=False)
+        planner.pareto(
+            step, *args, hbm_gb=None, hardware="h200", verify_compile=False, compiler="local"
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("error", planner.PlanWarning)
         monkeypatch.setattr(pp, "allocator_limit_bytes", lambda: 50_000_000)
-        planner.solve(step, *args, hbm_gb=0.02, hardware="h200", verify_compile=False)
+        planner.solve(
+            step, *args, hbm_gb=0.02, hardware="h200", verify_compile=False, compiler="local"
+        )
         monkeypatch.setattr(pp, "allocator_limit_bytes", lambda: None)  # XLA:CPU
-        planner.solve(step, *args, hbm_gb=0.02, hardware="h200", verify_compile=False)
+        planner.solve(
+            step, *args, hbm_gb=0.02, hardware="h200", verify_compile=False, compiler="local"
+        )

@@ -918,3 +918,51 @@ def test_a_partitioned_step_is_not_priced_from_its_hlo(monkeypatch):
     assert tr.num_partitions == 2
     assert len(compiles) == 2, compiles  # the two anchors only
     assert tr.hlo_priced_with == "" and all(r.hlo_recompute_s is None for r in tr.regions)
+
+
+# ------------------------------------------------------------- the compile's options
+
+
+def _program_text(compiled) -> str:
+    """The compiled program less what names the compile rather than the program: the empty
+    native-emitter configs the fusion autotuner stamps, the module's fingerprint, the stack
+    frames' source columns."""
+    text = re.sub(
+        r', backend_config=\{[^\n]*"NATIVE_EMITTER_TYPE_INVALID"[^\n]*?\}\}', "", compiled.as_text()
+    )
+    text = re.sub(r'fingerprint_before_lhs="[0-9a-f]*"', "", text)
+    return "\n".join(line for line in text.splitlines() if "file_name_id" not in line)
+
+
+@pytest.mark.parametrize("triton_gemm", [False, True], ids=["measure", "pricing"])
+def test_deviceless_compiles_turn_the_fusion_autotuner_off_and_keep_the_program(h200, triton_gemm):
+    """A deviceless compile cannot time a fusion's candidates: the fusion autotuner off
+    (compile_options.DEVICELESS_COMPILE_OPTIONS) leaves the program (fusions, schedule,
+    buffers) and its memory figures as they were, with Triton GEMMs off (the figures' compile)
+    and on (the pricing compile's)."""
+    from planner._src.xla import compile_options
+
+    assert (
+        compile_options.DEVICELESS_COMPILE_OPTIONS["xla_gpu_experimental_enable_fusion_autotuner"]
+        is False
+    )
+    base = {"xla_gpu_enable_triton_gemm": triton_gemm}
+    _POLICY[0] = cp.dots_saveable
+    try:
+        off, on = (
+            xla_compile.compile_traced(
+                h200, decoder_step, deviceless.args_for(h200, decoder_args()), o
+            )
+            for o in (base, {**base, "xla_gpu_experimental_enable_fusion_autotuner": True})
+        )
+    finally:
+        _POLICY[0] = cp.nothing_saveable
+    fields = ("argument", "output", "alias", "temp")
+    figures = [
+        tuple(getattr(p.compiled.memory_analysis(), f"{f}_size_in_bytes") for f in fields)
+        for p in (off, on)
+    ]
+    assert figures[0] == figures[1]
+    assert _program_text(off.compiled) == _program_text(on.compiled)
+    assert "NATIVE_EMITTER_TYPE_INVALID" in on.compiled.as_text()  # the autotuner did run there
+    assert "NATIVE_EMITTER_TYPE_INVALID" not in off.compiled.as_text()

@@ -39,7 +39,7 @@ def main() -> None:
     from benchmarks import gpu_bench as gb
     from benchmarks.archive.hlo_recompute_prices import measured_steps
     from planner._src.xla import compile as xla_compile
-    from planner._src.xla import deviceless
+    from planner._src.xla import compile_options, deviceless
     from planner._src.xla import kernels as K
     from planner._src.xla import targets as T
 
@@ -61,7 +61,7 @@ def main() -> None:
             tgt,
             jax.jit(step, donate_argnums=(0,)),
             deviceless.args_for(tgt, step_args),
-            dict(xla_compile.PRICING_COMPILE_OPTIONS),
+            dict(compile_options.PRICING_COMPILE_OPTIONS),
         )
         ks = K.kernel_times(program.compiled.as_text(), hw)
         kern = 1e3 * K.step_seconds(ks, include_d2d=False)

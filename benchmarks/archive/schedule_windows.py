@@ -8,7 +8,7 @@ predicts (planner/_src/verify/schedule/) against the H200 trace, for the exposur
 
 Each plan is compiled deviceless for the H200 (planner/_src/xla/; the plan's XLA flags)
 twice: as the planner's verify stage compiles (Triton GEMMs off,
-xla.compile.DEVICELESS_COMPILE_OPTIONS) and with Triton GEMMs on (XLA's default, what the H200's
+xla.compile_options.DEVICELESS_COMPILE_OPTIONS) and with Triton GEMMs on (XLA's default, what the H200's
 own compile used: its trace names gemm_fusion_dot kernels and asynchronous loop-slice copies).
 The schedule windows of both are read with the h200 profile's rates and set against the
 trace's medians (the "exposed" reading: copy time with no kernel running).

@@ -35,8 +35,7 @@ from planner._src.types import (
     Trace,
     Verification,
 )
-from planner._src.xla import compile as xla_compile
-from planner._src.xla import deviceless
+from planner._src.xla import compile_options, deviceless
 from planner._src.xla import memo as xla_memo
 
 # Two predicted step times closer than this (relative) are equal: the same decisions summed
@@ -67,17 +66,22 @@ class Subject:
     say: Callable[[str], None]  # progress messages
     # The Planner's compiles by program text: one compile per distinct program (xla.compile)
     compiles: Any = dataclasses.field(default_factory=xla_memo.CompileMemo)
+    # Nothing compiled is run here (no numerics check): compiles are made for their figures
+    # only (xla.compile_options.compile_only: the same programs, compiled faster)
+    compile_only: bool = False
 
     @contextlib.contextmanager
     def scope(self):
         """Where traces and compiles run: the target's scope for a deviceless compile; on
-        this machine's compiler, XLA's autotune cache directory where one is given; and the
-        Planner's compiles, each distinct program compiled once."""
+        this machine's compiler, XLA's autotune cache directory where one is given, and
+        compiles made for their figures only where nothing is run here; and the Planner's
+        compiles, each distinct program compiled once."""
         with contextlib.ExitStack() as stack:
             if self.compiler.kind == "deviceless":
                 stack.enter_context(deviceless.target_scope(self.compiler))
             else:
-                stack.enter_context(xla_compile.autotune_cache(self.options.autotune_cache_dir))
+                stack.enter_context(compile_options.autotune_cache(self.options.autotune_cache_dir))
+                stack.enter_context(compile_options.compile_only(self.compile_only))
             stack.enter_context(xla_memo.compile_memo(self.compiles))
             yield
 

@@ -27,6 +27,30 @@ NUMERICS_FORCED_WHY = (
 )
 
 
+def impossible_why(user_args, compiler) -> str:
+    """Why the numerics check cannot run the step on ``user_args`` with ``compiler`` (an xla
+    target) here ('' when it can)."""
+    if not numerics.is_concrete(user_args):
+        return (
+            "the example arguments are abstract (jax.ShapeDtypeStruct): there are no "
+            "values to run the step on"
+        )
+    if compiler.kind == "deviceless":
+        return (
+            f"the verifying compiler, {compiler.description}, compiles for a "
+            "GPU that is not here and cannot run the step"
+        )
+    return ""
+
+
+def not_checked_why(options, user_args, compiler) -> str:
+    """Why plans made with ``options`` get no numerics check ('' when they do): then nothing
+    the planner compiles is run here."""
+    if options.check_numerics is False:
+        return "check_numerics=False"
+    return impossible_why(user_args, compiler)
+
+
 class NumericsJudge:
     """The numerics check for one Planner: the reference outputs (the step under the user's
     own policies) and its rounding-only runs, computed once; the float64 run, at most once;
@@ -48,23 +72,11 @@ class NumericsJudge:
 
     def impossible_why(self) -> str:
         """Why the check cannot run here ('' when it can)."""
-        if not numerics.is_concrete(self.subject.user_args):
-            return (
-                "the example arguments are abstract (jax.ShapeDtypeStruct): there are no "
-                "values to run the step on"
-            )
-        if self.subject.compiler.kind == "deviceless":
-            return (
-                f"the verifying compiler, {self.subject.compiler.description}, compiles for a "
-                "GPU that is not here and cannot run the step"
-            )
-        return ""
+        return impossible_why(self.subject.user_args, self.subject.compiler)
 
     def not_checked_why(self) -> str:
         """Why this Planner's plans get no numerics check ('' when they do)."""
-        if self.subject.options.check_numerics is False:
-            return "check_numerics=False"
-        return self.impossible_why()
+        return not_checked_why(self.subject.options, self.subject.user_args, self.subject.compiler)
 
     def _ensure_reference(self, float_dtypes) -> None:
         if self._reference is None:

@@ -60,7 +60,11 @@ from planner._src.planning.context import (
     with_forced,
 )
 from planner._src.planning.groups import groups_pay, groups_possible
-from planner._src.planning.numerics_check import NUMERICS_FORCED_WHY, NumericsJudge
+from planner._src.planning.numerics_check import (
+    NUMERICS_FORCED_WHY,
+    NumericsJudge,
+    not_checked_why,
+)
 from planner._src.planning.one_budget import plan_budget, warn_unfit
 from planner._src.planning.scale_check import check_small_scale, with_check
 from planner._src.planning.stock import StockCompiles
@@ -140,6 +144,7 @@ class Planner:
             offload=offload,
             offload_why=offload_why,
             say=progress or (lambda message: None),
+            compile_only=bool(not_checked_why(opts, example_args, compiler)),
         )
         self.numerics = NumericsJudge(self.subject)
         if opts.check_numerics:

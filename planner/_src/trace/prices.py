@@ -10,8 +10,7 @@ from collections.abc import Sequence
 import jax
 
 from planner._src.types import Candidate, Region
-from planner._src.xla import compile as xla_compile
-from planner._src.xla import hlo, recompute_shares
+from planner._src.xla import compile_options, hlo, recompute_shares
 
 
 def _recomputed_in_full_remat(cands: Sequence[Candidate]) -> set[int]:
@@ -28,7 +27,7 @@ def prices_hlo(hardware, backend: str | None) -> bool:
     return (
         hardware is not None
         and getattr(hardware, "platform", "") == "gpu"
-        and (backend or jax.default_backend()) in xla_compile.XLA_GPU_BACKENDS
+        and (backend or jax.default_backend()) in compile_options.XLA_GPU_BACKENDS
     )
 
 

@@ -11,7 +11,7 @@ import jax
 
 from planner._src.errors import PlanWarning
 from planner._src.xla import compile as xla_compile
-from planner._src.xla import deviceless
+from planner._src.xla import compile_options, deviceless
 
 _TWICE: dict[tuple[str, str], bool] = {}
 
@@ -88,7 +88,7 @@ def _probe_temp_bytes(policy, layers: int = 4) -> int:
         args = deviceless.args_for(target, args)
     traced = jax.jit(jax.grad(loss)).trace(*args)
     compiled = xla_compile.compile_lowered(
-        xla_compile.lower(traced), xla_compile.probe_compile_options()
+        xla_compile.lower(traced), compile_options.probe_compile_options()
     )
     return int(compiled.memory_analysis().temp_size_in_bytes)
 

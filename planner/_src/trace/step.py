@@ -34,7 +34,7 @@ from planner._src.trace.per_device import shard_nbytes
 from planner._src.trace.prices import hlo_recompute_prices, prices_hlo
 from planner._src.trace.regions import merge_regions, policy_text, region_structure_key, site_key
 from planner._src.types import Region, Trace
-from planner._src.xla import adapter, hlo
+from planner._src.xla import adapter, compile_options, hlo
 from planner._src.xla import compile as xla_compile
 from planner._src.xla.fingerprint import fingerprint_of
 from planner._src.xla.jobs import CompileJobs
@@ -61,7 +61,7 @@ def trace_step(
     GPU): the scanned regions' recompute is priced kernel by kernel from the full-remat
     anchor's compiled HLO (``Region.hlo_recompute_s``, :func:`hlo_recompute_prices`); on a
     deviceless target that is one more compile of the anchor, with XLA:GPU's default Triton
-    GEMMs (xla.compile.PRICING_COMPILE_OPTIONS). None, or any other backend: no such pricing and
+    GEMMs (xla.compile_options.PRICING_COMPILE_OPTIONS). None, or any other backend: no such pricing and
     no extra compile.
 
     ``workers``: how many of the stage's compiles (the two anchors, the pricing compile, the
@@ -163,7 +163,7 @@ def trace_step(
     # Deviceless, the scanned regions' recompute is priced from a second compile of the
     # full-remat anchor with Triton GEMMs on (a live GPU's anchor is the device's program).
     pricing = (
-        xla_compile.pricing_compile_options()
+        compile_options.pricing_compile_options()
         if prices_hlo(hardware, backend) and any(in_scan.values())
         else None
     )

@@ -8,8 +8,7 @@ from typing import Any
 
 from planner._src.types import Prediction, ScheduleExposure
 from planner._src.verify import schedule as sched
-from planner._src.xla import compile as xla_compile
-from planner._src.xla import targets
+from planner._src.xla import compile_options, targets
 
 
 def schedule_exposure_of(
@@ -34,7 +33,7 @@ def schedule_exposure_of(
     the model's; the stores keep the model's figure (``ScheduleExposure``'s docstring says
     why)."""
     pricing = (
-        xla_compile.pricing_compile_options()
+        compile_options.pricing_compile_options()
     )  # None on a live GPU: its compile is the device's
     source = "the verify compile"
     if pricing is not None and recompile is not None:

@@ -41,7 +41,7 @@ from planner._src.types import (
 from planner._src.verify.exposure import schedule_exposure_of
 from planner._src.verify.kept import as_traced, at_global_sizes, kept_checks
 from planner._src.verify.sites import policy_maker, region_policy
-from planner._src.xla import adapter
+from planner._src.xla import adapter, compile_options
 from planner._src.xla import compile as xla_compile
 from planner._src.xla.compile import compile_with, compiled_figures, lower_with
 
@@ -277,7 +277,7 @@ def verify(request: VerifyRequest) -> VerifyResult:
     # TPU's copies are not XLA:GPU's streams)
     if (
         schedule_exposure
-        and backend in xla_compile.XLA_GPU_BACKENDS
+        and backend in compile_options.XLA_GPU_BACKENDS
         and figs.async_host_copies_in_hlo
     ):
         timed = schedule_exposure_of(

@@ -1,9 +1,9 @@
 """Compiling: a step traced under the planner's policies and lowered (:func:`lower_with`), a
 lowered program compiled (:func:`compile_lowered`), both at once (:func:`compile_with`), a
 step traced, lowered and compiled for a compiler target (:func:`compile_traced`), compiles run
-side by side (xla/jobs.py), the XLA options the planner's compiles use (deviceless,
-pricing, probe, autotune cache), and a compiled step's memory figures with the stacked
-residuals and host bytes of its jaxpr (:func:`compiled_figures`).
+side by side (xla/jobs.py), and a compiled step's memory figures with the stacked
+residuals and host bytes of its jaxpr (:func:`compiled_figures`). The XLA options of each
+compile come from xla/compile_options.py.
 
 * :func:`lower` and :func:`compile_lowered` are the lowering and compile every planner compile
   goes through (the anchors, the verify step). Under a deviceless target's scope
@@ -22,19 +22,24 @@ residuals and host bytes of its jaxpr (:func:`compiled_figures`).
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import re
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 
 from planner._src.errors import PlannerError, PlanWarning, TraceError
 from planner._src.types import CompiledFigures
-from planner._src.xla import adapter, deviceless, deviceless_bound, gpus, hlo, targets
+from planner._src.xla import (
+    adapter,
+    compile_options,
+    deviceless,
+    deviceless_bound,
+    gpus,
+    hlo,
+    targets,
+)
 from planner._src.xla.gpus import TargetError
 from planner._src.xla.memo import active_memo
 
@@ -127,98 +132,6 @@ def _foreign_device_error(target: targets.CompilerTarget, e: Exception) -> Targe
     )
 
 
-# ---------------------------------------------------------------------- compile options
-
-# What XLA:GPU says when its autotuner, compiling on a live GPU, cannot allocate the buffers to
-# time a kernel's candidates: the program is bigger than the free HBM (e.g. a save-everything
-# anchor at a large batch: "All configs failed during profiling"). The compile itself needs no
-# such memory.
-_AUTOTUNE_FAILED = re.compile(
-    r"All configs failed during profiling|[Aa]utotun\w*[^\n]*(RESOURCE_EXHAUSTED|out of memory)"
-)
-
-AUTOTUNE_OFF = {"xla_gpu_autotune_level": 0}
-
-# A deviceless compile cannot autotune, and left alone XLA keeps every matmul as a Triton GEMM
-# fusion, which fuses its operands' converts and transposes; the GPU's own compile picks
-# cuBLAS for most matmuls (34 of 48 in the MoE plan below, with or without autotuning) and
-# materializes those operands, so the deviceless compile with Triton GEMMs left on
-# under-counts the device's bytes far more than with them off (measured:
-# benchmarks/results/deviceless-plans-2026-12-04.md). So the deviceless compile measures with every
-# matmul as a cuBLAS call.
-DEVICELESS_COMPILE_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
-
-# ... but the *kernels* of that program are not the device's: with Triton GEMMs off XLA splits
-# the masked score matmul from its epilogue and runs a saved matmul twice to write it into a
-# scan's stacked residual. With them on, the deviceless program's fusions are the device's
-# kernels (instruction names and per-kind device time within 1.5 ms a step of the H200's own
-# compile of the MoE example; measured: benchmarks/results/hlo-kernel-time-2026-12-05.md, section 3).
-# So the compile whose HLO prices the recompute kernel by kernel (trace/prices.py,
-# recompute_shares.region_recompute_seconds) keeps XLA:GPU's default.
-PRICING_COMPILE_OPTIONS = {"xla_gpu_enable_triton_gemm": True}
-
-# The JAX backends whose compiled programs are XLA:GPU's (CUDA), deviceless ("cuda") or live:
-# what kernels.py prices and schedule.py replays.
-XLA_GPU_BACKENDS = frozenset({"cuda", "gpu"})
-
-
-def pricing_compile_options() -> dict[str, Any] | None:
-    """The options of the compile whose HLO prices kernels, where that is not the compile
-    already made: a deviceless target in scope -> :data:`PRICING_COMPILE_OPTIONS` (one more
-    compile); a live GPU (no target in scope) -> None: its own compile is the device's program."""
-    return dict(PRICING_COMPILE_OPTIONS) if deviceless.active_scope() is not None else None
-
-
-# XLA:GPU's per-fusion autotune cache on disk (PlanOptions.autotune_cache_dir): the first
-# compile of a step on a live GPU spends most of its time in the autotuner, whose results XLA
-# keeps for the process only. With this directory a later process reads them: its first
-# compile is about ten times faster, with equal memory figures (measured:
-# benchmarks/results/planning-time-2026-12-05.md).
-AUTOTUNE_CACHE_FLAG = "xla_gpu_per_fusion_autotune_cache_dir"
-
-_autotune_cache: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "planner_autotune_cache", default=None
-)
-
-
-@contextlib.contextmanager
-def autotune_cache(path: str | None) -> Iterator[None]:
-    """Within this context (and the compile threads started from it: ``at_once`` and the
-    session's pool copy the context), live-GPU compiles of :func:`compile_lowered` read and
-    write XLA's autotune results in ``path`` (created at the first such compile). None:
-    nothing changes. (JAX's persistent compilation cache, where enabled, already points XLA
-    at ``<its directory>/xla_gpu_per_fusion_autotune_cache_dir``:
-    ``jax_persistent_cache_enable_xla_caches``.)"""
-    if path is None:
-        yield
-        return
-    token = _autotune_cache.set(str(Path(path).expanduser()))
-    try:
-        yield
-    finally:
-        _autotune_cache.reset(token)
-
-
-# The compiler probes (trace.holds_rereads_twice, trace.hoists_recompute) read the structure of
-# XLA's buffer assignment from the temporary bytes of a few small programs, differences of one
-# 16.8 MB tensor. On a live GPU the autotuner picks each matmul's kernel by timing it, and a
-# Triton GEMM fusion can take the tanh into its epilogue where cuBLAS cannot: the bytes, and so
-# the answer, can then depend on timing noise (the probes compile beside the anchors, four at
-# once on one GPU): a wrong answer puts the memory model off by a factor of three (measured:
-# benchmarks/results/planning-time-2026-12-05b.md). The probes compile as a deviceless target
-# does: no autotuning, cuBLAS matmuls (deterministic kernels; also no waiting for the GPU
-# the anchors' autotuning holds).
-PROBE_COMPILE_OPTIONS = {**AUTOTUNE_OFF, **DEVICELESS_COMPILE_OPTIONS}
-
-
-def probe_compile_options() -> dict[str, Any]:
-    """XLA options for a compiler probe's compile: :data:`PROBE_COMPILE_OPTIONS` on a live
-    GPU, none elsewhere (a deviceless target adds its own; XLA:CPU does not autotune)."""
-    if deviceless.active_scope() is None and jax.default_backend() == "gpu":
-        return dict(PROBE_COMPILE_OPTIONS)
-    return {}
-
-
 def compile_lowered(lowered, compiler_options: dict[str, Any] | None = None):
     """``lowered.compile(compiler_options)``; for a deviceless target in scope, an XLA:GPU
     compile that calls the CUDA runtime (which needs a GPU) raises :class:`TargetError`
@@ -228,12 +141,7 @@ def compile_lowered(lowered, compiler_options: dict[str, Any] | None = None):
     kernels XLA's defaults (as in a deviceless compile). Within :func:`autotune_cache`, a
     live-GPU compile keeps its autotune results in that directory."""
     scope = deviceless.active_scope()
-    options = dict(compiler_options or {})
-    if scope is not None:  # deviceless: see DEVICELESS_COMPILE_OPTIONS (the caller's win)
-        options = {**DEVICELESS_COMPILE_OPTIONS, **options}
-    elif _autotune_cache.get() is not None and jax.default_backend() == "gpu":
-        Path(_autotune_cache.get()).mkdir(parents=True, exist_ok=True)
-        options.setdefault(AUTOTUNE_CACHE_FLAG, _autotune_cache.get())
+    options = compile_options.for_compile(compiler_options, deviceless_target=scope is not None)
     memo = active_memo()
     if memo is None:
         return _compile(lowered, options, scope)
@@ -249,7 +157,14 @@ def _compile(lowered, options: dict[str, Any], scope):
     try:
         return lowered.compile(compiler_options=options or None)
     except RuntimeError as e:  # jax.errors.JaxRuntimeError is one
-        if scope is None and _AUTOTUNE_FAILED.search(str(e)) and not options.keys() & AUTOTUNE_OFF:
+        known = compile_options.without_unknown(options, e)
+        if known is not None:
+            return _compile(lowered, known, scope)
+        if (
+            scope is None
+            and compile_options.AUTOTUNE_FAILED.search(str(e))
+            and not options.keys() & compile_options.AUTOTUNE_OFF
+        ):
             warnings.warn(
                 "XLA:GPU's autotuner ran out of device memory while compiling the step (the "
                 "program needs more HBM than is free, as a save-everything compile at a large "
@@ -258,7 +173,7 @@ def _compile(lowered, options: dict[str, Any], scope):
                 PlanWarning,
                 stacklevel=3,
             )
-            return lowered.compile(compiler_options={**options, **AUTOTUNE_OFF})
+            return lowered.compile(compiler_options={**options, **compile_options.AUTOTUNE_OFF})
         if scope is not None and _CUDNN_NEEDS_DEVICE.search(str(e)):
             raise _cudnn_needs_device_error(scope.target, e) from e
         if scope is None or not _NEEDS_DEVICE.search(str(e)):

@@ -21,6 +21,7 @@ What the text holds, and what is read of it:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections import Counter
@@ -226,6 +227,10 @@ def num_partitions(text: str) -> int:
     return int(m.group(1)) if m else 1
 
 
+# A program's text is parsed by several readers (the verify's figures, the schedule's replay,
+# the pricing) and again where the Planner's compile memo hands a compile back: the last few
+# modules are kept (a Module is immutable).
+@functools.lru_cache(maxsize=4)
 def parse(text: str) -> Module:
     """Parse ``compiled.as_text()`` (see the module docstring for what is read)."""
     text = text or ""

@@ -277,7 +277,7 @@ def region_recompute_seconds(
     candidates (:func:`match_shares`); seconds per trip, and the seconds no candidate took.
 
     Compile the anchor with Triton GEMMs on (XLA:GPU's default on the device): with them off
-    (compile.DEVICELESS_COMPILE_OPTIONS, right for the memory figures) the deviceless program
+    (compile_options.DEVICELESS_COMPILE_OPTIONS, right for the memory figures) the deviceless program
     is not the device's (measured: benchmarks/results/hlo-kernel-time-2026-12-05.md).
     """
     if isinstance(remat, str):
