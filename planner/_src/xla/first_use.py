@@ -26,15 +26,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-from jax._src import core as _core
-from jax._src import source_info_util as _siu
-from jax._src.interpreters import partial_eval as _pe
 
-from planner._src.xla.adapter import is_closed_jaxpr, to_memory
+from planner._src.xla.adapter import (
+    bind_equation,
+    call_body,
+    constvars_as_invars,
+    is_var,
+    to_memory,
+)
 
 __all__ = ["call_moving_at_first_use"]
-
-_CALLS = ("pjit", "jit", "closed_call", "core_call")
 
 
 class _Replay:
@@ -67,7 +68,7 @@ class _Replay:
             (pending if i in host_in else env)[v] = a
 
         def read(v):
-            if isinstance(v, _core.Literal):
+            if not is_var(v):
                 return v.val
             if v in pending:
                 env[v] = self.move_in(pending.pop(v))
@@ -75,28 +76,17 @@ class _Replay:
 
         copies: dict[Any, Any] = {}
         for eqn in jaxpr.eqns:
-            inner = _call_body(eqn)
-            reads_host = [j for j, v in enumerate(eqn.invars) if _is_var(v) and v in pending]
-            if inner is not None and reads_host:
+            body = call_body(eqn)
+            reads_host = [j for j, v in enumerate(eqn.invars) if is_var(v) and v in pending]
+            if body is not None and reads_host:
                 ins = [pending[v] if j in reads_host else read(v) for j, v in enumerate(eqn.invars)]
                 for j in reads_host:
                     pending.pop(eqn.invars[j], None)
-                consts = list(inner.consts)
-                body = _pe.convert_constvars_jaxpr(inner.jaxpr)
+                consts, inner = body
                 shift = len(consts)
-                outs = self.run(body, consts + ins, {j + shift for j in reads_host}, {})
+                outs = self.run(inner, consts + ins, {j + shift for j in reads_host}, {})
             else:
-                ins = [read(v) for v in eqn.invars]
-                bind_params = eqn.primitive.get_bind_params(eqn.params)
-                with (
-                    _siu.user_context(
-                        eqn.source_info.traceback, name_stack=eqn.source_info.name_stack
-                    ),
-                    eqn.ctx.manager,
-                ):
-                    outs = eqn.primitive.bind(*ins, **bind_params)
-                if not eqn.primitive.multiple_results:
-                    outs = [outs]
+                outs = bind_equation(eqn, [read(v) for v in eqn.invars])
             for v, o in zip(eqn.outvars, outs):
                 env[v] = o
                 if getattr(o, "ndim", 0) and _materialized(eqn):
@@ -105,9 +95,9 @@ class _Replay:
                     copies[v] = self.move_out(o)
         result = []
         for v in jaxpr.outvars:
-            if _is_var(v) and v in copies:
+            if is_var(v) and v in copies:
                 result.append(copies[v])
-            elif _is_var(v) and out_host.get(v):
+            elif is_var(v) and out_host.get(v):
                 result.append(self.move_out(read(v)))  # an input passed through, or a literal
             else:
                 result.append(read(v))
@@ -153,24 +143,10 @@ def _materialized(eqn) -> bool:
     return eqn.primitive.name in _MATERIALIZED
 
 
-def _is_var(v) -> bool:
-    return not isinstance(v, _core.Literal)
-
-
-def _call_body(eqn):
-    """The closed jaxpr a nested call equation runs, else None."""
-    if eqn.primitive.name not in _CALLS:
-        return None
-    inner = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
-    if inner is None:
-        return None
-    return inner if is_closed_jaxpr(inner) else _pe.close_jaxpr(inner)
-
-
 def _abstract(x):
     """``x`` (a tracer of the caller's jit, or an array) as an HBM value of its shape."""
-    aval = jax.typeof(x) if hasattr(jax, "typeof") else _core.get_aval(x)
-    return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=bool(getattr(aval, "weak_type", 0)))
+    weak = bool(getattr(jax.typeof(x), "weak_type", False))
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak)
 
 
 def call_moving_at_first_use(
@@ -200,14 +176,14 @@ def call_moving_at_first_use(
     out_tree = jax.tree.structure(out_shape)
     out_host: dict[Any, bool] = {}
     for v, m in zip(closed.jaxpr.outvars, marks):
-        if m and _is_var(v):
+        if m and is_var(v):
             out_host[v] = True
-    jaxpr = _pe.convert_constvars_jaxpr(closed.jaxpr)
-    shift = len(closed.consts)
-    outs = _Replay().run(jaxpr, list(closed.consts) + values, {i + shift for i in host}, out_host)
+    consts, jaxpr = constvars_as_invars(closed)
+    shift = len(consts)
+    outs = _Replay().run(jaxpr, consts + values, {i + shift for i in host}, out_host)
     # an output that is a literal (or appears twice) and goes to the host: moved here
     outs = [
-        to_memory(o, "pinned_host") if m and not (_is_var(v) and out_host.get(v)) else o
+        to_memory(o, "pinned_host") if m and not (is_var(v) and out_host.get(v)) else o
         for o, v, m in zip(outs, closed.jaxpr.outvars, marks)
     ]
     return jax.tree_util.tree_unflatten(out_tree, outs)
