@@ -224,9 +224,9 @@ def headroom_short(hw, margin: Margin | float = 0.0) -> str:
     if hw.allocator_headroom:
         why.append(f"{hw.allocator_headroom:.0%} allocator headroom ({hw.name} profile)")
     f = cm.compiler_temp_fraction(hw)
-    if f < 1.0:
-        why.append(f"XLA:GPU's {f:.0%} limit after inputs and outputs")
     m = as_margin(margin)
+    if f < 1.0:  # with a deviceless bound too, the line is kept short of the status block's width
+        why.append(f"XLA:GPU's {f:.0%} limit" + ("" if m else " after inputs and outputs"))
     if m:
         why.append(f"deviceless bound ({_short_parts(m)})")
     return " + ".join(why) or "nothing left free"

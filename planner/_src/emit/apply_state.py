@@ -12,9 +12,11 @@ host leaves reach the update (:class:`StateApply` ``.mode``):
   come in one at a time and go back into its own host buffer (the returned state carries
   your ``tx`` again).
 - ``"whole"``: the optimizer is out of the planner's reach (closed over by the step, or in a
-  graph definition as an ``nnx.Optimizer`` is), so each host leaf is brought in whole at the
-  step's start and its new value put back in pinned host memory at its end, as MaxText's
-  ``optimizer_memory_host_offload`` does; the plan prices such leaves whole (one slice).
+  graph definition as an ``nnx.Optimizer`` is), so each host leaf is brought in whole, as
+  MaxText's ``optimizer_memory_host_offload`` does, but at its first use rather than at the
+  step's start, and its new value goes back to pinned host memory as soon as it is made
+  (``xla.first_use``: the update then holds one leaf's state at a time); the plan prices
+  such leaves whole (one slice).
 
 The verify stage compiles exactly this step for a plan's candidate (planning/train_state.py),
 so what was verified is what runs. A plan whose parameters move (``stream_params``) needs the
@@ -35,7 +37,7 @@ from planner._src.errors import PlannerError
 from planner._src.trainstate.records import StateApply, StatePlacement, under
 from planner._src.trainstate.select import is_train_state
 from planner._src.trainstate.streamed import streamed_update
-from planner._src.xla import adapter, deviceless
+from planner._src.xla import adapter, deviceless, first_use
 
 __all__ = ["AppliedStep", "StateApply", "apply_state"]
 
@@ -54,10 +56,6 @@ def _map_args(args: tuple, fn) -> tuple:
     return jax.tree_util.tree_map_with_path(
         lambda k, x: fn(jax.tree_util.keystr(k), x), tuple(args)
     )
-
-
-def _moved(x, kind: str):
-    return adapter.to_memory(x, kind) if getattr(x, "ndim", 0) else x
 
 
 class AppliedStep:
@@ -94,9 +92,12 @@ class AppliedStep:
     def _inner(self, *args):
         sa = self.state
         if sa.mode == "whole":
-            args = _map_args(args, lambda p, x: _moved(x, "device") if sa.host_leaf(p) else x)
-            out = self._policied(*args)
-            return _outputs_to_host(out, args, sa)
+            return first_use.call_moving_at_first_use(
+                self._policied,
+                args,
+                on_host=sa.host_leaf,
+                out_to_host=lambda out: _host_outputs(out, args, sa),
+            )
         # streamed: the TrainState's optimizer, swapped for the trace
         placement = StatePlacement(leaves=(), on_host=sa.opt_keys())
         swapped = {}
@@ -185,10 +186,12 @@ def _host_sharding(x):
     return deviceless.with_memory_kind(base, "pinned_host")  # kept on a deviceless target
 
 
-def _outputs_to_host(out, args, sa: StateApply):
-    """The step's outputs with the new optimizer state's host leaves put back in pinned
-    host memory: the output subtree shaped as the state argument (at the same path, else
-    the one subtree of that shape)."""
+def _host_outputs(out, args, sa: StateApply):
+    """Which of the step's outputs (``out``: values or shapes) go back to pinned host
+    memory, as a pytree of bools shaped as ``out``: the new optimizer state's host leaves,
+    in the output subtree shaped as the state argument (at the same path, else the one
+    subtree of that shape; none where no subtree matches, and the compile's host outputs
+    then say the state came back in HBM)."""
     want = [
         (p[len(sa.opt_path) :], tuple(x.shape), x.dtype)
         for p, x in _paths(args)
@@ -215,14 +218,15 @@ def _outputs_to_host(out, args, sa: StateApply):
     if out_path is None:
         hits = [p for p in prefixes if matches(p)]
         out_path = hits[0] if len(hits) == 1 else None
-    if out_path is None:
-        return out  # the compile's host outputs then say the state came back in HBM
 
     def one(k, x):
         p = jax.tree_util.keystr(k)
-        if under(p, out_path) and p[len(out_path) :] in sa.opt_keys():
-            return _moved(x, "pinned_host")
-        return x
+        return bool(
+            out_path is not None
+            and len(getattr(x, "shape", ())) > 0  # scalars never move
+            and under(p, out_path)
+            and p[len(out_path) :] in sa.opt_keys()
+        )
 
     return jax.tree_util.tree_map_with_path(one, out)
 

@@ -540,6 +540,34 @@ def inline_calls(jaxpr, n_consts: int = 0):
     return _pe.convert_constvars_jaxpr(flat.jaxpr), len(flat.consts)
 
 
+def constvars_as_invars(closed) -> tuple[list, Any]:
+    """(constants, open jaxpr taking them first) of a closed jaxpr (``make_jaxpr``'s)."""
+    return list(closed.consts), _pe.convert_constvars_jaxpr(closed.jaxpr)
+
+
+def call_body(eqn) -> tuple[list, Any] | None:
+    """:func:`constvars_as_invars` of the jaxpr a nested jit / closed_call equation runs,
+    else None."""
+    if eqn.primitive.name not in _INLINED:
+        return None
+    inner = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
+    if inner is None:
+        return None
+    return constvars_as_invars(inner if is_closed_jaxpr(inner) else _pe.close_jaxpr(inner))
+
+
+def bind_equation(eqn, ins: list) -> list:
+    """``eqn`` bound again on ``ins`` in the current trace, with its own parameters, source
+    line and name stack: its outputs, as a list."""
+    params = eqn.primitive.get_bind_params(eqn.params)
+    with (
+        _siu.user_context(eqn.source_info.traceback, name_stack=eqn.source_info.name_stack),
+        eqn.ctx.manager,
+    ):
+        outs = eqn.primitive.bind(*ins, **params)
+    return list(outs) if eqn.primitive.multiple_results else [outs]
+
+
 # How print_saved_residuals names what an inlined call made: JAX keeps the call (a jit of
 # the user's, or of JAX's own: jnp.where, jax.nn.silu) as one equation of the forward pass,
 # and a residual made inside it is an "output of jitted function 'silu' from <the call's
