@@ -327,12 +327,7 @@ WHOLE_GAP = pytest.mark.xfail(
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "idiom",
-    [
-        pytest.param(i, marks=WHOLE_GAP)
-        if i == "equinox (model, opt_state)"
-        else i
-        for i in IDIOMS
-    ],
+    [pytest.param(i, marks=WHOLE_GAP) if i == "equinox (model, opt_state)" else i for i in IDIOMS],
 )
 def test_deviceless_h200_compiles_the_applied_step_within_budget(idiom):
     """Deviceless XLA:GPU for the H200: below full remat with the state in HBM, the plan
