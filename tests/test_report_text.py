@@ -159,3 +159,44 @@ def test_planning_time_sums_each_stage():
         ("the plan's verify compiles", 4.5, 2),
         ("stock policies' verify compiles (waiting for those compiled beside)", 3.0, 1),
     )
+
+
+def test_report_offers_jax_persistent_compilation_cache_and_never_sets_it(plan, tmp_path):
+    """Issue 46 (requirement 1): with no persistent compilation cache configured, the report
+    says the compiles run again in a new process and gives the one line that keeps them;
+    with one configured, it names where they are kept. Building the report changes no JAX
+    setting."""
+    from planner._src.results.report.build import compile_seconds
+    from planner._src.xla.compile_options import persistent_cache_note
+
+    before = jax.config.jax_compilation_cache_dir
+    assert (
+        compile_seconds(
+            [
+                ("trace + anchor compiles", 2.0),
+                ("solve (walk step 1)", 5.0),
+                ("verify (plan)", 1.5),
+                ("verify (stock x)", 0.5),
+            ]
+        )
+        == 4.0
+    )
+    try:
+        jax.config.update("jax_compilation_cache_dir", None)
+        off = persistent_cache_note(4.0)
+        assert "persistent cache is off" in off and "(4.0 s here)" in off
+        assert 'jax.config.update("jax_compilation_cache_dir", "/path/to/cache")' in off
+        assert persistent_cache_note(0.5) == ""  # too little to be worth a line
+        r = build_report(plan)
+        want = persistent_cache_note(compile_seconds(plan.timings))
+        assert r.compile_cache == want
+        if want:
+            assert want[0].lower() + want[1:30] in render_text(r)
+        assert jax.config.jax_compilation_cache_dir is None
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+        on = build_report(plan).compile_cache
+        assert on.startswith("Compilation cache: JAX's persistent cache keeps these compiles in")
+        assert str(tmp_path) in on
+        assert report_from_dict(json_round_trip(build_report(plan))).compile_cache == on
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)

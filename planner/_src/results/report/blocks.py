@@ -9,7 +9,8 @@ from planner._src.units import MB, fmt_gb
 
 def planning_time_lines(r: Report) -> list[str]:
     """The report's planning-time lines: the total and each stage, the trace stage's parts
-    on a line of their own."""
+    on a line of their own, then what JAX's persistent compilation cache does for these
+    compiles (or the line that turns it on)."""
     if not r.planning_time:
         return []
     top = [x for x in r.planning_time if not x[0].startswith("  ")]
@@ -29,6 +30,8 @@ def planning_time_lines(r: Report) -> list[str]:
         side = " (compiles side by side: the parts overlap)"
         overlap = side if sum(s for _, s, _ in parts) > stage * 1.01 + 0.05 else ""
         lines.append("Trace stage: " + "; ".join(item(*x) for x in parts) + overlap)
+    if r.compile_cache:
+        lines.append(r.compile_cache)
     return lines
 
 

@@ -14,6 +14,7 @@ from planner._src.cost.predict import evaluate, hiding_models
 from planner._src.emit.paste import PLAN_FILE, apply_snippet, paste_snippets
 from planner._src.results.report.model import NOT_READ, REGION_LINE, PolicyLine, Report, Row
 from planner._src.units import GB, fmt_bytes
+from planner._src.xla.compile_options import persistent_cache_note
 
 
 def _reason(d: str, rec_ms: float, exposed: float, nbytes: int, plan, room: int) -> str:
@@ -203,6 +204,13 @@ _TIME_STAGES = (
     ("compile ", "stock policies compiled at once"),
     ("numerics check", "numerics check"),
 )
+
+
+def compile_seconds(timings) -> float:
+    """The seconds of a plan's timings that a compilation cache can keep: the trace stage
+    (its anchors and probes) and every verify or stock compile."""
+    stages = ("trace + anchor compiles", "verify (", "compile ")
+    return sum(s for label, s in timings if label.startswith(stages))
 
 
 def planning_time(timings, trace_timings=()) -> tuple[tuple[str, float, int], ...]:
@@ -542,6 +550,7 @@ def build_report(plan, plan_file: str | None = None) -> Report:
         state_host_leaves=() if plan.state is None else plan.state.host_paths(),
         schedule_exposure=None if ver.schedule is None else dataclasses.asdict(ver.schedule),
         planning_time=planning_time(plan.timings, plan.trace.timings),
+        compile_cache=persistent_cache_note(compile_seconds(plan.timings)),
     )
 
 

@@ -137,6 +137,9 @@ class Report:
     # Where the planning time went (build.planning_time): (what, seconds, how many) per stage of
     # this plan, in order; the trace stage's parts follow it, their names indented.
     planning_time: tuple[tuple[str, float, int], ...] = ()
+    # What JAX's persistent compilation cache does for these compiles, or offers
+    # (xla/compile_options.persistent_cache_note); "" where there is nothing to say.
+    compile_cache: str = ""
 
 
 NOT_READ = (
