@@ -98,3 +98,29 @@ def test_a_deterministic_step_is_not_called_trace_dependent():
 
     ref = run_reference(_grad, ARGS)
     assert traces_differ(_grad, ARGS, ref, 1.2e-7) == ""
+
+
+def test_the_trace_check_compares_programs_before_running_a_trace_of_its_own():
+    """Issue 46: the trace check lowers the step again and compares its program, constants
+    included, with the reference's; only where they differ (or the text cannot tell) does it
+    compile and run a trace of its own. A step that bakes another constant into each trace
+    never passes on its text; where closed-over arrays are arguments of the executable, the
+    text cannot tell."""
+    from planner._src.verify.numerics.runs import _compiled_reference, _same_program_again
+
+    exe = _compiled_reference(_grad, ARGS)
+    assert exe.program is not None and "stablehlo" in exe.program
+    assert _same_program_again(_grad, ARGS, exe)
+    for step in (_random_constant_step, _global_step):
+        assert not _same_program_again(step, ARGS, _compiled_reference(step, ARGS))
+    # closed-over arrays passed as arguments of the executable (JAX's const_args, where
+    # jax_use_simplified_jaxpr_constants makes them): their values are not in the text
+    from types import SimpleNamespace
+
+    from planner._src.xla.adapter import lowered_program
+
+    lowered = jax.jit(_grad).trace(*ARGS).lower()
+    assert lowered_program(lowered) == lowered.as_text()
+    hoisted = SimpleNamespace(_lowering=SimpleNamespace(const_args=[ARGS[0]]), as_text=str)
+    assert lowered_program(hoisted) is None
+    assert lowered_program(SimpleNamespace(as_text=str)) is None  # a lowering of another kind

@@ -80,9 +80,12 @@ class NumericsJudge:
 
     def _ensure_reference(self, float_dtypes) -> None:
         if self._reference is None:
-            self._reference, self._sensitivity, self._traces_differ = numerics.reference_runs(
-                self.subject.fn, self.subject.args, float_dtypes, full_remat=self.full_remat
-            )
+            # in the Planner's scope: a reference program it compiled already is not compiled
+            # again (xla/memo.py)
+            with self.subject.scope():
+                self._reference, self._sensitivity, self._traces_differ = numerics.reference_runs(
+                    self.subject.fn, self.subject.args, float_dtypes, full_remat=self.full_remat
+                )
             if self._traces_differ:
                 warnings.warn(
                     f"The numerics check cannot judge this step's plans: {self._traces_differ}.",

@@ -1010,18 +1010,37 @@ class StaticLeavesJit:
         box: dict = {}
         return _rebuilt(self._jit(fn, box)(*dyn), box)
 
-    def compiled(self, *args) -> Callable:
+    def compiled(self, *args, compile: Callable | None = None) -> Callable:
         """The step traced, lowered and compiled once for ``args``: a function that runs that
         executable on argument sets of the same structure, shapes and dtypes, and the same
-        non-array leaves (a call compiles anew: each makes its own jit)."""
+        non-array leaves (a call compiles anew: each makes its own jit). ``compile``: how
+        the lowering is compiled (``lowered.compile()`` by default)."""
         fn, dyn = self._split(args)
         box: dict = {}
-        exe = self._jit(fn, box).trace(*dyn).lower().compile()
+        lowered = self._jit(fn, box).trace(*dyn).lower()
+        exe = lowered.compile() if compile is None else compile(lowered)
 
         def run(*same):
             return _rebuilt(exe(*self._split(same)[1]), box)
 
+        run.program = lowered_program(lowered)
         return run
+
+    def program(self, *args) -> str | None:
+        """The step traced and lowered again for ``args``: :func:`lowered_program`."""
+        fn, dyn = self._split(args)
+        return lowered_program(self._jit(fn, {}).trace(*dyn).lower())
+
+
+def lowered_program(lowered) -> str | None:
+    """The whole program of a lowering as text, constants included, or None where it is not
+    all in the text: JAX's ``jax_use_simplified_jaxpr_constants`` passes closed-over arrays
+    as arguments of the executable (``const_args``), whose values the text does not show.
+    Two lowerings with the same program compute the same outputs from the same arguments."""
+    inner = getattr(lowered, "_lowering", None)
+    if inner is None or getattr(inner, "const_args", ()):
+        return None
+    return lowered.as_text()
 
 
 def _rebuilt(out, box: dict):

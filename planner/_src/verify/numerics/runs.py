@@ -19,7 +19,7 @@ from planner._src.verify.numerics.compare import (
     own_eps,
 )
 from planner._src.xla import adapter
-from planner._src.xla.compile import enum_policies
+from planner._src.xla.compile import compile_lowered, enum_policies
 
 
 def is_concrete(args) -> bool:
@@ -108,13 +108,19 @@ def reference_runs(
     once per session; every plan's outputs are judged against them. The reference and the run
     on moved inputs are one program: compiled once, run twice, where the planner jits the step
     itself (a step with its own jit is run through it, compiling each time); the trace check
-    is a trace of its own. ``full_remat``: the step compiled under ``nothing_saveable`` in
+    lowers the step again and compares the program with the reference's, and runs a trace of
+    its own only where they differ or the text cannot tell (:func:`_same_program_again`).
+    ``full_remat``: the step compiled under ``nothing_saveable`` in
     every region (the trace stage's anchor), run for the full-remat run instead of compiling
     it again."""
     exe = _compiled_reference(step_fn, args)
     reference = run_reference(step_fn, args) if exe is None else exe(args)
     eps = coarsest_eps(args, reference, computed=computed)
-    why = traces_differ(step_fn, args, reference, eps)
+    why = (
+        ""
+        if _same_program_again(step_fn, args, exe)
+        else traces_differ(step_fn, args, reference, eps)
+    )
     if why:
         return reference, None, why
     moved = (
@@ -150,6 +156,18 @@ def traces_differ(step_fn: Callable, args: Sequence[Any], reference, eps: float)
     )
 
 
+def _same_program_again(step_fn: Callable, args: Sequence[Any], exe) -> bool:
+    """Whether the user's step, traced and lowered again on ``args``, is the very program
+    ``exe`` (:func:`_compiled_reference`) runs, constants included: then it computes the
+    same outputs, and :func:`traces_differ` need not compile and run it. False where that
+    cannot be told from the text (then the check runs it)."""
+    program = getattr(exe, "program", None)
+    if program is None:
+        return False
+    with adapter.isolated_traces():
+        return _jitted(step_fn).program(*args) == program
+
+
 def _full_remat(rid, region):
     return jax.checkpoint_policies.nothing_saveable
 
@@ -163,14 +181,26 @@ def _compiled_reference(step_fn: Callable, args: Sequence[Any]):
         return None
     with adapter.isolated_traces(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*donated buffers.*")
-        compiled = runner.compiled(*args)
+        compiled = runner.compiled(*args, compile=_compile_reusing)
 
     def run(some_args):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*donated buffers.*")
             return _ready(compiled(*_copy(some_args)))
 
+    run.program = compiled.program
     return run
+
+
+def _compile_reusing(lowered):
+    """``lowered`` compiled with XLA's defaults, or, within a Planner's scope, the same
+    program it compiled before (xla/memo.py: the same text, so the same executable; the
+    user's step under its own policies is often the full-remat anchor) where that takes and
+    returns the same structures."""
+    got = compile_lowered(lowered)
+    if got.in_tree == lowered.in_tree and got.out_tree == lowered.out_tree:
+        return got
+    return lowered.compile()
 
 
 def one_ulp_up(args, eps: float = 0.0):
