@@ -311,24 +311,13 @@ def _h200():
     return target
 
 
-# plan.apply's "whole" mode brings each host leaf to HBM at its first use (xla/first_use.py),
-# which on nnx's update lowers the compile below the state-in-HBM one and lets the plan fit.
-# Equinox's Adam step still does not fit at this budget: deviceless, with the whole state on
-# the host it compiles to 6.85 MB against 6.80 MB all in HBM (nothing_saveable; 6.81-6.87 MB
-# over three stock policies, 7.09-8.21 MB when the leaves came in at the step's start), where
-# the budget leaves 6.13 MB: its peak is the optimizer update, which a leaf brought in whole
-# cannot lower (benchmarks/results/whole-at-first-use-2026-12-07.md). Open: price a whole
-# leaf as held at the update, or stream the update (docs/guide/train-state.md).
-WHOLE_GAP = pytest.mark.xfail(
-    strict=True, reason="whole mode cannot lower a peak that is the optimizer update itself"
-)
-
-
+# plan.apply's "whole" mode brings each host leaf to HBM at its first use and streams the
+# update leaf by leaf, each leaf's update just after its gradient (xla/first_use.py): on nnx's
+# and Equinox's Adam steps the compile is below the state-in-HBM one and the plan fits
+# (Equinox, whole state on the host, nothing_saveable: 5.49 MB against 6.80 MB all in HBM;
+# benchmarks/results/whole-streamed-2026-12-07.md).
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "idiom",
-    [pytest.param(i, marks=WHOLE_GAP) if i == "equinox (model, opt_state)" else i for i in IDIOMS],
-)
+@pytest.mark.parametrize("idiom", list(IDIOMS))
 def test_deviceless_h200_compiles_the_applied_step_within_budget(idiom):
     """Deviceless XLA:GPU for the H200: below full remat with the state in HBM, the plan
     puts optimizer state on the host, and the step ``plan.apply`` returns compiles within

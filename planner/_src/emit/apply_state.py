@@ -15,8 +15,9 @@ host leaves reach the update (:class:`StateApply` ``.mode``):
   graph definition as an ``nnx.Optimizer`` is), so each host leaf is brought in whole, as
   MaxText's ``optimizer_memory_host_offload`` does, but at its first use rather than at the
   step's start, and its new value goes back to pinned host memory as soon as it is made
-  (``xla.first_use``: the update then holds one leaf's state at a time); the plan prices
-  such leaves whole (one slice).
+  (``xla.first_use``: the update is streamed leaf by leaf, each leaf's just after its
+  gradient, so it holds about one leaf's state at a time); the plan prices such leaves
+  whole (one slice).
 
 The verify stage compiles exactly this step for a plan's candidate (planning/train_state.py),
 so what was verified is what runs. A plan whose parameters move (``stream_params``) needs the
