@@ -134,7 +134,7 @@ def json_round_trip(r):
 
 
 def test_planning_time_sums_each_stage():
-    from planner._src.results.report.build import planning_time
+    from planner._src.results.report.timing import planning_time
 
     got = planning_time(
         [
@@ -166,7 +166,7 @@ def test_report_offers_jax_persistent_compilation_cache_and_never_sets_it(plan, 
     says the compiles run again in a new process and gives the one line that keeps them;
     with one configured, it names where they are kept. Building the report changes no JAX
     setting."""
-    from planner._src.results.report.build import compile_seconds
+    from planner._src.results.report.timing import compile_seconds
     from planner._src.xla.compile_options import persistent_cache_note
 
     before = jax.config.jax_compilation_cache_dir
