@@ -79,6 +79,7 @@ FALLBACK = {
     "must_show": RESULTS / "offload-plans-2026-12-06",
     "throughput": RESULTS / "throughput-plans-2026-12-04c",
     "state": RESULTS / "state-offload-config-2026-12-04",
+    "train_state": RESULTS / "train-state-h200-plans-2026-12-07",
 }
 # The zoo of h200_zoo.sh (h200-2026-12-05-zoo.md): gpu_bench.py BENCH with these overrides.
 ZOO = {
@@ -233,6 +234,16 @@ def _state(only: str):
     return build
 
 
+def _train_state(ctx: Ctx, raw: Path):
+    if ctx.dry:
+        return Unrunnable("needs_gpu", "a 7.2 B-parameter TrainState step with state on the host")
+    f = ctx.plan_file("train_state", "plan.json")
+    if f is None or not (f.parent / "job.json").is_file():
+        return Unrunnable("no_plans", "no train_state/plan.json and job.json in --plans")
+    argv = [PY, "benchmarks/train_state_h200.py", "run", "--plans", _rel(f.parent)]
+    return Command(argv + ["--out", str(raw)], plans=_rel(f.parent))
+
+
 def _param_state(ctx: Ctx, raw: Path):
     if ctx.dry:
         return Unrunnable("needs_gpu", "parameters in pinned host memory, timed on the device")
@@ -373,6 +384,15 @@ MEASUREMENTS = [
         100,
         "h200-2026-12-04-state-offload-b/results-run2-whole.jsonl: 2 jobs 81.4 s",
         _state("whole"),
+    ),
+    Measurement(
+        "train_state",
+        "train_state",
+        "7.2 B Llama + Adam in a Flax TrainState below its state's size: plan.apply of the "
+        "CPU-made plan against MaxText's all-or-nothing optimizer offload (issue 42)",
+        200,
+        "estimate: 3-4 processes of a 7.2 B step, each as state:whole's (2 jobs 81.4 s)",
+        _train_state,
     ),
     Measurement(
         "param_state",
@@ -1011,6 +1031,15 @@ PLAN_ITEMS = (
             "estimate: one trace stage of state-offload-config-2026-12-04 (28-30 s) + start",
         )
         for b in (1, 2, 4, 8)
+    ]
+    + [
+        PlanItem(
+            "train_state",
+            "train_state/plan.json",
+            "benchmarks/train_state_h200.py plan --skip-refusal --save-dir {d}/train_state",
+            240,
+            "train-state-h200-deviceless-2026-12-06.md: trace stage 115 s + the state plan 57 s",
+        )
     ]
 )
 

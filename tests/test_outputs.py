@@ -380,3 +380,16 @@ def test_the_text_report_prints_brackets_as_written(plan):
     noted = dataclasses.replace(plan, compiler_note='Fix: pip install -e ".[cuda]" [bold]x[/bold]')
     text = noted.report("text")
     assert 'pip install -e ".[cuda]" [bold]x[/bold]' in text
+
+
+def test_state_on_the_host_gets_the_offloading_flags():
+    """A plan that offloads no activation but keeps train state in pinned host memory still
+    copies to and from the host every step: on a GPU it gets the flags that let those copies
+    overlap compute; without host copies, none."""
+    a = planner.Assignment.of({"name:x": "remat"})
+    names = {"name:x": "x"}
+    assert emit(a, names, "h200").xla_flags == ""
+    flags = emit(a, names, "h200", host_copies=True).xla_flags.split()
+    assert "--xla_gpu_enable_command_buffer=" in flags
+    assert "--xla_gpu_enable_latency_hiding_scheduler=true" in flags
+    assert emit(a, names, "cpu", host_copies=True).xla_flags == ""

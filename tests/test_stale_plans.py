@@ -164,3 +164,21 @@ def test_a_step_calling_the_planned_step_under_jit_is_the_same_step(plan):
     plan.apply(around)(*_args())
     with pytest.raises(planner.PlanFileError):
         plan.apply(around)(*_args(batch=1024))
+
+
+def test_arrays_committed_to_a_mesh_are_the_same_step(plan, saved):
+    """JAX traces arrays committed to a mesh's NamedSharding into another program text than
+    the same shapes unsharded (a plan made from jax.eval_shape arguments, or from arrays
+    not yet placed): the step is the same and is not refused; another step still is."""
+    mesh = jax.sharding.Mesh(jax.devices()[:1], ("d",))
+    on_mesh = jax.device_put(
+        _args(), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    )
+    want = jax.jit(_step)(*_args())
+    for applied in (plan.apply(_step), planner.load_plan(saved).apply(_step)):
+        got = jax.jit(applied)(*on_mesh)
+        for x, y in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True):
+            assert jnp.allclose(x, y)
+    planner.load_plan(saved).check(_step, *on_mesh)
+    with pytest.raises(planner.PlanFileError):
+        planner.load_plan(saved).check(_other_step, *on_mesh)

@@ -284,6 +284,26 @@ def test_a_saved_state_plan_applies_from_its_file(tmp_path):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+def test_the_applied_step_takes_state_already_on_the_host():
+    """State created in pinned host memory (as a large model's must be, never whole in HBM)
+    passes the applied step's first-call check, which traces the user's own step: with the
+    same numbers as state that starts in HBM."""
+    step, args = flax_linen.make(**SMALL)
+    session = planner.Planner(_donated(step, args), *args, hardware="cpu")
+    plan = session.plan(_budget_below_full_remat(session), opt_state=lambda a: a[0].opt_state)
+    assert plan.state.placement.on_host
+    fresh_step, fresh = flax_linen.make(**SMALL)
+    copy = jax.tree.map(lambda x: x.copy() if isinstance(x, jax.Array) else x, fresh)
+    from_device = plan.apply(fresh_step)(*fresh)
+    applied = plan.apply(fresh_step)
+    on_host = applied.placed(copy)
+    kinds = {x.sharding.memory_kind for x in jax.tree.leaves(on_host[0].opt_state) if x.ndim}
+    assert "pinned_host" in kinds
+    from_host = applied(*on_host)
+    for x, y in zip(jax.tree.leaves(from_device), jax.tree.leaves(from_host), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
 def test_plans_of_steps_whose_state_fits_do_not_change():
     """Without opt_state the found state changes nothing: the same plan as before, no state
     part; with it at a roomy budget, nothing moves."""
@@ -336,6 +356,8 @@ def test_deviceless_h200_compiles_the_applied_step_within_budget(idiom):
     st = plan.state
     assert st.placement.on_host
     assert plan.verification.status == "compiled, within budget", plan.report()
+    # the state's copies overlap compute only with the offloading flags (emit.py)
+    assert "--xla_gpu_enable_command_buffer=" in plan.xla_flags.split()
     assert st.compiled.host_matches and not st.compiled.estimated
     flag = [b for b in plan.baselines if b.name.endswith(" + optimizer_memory_host_offload")]
     assert flag and plan.choice == "planner"

@@ -219,11 +219,15 @@ def emit(
     hardware,
     *,
     stock: str | None = None,
+    host_copies: bool = False,
 ) -> Emitted:
     """``class_names`` maps class key -> checkpoint name (None for unnamed classes).
     ``stock``: the plan is that stock policy (planner._src.policies.STOCK), handed back as the
-    very policy object JAX or MaxText builds, with its own source text."""
-    offloading = any(d == "offload" for _, d in assignment.decisions)
+    very policy object JAX or MaxText builds, with its own source text. ``host_copies``: the
+    step copies to and from pinned host memory for another reason than an offloaded
+    activation (train state on the host): it gets the offloading flags too, which are what
+    lets any host copy overlap compute on a GPU."""
+    offloading = host_copies or any(d == "offload" for _, d in assignment.decisions)
     hw = cm.load_profile(hardware)
     flags = cm.xla_flags_for(hw, offloading=offloading)
     if stock is not None:

@@ -62,7 +62,9 @@ def attempt(
         assignment = normalize(graph, cost, assignment)
     pred = evaluate(cost, graph, assignment, state_on_host=state_on_host)
     class_names = {c.key: c.name for c in graph.classes}
-    emitted = emit(assignment, class_names, subject.hardware, stock=stock)
+    emitted = emit(
+        assignment, class_names, subject.hardware, stock=stock, host_copies=bool(state_on_host)
+    )
     if state_on_host:
         return _attempt_applied(
             subject,

@@ -23,10 +23,13 @@ from planner._src.fingerprints import StepFingerprint
 from planner._src.graph import num_groups
 from planner._src.results.files import as_path, target_of, write_text_atomically
 from planner._src.results.report import Report, build_report, render, report_from_dict
-from planner._src.results.stale import first_call_check, refuse_another_step
+from planner._src.results.stale import (
+    fingerprint_for_check,
+    first_call_check,
+    refuse_another_step,
+)
 from planner._src.trainstate.records import StateApply
 from planner._src.types import DECISIONS, Assignment
-from planner._src.xla.fingerprint import step_fingerprint_and_bodies
 from planner._version import __version__
 
 FORMAT = "jax-offload-planner/plan"
@@ -163,7 +166,7 @@ class SavedPlan:
 
     def check(self, step_fn, *example_args) -> None:
         """Raise PlanFileError unless ``step_fn(*example_args)`` is the step this plan is for."""
-        here, bodies = step_fingerprint_and_bodies(step_fn, example_args)
+        here, bodies = fingerprint_for_check(step_fn, example_args, self.step_fingerprint)
         refuse_another_step(
             here,
             self.step_fingerprint,

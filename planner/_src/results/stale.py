@@ -27,17 +27,54 @@ from planner._src.xla.fingerprint import step_fingerprint_and_bodies
 __all__ = ["first_call_check", "refuse_another_step"]
 
 
+_HOST_KINDS = ("pinned_host", "unpinned_host")
+
+
 def _abstract(args: Sequence[Any]) -> tuple:
     """The call's arguments with every tracer (the applied step called inside the user's own
-    ``jax.jit`` or ``grad``) as a ``ShapeDtypeStruct``: the step is traced on its own."""
+    ``jax.jit`` or ``grad``) as a ``ShapeDtypeStruct``: the step is traced on its own. So is
+    an array in host memory (train state a plan placed there, or that the user created
+    there): the user's step, traced unplanned, would mix host and device values, and the
+    plan was made for the values themselves, wherever they live."""
 
     def leaf(x):
         if isinstance(x, jax.core.Tracer):
             aval = x.aval
             return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+        if getattr(getattr(x, "sharding", None), "memory_kind", None) in _HOST_KINDS:
+            weak = bool(getattr(x, "weak_type", False))
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak)
         return x
 
     return tuple(jax.tree.map(leaf, tuple(args)))
+
+
+def _unsharded(args: Sequence[Any]) -> tuple:
+    """Every array argument as a ``ShapeDtypeStruct`` with no sharding. JAX traces an array
+    committed to a mesh's ``NamedSharding`` into another program text than the same shapes
+    unsharded (JAX 0.11.2: one more scalar operand into the checkpointed layer), so a plan
+    made from ``jax.eval_shape`` arguments would otherwise refuse the very step it was
+    made for, called with sharded arrays."""
+
+    def leaf(x):
+        if hasattr(x, "shape") and hasattr(x, "dtype"):
+            weak = bool(getattr(x, "weak_type", False))
+            return jax.ShapeDtypeStruct(tuple(x.shape), x.dtype, weak_type=weak)
+        return x
+
+    return tuple(jax.tree.map(leaf, tuple(args)))
+
+
+def fingerprint_for_check(step_fn: Callable, args: tuple, planned: StepFingerprint):
+    """``step_fn``'s fingerprint and wrapped bodies for ``args``, traced again with the
+    arguments unsharded where the first trace is not the planned program (_unsharded)."""
+    here, bodies = step_fingerprint_and_bodies(step_fn, _abstract(args))
+    if planned.program in (here.program, *bodies):
+        return here, bodies
+    alt, alt_bodies = step_fingerprint_and_bodies(step_fn, _unsharded(args))
+    if planned.program in (alt.program, *alt_bodies):
+        return alt, alt_bodies
+    return here, bodies
 
 
 def refuse_another_step(
@@ -94,7 +131,7 @@ def first_call_check(
                     stacklevel=4,
                 )
             else:
-                here, bodies = step_fingerprint_and_bodies(step_fn, _abstract(args))
+                here, bodies = fingerprint_for_check(step_fn, args, planned)
                 refuse_another_step(here, planned, where, bodies=bodies)
             done[0] = True
 
