@@ -369,13 +369,14 @@ def run_main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--plans", type=Path, required=True, help="plan mode's --save-dir")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--budget-s", type=float, default=TOTAL_S, help="no job starts after it")
     ap.add_argument(
         "--dry", action="store_true", help="on a CPU: nothing capped, every row run (a check)"
     )
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     spec = json.loads((a.plans / "job.json").read_text())
-    deadline = time.time() + TOTAL_S
+    deadline = time.time() + a.budget_s
     plans = str(a.plans.resolve())
     mt = spec["maxtext_policy"]
     rows = []
