@@ -166,8 +166,7 @@ def test_report_offers_jax_persistent_compilation_cache_and_never_sets_it(plan, 
     says the compiles run again in a new process and gives the one line that keeps them;
     with one configured, it names where they are kept. Building the report changes no JAX
     setting."""
-    from planner._src.results.report.timing import compile_seconds
-    from planner._src.xla.compile_options import persistent_cache_note
+    from planner._src.results.report.timing import compile_seconds, persistent_cache_note
 
     before = jax.config.jax_compilation_cache_dir
     assert (

@@ -6,8 +6,8 @@
   (:func:`probe_compile_options`).
 * On a live GPU, XLA's per-fusion autotune cache (:func:`autotune_cache`).
 * On XLA:CPU, programs compiled for their figures only (:func:`compile_only`): LLVM at level 0.
-* JAX's persistent compilation cache: what the report says of it (:func:`persistent_cache_note`;
-  read, never set).
+* JAX's persistent compilation cache: where the user keeps it (:func:`persistent_cache_dir`;
+  read, never set; the report's line is results/report/timing.py's).
 
 :func:`for_compile` assembles them for one compile (xla/compile.py's ``compile_lowered``).
 """
@@ -188,34 +188,3 @@ def persistent_cache_dir() -> str | None:
     ``jax_compilation_cache_dir``, or its environment variable), None where none is set."""
     d = getattr(jax.config, "jax_compilation_cache_dir", None)
     return str(d) if d else None
-
-
-# Below this many seconds of compiles a plan gains too little from a cache to be told about
-# one; JAX's own threshold for keeping one compile is jax_persistent_cache_min_compile_time_secs.
-_OFFER_CACHE_S = 1.0
-
-
-def persistent_cache_note(compile_s: float) -> str:
-    """What the report says of JAX's persistent compilation cache, for a plan whose trace
-    stage and compiles took ``compile_s`` seconds: where it keeps them when the user set one;
-    when not, the one line that keeps them for the next process (the planner never sets it:
-    it is the user's configuration); "" for a plan whose compiles took under a second."""
-    d = persistent_cache_dir()
-    least = getattr(jax.config, "jax_persistent_cache_min_compile_time_secs", None)
-    kept = f" (compiles of at least {least:g} s: jax_persistent_cache_min_compile_time_secs)"
-    if d is not None:
-        return f"Compilation cache: JAX's persistent cache keeps these compiles in {d}" + (
-            kept if least else ""
-        )
-    if compile_s < _OFFER_CACHE_S:
-        return ""
-    return (
-        "Compilation cache: JAX's persistent cache is off, so a new process compiles these "
-        f"again ({compile_s:.1f} s here); to keep them, before planning: "
-        'jax.config.update("jax_compilation_cache_dir", "/path/to/cache")'
-        + (
-            " (on a GPU it keeps XLA's autotune results too)"
-            if jax.default_backend() == "gpu"
-            else ""
-        )
-    )

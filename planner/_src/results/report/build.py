@@ -13,9 +13,12 @@ import cost_models as cm
 from planner._src.cost.predict import evaluate, hiding_models
 from planner._src.emit.paste import PLAN_FILE, apply_snippet, paste_snippets
 from planner._src.results.report.model import NOT_READ, REGION_LINE, PolicyLine, Report, Row
-from planner._src.results.report.timing import compile_seconds, planning_time
+from planner._src.results.report.timing import (
+    compile_seconds,
+    persistent_cache_note,
+    planning_time,
+)
 from planner._src.units import GB, fmt_bytes
-from planner._src.xla.compile_options import persistent_cache_note
 
 
 def _reason(d: str, rec_ms: float, exposed: float, nbytes: int, plan, room: int) -> str:

@@ -138,7 +138,7 @@ class Report:
     # this plan, in order; the trace stage's parts follow it, their names indented.
     planning_time: tuple[tuple[str, float, int], ...] = ()
     # What JAX's persistent compilation cache does for these compiles, or offers
-    # (xla/compile_options.persistent_cache_note); "" where there is nothing to say.
+    # (results/report/timing.persistent_cache_note); "" where there is nothing to say.
     compile_cache: str = ""
 
 
