@@ -54,6 +54,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+# the H200's bytes and a compile's figures, as state_offload_h200.py (issue 21) counts them
+from state_offload_h200 import HBM_BYTES_H200, _figures  # noqa: E402
+
 
 def make_train_state_step(cfg, lr: float = 1e-3):
     """``(train_step, (state, batch), make_args)``: ``state`` a Flax ``TrainState`` of
@@ -200,7 +203,6 @@ def _maxtext_policy(plan) -> str:
 
 # ------------------------------------------------------------------ on the H200: run mode
 
-HBM_BYTES_H200 = 143771 * 2**20  # nvidia-smi on our H200 (KINDS.md): 143771 MiB
 TOTAL_S = 500.0
 STEPS = 10
 
@@ -231,20 +233,6 @@ def _maxtext_step(step):
         return new.replace(opt_state=moved(new.opt_state, "pinned_host")), loss
 
     return maxtext_step
-
-
-def _figures(compiled) -> dict:
-    m = compiled.memory_analysis()
-    return {
-        "device_bytes": int(
-            m.argument_size_in_bytes
-            + m.output_size_in_bytes
-            - m.alias_size_in_bytes
-            + m.temp_size_in_bytes
-        ),
-        "host_argument_bytes": int(getattr(m, "host_argument_size_in_bytes", 0) or 0),
-        "host_temp_bytes": int(getattr(m, "host_temp_size_in_bytes", 0) or 0),
-    }
 
 
 def _created_in_place(make_args, abstract, shard):

@@ -23,6 +23,7 @@ from typing import Any
 
 from planner._src.errors import InvalidArgumentError
 from planner._src.xla import adapter
+from planner._src.xla.compile import enum_policies
 
 __all__ = ["Binding", "apply", "binding"]
 
@@ -56,16 +57,6 @@ def binding(bind_groups: Mapping[int, int | None], policy, policies: tuple = ())
     return Binding(by_bind=by_bind, fallback=fallback, groups=len(policies))
 
 
-def _decide(policy) -> Callable[..., Any]:
-    """JAX's Saveable / Recompute / Offloadable for a policy that may answer with a bool."""
-
-    def decide(prim, *avals, **params):
-        d = policy(prim, *avals, **params)
-        return adapter.Saveable if d is True else adapter.Recompute if d is False else d
-
-    return decide
-
-
 def apply(step_fn: Callable, b: Binding, before_first: Callable | None = None) -> Callable:
     """``step_fn`` with every checkpoint region under ``b``'s policy (module docstring).
 
@@ -84,17 +75,10 @@ def apply(step_fn: Callable, b: Binding, before_first: Callable | None = None) -
             "Fix: pass the function you planned, e.g. step = plan.apply(train_step)."
         )
     epoch = adapter.new_epoch("planner-apply")
-    # One decide object per distinct policy: call sites under the same policy then bind equal
-    # policies, and JAX partially evaluates and transposes identical layers once
-    # (adapter.RegionPolicy); one closure per call site made a 200-layer loop trace 4-5x
-    # slower than the step as written.
-    decides: dict[int, tuple[Any, Callable]] = {}  # id(policy) -> (policy, its decide)
-
-    def make(rid, region):
-        pol = b.policy_of(rid)
-        if id(pol) not in decides:
-            decides[id(pol)] = (pol, _decide(pol))
-        return decides[id(pol)][1]
+    # One decide object per distinct policy (enum_policies): call sites under the same policy
+    # then bind equal policies, and JAX partially evaluates and transposes identical layers
+    # once (adapter.RegionPolicy), as in the step as written.
+    make = enum_policies(lambda rid, region: b.policy_of(rid))
 
     @functools.wraps(step_fn)
     def applied(*args, **kwargs):

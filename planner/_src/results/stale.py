@@ -30,6 +30,13 @@ __all__ = ["first_call_check", "refuse_another_step"]
 _HOST_KINDS = ("pinned_host", "unpinned_host")
 
 
+def _shape_of(x) -> jax.ShapeDtypeStruct:
+    """``x``'s shape, dtype and weak type, with no sharding or memory kind."""
+    return jax.ShapeDtypeStruct(
+        tuple(x.shape), x.dtype, weak_type=bool(getattr(x, "weak_type", False))
+    )
+
+
 def _abstract(args: Sequence[Any]) -> tuple:
     """The call's arguments with every tracer (the applied step called inside the user's own
     ``jax.jit`` or ``grad``) as a ``ShapeDtypeStruct``: the step is traced on its own. So is
@@ -39,11 +46,9 @@ def _abstract(args: Sequence[Any]) -> tuple:
 
     def leaf(x):
         if isinstance(x, jax.core.Tracer):
-            aval = x.aval
-            return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+            return _shape_of(x.aval)
         if getattr(getattr(x, "sharding", None), "memory_kind", None) in _HOST_KINDS:
-            weak = bool(getattr(x, "weak_type", False))
-            return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak)
+            return _shape_of(x)
         return x
 
     return tuple(jax.tree.map(leaf, tuple(args)))
@@ -57,10 +62,7 @@ def _unsharded(args: Sequence[Any]) -> tuple:
     made for, called with sharded arrays."""
 
     def leaf(x):
-        if hasattr(x, "shape") and hasattr(x, "dtype"):
-            weak = bool(getattr(x, "weak_type", False))
-            return jax.ShapeDtypeStruct(tuple(x.shape), x.dtype, weak_type=weak)
-        return x
+        return _shape_of(x) if hasattr(x, "shape") and hasattr(x, "dtype") else x
 
     return tuple(jax.tree.map(leaf, tuple(args)))
 
