@@ -13,6 +13,7 @@ import pytest
 
 import planner
 from examples import llama
+from planner._src.policies import STOCK
 from planner._src.xla import compile as xla_compile
 from planner._src.xla import compile_options
 
@@ -83,7 +84,7 @@ def concrete_args():
 def test_a_planner_compiles_for_figures_only_where_nothing_is_run_here(monkeypatch, concrete_args):
     """Abstract arguments or check_numerics=False: every compile of the Planner (anchors,
     probes, verify) is made for its figures only. Concrete arguments with the numerics check
-    on: none is, since the check runs the verify compile and the full-remat anchor."""
+    on: none of the trace stage's is, since the check runs the full-remat anchor."""
     abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), concrete_args)
     seen = _spy_compile(monkeypatch)
     p = _planner(abstract)
@@ -102,6 +103,44 @@ def test_a_planner_compiles_for_figures_only_where_nothing_is_run_here(monkeypat
     checked = _planner(concrete_args)
     assert not checked.subject.compile_only and seen
     assert not any("xla_backend_optimization_level" in o for o in seen)
+
+
+def test_with_the_numerics_check_on_only_stock_policies_compile_for_figures_only(
+    monkeypatch, concrete_args
+):
+    """Where the numerics check runs the step, the stock policies (run only where one is the
+    answer, most compiled to be found over the budget) are compiled for their figures only
+    and every other compile keeps XLA's default; a stock answer's check runs its program
+    compiled again at XLA's default, and passes."""
+    from planner._src.planning.stock import StockCompiles
+
+    seen, in_stock = [], []
+    real_compile, real_attempt = jax.stages.Lowered.compile, StockCompiles.attempt
+
+    def compile(self, compiler_options=None, **kw):
+        seen.append((bool(in_stock), "xla_backend_optimization_level" in (compiler_options or {})))
+        return real_compile(self, compiler_options=compiler_options, **kw)
+
+    def attempt(self, *a, **kw):
+        in_stock.append(1)
+        try:
+            return real_attempt(self, *a, **kw)
+        finally:
+            in_stock.pop()
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", compile)
+    monkeypatch.setattr(StockCompiles, "attempt", attempt)
+    p = _planner(concrete_args)
+    assert not p.subject.compile_only
+    lo, hi = p.trace.anchor.device_bytes, p.trace.anchor_saved.device_bytes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", planner.PlanWarning)
+        stock, own = (p.plan((lo + f * (hi - lo)) / 1e9) for f in (0.1, 0.5))
+    assert stock.choice in STOCK and own.choice == "planner"
+    for plan in (stock, own):
+        assert plan.numerics.checked and plan.numerics.ok, plan.numerics
+    assert any(stock_compile for stock_compile, _ in seen)
+    assert all(stock_compile == figures_only for stock_compile, figures_only in seen), seen
 
 
 def test_a_plan_made_for_figures_only_is_the_plan_of_default_compiles(monkeypatch):

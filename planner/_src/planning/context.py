@@ -81,7 +81,9 @@ class Subject:
                 stack.enter_context(deviceless.target_scope(self.compiler))
             else:
                 stack.enter_context(compile_options.autotune_cache(self.options.autotune_cache_dir))
-                stack.enter_context(compile_options.compile_only(self.compile_only))
+                # (a compile asked for its figures only within, e.g. a stock policy's, stays so)
+                figures_only = self.compile_only or compile_options.compiling_for_figures_only()
+                stack.enter_context(compile_options.compile_only(figures_only))
             stack.enter_context(xla_memo.compile_memo(self.compiles))
             yield
 

@@ -64,7 +64,9 @@ SPEED_ONLY_OPTIONS = frozenset(
 # memory figures (argument, output, alias, temp: 60 of 60 zoo programs) in about two thirds of
 # the compile time; its code runs slower and rounds differently (FMA contraction), which is
 # why a program the numerics check runs keeps XLA's default (measured:
-# benchmarks/results/compile-options-2026-12-07.md).
+# benchmarks/results/compile-options-2026-12-07.md). The stock policies are compiled so even
+# where the check runs (planning/stock.py): one is run only where it is the answer, and then
+# compiled again at the default.
 COMPILE_ONLY_CPU_OPTIONS = {"xla_backend_optimization_level": 0}
 _UNKNOWN_OPTION = re.compile(r"No such compile option: '([\w.]+)'")
 
@@ -157,6 +159,11 @@ def compile_only(on: bool = True) -> Iterator[None]:
         _compile_only.reset(token)
 
 
+def compiling_for_figures_only() -> bool:
+    """Whether this context is within :func:`compile_only` (on)."""
+    return _compile_only.get()
+
+
 def for_compile(compiler_options: dict[str, Any] | None, deviceless_target: bool) -> dict[str, Any]:
     """The XLA options of one compile: the caller's, over :data:`DEVICELESS_COMPILE_OPTIONS`
     for a deviceless target; on a live GPU within :func:`autotune_cache`, the cache's
@@ -172,6 +179,18 @@ def for_compile(compiler_options: dict[str, Any] | None, deviceless_target: bool
     if _compile_only.get() and backend == "cpu":
         options = {**COMPILE_ONLY_CPU_OPTIONS, **options}
     return options
+
+
+def with_default_code(options: dict[str, Any], asked: dict[str, Any] | None) -> dict[str, Any]:
+    """``options`` (:func:`for_compile`'s) less what :func:`compile_only` added to those the
+    caller ``asked`` for: the options of the same program compiled with XLA's default code
+    generation (equal where the compile is not one for its figures only)."""
+    asked = asked or {}
+    return {
+        k: v
+        for k, v in options.items()
+        if k in asked or COMPILE_ONLY_CPU_OPTIONS.get(k, object()) != v
+    }
 
 
 def without_unknown(options: dict[str, Any], error: Exception) -> dict[str, Any] | None:

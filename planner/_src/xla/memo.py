@@ -32,10 +32,12 @@ class CompileMemo:
         self._lock = threading.Lock()
 
     @staticmethod
-    def key(lowered, options: dict[str, Any]) -> str:
+    def key(lowered, options: dict[str, Any], text: str | None = None) -> str:
+        """The memo's key of ``lowered`` compiled with ``options`` (``text``: its text, where
+        the caller has it already)."""
         scope = deviceless.active_scope()
         target = scope.target.description if scope is not None else jax.default_backend()
-        h = hashlib.sha256(lowered.as_text().encode())
+        h = hashlib.sha256((lowered.as_text() if text is None else text).encode())
         h.update(repr(sorted(options.items())).encode())
         h.update(target.encode())
         return h.hexdigest()
