@@ -189,6 +189,25 @@ def test_a_speed_option_the_installed_xla_does_not_know_is_dropped():
         xla_compile.compile_lowered(other, {"xla_cpu_x": 1})
 
 
+def test_a_compile_for_its_figures_only_and_a_default_one_share_the_memo():
+    """One program compiled for its figures only and requested at XLA's default (or the other
+    way) is compiled once: the figures are the same; an executable compiled for its figures
+    only stays marked so, for the numerics check to compile it again before running it."""
+    from planner._src.xla.memo import CompileMemo, compile_memo
+
+    lowered = jax.jit(lambda x: jnp.sin(x) * 2).lower(jnp.ones(4))
+    with compile_memo(CompileMemo()):
+        with compile_options.compile_only():
+            fast = xla_compile.compile_lowered(lowered)
+        assert xla_compile.compile_lowered(lowered) is fast
+    assert compile_options.is_figures_only(fast)
+    with compile_memo(CompileMemo()):
+        default = xla_compile.compile_lowered(lowered)
+        with compile_options.compile_only():
+            assert xla_compile.compile_lowered(lowered) is default
+    assert not compile_options.is_figures_only(default)
+
+
 def test_compile_only_reaches_compile_threads():
     """The session's pool and xla.jobs.at_once copy the context: a compile on another thread
     started within compile_only is made for its figures only."""

@@ -19,6 +19,7 @@ from planner._src.planning.context import AppliedRun, Subject, Timings
 from planner._src.types import Assignment, Status
 from planner._src.verify import numerics
 from planner._src.verify.sites import policy_maker
+from planner._src.xla import compile_options
 
 MAX_NUMERICS_REPLANS = 3  # re-plans per Planner after a numerics mismatch
 NUMERICS_FORCED_WHY = (
@@ -148,6 +149,8 @@ class NumericsJudge:
                 if isinstance(compiled, AppliedRun):  # the step as applied (train state)
                     planned = numerics.run_applied(compiled.fn, compiled.args)
                 else:
+                    if compile_options.is_figures_only(compiled):
+                        compiled = None  # its code is not XLA's default: compiled again
                     planned = numerics.run_planned(
                         self.subject.fn,
                         self.subject.args,

@@ -84,23 +84,19 @@ class StockCompiles:
             return got
         att = self.attempt(name, timings, trace, graph, cost, 0)
         self._ver[name] = att.verification
-        # the numerics check runs it, if chosen; a compile for its figures only it compiles
-        # again with XLA's default code (numerics.run_planned)
-        self._compiled[name] = None if self._figures_only() else att.compiled
+        # the numerics check runs it, if chosen (compiled again where it was compiled for
+        # its figures only: numerics_check.py)
+        self._compiled[name] = att.compiled
         self._bytes[name] = att.verification.compiled_device_bytes
         return self._bytes[name]
 
-    def _figures_only(self) -> bool:
-        """Whether the stock policies are compiled for their figures only where the Planner's
-        other compiles are not (the numerics check runs those): a stock policy is run only
-        where it is the answer, and most are compiled to be found over the budget. XLA:CPU's
-        code at LLVM level 0 has the same figures in about two thirds of the time
-        (xla.compile_options.COMPILE_ONLY_CPU_OPTIONS)."""
-        return not self.subject.compile_only
-
     def attempt(self, name: str, timings: Timings, trace, graph, cost, budget: int) -> Attempt:
         """Stock policy ``name`` emitted and verified against ``budget`` (its compile taken
-        from the background where it was started)."""
+        from the background where it was started). Compiled for its figures only, also where
+        the numerics check runs the Planner's other compiles: a stock policy is run only where
+        it is the answer, and most are compiled to be found over the budget (XLA:CPU's LLVM
+        at level 0: the same figures in about two thirds of the time,
+        xla.compile_options.COMPILE_ONLY_CPU_OPTIONS)."""
         with compile_options.compile_only(True):
             return attempt(
                 self.subject,

@@ -142,20 +142,33 @@ def compile_lowered(lowered, compiler_options: dict[str, Any] | None = None):
     live-GPU compile keeps its autotune results in that directory."""
     scope = deviceless.active_scope()
     options = compile_options.for_compile(compiler_options, deviceless_target=scope is not None)
+    full = compile_options.with_default_code(options, compiler_options)
     memo = active_memo()
     if memo is None:
-        return _compile(lowered, options, scope)
+        return _compiled(lowered, options, scope, figures_only=full != options)
     text = lowered.as_text()
     key = memo.key(lowered, options, text)
     got = memo.get(key)
-    full = compile_options.with_default_code(options, compiler_options)
     if got is None and full != options:
         # A compile for its figures only: the same program compiled with XLA's default code
         # generation has the same figures (compile_options.COMPILE_ONLY_CPU_OPTIONS).
         got = memo.get(memo.key(lowered, full, text))
+    elif got is None and scope is None:
+        # ... and the other way: the program compiled for its figures only has the figures;
+        # it is marked so, and the numerics check compiles it again where it runs it.
+        got = memo.get(memo.key(lowered, compile_options.figures_only_options(options), text))
     if got is None:
-        got = _compile(lowered, options, scope)
+        got = _compiled(lowered, options, scope, figures_only=full != options)
         memo.put(key, got)
+    return got
+
+
+def _compiled(lowered, options: dict[str, Any], scope, *, figures_only: bool):
+    """:func:`_compile`, its executable marked where it was compiled for its figures only
+    (compile_options.is_figures_only: not to be run where its numerics matter)."""
+    got = _compile(lowered, options, scope)
+    if figures_only:
+        compile_options.mark_figures_only(got)
     return got
 
 

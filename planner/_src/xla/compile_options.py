@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import re
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,9 +65,10 @@ SPEED_ONLY_OPTIONS = frozenset(
 # memory figures (argument, output, alias, temp: 60 of 60 zoo programs) in about two thirds of
 # the compile time; its code runs slower and rounds differently (FMA contraction), which is
 # why a program the numerics check runs keeps XLA's default (measured:
-# benchmarks/results/compile-options-2026-12-07.md). The stock policies are compiled so even
-# where the check runs (planning/stock.py): one is run only where it is the answer, and then
-# compiled again at the default.
+# benchmarks/results/compile-options-2026-12-07.md). The stock policies and the scale check's
+# plan are compiled so even where the check runs (planning/stock.py, planning/scale_check.py):
+# one is run only where it is the answer, and then compiled again at the default
+# (is_figures_only).
 COMPILE_ONLY_CPU_OPTIONS = {"xla_backend_optimization_level": 0}
 _UNKNOWN_OPTION = re.compile(r"No such compile option: '([\w.]+)'")
 
@@ -159,6 +161,28 @@ def compile_only(on: bool = True) -> Iterator[None]:
         _compile_only.reset(token)
 
 
+# The executables compiled for their figures only (by object; dropped with them).
+_FIGURES_ONLY: weakref.WeakSet = weakref.WeakSet()
+
+
+def mark_figures_only(compiled) -> None:
+    """Record that ``compiled`` was compiled for its figures only."""
+    try:
+        _FIGURES_ONLY.add(compiled)
+    except TypeError:  # not weakly referable (a test's stand-in): nothing to run anyway
+        pass
+
+
+def is_figures_only(compiled) -> bool:
+    """Whether ``compiled`` was compiled for its figures only (:func:`compile_only`): its code
+    is not XLA's default, so a numerics check compiles the program again instead of running
+    it."""
+    try:
+        return compiled in _FIGURES_ONLY
+    except TypeError:
+        return False
+
+
 def compiling_for_figures_only() -> bool:
     """Whether this context is within :func:`compile_only` (on)."""
     return _compile_only.get()
@@ -179,6 +203,14 @@ def for_compile(compiler_options: dict[str, Any] | None, deviceless_target: bool
     if _compile_only.get() and backend == "cpu":
         options = {**COMPILE_ONLY_CPU_OPTIONS, **options}
     return options
+
+
+def figures_only_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options :func:`for_compile` gives the same compile within :func:`compile_only` on
+    XLA:CPU (``options`` as they are elsewhere)."""
+    if jax.default_backend() != "cpu":
+        return options
+    return {**COMPILE_ONLY_CPU_OPTIONS, **options}
 
 
 def with_default_code(options: dict[str, Any], asked: dict[str, Any] | None) -> dict[str, Any]:
