@@ -65,10 +65,11 @@ SPEED_ONLY_OPTIONS = frozenset(
 # memory figures (argument, output, alias, temp: 60 of 60 zoo programs) in about two thirds of
 # the compile time; its code runs slower and rounds differently (FMA contraction), which is
 # why a program the numerics check runs keeps XLA's default (measured:
-# benchmarks/results/compile-options-2026-12-07.md). The stock policies and the scale check's
-# plan are compiled so even where the check runs (planning/stock.py, planning/scale_check.py):
-# one is run only where it is the answer, and then compiled again at the default
-# (is_figures_only).
+# benchmarks/results/compile-options-2026-12-07.md). The stock policies are compiled so even
+# where the check runs (planning/stock.py): one is run only where it is the answer, and then
+# compiled again at the default (is_figures_only). Not the scale check's plan, near the
+# anchors' midpoint: often a mid budget's answer, run from the memo (flax_nnx's second zoo
+# budget: its check 2.5 s with a compile again, 0.07 s without; planning-time-2026-12-08.md).
 COMPILE_ONLY_CPU_OPTIONS = {"xla_backend_optimization_level": 0}
 _UNKNOWN_OPTION = re.compile(r"No such compile option: '([\w.]+)'")
 
