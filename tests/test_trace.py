@@ -58,54 +58,6 @@ def test_unrolled_layers_merge_into_one_region():
     assert r.multiplicity == 3 and r.call_sites == 3 and not r.in_scan
 
 
-def _python_loop(depth: int, width: int, batch: int):
-    """A Python loop of checkpointed layers, each reading its weights straight from the step's
-    arguments, the first also the batch (benchmarks/planning_time.py's loop model)."""
-
-    def layer(w, x):
-        return jnp.tanh(x @ w) + x
-
-    def loss(ws, x):
-        for w in ws:
-            x = jax.checkpoint(layer)(w, x)
-        return jnp.mean(x**2)
-
-    def step(ws, x):
-        loss_v, g = jax.value_and_grad(loss)(ws, x)
-        return [w - 1e-3 * gw for w, gw in zip(ws, g)], loss_v
-
-    ws = [jnp.full((width, width), 0.01 * (k + 1), jnp.float32) for k in range(depth)]
-    return step, (ws, jnp.ones((batch, width), jnp.float32))
-
-
-def test_python_loop_layers_keep_no_bytes_for_the_arguments_they_read():
-    # The weights are the step's arguments, held for the whole step: reading them keeps no
-    # bytes of their own. The first layer's input is the batch (an argument too); the other
-    # layers' input is the layer before's output, kept per layer until its backward pass.
-    depth, width, batch = 6, 32, 8
-    step, args = _python_loop(depth, width, batch)
-    tr = trace_step(step, args)
-    first, rest = tr.regions
-    assert (first.multiplicity, rest.multiplicity) == (1, depth - 1)
-    assert not any(i.stacked for i in first.inputs)
-    assert [i.nbytes for i in rest.inputs if i.stacked] == [batch * width * 4]
-
-
-def test_the_model_predicts_both_anchors_of_a_python_loop():
-    # Counting the weights as kept per layer put the save-everything step 40% under its
-    # compile on a 200-layer loop (the model dropped the weights it no longer recomputes
-    # from): the walk's first plan then compiled over the budget and cost two more compiles.
-    step, args = _python_loop(24, 64, 32)
-    s = planner.Planner(step, *args, hardware="cpu", check_numerics=False)
-    lo, hi = s.trace.anchor.device_bytes, s.trace.anchor_saved.device_bytes
-    plan = s.plan((lo + hi) / 2e9)
-    row = {b.name: b for b in plan.baselines}
-    for name, compiled in (("nothing_saveable", lo), ("everything_saveable", hi)):
-        assert abs(row[name].prediction.peak_bytes - compiled) <= 0.01 * compiled, name
-    walked = [r for r in plan.rounds if r.purpose == "walk"]
-    assert len(walked) == 1, walked
-
-
 def test_a_second_policy_really_gives_a_second_program():
     # jax.jit caches traces by function and argument types, not by policy (DESIGN.md).
     step, args = llama.make_train_step(CFG)

@@ -155,16 +155,13 @@ def region_candidates(
     anchor_site: adapter.Site | None,
     index: shard.HloIndex | None = None,
     loop_stacks: Counter | None = None,
-    anchor_arguments: set | frozenset = frozenset(),
 ) -> Analysed:
     """The candidates of one region (module docstring), whose backward remat equation is at
     ``step_site`` in the traced step and at ``anchor_site`` in the full-remat anchor's trace.
     ``loop_stacks``: for a region in a
     scan of a single-device step, what the compiled everything-saveable program's loops
     stack (compiled_loop_stacks): a per-trip residual XLA drops there is not counted as read
-    by the backward pass (residuals_xla_drops). ``anchor_arguments``: the full-remat anchor's
-    variables holding the step's arguments (loops.step_arguments): an input read from one
-    outside any scan costs no bytes of its own."""
+    by the backward pass (residuals_xla_drops)."""
     jvp, n_primal, n_hoisted = adapter.region_jvp(region)
     replay = adapter.replay_partial_eval(jvp, n_primal, adapter.everything_saveable)
     needed_vars = set(replay.residuals)
@@ -285,7 +282,7 @@ def region_candidates(
     # activation) and which it had anyway (weights, loop constants).
     # The backward remat equation reads [*residuals, *inputs it uses] (remat_partial_eval).
     full = adapter.replay_partial_eval(jvp, n_primal, lambda *_, **__: adapter.Recompute)
-    src = loops.observe_residual_sources(anchor_site, arguments=anchor_arguments)
+    src = loops.observe_residual_sources(anchor_site)
     n_real_res = sum(1 for v in full.residuals if v not in hoisted)
     used_idx = [k for k, u in enumerate(full.staged_inputs_used) if u and k >= n_hoisted]
     in_src = dict(zip(used_idx, src[n_real_res:]))

@@ -181,42 +181,12 @@ def region_source(site: adapter.Site | None, br) -> str:
     return next((w for e in br.jaxpr.eqns if (w := adapter.eqn_source(e))), "")
 
 
-def step_arguments(jaxpr) -> set:
-    """The variables that hold the step's own arguments: the inputs of ``jaxpr`` and the
-    inputs of the nested jit / closed_call bodies that receive one of them unchanged. The
-    program holds these for the whole step, so a region reading one keeps no extra bytes."""
-    out: set = set()
-
-    def visit(jx) -> None:
-        for e in jx.eqns:
-            if e.primitive.name not in adapter.CALL_PRIMITIVES:
-                continue
-            inner = e.params.get("jaxpr") or e.params.get("call_jaxpr")
-            if inner is None:
-                continue
-            inner = adapter.open_jaxpr(inner)
-            if len(inner.invars) != len(e.invars):
-                continue
-            passed = [p for p, v in zip(inner.invars, e.invars) if adapter.is_var(v) and v in out]
-            if passed:
-                out.update(passed)
-                visit(inner)
-
-    top = adapter.open_jaxpr(jaxpr)
-    out.update(top.invars)
-    visit(top)
-    return out
-
-
-def observe_residual_sources(
-    site: adapter.Site | None, n_res: int | None = None, arguments: set | frozenset = frozenset()
-) -> list[str]:
+def observe_residual_sources(site: adapter.Site | None, n_res: int | None = None) -> list[str]:
     """Where the traced program keeps each residual of the region whose backward remat
     equation is at ``site``: per residual, one of ``const`` (a loop constant of the backward
     scan: hoisted out of the loop, stored once), ``stacked`` (an array a forward scan stacks,
     one slice per trip), ``forwarded`` (an array the program had anyway, such as the scanned
-    weights, or outside any scan one of the step's ``arguments``: step_arguments), or
-    ``unscanned`` (no scan around); [] without a site.
+    weights), or ``unscanned`` (no scan around); [] without a site.
 
     JAX's scan partial evaluation hoists loop-invariant residuals and forwards residuals that
     are loop inputs (``_scan_partial_eval`` in jax/_src/lax/control_flow/loops.py); the
@@ -227,9 +197,7 @@ def observe_residual_sources(
     e = site.eqn
     operands = e.invars if n_res is None else e.invars[:n_res]
     if not site.scans:
-        return [
-            "forwarded" if adapter.is_var(v) and v in arguments else "unscanned" for v in operands
-        ]
+        return ["unscanned"] * len(operands)
     scan, parent = site.scans[-1]
     body = adapter.open_jaxpr(scan.params["jaxpr"])
     pos = {v: i for i, v in enumerate(body.invars)}

@@ -216,7 +216,6 @@ def trace_step(
         float_dtypes = adapter.float_dtypes(step_jaxpr)
         draws_random = adapter.draws_random(step_jaxpr)
         anchor_sites = loops.backward_sites(anchor_jaxpr)
-        anchor_arguments = loops.step_arguments(anchor_jaxpr)
         done = jobs.results()
     wall = time.perf_counter() - t_jobs  # from the first job's start
     timings += [(what, s) for what, (_, s) in done.items()]
@@ -260,24 +259,15 @@ def trace_step(
         )
         if id(br.jaxpr) not in body_texts:
             body_texts[id(br.jaxpr)] = region_structure_key(br.jaxpr)
-        anchor_site = anchor_sites[br.region_id].site if br.region_id in anchor_sites else None
-        # Which of its inputs are the step's own arguments (no bytes of their own): the first
-        # of N Python-loop layers reads the batch, the others the layer before's output.
-        reads_arguments = (
-            ()
-            if anchor_site is None or anchor_site.scans
-            else tuple(adapter.is_var(v) and v in anchor_arguments for v in anchor_site.eqn.invars)
-        )
-        key = (body_texts[id(br.jaxpr)], in_scan, trip_stacks is not None, reads_arguments)
+        key = (body_texts[id(br.jaxpr)], in_scan, trip_stacks is not None)
         cache_key = key + (id(br.user_policy),)  # the user's own decisions are per policy
         if cache_key not in analysed:
             analysed[cache_key] = candidates.region_candidates(
                 br,
                 backward[br.region_id].site,
-                anchor_site,
+                anchor_sites[br.region_id].site if br.region_id in anchor_sites else None,
                 index,
                 trip_stacks,
-                anchor_arguments,
             )
         a = analysed[cache_key]
         sites.append(

@@ -493,8 +493,7 @@ def _region_jvp(region: BoundRegion):
     return inlined, n_new_consts + n_primal, n_new_consts
 
 
-# Call primitives whose body takes the equation's operands one for one (nested jit, closed_call).
-CALL_PRIMITIVES = _INLINED = ("pjit", "jit", "closed_call", "core_call")
+_INLINED = ("pjit", "jit", "closed_call", "core_call")
 
 
 def inline_calls(jaxpr, n_consts: int = 0):
